@@ -1,0 +1,11 @@
+"""The one exception users see for bad models and bad inputs."""
+from __future__ import annotations
+
+
+class PersistRNNError(ValueError):
+    """A model, attribute or input persist_rnn cannot accept; the message says which and why."""
+
+
+def node_error(node: str, op: str, what: str, problem: str, expected: str) -> PersistRNNError:
+    """An error that names the node, the attribute or input at fault, and what is supported."""
+    return PersistRNNError(f"node {node!r} ({op}): {what}: {problem}; expected {expected}")

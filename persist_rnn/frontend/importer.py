@@ -1,0 +1,129 @@
+"""`from_onnx`: TVM's Relax ONNX importer with LSTM / GRU / RNN converters added from outside.
+
+TVM asks `onnx_frontend._get_convert_map()` for its converter table on every node, so wrapping
+that function (for the duration of one import) is enough to add converters without editing TVM.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import json
+import os
+import warnings
+
+import onnx
+import tvm
+from tvm.relax.frontend.onnx import onnx_frontend as F
+
+from ..errors import PersistRNNError
+from .canonical import emit_canonical
+from .layer import read_layer
+from .unrolled import emit_unrolled
+
+UNROLLED_ATTR = "persist_rnn.unrolled"
+
+
+@dataclasses.dataclass
+class _ImportOptions:
+    unroll: bool
+    target_kind: str
+    unrolled: list  # CellSpec JSON of each layer lowered unrolled, in graph order
+
+
+_options: contextvars.ContextVar[_ImportOptions] = contextvars.ContextVar("persist_rnn_import")
+
+
+class _RecurrentConverter(F.OnnxOpConverter):
+    """Shared by the three ops: ONNX opsets 7 (no layout), 14 (layout) and 22 (bfloat16)."""
+
+    op = ""
+
+    @classmethod
+    def _convert(cls, bb, inputs, attr, layout_ok):
+        if not layout_ok and "layout" in attr:
+            raise PersistRNNError(f"node {attr['tvm_custom']['name']!r} ({cls.op}): attribute 'layout' "
+                                  "needs opset 14 or later; expected no 'layout' at opset < 14")
+        layer = read_layer(bb, cls.op, inputs, attr)
+        opts = _options.get()
+        if opts.unroll:
+            opts.unrolled.append(layer.spec.to_json())
+            return emit_unrolled(bb, layer)
+        return emit_canonical(bb, layer, opts.target_kind)
+
+    @classmethod
+    def _impl_v7(cls, bb, inputs, attr, params):
+        return cls._convert(bb, inputs, attr, layout_ok=False)
+
+    @classmethod
+    def _impl_v14(cls, bb, inputs, attr, params):
+        return cls._convert(bb, inputs, attr, layout_ok=True)
+
+
+CONVERTERS = {op: type(f"{op}Converter", (_RecurrentConverter,), {"op": op}) for op in ("LSTM", "GRU", "RNN")}
+
+
+@contextlib.contextmanager
+def _converters_registered():
+    original = F._get_convert_map
+    F._get_convert_map = lambda: {**original(), **CONVERTERS}
+    try:
+        yield
+    finally:
+        F._get_convert_map = original
+
+
+def load_model(model_or_path) -> onnx.ModelProto:
+    """An ONNX model from a path or a ModelProto, checked, with every node given a name."""
+    if isinstance(model_or_path, (str, os.PathLike)):
+        try:
+            model = onnx.load(os.fspath(model_or_path))
+        except Exception as err:  # onnx raises DecodeError, OSError, ...
+            raise PersistRNNError(f"{model_or_path}: not a readable ONNX model ({err})") from err
+    elif isinstance(model_or_path, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(model_or_path)
+    else:
+        raise PersistRNNError(f"expected an onnx.ModelProto or a path, got {type(model_or_path).__name__}")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as err:  # exporters often leave value_info loose: warn, as TVM does
+        warnings.warn(f"ONNX checker: {str(err).splitlines()[0]}")
+    _check_graph_wiring(model.graph)
+    for i, node in enumerate(model.graph.node):
+        if not node.name:
+            node.name = f"{node.op_type}_{i}"
+    return model
+
+
+def _check_graph_wiring(graph):
+    """Every node input must be produced before it is used: TVM would fail with a KeyError."""
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    for i, node in enumerate(graph.node):
+        for name in node.input:
+            if name not in known:
+                raise PersistRNNError(f"invalid ONNX model: node {node.name or i!r} ({node.op_type}) reads "
+                                      f"{name!r}, which no graph input, initializer or earlier node produces")
+        known.update(node.output)
+    if not graph.node:
+        raise PersistRNNError("invalid ONNX model: the graph has no nodes")
+
+
+def from_onnx(model_or_path, shape_dict=None, *, unroll=False, target_kind="llvm") -> tvm.IRModule:
+    """Import an ONNX model into Relax; recurrent nodes become the canonical recurrent form.
+
+    unroll=True emits T copies of the cell in primitive ops instead (static T and B only).
+    target_kind picks the reference scan's variant ("llvm" or "cuda"); PersistentRNN
+    re-targets it anyway.
+    """
+    model = load_model(model_or_path)
+    opts = _ImportOptions(unroll=unroll, target_kind=target_kind, unrolled=[])
+    token = _options.set(opts)
+    try:
+        with _converters_registered():
+            mod = F.from_onnx(model, shape_dict=shape_dict)
+    finally:
+        _options.reset(token)
+    if opts.unrolled:
+        mod = mod.with_attr(UNROLLED_ATTR, json.dumps(opts.unrolled))
+    return mod

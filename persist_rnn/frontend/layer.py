@@ -1,0 +1,163 @@
+"""One ONNX recurrent node, checked and normalised into Relax values both lowerings start from.
+
+Whatever the node's layout, optional inputs and dtype, a `RecurrentLayer` holds time-major
+float32 Relax expressions with every optional input materialised (zeros, full lengths), so the
+canonical and unrolled lowerings never branch on what the model left out.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from tvm import relax, tirx
+
+from tir_templates.spec import CellSpec
+
+from ..errors import node_error
+from .attributes import cell_spec
+
+INPUT_NAMES = {
+    "LSTM": ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"),
+    "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
+    "RNN": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
+}
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclasses.dataclass
+class RecurrentLayer:
+    spec: CellSpec
+    layout: int
+    out_dtype: str
+    x: relax.Expr  # (T, B, I) float32
+    w: relax.Expr  # (D, G*H, I)
+    r: relax.Expr  # (D, G*H, H)
+    wb: relax.Expr  # (D, G*H)
+    rb: relax.Expr  # (D, G*H)
+    lens: relax.Expr | None  # (B,) int32, None when the node has no sequence_lens
+    h0: relax.Expr  # (D, B, H)
+    c0: relax.Expr  # (D, B, H)
+    p: relax.Expr  # (D, 3H)
+    seq_len: object  # T: int or PrimExpr
+    batch: object  # B: int or PrimExpr
+
+
+def _dims(expr):
+    return [int(d) if isinstance(d, tirx.IntImm) else d for d in expr.ty.shape]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return True  # symbolic: checked at run time
+
+
+def _check_shape(node, op, name, expr, expected):
+    if expr is None:
+        return
+    if not isinstance(expr.ty, relax.TensorType) or expr.ty.ndim != len(expected):
+        raise node_error(node, op, f"input {name!r}", f"has type {expr.ty}",
+                         f"a tensor of shape {tuple(expected)}")
+    got = _dims(expr)
+    if not all(_same(g, e) for g, e in zip(got, expected)):
+        raise node_error(node, op, f"input {name!r}", f"has shape {tuple(got)}",
+                         f"{tuple(expected)} (from hidden_size, direction and X)")
+
+
+def _f32(bb, e):
+    return e if e.ty.dtype == "float32" else bb.emit(relax.op.astype(e, "float32"))
+
+
+def _zeros(shape, dtype="float32"):
+    if all(isinstance(d, int) for d in shape):
+        return relax.const(np.zeros(shape, dtype))
+    return relax.op.zeros(relax.ShapeExpr(shape), dtype)
+
+
+def read_layer(bb, op: str, inputs, attr: dict) -> RecurrentLayer:
+    """Check node `op`'s inputs against its attributes and normalise them (see module doc)."""
+    node = str(attr["tvm_custom"]["name"])
+    names = INPUT_NAMES[op]
+    if len(inputs) > len(names):
+        raise node_error(node, op, "inputs", f"{len(inputs)} given", f"at most {len(names)}: {names}")
+    get = dict(zip(names, list(inputs) + [None] * (len(names) - len(inputs))))
+    x = get["X"]
+    for req in ("X", "W", "R"):
+        if get[req] is None:
+            raise node_error(node, op, f"input {req!r}", "is missing", "a tensor")
+    if not isinstance(x.ty, relax.TensorType) or x.ty.ndim != 3:
+        raise node_error(node, op, "input 'X'", f"has type {x.ty}", "a rank-3 tensor")
+    if x.ty.dtype not in FLOAT_DTYPES:
+        raise node_error(node, op, "input 'X'", f"has dtype {x.ty.dtype}", " / ".join(FLOAT_DTYPES))
+    layout = int(attr.get("layout", 0))
+    in_size = _dims(x)[2]
+    if not isinstance(in_size, int):
+        raise node_error(node, op, "input 'X'", "has a symbolic input size", "a static last dimension")
+    spec = cell_spec(node, op, attr, in_size, x.ty.dtype)
+    D, G, H = spec.num_directions, spec.num_gates, spec.hidden_size
+    if layout == 1:
+        x = bb.emit(relax.op.permute_dims(x, [1, 0, 2]))
+    T_, B_ = _dims(x)[:2]
+    state_shape = (B_, D, H) if layout == 1 else (D, B_, H)
+    expected = {
+        "W": (D, G * H, in_size), "R": (D, G * H, H), "B": (D, 2 * G * H), "sequence_lens": (B_,),
+        "initial_h": state_shape, "initial_c": state_shape, "P": (D, 3 * H),
+    }
+    for name, shape in expected.items():
+        _check_shape(node, op, name, get.get(name), shape)
+    lens = get["sequence_lens"]
+    if lens is not None and lens.ty.dtype != "int32":
+        raise node_error(node, op, "input 'sequence_lens'", f"has dtype {lens.ty.dtype}", "int32")
+    if lens is not None and isinstance(lens, relax.Constant):
+        v = lens.data.numpy()
+        if (v < 0).any() or (isinstance(T_, int) and (v > T_).any()):
+            raise node_error(node, op, "input 'sequence_lens'", f"is {v.tolist()}",
+                             f"values in [0, {T_}] (the sequence length)")
+
+    def state(name):
+        e = get.get(name)
+        if e is None:
+            return _zeros((D, B_, H))
+        e = _f32(bb, e)
+        return bb.emit(relax.op.permute_dims(e, [1, 0, 2])) if layout == 1 else e
+
+    bias = get["B"]
+    if bias is None:
+        wb = rb = _zeros((D, G * H))
+    else:
+        bias = _f32(bb, bias)
+        wb = bb.emit(relax.op.strided_slice(bias, [1], [0], [G * H]))
+        rb = bb.emit(relax.op.strided_slice(bias, [1], [G * H], [2 * G * H]))
+    p = get.get("P")
+    if p is not None:
+        spec = dataclasses.replace(spec, peepholes=True)
+    return RecurrentLayer(
+        spec=spec, layout=layout, out_dtype=x.ty.dtype, x=_f32(bb, x), w=_f32(bb, get["W"]),
+        r=_f32(bb, get["R"]), wb=wb, rb=rb, lens=lens, h0=state("initial_h"),
+        c0=state("initial_c"), p=_zeros((D, 3 * H)) if p is None else _f32(bb, p),
+        seq_len=T_, batch=B_,
+    )
+
+
+def input_projection(bb, layer: RecurrentLayer):
+    """X @ W^T + Wb for every step and direction as one GEMM: (T, B, D, G*H), off the critical path."""
+    spec = layer.spec
+    D, GH, I = spec.num_directions, spec.num_gates * spec.hidden_size, spec.input_size
+    w_t = bb.emit(relax.op.permute_dims(relax.op.reshape(layer.w, (D * GH, I)), [1, 0]))
+    x2 = bb.emit(relax.op.reshape(layer.x, (layer.seq_len * layer.batch, I)))
+    xw = bb.emit(relax.op.add(relax.op.matmul(x2, w_t), relax.op.reshape(layer.wb, (D * GH,))))
+    return bb.emit(relax.op.reshape(xw, (layer.seq_len, layer.batch, D, GH)))
+
+
+def finish_outputs(bb, layer: RecurrentLayer, y, y_h, y_c):
+    """Back to the node's layout and dtype: ONNX Y, Y_h (and Y_c for LSTM) as a Relax tuple."""
+    outs = []
+    for e, perm in ((y, [2, 0, 1, 3]), (y_h, [1, 0, 2]), (y_c, [1, 0, 2])):
+        if e is None:
+            continue
+        if layer.layout == 1:
+            e = bb.emit(relax.op.permute_dims(e, perm))
+        if layer.out_dtype != "float32":
+            e = bb.emit(relax.op.astype(e, layer.out_dtype))
+        outs.append(e)
+    return relax.Tuple(outs)
