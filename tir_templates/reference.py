@@ -14,32 +14,22 @@ Signature (T and B are runtime variables, everything else comes from the spec):
     h0   (D, B, H)       initial hidden state
     c0   (D, B, H)       initial cell state   (LSTM only)
     p    (D, 3*H)        peepholes i, o, f    (LSTM only)
-    ->   y (T, D, B, H), yh (D, B, H), yc (D, B, H) (LSTM only)
+    ->   y (T, D, B, H), yh (D, B, H), yc (D, B, H) (LSTM only), ws (WORKSPACE_WORDS,) uint32
+The last output is a per-call scratch (the persistent kernels keep their grid-barrier counter
+there), so that every lowering of a layer has the same signature and can replace another.
 """
 from __future__ import annotations
 
 import tvm
 from tvm.script import tirx as T
 
-from . import activations
+from . import cells
 from .spec import ATTR_KEY, CellSpec
 
+#: size of the per-call scratch output every recurrence kernel takes
+WORKSPACE_WORDS = 32
 #: threads per block of the CUDA variant
 CUDA_THREADS = 128
-
-
-def _gate_math(spec: CellSpec):
-    """Per-direction closures computing a unit's new state from its gate pre-activations."""
-    cl = lambda x: activations.clip(spec.clip, x)  # noqa: E731
-    acts = [spec.direction_activations(d) for d in range(spec.num_directions)]
-
-    def act(d, k, x):
-        """Activation k of direction `d` (a TIR var); a select only when the directions differ."""
-        if len(acts) == 1 or acts[0][k] == acts[1][k]:
-            return activations.apply(acts[0][k], x)
-        return T.Select(d == 0, activations.apply(acts[0][k], x), activations.apply(acts[1][k], x))
-
-    return cl, act
 
 
 def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFunc:
@@ -49,11 +39,9 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
     GH = G * H
     lstm, gru = spec.cell == "lstm", spec.cell == "gru"
     gru_two_phase = gru and not spec.linear_before_reset
-    peep, input_forget = spec.peepholes, spec.input_forget
     NT = CUDA_THREADS if gpu else 1
     UNITS = (H + NT - 1) // NT  # hidden units per thread
     scope = "shared" if gpu else "global"
-    cl, act = _gate_math(spec)
 
     def time_index(d, s, n_valid):
         """Position read and written at step s: reverse directions walk each sequence backwards."""
@@ -62,7 +50,6 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
         if spec.direction == "reverse":
             return n_valid - 1 - s
         return T.if_then_else(d == 1, n_valid - 1 - s, s)
-    one = T.float32(1.0)
 
     def block_loop(n):
         return T.thread_binding(n, thread="blockIdx.x") if gpu else T.parallel(n)
@@ -74,7 +61,7 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
     def scan(
         xw_h: T.handle, r: T.Buffer((D, GH, H), "float32"), rb: T.Buffer((D, GH), "float32"),
         lens_h: T.handle, h0_h: T.handle, c0_h: T.handle, p: T.Buffer((D, 3 * H), "float32"),
-        y_h: T.handle, yh_h: T.handle, yc_h: T.handle,
+        y_h: T.handle, yh_h: T.handle, yc_h: T.handle, ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
     ):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         n_t = T.int64()
@@ -93,82 +80,64 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
                 acc = T.alloc_buffer((G,), "float32", scope="local")
                 b = blk % n_b
                 dd = blk // n_b
-                if True:
-                    if True:
+                for u in range(UNITS):
+                    j = u * NT + tx
+                    if j < H:
+                        hs[j] = h0[dd, b, j]
+                        yh[dd, b, j] = h0[dd, b, j]
+                        if lstm:
+                            yc[dd, b, j] = c0[dd, b, j]
+                if gpu:
+                    T.tvm_storage_sync("shared")
+                n_valid = T.max(T.min(T.Cast("int64", lens[b]), n_t), T.int64(0))  # never index past T
+                for s in range(n_t):
+                    if s < n_valid:
+                        t = time_index(dd, s, n_valid)
+                        if gru_two_phase:
+                            # phase 1: the reset gate of every unit, to form r * h(t-1)
+                            for u in range(UNITS):
+                                j = u * NT + tx
+                                if j < H:
+                                    acc[1] = rb[dd, H + j]
+                                    for k in range(H):
+                                        acc[1] = acc[1] + r[dd, H + j, k] * hs[k]
+                                    rh[j] = cells.reset_gate(spec, dd, xw[t, b, dd, H + j], acc[1]) * hs[j]
+                            if gpu:
+                                T.tvm_storage_sync("shared")
                         for u in range(UNITS):
                             j = u * NT + tx
                             if j < H:
-                                hs[j] = h0[dd, b, j]
-                                yh[dd, b, j] = h0[dd, b, j]
+                                for g in T.unroll(G):
+                                    acc[g] = rb[dd, g * H + j]
+                                for k in range(H):
+                                    for g in T.unroll(G):
+                                        acc[g] = acc[g] + r[dd, g * H + j, k] * hs[k]
+                                if gru_two_phase:  # the candidate's dot product runs over r * h(t-1)
+                                    acc[2] = rb[dd, 2 * H + j]
+                                    for k in range(H):
+                                        acc[2] = acc[2] + r[dd, 2 * H + j, k] * rh[k]
                                 if lstm:
-                                    yc[dd, b, j] = c0[dd, b, j]
+                                    yc[dd, b, j] = cells.lstm_cell_state(
+                                        spec, dd, cells.gate_slice(xw, (t, b, dd), j, H, G),
+                                        cells.gate_slice(acc, (), 0, 1, G), yc[dd, b, j],
+                                        cells.gate_slice(p, (dd,), j, H, 3))
+                                yh[dd, b, j] = cells.hidden(
+                                    spec, dd, cells.gate_slice(xw, (t, b, dd), j, H, G),
+                                    cells.gate_slice(acc, (), 0, 1, G), hs[j], yc[dd, b, j],
+                                    cells.gate_slice(p, (dd,), j, H, 3))
+                                y[t, dd, b, j] = yh[dd, b, j]
                         if gpu:
                             T.tvm_storage_sync("shared")
-                        n_valid = T.max(T.min(T.Cast("int64", lens[b]), n_t), T.int64(0))  # never index past T
-                        for s in range(n_t):
-                            if s < n_valid:
-                                t = time_index(dd, s, n_valid)
-                                if gru_two_phase:
-                                    # phase 1: the reset gate of every unit, to form r * h(t-1)
-                                    for u in range(UNITS):
-                                        j = u * NT + tx
-                                        if j < H:
-                                            acc[1] = rb[dd, H + j]
-                                            for k in range(H):
-                                                acc[1] = acc[1] + r[dd, H + j, k] * hs[k]
-                                            rh[j] = act(dd, 0, cl(xw[t, b, dd, H + j] + acc[1])) * hs[j]
-                                    if gpu:
-                                        T.tvm_storage_sync("shared")
-                                for u in range(UNITS):
-                                    j = u * NT + tx
-                                    if j < H:
-                                        for g in T.unroll(G):
-                                            acc[g] = rb[dd, g * H + j]
-                                        for k in range(H):
-                                            for g in T.unroll(G):
-                                                acc[g] = acc[g] + r[dd, g * H + j, k] * hs[k]
-                                        if gru_two_phase:  # the candidate's dot product runs over r * h(t-1)
-                                            acc[2] = rb[dd, 2 * H + j]
-                                            for k in range(H):
-                                                acc[2] = acc[2] + r[dd, 2 * H + j, k] * rh[k]
-                                        if lstm:
-                                            c_prev = yc[dd, b, j]
-                                            if peep:
-                                                acc[0] = acc[0] + p[dd, j] * c_prev
-                                                acc[2] = acc[2] + p[dd, 2 * H + j] * c_prev
-                                            i_g = act(dd, 0, cl(xw[t, b, dd, j] + acc[0]))
-                                            f_g = act(dd, 0, cl(xw[t, b, dd, 2 * H + j] + acc[2]))
-                                            if input_forget:
-                                                f_g = one - i_g
-                                            c_new = f_g * c_prev + i_g * act(dd, 1, cl(xw[t, b, dd, 3 * H + j] + acc[3]))
-                                            if peep:
-                                                acc[1] = acc[1] + p[dd, H + j] * c_new
-                                            o_g = act(dd, 0, cl(xw[t, b, dd, H + j] + acc[1]))
-                                            yc[dd, b, j] = c_new
-                                            yh[dd, b, j] = o_g * act(dd, 2, c_new)
-                                        elif gru:
-                                            z_g = act(dd, 0, cl(xw[t, b, dd, j] + acc[0]))
-                                            if gru_two_phase:
-                                                h_til = act(dd, 1, cl(xw[t, b, dd, 2 * H + j] + acc[2]))
-                                            else:
-                                                r_g = act(dd, 0, cl(xw[t, b, dd, H + j] + acc[1]))
-                                                h_til = act(dd, 1, cl(xw[t, b, dd, 2 * H + j] + r_g * acc[2]))
-                                            yh[dd, b, j] = (one - z_g) * h_til + z_g * hs[j]
-                                        else:
-                                            yh[dd, b, j] = act(dd, 0, cl(xw[t, b, dd, j] + acc[0]))
-                                        y[t, dd, b, j] = yh[dd, b, j]
-                                if gpu:
-                                    T.tvm_storage_sync("shared")
-                                for u in range(UNITS):
-                                    j = u * NT + tx
-                                    if j < H:
-                                        hs[j] = yh[dd, b, j]
-                                if gpu:
-                                    T.tvm_storage_sync("shared")
-                            else:
-                                for u in range(UNITS):
-                                    j = u * NT + tx
-                                    if j < H:
-                                        y[s, dd, b, j] = T.float32(0)
+                        for u in range(UNITS):
+                            j = u * NT + tx
+                            if j < H:
+                                hs[j] = yh[dd, b, j]
+                        if gpu:
+                            T.tvm_storage_sync("shared")
+                    else:
+                        for u in range(UNITS):
+                            j = u * NT + tx
+                            if j < H:
+                                y[s, dd, b, j] = T.float32(0)
 
     return scan.with_attr(ATTR_KEY, spec.to_json()).with_attr("persist_rnn.lowering", "reference")

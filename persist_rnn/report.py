@@ -1,0 +1,67 @@
+"""What happened to each recurrent layer: read back from the attributes the IRModule carries."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import tvm
+
+from tir_templates.spec import ATTR_KEY, CellSpec
+
+from .frontend.importer import UNROLLED_ATTR
+
+#: PrimFunc attributes the pass sets on the kernel that replaces a reference scan
+LOWERING_ATTR = "persist_rnn.lowering"
+REASON_ATTR = "persist_rnn.reason"
+CONFIG_ATTR = "persist_rnn.config"
+SOURCE_ATTR = "persist_rnn.source"
+
+
+@dataclasses.dataclass
+class LayerReport:
+    """One recurrent layer (all its directions): how it was lowered and why."""
+
+    node: str
+    cell: str
+    input_size: int
+    hidden_size: int
+    directions: int
+    lowering: str  # "reference" | "unrolled" | "persistent"
+    reason: str = ""
+    config: dict = dataclasses.field(default_factory=dict)
+    source: str = ""  # "tuning_log" | "cost_model" | "measured" | ""
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def line(self) -> str:
+        dirs = {1: "1 direction", 2: "2 directions"}[self.directions]
+        why = f" ({self.reason})" if self.reason else ""
+        return (f"{self.node}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
+                f"{dirs}: {self.lowering}{why}")
+
+
+def _entry(spec: CellSpec, lowering: str, **kw) -> LayerReport:
+    return LayerReport(node=spec.node, cell=spec.cell, input_size=spec.input_size,
+                       hidden_size=spec.hidden_size, directions=spec.num_directions, lowering=lowering, **kw)
+
+
+def _attr(func, key, default=""):
+    return str(func.attrs[key]) if func.attrs is not None and key in func.attrs else default
+
+
+def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
+    """One LayerReport per recurrent layer found in `mod`, in graph order of the node names."""
+    out = []
+    for _, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
+            spec = CellSpec.from_json(str(func.attrs[ATTR_KEY]))
+            out.append(_entry(spec, _attr(func, LOWERING_ATTR, "reference"), reason=_attr(func, REASON_ATTR),
+                              config=json.loads(_attr(func, CONFIG_ATTR, "{}")), source=_attr(func, SOURCE_ATTR)))
+    if mod.attrs is not None and UNROLLED_ATTR in mod.attrs:
+        for text in json.loads(str(mod.attrs[UNROLLED_ATTR])):
+            out.append(_entry(CellSpec.from_json(text), "unrolled", reason="unroll=True was asked for"))
+    return out

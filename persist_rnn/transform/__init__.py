@@ -1,0 +1,4 @@
+"""Relax passes: PersistentRNN swaps recurrences for persistent kernels."""
+from .persistent_rnn import PersistentRNN
+
+__all__ = ["PersistentRNN"]

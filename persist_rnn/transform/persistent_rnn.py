@@ -1,0 +1,57 @@
+"""PersistentRNN: swap each recurrence's reference scan for a persistent CUDA kernel.
+
+It finds recurrences by the CellSpec attribute the importer's reference scan carries (the
+canonical form), asks the scheduler for a config, and replaces the callee with the kernel the
+templates generate for it. All lowerings share one signature, so call sites stay as they are.
+What cannot be made persistent keeps the reference scan (re-targeted to the target's variant),
+and the reason is recorded where `report()` reads it.
+"""
+from __future__ import annotations
+
+import json
+
+import tvm
+
+from tir_templates.reference import reference_scan
+from tir_templates.spec import ATTR_KEY, CellSpec
+
+from ..report import CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR
+from ..schedule.planner import plan_layer
+
+
+def _recurrences(mod: tvm.IRModule):
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
+            yield gv, func, CellSpec.from_json(str(func.attrs[ATTR_KEY]))
+
+
+def _as_target(target) -> tvm.target.Target:
+    if isinstance(target, tvm.target.Target):
+        return target
+    if isinstance(target, str) and not target.startswith("{"):
+        return tvm.target.Target({"kind": target})
+    return tvm.target.Target(json.loads(target) if isinstance(target, str) else target)
+
+
+def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None) -> tvm.ir.transform.Pass:
+    """The pass. `config` forces one schedule config (a dict or Config) for every layer;
+    `tuning_log` is a JSON-lines path whose records are reused; `measure` (default: when a GPU is
+    present) times the cost model's top_k candidates."""
+    target = _as_target(target)
+
+    @tvm.ir.transform.module_pass(opt_level=0, name="PersistentRNN")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        for gv, func, spec in list(_recurrences(mod)):
+            if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":
+                continue  # already lowered
+            plan = plan_layer(spec, target, tuning_log=tuning_log, config=config, top_k=top_k, measure=measure)
+            if plan.kernel is None:
+                new = reference_scan(spec, target.kind.name).with_attr(REASON_ATTR, plan.reason)
+            else:
+                new = (plan.kernel.with_attr(LOWERING_ATTR, "persistent")
+                       .with_attr(CONFIG_ATTR, json.dumps(plan.config.as_dict()))
+                       .with_attr(SOURCE_ATTR, plan.source))
+            mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
+        return mod
+
+    return _pass
