@@ -14,9 +14,11 @@ Signature (T and B are runtime variables, everything else comes from the spec):
     h0   (D, B, H)       initial hidden state
     c0   (D, B, H)       initial cell state   (LSTM only)
     p    (D, 3*H)        peepholes i, o, f    (LSTM only)
-    ->   y (T, D, B, H), yh (D, B, H), yc (D, B, H) (LSTM only), ws (WORKSPACE_WORDS,) uint32
-The last output is a per-call scratch (the persistent kernels keep their grid-barrier counter
-there), so that every lowering of a layer has the same signature and can replace another.
+    ->   y (T, D, B, H), yh (D, B, H), yc (D, B, H) (LSTM only),
+         hbuf (3, D, B, H) float32, ws (WORKSPACE_WORDS,) uint32
+The last two outputs are per-call scratch that the reference ignores and the persistent kernels
+use (h exchanged between CTAs, grid-barrier counters), so that every lowering of a layer has
+the same signature and can replace another without touching the call site.
 """
 from __future__ import annotations
 
@@ -61,7 +63,8 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
     def scan(
         xw_h: T.handle, r: T.Buffer((D, GH, H), "float32"), rb: T.Buffer((D, GH), "float32"),
         lens_h: T.handle, h0_h: T.handle, c0_h: T.handle, p: T.Buffer((D, 3 * H), "float32"),
-        y_h: T.handle, yh_h: T.handle, yc_h: T.handle, ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
+        y_h: T.handle, yh_h: T.handle, yc_h: T.handle, hb_h: T.handle,
+        ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
     ):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         n_t = T.int64()

@@ -37,7 +37,8 @@ def emit_canonical(bb, layer: RecurrentLayer, target_kind: str):
     gvar = bb.add_func(reference_scan(spec, target_kind), func_name(spec))
     state = relax.TensorType((D, B_, H), "float32")
     workspace = relax.TensorType((WORKSPACE_WORDS,), "uint32")
-    out_ty = [relax.TensorType((T_, D, B_, H), "float32"), state, state, workspace]
+    exchange = relax.TensorType((3, D, B_, H), "float32")
+    out_ty = [relax.TensorType((T_, D, B_, H), "float32"), state, state, exchange, workspace]
     res = bb.emit(relax.call_tir(gvar, [xw, layer.r, layer.rb, lens, layer.h0, layer.c0, layer.p], out_ty))
     y, y_h, y_c = (bb.emit(relax.TupleGetItem(res, i)) for i in range(3))
     return finish_outputs(bb, layer, y, y_h, y_c if spec.cell == "lstm" else None)

@@ -1,0 +1,85 @@
+"""Config: how a persistent kernel is tiled and mapped onto the GPU (GRNN sections 5-6).
+
+Each CTA owns `tile_units` hidden units of one direction and *all* gate rows of them, so the
+gate math and the state update stay inside the CTA. Inside a CTA, work groups of `group_size`
+lanes each own `rows_per_group` gate rows; every lane keeps its strided slice of those rows in
+registers for the whole sequence. Batch rows are processed `batch_chunk` at a time.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .spec import CellSpec
+
+TEMPLATE_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    tile_units: int  # TW: hidden units per CTA
+    group_size: int  # WS: lanes per work group (a power of two <= 32, inside one warp)
+    rows_per_group: int  # gate rows each work group owns
+    batch_chunk: int  # batch rows per pass over the CTA's weights
+    weight_dtype: str = "float32"  # "float32" | "float16" (fp32 accumulation either way)
+
+    def num_ctas(self, spec: CellSpec) -> int:
+        return spec.num_directions * (spec.hidden_size // self.tile_units)
+
+    def ctas_per_direction(self, spec: CellSpec) -> int:
+        return spec.hidden_size // self.tile_units
+
+    def threads(self, spec: CellSpec) -> int:
+        return spec.num_gates * self.tile_units // self.rows_per_group * self.group_size
+
+    def cols_per_lane(self, spec: CellSpec) -> int:
+        return spec.hidden_size // self.group_size
+
+    def weight_regs(self, spec: CellSpec) -> int:
+        """32-bit registers per thread holding weights (fp16 packs two per register)."""
+        n = self.rows_per_group * self.cols_per_lane(spec)
+        return n // 2 if self.weight_dtype == "float16" else n
+
+    def shared_bytes(self, spec: CellSpec) -> int:
+        return 4 * self.batch_chunk * (spec.hidden_size + spec.num_gates * self.tile_units)
+
+    def barrier(self, spec: CellSpec) -> str:
+        """"cta" when one CTA holds a whole direction (no grid barrier at all), else "grid"."""
+        return "cta" if self.ctas_per_direction(spec) == 1 else "grid"
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+
+def problems(spec: CellSpec, cfg: Config, num_sms: int) -> list[str]:
+    """Why `cfg` cannot run `spec` on a GPU with `num_sms` SMs (empty when it can)."""
+    H, G = spec.hidden_size, spec.num_gates
+    out = []
+    if cfg.tile_units <= 0 or H % cfg.tile_units:
+        out.append(f"tile_units {cfg.tile_units} does not divide hidden_size {H}")
+        return out
+    if cfg.group_size not in (1, 2, 4, 8, 16, 32) or H % cfg.group_size:
+        out.append(f"group_size {cfg.group_size} must be a power of two <= 32 dividing {H}")
+        return out
+    if cfg.rows_per_group <= 0 or (G * cfg.tile_units) % cfg.rows_per_group:
+        out.append(f"rows_per_group {cfg.rows_per_group} does not divide the CTA's {G * cfg.tile_units} gate rows")
+        return out
+    nt = cfg.threads(spec)
+    if nt % 32 or nt > 1024:
+        out.append(f"{nt} threads per CTA (needs a multiple of 32, at most 1024)")
+    if cfg.batch_chunk * cfg.tile_units > nt:
+        out.append(f"batch_chunk x tile_units = {cfg.batch_chunk * cfg.tile_units} exceeds {nt} threads")
+    if cfg.weight_regs(spec) > 128:
+        out.append(f"{cfg.weight_regs(spec)} weight registers per thread (at most 128 of 255)")
+    if nt * (cfg.weight_regs(spec) + 40) > 65536:
+        out.append(f"{nt} threads x ~{cfg.weight_regs(spec) + 40} registers exceed the 64K register file")
+    if cfg.shared_bytes(spec) > 48 * 1024:
+        out.append(f"{cfg.shared_bytes(spec)} bytes of shared memory (at most 48 KiB)")
+    if cfg.num_ctas(spec) > num_sms:
+        out.append(f"{cfg.num_ctas(spec)} CTAs cannot all be resident on {num_sms} SMs (one CTA per SM)")
+    if cfg.weight_dtype not in ("float32", "float16"):
+        out.append(f"weight_dtype {cfg.weight_dtype!r} (float32 or float16)")
+    return out

@@ -1,0 +1,256 @@
+"""The persistent recurrence kernel: one launch for the whole sequence, weights held in registers.
+
+Read `cuda_kernel` top to bottom: load this CTA's weight slice once, then per time step
+    load h(t-1) -> partial dot products -> warp-shuffle reduction -> gates and state update
+    -> store this CTA's slice of h(t) -> one grid-wide barrier.
+The phases are TIR macros shared with `emulated_kernel`, an llvm-runnable twin in which every
+barrier becomes a phase boundary (steps outermost, CTAs and threads as serial loops), so the
+tiling and index arithmetic are checked numerically on a machine without a GPU.
+
+Signature: the reference scan's (see reference.py), whose `hbuf` (3, D, B, H) is the exchange
+buffer for h between CTAs (slots 0/1 alternate by step parity; slot 2 is spare) and whose `ws`
+holds one barrier counter per direction, zeroed by a one-warp kernel before each launch, so
+concurrent launches never share a counter.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm.script import tirx as T
+
+from . import cells
+from .config import Config
+from .reference import WORKSPACE_WORDS
+from .spec import ATTR_KEY, CellSpec
+
+GRID_BARRIER = r"""
+__device__ __forceinline__ void prnn_grid_barrier(unsigned int* counter, unsigned int target) {
+  // Monotonic counter: one release-add per CTA, spin on acquire loads until every CTA arrived.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(counter) : "memory");
+    unsigned int seen;
+    long long start = clock64();
+    while (true) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+      if (seen >= target) break;
+      if (clock64() - start > (1LL << 36)) __trap();  // ~30 s: a CTA never arrived; fail, never hang
+    }
+  }
+  __syncthreads();
+}
+"""
+
+
+class UnsupportedLayer(Exception):
+    """The persistent template cannot build this layer; the message is the report's reason."""
+
+
+def _check(spec: CellSpec, cfg: Config) -> None:
+    if spec.cell == "gru" and not spec.linear_before_reset:
+        raise UnsupportedLayer("GRU with linear_before_reset=0 needs r*h(t-1) of every unit before the "
+                               "candidate's GEMV; the persistent template implements linear_before_reset=1")
+    if spec.hidden_size % cfg.tile_units or spec.hidden_size % cfg.group_size:
+        raise UnsupportedLayer(f"config {cfg.as_dict()} does not tile hidden_size {spec.hidden_size}")
+
+
+def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
+    _check(spec, cfg)
+    H, D, G = spec.hidden_size, spec.num_directions, spec.num_gates
+    GH = G * H
+    TW, WS, RPG, BC = cfg.tile_units, cfg.group_size, cfg.rows_per_group, cfg.batch_chunk
+    GTW = G * TW  # gate rows per CTA
+    CPD = cfg.ctas_per_direction(spec)
+    NCTA = D * CPD
+    NT = cfg.threads(spec)
+    KPL = H // WS  # columns per lane
+    WDT = cfg.weight_dtype
+    lstm = spec.cell == "lstm"
+    grid = cfg.barrier(spec) == "grid"
+
+    def time_index(d, s, n_valid):
+        if spec.direction == "forward":
+            return s
+        if spec.direction == "reverse":
+            return n_valid - 1 - s
+        return T.if_then_else(d == 1, n_valid - 1 - s, s)
+
+    def weight_row(cta, tx, q):
+        """Row of R (within direction) that register row q of thread tx holds."""
+        rr = (tx // WS) * RPG + q
+        return (rr // TW) * H + (cta % CPD) * TW + rr % TW
+
+    def recurrent_parts(gs, rb, bi, d, jl, j):
+        return [gs[bi, g * TW + jl] + rb[d, g * H + j] for g in range(G)]
+
+    @T.macro
+    def init_state(hb, h0, yc, c0, cta, tx, n_b):
+        """Each CTA copies its units of h0 into slot 0 of hbuf and of c0 into yc."""
+        for e in range((n_b * TW + NT - 1) // NT):
+            if e * NT + tx < n_b * TW:
+                hb[0, cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW] = h0[
+                    cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW]
+                if lstm:
+                    yc[cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW] = c0[
+                        cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW]
+
+    @T.macro
+    def load_h(hs, hb, cta, tx, s, ch, n_b):
+        """h(t-1) of batch rows ch*BC .. ch*BC+BC-1 (all H units) into shared memory."""
+        for e in range((BC * H + NT - 1) // NT):
+            if e * NT + tx < BC * H:
+                hs[(e * NT + tx) // H, (e * NT + tx) % H] = T.if_then_else(
+                    ch * BC + (e * NT + tx) // H < n_b,
+                    hb[s % 2, cta // CPD, ch * BC + (e * NT + tx) // H, (e * NT + tx) % H], T.float32(0))
+
+    @T.macro
+    def update(xw, rb, lens, p, y, yc, hb, hs, gs, cta, tx, s, ch, n_t, n_b):
+        """Thread tx < BC*TW owns (batch row, unit); it applies the cell and stores h(t)."""
+        if tx < BC * TW:
+            if ch * BC + tx // TW < n_b:
+                b = ch * BC + tx // TW
+                jl = tx % TW
+                j = (cta % CPD) * TW + jl
+                d = cta // CPD
+                n_valid = T.max(T.min(T.Cast("int64", lens[b]), n_t), T.int64(0))
+                if s < n_valid:
+                    t = time_index(d, s, n_valid)
+                    if lstm:
+                        yc[d, b, j] = cells.lstm_cell_state(
+                            spec, d, cells.gate_slice(xw, (t, b, d), j, H, G),
+                            recurrent_parts(gs, rb, tx // TW, d, jl, j), yc[d, b, j],
+                            cells.gate_slice(p, (d,), j, H, 3))
+                    hb[(s + 1) % 2, d, b, j] = cells.hidden(
+                        spec, d, cells.gate_slice(xw, (t, b, d), j, H, G),
+                        recurrent_parts(gs, rb, tx // TW, d, jl, j), hs[tx // TW, j], yc[d, b, j],
+                        cells.gate_slice(p, (d,), j, H, 3))
+                    y[t, d, b, j] = hb[(s + 1) % 2, d, b, j]
+                else:  # past this sequence's end: state carried, output zero
+                    hb[(s + 1) % 2, d, b, j] = hs[tx // TW, j]
+                    y[s, d, b, j] = T.float32(0)
+
+    @T.macro
+    def final_state(yh, hb, cta, tx, n_t, n_b):
+        for e in range((n_b * TW + NT - 1) // NT):
+            if e * NT + tx < n_b * TW:
+                yh[cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW] = hb[
+                    n_t % 2, cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW]
+
+    @T.macro
+    def step_barrier(ws, cta, k):
+        """The one synchronisation per step: CTAs of one direction wait for each other."""
+        if grid:
+            T.cuda.func_call("prnn_grid_barrier", T.address_of(ws[cta // CPD]),
+                             T.Cast("uint32", k * CPD), source_code=GRID_BARRIER)
+        else:
+            T.tvm_storage_sync("shared")
+
+    @T.prim_func(private=True)
+    def cuda_kernel(
+        xw_h: T.handle, r: T.Buffer((D, GH, H), "float32"), rb: T.Buffer((D, GH), "float32"),
+        lens_h: T.handle, h0_h: T.handle, c0_h: T.handle, p: T.Buffer((D, 3 * H), "float32"),
+        y_h: T.handle, yh_h: T.handle, yc_h: T.handle, hb_h: T.handle,
+        ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
+    ):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
+        n_t = T.int64()
+        n_b = T.int64()
+        xw = T.match_buffer(xw_h, (n_t, n_b, D, GH), "float32")
+        lens = T.match_buffer(lens_h, (n_b,), "int32")
+        h0 = T.match_buffer(h0_h, (D, n_b, H), "float32")
+        c0 = T.match_buffer(c0_h, (D, n_b, H), "float32")
+        y = T.match_buffer(y_h, (n_t, D, n_b, H), "float32")
+        yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
+        yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
+        hb = T.match_buffer(hb_h, (3, D, n_b, H), "float32")
+        for _zb in T.thread_binding(1, thread="blockIdx.x"):  # per-call barrier counters start at 0
+            for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
+                ws[zt] = T.uint32(0)
+        for cta in T.thread_binding(NCTA, thread="blockIdx.x"):
+            for tx in T.thread_binding(NT, thread="threadIdx.x"):
+                hs = T.alloc_buffer((BC, H), "float32", scope="shared")
+                gs = T.alloc_buffer((BC, GTW), "float32", scope="shared")
+                wreg = T.alloc_buffer((RPG * KPL,), WDT, scope="local")
+                acc = T.alloc_buffer((RPG * BC,), "float32", scope="local")
+                # 1. this lane's slice of its work group's gate rows, in registers for the whole sequence
+                for q in T.unroll(RPG):
+                    for i in T.unroll(KPL):
+                        wreg[q * KPL + i] = T.Cast(WDT, r[cta // CPD, weight_row(cta, tx, q), tx % WS + WS * i])
+                init_state(hb, h0, yc, c0, cta, tx, n_b)
+                step_barrier(ws, cta, 1)
+                for s in range(n_t):
+                    for ch in range((n_b + BC - 1) // BC):
+                        # 2. h(t-1) into shared memory
+                        load_h(hs, hb, cta, tx, s, ch, n_b)
+                        T.tvm_storage_sync("shared")
+                        # 3. partial dot products from registers, 4. shuffle reduction within the group
+                        for a in T.unroll(RPG * BC):
+                            acc[a] = T.float32(0)
+                        for i in T.unroll(KPL):
+                            for q in T.unroll(RPG):
+                                for bi in T.unroll(BC):
+                                    acc[q * BC + bi] = acc[q * BC + bi] + T.Cast("float32", wreg[q * KPL + i]) * hs[
+                                        bi, tx % WS + WS * i]
+                        for q in T.unroll(RPG):
+                            for bi in T.unroll(BC):
+                                acc[q * BC + bi] = T.cuda.warp_sum(acc[q * BC + bi], WS)
+                                if tx % WS == 0:
+                                    gs[bi, (tx // WS) * RPG + q] = acc[q * BC + bi]
+                        T.tvm_storage_sync("shared")
+                        # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
+                        update(xw, rb, lens, p, y, yc, hb, hs, gs, cta, tx, s, ch, n_t, n_b)
+                        T.tvm_storage_sync("shared")
+                    # 6. one barrier per step
+                    step_barrier(ws, cta, s + 2)
+                final_state(yh, hb, cta, tx, n_t, n_b)
+
+    @T.prim_func(private=True)
+    def emulated_kernel(
+        xw_h: T.handle, r: T.Buffer((D, GH, H), "float32"), rb: T.Buffer((D, GH), "float32"),
+        lens_h: T.handle, h0_h: T.handle, c0_h: T.handle, p: T.Buffer((D, 3 * H), "float32"),
+        y_h: T.handle, yh_h: T.handle, yc_h: T.handle, hb_h: T.handle,
+        ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
+    ):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
+        n_t = T.int64()
+        n_b = T.int64()
+        xw = T.match_buffer(xw_h, (n_t, n_b, D, GH), "float32")
+        lens = T.match_buffer(lens_h, (n_b,), "int32")
+        h0 = T.match_buffer(h0_h, (D, n_b, H), "float32")
+        c0 = T.match_buffer(c0_h, (D, n_b, H), "float32")
+        y = T.match_buffer(y_h, (n_t, D, n_b, H), "float32")
+        yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
+        yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
+        hb = T.match_buffer(hb_h, (3, D, n_b, H), "float32")
+        for cta, tx in T.grid(NCTA, NT):
+            init_state(hb, h0, yc, c0, cta, tx, n_b)
+        for s in range(n_t):  # a grid barrier sits between two iterations of this loop
+            for cta in range(NCTA):
+                for ch in range((n_b + BC - 1) // BC):
+                    hs = T.alloc_buffer((BC, H), "float32")
+                    gs = T.alloc_buffer((BC, GTW), "float32")
+                    for tx in range(NT):
+                        load_h(hs, hb, cta, tx, s, ch, n_b)
+                    # the work groups' dot products, each lane's strided columns summed as the shuffle would
+                    for grp, q, bi in T.grid(NT // WS, RPG, BC):
+                        gs[bi, grp * RPG + q] = T.float32(0)
+                        for lane, i in T.grid(WS, KPL):
+                            gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast("float32", T.Cast(
+                                WDT, r[cta // CPD, weight_row(cta, grp * WS + lane, q), lane + WS * i])) * hs[
+                                bi, lane + WS * i]
+                    for tx in range(NT):
+                        update(xw, rb, lens, p, y, yc, hb, hs, gs, cta, tx, s, ch, n_t, n_b)
+        for cta, tx in T.grid(NCTA, NT):
+            final_state(yh, hb, cta, tx, n_t, n_b)
+
+    func = emulated_kernel if emulate else cuda_kernel
+    return func.with_attr(ATTR_KEY, spec.to_json())
+
+
+def persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc:
+    """The CUDA persistent kernel of `spec` under `cfg` (raises UnsupportedLayer)."""
+    return _build(spec, cfg, emulate=False)
+
+
+def emulated_persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc:
+    """The same tiling run serially on the CPU (llvm), barriers as phase boundaries: for tests."""
+    return _build(spec, cfg, emulate=True)
