@@ -28,8 +28,12 @@ class Config:
     def ctas_per_direction(self, spec: CellSpec) -> int:
         return spec.hidden_size // self.tile_units
 
+    def groups(self, spec: CellSpec) -> int:
+        return spec.num_gates * self.tile_units // self.rows_per_group
+
     def threads(self, spec: CellSpec) -> int:
-        return spec.num_gates * self.tile_units // self.rows_per_group * self.group_size
+        """Work-group lanes rounded up to whole warps (padding lanes hold zero weights)."""
+        return -(-self.groups(spec) * self.group_size // 32) * 32
 
     def cols_per_lane(self, spec: CellSpec) -> int:
         return spec.hidden_size // self.group_size
@@ -38,6 +42,11 @@ class Config:
         """32-bit registers per thread holding weights (fp16 packs two per register)."""
         n = self.rows_per_group * self.cols_per_lane(spec)
         return n // 2 if self.weight_dtype == "float16" else n
+
+    def registers(self, spec: CellSpec) -> int:
+        """Estimated registers per thread: weights, accumulators, prefetched inputs, ~32 of overhead."""
+        updates = -(-self.batch_chunk * self.tile_units // self.threads(spec))
+        return self.weight_regs(spec) + self.rows_per_group * self.batch_chunk + updates * (spec.num_gates + 1) + 32
 
     def shared_bytes(self, spec: CellSpec) -> int:
         return 4 * self.batch_chunk * (spec.hidden_size + spec.num_gates * self.tile_units)
@@ -68,14 +77,17 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int) -> list[str]:
         out.append(f"rows_per_group {cfg.rows_per_group} does not divide the CTA's {G * cfg.tile_units} gate rows")
         return out
     nt = cfg.threads(spec)
-    if nt % 32 or nt > 1024:
-        out.append(f"{nt} threads per CTA (needs a multiple of 32, at most 1024)")
+    if nt > 1024:
+        out.append(f"{nt} threads per CTA (at most 1024)")
+    if nt - cfg.groups(spec) * cfg.group_size >= 32 or nt > 2 * cfg.groups(spec) * cfg.group_size:
+        out.append(f"{cfg.groups(spec) * cfg.group_size} busy lanes waste most of {nt} threads")
     if cfg.batch_chunk * cfg.tile_units > nt:
         out.append(f"batch_chunk x tile_units = {cfg.batch_chunk * cfg.tile_units} exceeds {nt} threads")
-    if cfg.weight_regs(spec) > 128:
-        out.append(f"{cfg.weight_regs(spec)} weight registers per thread (at most 128 of 255)")
-    if nt * (cfg.weight_regs(spec) + 40) > 65536:
-        out.append(f"{nt} threads x ~{cfg.weight_regs(spec) + 40} registers exceed the 64K register file")
+    regs = cfg.registers(spec)
+    if regs > 224:
+        out.append(f"~{regs} registers per thread (weights, accumulators, prefetch; at most 255)")
+    if nt * regs > 65536:
+        out.append(f"{nt} threads x ~{regs} registers exceed the 64K register file")
     if cfg.shared_bytes(spec) > 48 * 1024:
         out.append(f"{cfg.shared_bytes(spec)} bytes of shared memory (at most 48 KiB)")
     if cfg.num_ctas(spec) > num_sms:

@@ -62,10 +62,13 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     CPD = cfg.ctas_per_direction(spec)
     NCTA = D * CPD
     NT = cfg.threads(spec)
+    NG = cfg.groups(spec)  # work groups; lanes of groups >= NG only pad the last warp
     KPL = H // WS  # columns per lane
     WDT = cfg.weight_dtype
     lstm = spec.cell == "lstm"
     grid = cfg.barrier(spec) == "grid"
+    UPT = (BC * TW + NT - 1) // NT  # (batch row, unit) pairs each thread updates per chunk
+    XR = G + 1  # prefetched values per pair: the gates' input projections and C(t-1)
 
     def time_index(d, s, n_valid):
         if spec.direction == "forward":
@@ -102,31 +105,51 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     ch * BC + (e * NT + tx) // H < n_b,
                     hb[s % 2, cta // CPD, ch * BC + (e * NT + tx) // H, (e * NT + tx) % H], T.float32(0))
 
+    def pair(cta, tx, e, ch):
+        """(batch row, unit) that thread tx updates in its e-th slot of chunk ch."""
+        q = e * NT + tx
+        return ch * BC + q // TW, (cta % CPD) * TW + q % TW
+
     @T.macro
-    def update(xw, rb, lens, p, y, yc, hb, hs, gs, cta, tx, s, ch, n_t, n_b):
-        """Thread tx < BC*TW owns (batch row, unit); it applies the cell and stores h(t)."""
-        if tx < BC * TW:
-            if ch * BC + tx // TW < n_b:
-                b = ch * BC + tx // TW
-                jl = tx % TW
-                j = (cta % CPD) * TW + jl
-                d = cta // CPD
-                n_valid = T.max(T.min(T.Cast("int64", lens[b]), n_t), T.int64(0))
-                if s < n_valid:
-                    t = time_index(d, s, n_valid)
-                    if lstm:
-                        yc[d, b, j] = cells.lstm_cell_state(
-                            spec, d, cells.gate_slice(xw, (t, b, d), j, H, G),
-                            recurrent_parts(gs, rb, tx // TW, d, jl, j), yc[d, b, j],
+    def prefetch(xw, lens, yc, xr, xr_row, cta, tx, s, ch, n_t, n_b):
+        """Issue this step's loads of the input projection (and C(t-1)) before the dot products,
+        so their latency hides behind them."""
+        for e in T.unroll(UPT):
+            if e * NT + tx < BC * TW:
+                if pair(cta, tx, e, ch)[0] < n_b:
+                    b, j = pair(cta, tx, e, ch)
+                    n_valid = T.max(T.min(T.Cast("int64", lens[b]), n_t), T.int64(0))
+                    if s < n_valid:
+                        for g in T.unroll(G):
+                            xr[xr_row, e * XR + g] = xw[time_index(cta // CPD, s, n_valid), b, cta // CPD, g * H + j]
+                        if lstm:
+                            xr[xr_row, e * XR + G] = yc[cta // CPD, b, j]
+
+    @T.macro
+    def update(rb, lens, p, y, yc, hb, hs, gs, xr, xr_row, cta, tx, s, ch, n_t, n_b):
+        """Each (batch row, unit) of the chunk has one owner thread: it applies the cell and
+        stores h(t) into the exchange buffer and Y."""
+        for e in T.unroll(UPT):
+            if e * NT + tx < BC * TW:
+                if pair(cta, tx, e, ch)[0] < n_b:
+                    b, j = pair(cta, tx, e, ch)
+                    bi = (e * NT + tx) // TW
+                    d = cta // CPD
+                    n_valid = T.max(T.min(T.Cast("int64", lens[b]), n_t), T.int64(0))
+                    if s < n_valid:
+                        if lstm:
+                            yc[d, b, j] = cells.lstm_cell_state(
+                                spec, d, cells.gate_slice(xr, (xr_row,), e * XR, 1, G),
+                                recurrent_parts(gs, rb, bi, d, j % TW, j), xr[xr_row, e * XR + G],
+                                cells.gate_slice(p, (d,), j, H, 3))
+                        hb[(s + 1) % 2, d, b, j] = cells.hidden(
+                            spec, d, cells.gate_slice(xr, (xr_row,), e * XR, 1, G),
+                            recurrent_parts(gs, rb, bi, d, j % TW, j), hs[bi, j], yc[d, b, j],
                             cells.gate_slice(p, (d,), j, H, 3))
-                    hb[(s + 1) % 2, d, b, j] = cells.hidden(
-                        spec, d, cells.gate_slice(xw, (t, b, d), j, H, G),
-                        recurrent_parts(gs, rb, tx // TW, d, jl, j), hs[tx // TW, j], yc[d, b, j],
-                        cells.gate_slice(p, (d,), j, H, 3))
-                    y[t, d, b, j] = hb[(s + 1) % 2, d, b, j]
-                else:  # past this sequence's end: state carried, output zero
-                    hb[(s + 1) % 2, d, b, j] = hs[tx // TW, j]
-                    y[s, d, b, j] = T.float32(0)
+                        y[time_index(d, s, n_valid), d, b, j] = hb[(s + 1) % 2, d, b, j]
+                    else:  # past this sequence's end: state carried, output zero
+                        hb[(s + 1) % 2, d, b, j] = hs[bi, j]
+                        y[s, d, b, j] = T.float32(0)
 
     @T.macro
     def final_state(yh, hb, cta, tx, n_t, n_b):
@@ -171,15 +194,18 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 gs = T.alloc_buffer((BC, GTW), "float32", scope="shared")
                 wreg = T.alloc_buffer((RPG * KPL,), WDT, scope="local")
                 acc = T.alloc_buffer((RPG * BC,), "float32", scope="local")
+                xr = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
                 # 1. this lane's slice of its work group's gate rows, in registers for the whole sequence
                 for q in T.unroll(RPG):
                     for i in T.unroll(KPL):
-                        wreg[q * KPL + i] = T.Cast(WDT, r[cta // CPD, weight_row(cta, tx, q), tx % WS + WS * i])
+                        wreg[q * KPL + i] = T.Cast(WDT, T.if_then_else(
+                            tx // WS < NG, r[cta // CPD, weight_row(cta, tx, q), tx % WS + WS * i], T.float32(0)))
                 init_state(hb, h0, yc, c0, cta, tx, n_b)
                 step_barrier(ws, cta, 1)
                 for s in range(n_t):
                     for ch in range((n_b + BC - 1) // BC):
-                        # 2. h(t-1) into shared memory
+                        # 2. h(t-1) into shared memory, this step's input projection into registers
+                        prefetch(xw, lens, yc, xr, 0, cta, tx, s, ch, n_t, n_b)
                         load_h(hs, hb, cta, tx, s, ch, n_b)
                         T.tvm_storage_sync("shared")
                         # 3. partial dot products from registers, 4. shuffle reduction within the group
@@ -193,11 +219,11 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                         for q in T.unroll(RPG):
                             for bi in T.unroll(BC):
                                 acc[q * BC + bi] = T.cuda.warp_sum(acc[q * BC + bi], WS)
-                                if tx % WS == 0:
+                                if tx % WS == 0 and tx // WS < NG:
                                     gs[bi, (tx // WS) * RPG + q] = acc[q * BC + bi]
                         T.tvm_storage_sync("shared")
                         # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
-                        update(xw, rb, lens, p, y, yc, hb, hs, gs, cta, tx, s, ch, n_t, n_b)
+                        update(rb, lens, p, y, yc, hb, hs, gs, xr, 0, cta, tx, s, ch, n_t, n_b)
                         T.tvm_storage_sync("shared")
                     # 6. one barrier per step
                     step_barrier(ws, cta, s + 2)
@@ -228,17 +254,19 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 for ch in range((n_b + BC - 1) // BC):
                     hs = T.alloc_buffer((BC, H), "float32")
                     gs = T.alloc_buffer((BC, GTW), "float32")
+                    xr = T.alloc_buffer((NT, UPT * XR), "float32")  # one register file row per thread
                     for tx in range(NT):
+                        prefetch(xw, lens, yc, xr, tx, cta, tx, s, ch, n_t, n_b)
                         load_h(hs, hb, cta, tx, s, ch, n_b)
                     # the work groups' dot products, each lane's strided columns summed as the shuffle would
-                    for grp, q, bi in T.grid(NT // WS, RPG, BC):
+                    for grp, q, bi in T.grid(NG, RPG, BC):
                         gs[bi, grp * RPG + q] = T.float32(0)
                         for lane, i in T.grid(WS, KPL):
                             gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast("float32", T.Cast(
                                 WDT, r[cta // CPD, weight_row(cta, grp * WS + lane, q), lane + WS * i])) * hs[
                                 bi, lane + WS * i]
                     for tx in range(NT):
-                        update(xw, rb, lens, p, y, yc, hb, hs, gs, cta, tx, s, ch, n_t, n_b)
+                        update(rb, lens, p, y, yc, hb, hs, gs, xr, tx, cta, tx, s, ch, n_t, n_b)
         for cta, tx in T.grid(NCTA, NT):
             final_state(yh, hb, cta, tx, n_t, n_b)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import tvm
+from tvm import relax
 
 from tir_templates.reference import reference_scan
 from tir_templates.spec import ATTR_KEY, CellSpec
@@ -23,6 +24,23 @@ def _recurrences(mod: tvm.IRModule):
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
             yield gv, func, CellSpec.from_json(str(func.attrs[ATTR_KEY]))
+
+
+def _call_site_batches(mod: tvm.IRModule) -> dict:
+    """GlobalVar name -> static batch size seen at its call_tir sites (None if symbolic)."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    out = {}
+    for _, func in mod.functions.items():
+        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                v = binding.value
+                if isinstance(v, relax.Call) and v.op.same_as(call_tir):
+                    xw = v.args[1].fields[0]
+                    b = xw.ty.shape[1] if isinstance(xw.ty, relax.TensorType) and xw.ty.shape is not None else None
+                    out[v.args[0].name_hint] = int(b) if isinstance(b, tvm.tirx.IntImm) else None
+    return out
 
 
 def _as_target(target) -> tvm.target.Target:
@@ -41,10 +59,12 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
 
     @tvm.ir.transform.module_pass(opt_level=0, name="PersistentRNN")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        batches = _call_site_batches(mod)
         for gv, func, spec in list(_recurrences(mod)):
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":
                 continue  # already lowered
-            plan = plan_layer(spec, target, tuning_log=tuning_log, config=config, top_k=top_k, measure=measure)
+            plan = plan_layer(spec, target, batch=batches.get(gv.name_hint), tuning_log_path=tuning_log,
+                              config=config, top_k=top_k, measure=measure)
             if plan.kernel is None:
                 new = reference_scan(spec, target.kind.name).with_attr(REASON_ATTR, plan.reason)
             else:

@@ -1,0 +1,9 @@
+"""persist_rnn: ONNX LSTM / GRU / RNN into Apache TVM, each recurrence one persistent CUDA kernel."""
+from .compile import compile
+from .errors import PersistRNNError
+from .frontend import from_onnx
+from .report import LayerReport
+from .runtime import CompiledModel, load
+
+__all__ = ["CompiledModel", "LayerReport", "PersistRNNError", "compile", "from_onnx", "load"]
+__version__ = "0.1.0"

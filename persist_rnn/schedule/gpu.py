@@ -1,0 +1,67 @@
+"""The GPU the cost model reasons about: SM count, clocks and measured synchronisation costs.
+
+A calibration is a JSON file per architecture (`calibration/<arch>.json`); the shipped H100 one
+lets a machine without a GPU still rank configs sensibly. `persist-rnn calibrate` re-measures.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from importlib import resources
+
+import numpy as np
+
+CALIBRATION_ENV = "PERSIST_RNN_CALIBRATION"  # a directory of <arch>.json overriding the shipped ones
+
+
+@dataclasses.dataclass(frozen=True)
+class GPUModel:
+    name: str
+    arch: str
+    num_sms: int
+    clock_ghz: float
+    grid_barrier_us: dict  # CTAs -> microseconds per barrier
+    cta_sync_us: float
+    l2_latency_us: float
+    l2_bytes_per_us_per_sm: float
+    fma_per_cycle_per_sm: int
+    shared_loads_per_cycle_per_sm: int
+    update_cycles: int
+    chunk_overhead_us: float
+    gemm_tflops: float
+    launch_us: float
+    provenance: str = ""
+
+    def barrier_us(self, ctas: int) -> float:
+        """Grid-barrier cost at `ctas` CTAs, interpolated (log-scale) between measured points."""
+        pts = sorted((int(k), float(v)) for k, v in self.grid_barrier_us.items())
+        xs, ys = [np.log(k) for k, _ in pts], [v for _, v in pts]
+        return float(np.interp(np.log(max(ctas, 1)), xs, ys))
+
+
+def _calibration_text(arch: str) -> str | None:
+    override = os.environ.get(CALIBRATION_ENV)
+    if override and os.path.exists(os.path.join(override, f"{arch}.json")):
+        with open(os.path.join(override, f"{arch}.json")) as f:
+            return f.read()
+    res = resources.files(__package__) / "calibration" / f"{arch}.json"
+    return res.read_text() if res.is_file() else None
+
+
+def gpu_model(arch: str | None) -> GPUModel:
+    """The calibration for `arch` ("sm_90", ...); architectures without one use the H100's."""
+    text = _calibration_text(arch or "sm_90") or _calibration_text("sm_90")
+    fields = {f.name for f in dataclasses.fields(GPUModel)}
+    return GPUModel(**{k: v for k, v in json.loads(text).items() if k in fields})
+
+
+def present_device():
+    """tvm.cuda(0) when a CUDA GPU is present, else None."""
+    import tvm
+
+    try:
+        dev = tvm.cuda(0)
+        return dev if dev.exist else None
+    except Exception:  # TVM built without CUDA, or no driver
+        return None

@@ -1,0 +1,85 @@
+"""Choose how one recurrent layer is lowered: tuning log, else cost model (+ measurement).
+
+Order of preference: a forced config; a matching tuning-log record; the cost model's ranking of
+the pruned space, whose top-K are measured when a GPU is present. Whatever cannot be made
+persistent returns no kernel and the reason, and keeps the reference scan.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import tvm
+
+from tir_templates.config import Config, problems
+from tir_templates.persistent import UnsupportedLayer, persistent_kernel
+from tir_templates.spec import CellSpec
+
+from . import tuning_log
+from .cost_model import rank
+from .gpu import gpu_model, present_device
+from .measure import measure_configs
+from .space import candidate_configs
+
+
+@dataclasses.dataclass
+class Plan:
+    kernel: tvm.tirx.PrimFunc | None
+    config: Config | None = None
+    source: str = ""  # "tuning_log" | "cost_model" | "measured"
+    reason: str = ""  # why not persistent
+    time_us: float | None = None
+
+
+def target_arch(target: tvm.target.Target) -> str:
+    arch = target.attrs.get("arch") if target.attrs is not None else None
+    return str(arch) if arch else "sm_90"
+
+
+def _unsupported(spec: CellSpec) -> str:
+    if spec.cell == "gru" and not spec.linear_before_reset:
+        return ("GRU with linear_before_reset=0 needs r*h(t-1) of every unit before the candidate's "
+                "GEMV; the persistent template implements linear_before_reset=1 (torch's export)")
+    return ""
+
+
+def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None = None, tuning_log_path=None,
+               config=None, top_k: int = 5, measure=None, progress=None) -> Plan:
+    if target.kind.name != "cuda":
+        return Plan(None, reason=f"target {target.kind.name}: the persistent kernel is CUDA only")
+    why = _unsupported(spec)
+    if why:
+        return Plan(None, reason=why)
+    gpu = gpu_model(target_arch(target))
+    if config is not None:
+        cfg = config if isinstance(config, Config) else Config.from_dict(config)
+        bad = problems(spec, cfg, gpu.num_sms)
+        if bad:
+            return Plan(None, reason="the forced config cannot run: " + "; ".join(bad))
+        return _kernel(spec, cfg, "", None)  # forced by the caller: no search
+    wl = tuning_log.workload(spec, batch, gpu.arch)
+    if tuning_log_path:
+        rec = tuning_log.lookup(tuning_log_path, wl)
+        if rec is not None and not problems(spec, rec.config, gpu.num_sms):
+            return _kernel(spec, rec.config, "tuning_log", rec.time_us)
+    ranked = rank(spec, candidate_configs(spec, gpu, batch), gpu, batch or 8)
+    if not ranked:
+        kib = spec.num_gates * spec.hidden_size ** 2 * spec.num_directions * 4 // 1024
+        return Plan(None, reason=f"no persistent config fits {gpu.name}: {kib} KiB of recurrent weights over at most "
+                                 f"{gpu.num_sms} co-resident CTAs exceed the registers the template can use")
+    dev = present_device() if measure is None or measure else None
+    if dev is not None and batch is not None:
+        timed = measure_configs(spec, [c for _, c in ranked[:top_k]], target, dev, batch, progress=progress)
+        best_us, best = timed[0]
+        plan = _kernel(spec, best, "measured", best_us)
+    else:
+        plan = _kernel(spec, ranked[0][1], "cost_model", None)
+    if tuning_log_path:
+        tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source))
+    return plan
+
+
+def _kernel(spec: CellSpec, cfg: Config, source: str, time_us) -> Plan:
+    try:
+        return Plan(persistent_kernel(spec, cfg), cfg, source, time_us=time_us)
+    except UnsupportedLayer as err:
+        return Plan(None, reason=str(err))

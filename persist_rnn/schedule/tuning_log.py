@@ -1,0 +1,120 @@
+"""Tuning logs: JSON lines, one record per workload, so later compiles skip the search.
+
+A record is {"workload": {...}, "config": {...}, "time_us": float | null, "source": str,
+"created": str}. The workload names everything the best config depends on, including the GPU
+arch and the template version; records of another arch or version are ignored with a warning.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import warnings
+
+from tir_templates.config import TEMPLATE_VERSION, Config
+from tir_templates.spec import CellSpec
+
+from ..errors import PersistRNNError
+
+WORKLOAD_KEYS = ("cell", "input_size", "hidden_size", "batch", "directions", "dtype",
+                 "linear_before_reset", "arch", "template_version")
+SOURCES = ("measured", "cost_model")
+
+
+def workload(spec: CellSpec, batch: int | None, arch: str) -> dict:
+    return {
+        "cell": spec.cell, "input_size": spec.input_size, "hidden_size": spec.hidden_size,
+        "batch": batch, "directions": spec.num_directions, "dtype": spec.dtype,
+        "linear_before_reset": spec.linear_before_reset, "arch": arch, "template_version": TEMPLATE_VERSION,
+    }
+
+
+@dataclasses.dataclass
+class Record:
+    workload: dict
+    config: Config
+    time_us: float | None
+    source: str
+    created: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps({"workload": self.workload, "config": self.config.as_dict(), "time_us": self.time_us,
+                           "source": self.source, "created": self.created}, sort_keys=True)
+
+
+def _parse(line: str, where: str) -> Record:
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise PersistRNNError(f"{where}: not valid JSON ({err.msg})") from None
+    if not isinstance(d, dict) or not {"workload", "config", "source"} <= set(d):
+        raise PersistRNNError(f"{where}: a record needs the keys workload, config, time_us, source")
+    wl, cfg = d["workload"], d["config"]
+    missing = [k for k in WORKLOAD_KEYS if not isinstance(wl, dict) or k not in wl]
+    if missing:
+        raise PersistRNNError(f"{where}: workload lacks {missing}")
+    cfg_fields = [f.name for f in dataclasses.fields(Config)]
+    if not isinstance(cfg, dict) or any(k not in cfg for k in cfg_fields[:4]):
+        raise PersistRNNError(f"{where}: config needs {cfg_fields}")
+    try:
+        config = Config(**{k: (int(cfg[k]) if k != "weight_dtype" else str(cfg[k])) for k in cfg_fields if k in cfg})
+    except (TypeError, ValueError) as err:
+        raise PersistRNNError(f"{where}: config values must be integers ({err})") from None
+    if d["source"] not in SOURCES:
+        raise PersistRNNError(f"{where}: source {d['source']!r}, expected one of {SOURCES}")
+    t = d.get("time_us")
+    if t is not None and not isinstance(t, (int, float)):
+        raise PersistRNNError(f"{where}: time_us must be a number or null")
+    return Record(wl, config, None if t is None else float(t), d["source"], str(d.get("created", "")))
+
+
+def read(path: str) -> list[Record]:
+    """Every record of the log at `path` (a missing file is an empty log)."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    return [_parse(line, f"{path}:{i}") for i, line in enumerate(lines, 1) if line.strip()]
+
+
+def lookup(path: str, wl: dict) -> Record | None:
+    """The best (fastest measured, else newest) record for workload `wl`."""
+    hits, stale = [], 0
+    for rec in read(path):
+        same_shape = all(rec.workload.get(k) == wl[k] for k in WORKLOAD_KEYS if k not in ("arch", "template_version"))
+        if not same_shape:
+            continue
+        if rec.workload["arch"] != wl["arch"] or rec.workload["template_version"] != wl["template_version"]:
+            stale += 1
+            continue
+        hits.append(rec)
+    if stale and not hits:
+        warnings.warn(f"{path}: {stale} record(s) for this workload were made for another GPU arch or "
+                      f"template version (want {wl['arch']}, v{wl['template_version']}) and are ignored")
+    if not hits:
+        return None
+    measured = [r for r in hits if r.time_us is not None and r.source == "measured"]
+    return min(measured, key=lambda r: r.time_us) if measured else hits[-1]
+
+
+def append(path: str, rec: Record) -> None:
+    rec.created = rec.created or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    with open(path, "a") as f:
+        f.write(rec.to_json() + "\n")
+
+
+def merge(paths: list[str], out: str) -> int:
+    """Keep the best record per workload from `paths` into `out`; returns the record count."""
+    best: dict[str, Record] = {}
+    for p in paths:
+        for rec in read(p):
+            key = json.dumps(rec.workload, sort_keys=True)
+            cur = best.get(key)
+            better = cur is None or (rec.time_us is not None and (cur.time_us is None or rec.time_us < cur.time_us))
+            if better:
+                best[key] = rec
+    with open(out, "w") as f:
+        for rec in best.values():
+            f.write(rec.to_json() + "\n")
+    return len(best)
