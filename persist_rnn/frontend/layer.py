@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import tvm
 from tvm import relax, tirx
 
 from tir_templates.spec import CellSpec
@@ -108,8 +109,8 @@ def read_layer(bb, op: str, inputs, attr: dict) -> RecurrentLayer:
     lens = get["sequence_lens"]
     if lens is not None and lens.ty.dtype != "int32":
         raise node_error(node, op, "input 'sequence_lens'", f"has dtype {lens.ty.dtype}", "int32")
-    if lens is not None and isinstance(lens, relax.Constant):
-        v = lens.data.numpy()
+    if lens is not None and isinstance(lens, tvm.ir.expr.Constant):
+        v = lens.value.numpy()
         if (v < 0).any() or (isinstance(T_, int) and (v > T_).any()):
             raise node_error(node, op, "input 'sequence_lens'", f"is {v.tolist()}",
                              f"values in [0, {T_}] (the sequence length)")

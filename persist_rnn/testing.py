@@ -1,0 +1,177 @@
+"""Builders of small ONNX recurrent models and their ONNX Runtime references (tests, benchmarks)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+NP_TO_ONNX = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "int32": TensorProto.INT32}
+
+
+@dataclasses.dataclass
+class LayerCase:
+    """One ONNX recurrent node and the inputs it is fed; every ONNX option is a field."""
+
+    op: str = "LSTM"
+    seq_len: int = 5
+    batch: int = 3
+    input_size: int = 4
+    hidden_size: int = 6
+    direction: str = "forward"
+    layout: int = 0
+    with_bias: bool = True
+    seq_lens: list | None = None  # per-batch lengths, fed as a graph input
+    initial_h: bool = False
+    initial_c: bool = False
+    peepholes: bool = False
+    clip: float | None = None
+    input_forget: int | None = None
+    linear_before_reset: int | None = None
+    activations: list | None = None
+    activation_alpha: list | None = None
+    activation_beta: list | None = None
+    dynamic: bool = False  # symbolic T and B in the graph input
+    dtype: str = "float32"
+    opset: int = 14
+    outputs: tuple = ("Y", "Y_h", "Y_c")
+    weight_scale: float = 0.4
+
+    @property
+    def num_directions(self):
+        return 2 if self.direction == "bidirectional" else 1
+
+
+def _tensor(name, dtype, shape):
+    return helper.make_tensor_value_info(name, NP_TO_ONNX[dtype], shape)
+
+
+def make_model(case: LayerCase, seed: int = 0) -> tuple[onnx.ModelProto, dict]:
+    """(model, inputs): weights as initializers; X, sequence_lens and initial states as inputs."""
+    rng = np.random.default_rng(seed)
+    D, G, H, I = case.num_directions, GATES[case.op], case.hidden_size, case.input_size
+    T_, B = case.seq_len, case.batch
+    dt = case.dtype
+    rnd = lambda *s: (rng.standard_normal(s) * case.weight_scale).astype(dt)  # noqa: E731
+    inits = [numpy_helper.from_array(rnd(D, G * H, I), "W"), numpy_helper.from_array(rnd(D, G * H, H), "R")]
+    names = ["X", "W", "R"]
+    if case.with_bias:
+        inits.append(numpy_helper.from_array(rnd(D, 2 * G * H), "B"))
+    names.append("B" if case.with_bias else "")
+    peep = rnd(D, 3 * H)  # drawn with the weights, so every (T, B) of a case shares them
+    x_shape = [T_, B, I] if case.layout == 0 else [B, T_, I]
+    feeds = {"X": rng.standard_normal(x_shape).astype(dt)}
+    if case.dynamic:
+        x_decl = ["T", "N", I] if case.layout == 0 else ["N", "T", I]
+    else:
+        x_decl = x_shape
+    graph_inputs = [_tensor("X", dt, x_decl)]
+    if case.seq_lens is not None:
+        names.append("sequence_lens")
+        feeds["sequence_lens"] = np.array(case.seq_lens, "int32")
+        graph_inputs.append(_tensor("sequence_lens", "int32", ["N"] if case.dynamic else [B]))
+    else:
+        names.append("")
+    state = [D, B, H] if case.layout == 0 else [B, D, H]
+    state_decl = [D, "N", H] if case.layout == 0 else ["N", D, H]
+    for flag, name in ((case.initial_h, "initial_h"), (case.initial_c, "initial_c")):
+        if name == "initial_c" and case.op != "LSTM":
+            continue
+        if flag:
+            names.append(name)
+            feeds[name] = rng.standard_normal(state).astype(dt)
+            graph_inputs.append(_tensor(name, dt, state_decl if case.dynamic else state))
+        else:
+            names.append("")
+    if case.op == "LSTM" and case.peepholes:
+        inits.append(numpy_helper.from_array(peep, "P"))
+        names.append("P")
+    while names and names[-1] == "":
+        names.pop()
+    attrs = {"hidden_size": H, "direction": case.direction}
+    if case.opset >= 14:
+        attrs["layout"] = case.layout
+    for key in ("clip", "input_forget", "linear_before_reset", "activations", "activation_alpha", "activation_beta"):
+        if getattr(case, key) is not None:
+            attrs[key] = getattr(case, key)
+    outs = [o for o in case.outputs if o != "Y_c" or case.op == "LSTM"]
+    node_outs = [o if o in outs else "" for o in ("Y", "Y_h", "Y_c")[: 3 if case.op == "LSTM" else 2]]
+    while node_outs and node_outs[-1] == "":
+        node_outs.pop()
+    node = helper.make_node(case.op, names, node_outs, name="rnn", **attrs)
+    y_shape = [T_, D, B, H] if case.layout == 0 else [B, T_, D, H]
+    if case.dynamic:
+        y_shape = ["T", D, "N", H] if case.layout == 0 else ["N", "T", D, H]
+    shapes = {"Y": y_shape, "Y_h": state_decl if case.dynamic else state, "Y_c": state_decl if case.dynamic else state}
+    graph = helper.make_graph([node], "layer", graph_inputs, [_tensor(o, dt, shapes[o]) for o in outs], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
+    model.ir_version = 8
+    return model, feeds
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def to_layout0(case: LayerCase) -> LayerCase:
+    """The layout-0 twin of a layout-1 case (ONNX Runtime has no layout=1 kernels)."""
+    return dataclasses.replace(case, layout=0)
+
+
+def layout1_feeds_to_0(feeds: dict) -> dict:
+    out = dict(feeds)
+    out["X"] = np.ascontiguousarray(feeds["X"].transpose(1, 0, 2))
+    for k in ("initial_h", "initial_c"):
+        if k in feeds:
+            out[k] = np.ascontiguousarray(feeds[k].transpose(1, 0, 2))
+    return out
+
+
+def layout0_outputs_to_1(outs: list, names: list) -> list:
+    perm = {"Y": (2, 0, 1, 3), "Y_h": (1, 0, 2), "Y_c": (1, 0, 2)}
+    return [np.ascontiguousarray(o.transpose(perm[n])) for o, n in zip(outs, names)]
+
+
+def reference(case: LayerCase, seed: int = 0) -> tuple[onnx.ModelProto, dict, list[np.ndarray]]:
+    """(model, feeds, ONNX Runtime outputs), going through the layout-0 twin for layout 1 and
+    through the float32 twin for float16 (ONNX Runtime's CPU kernels are float32 only)."""
+    model, feeds = make_model(case, seed)
+    ref_case = dataclasses.replace(case, layout=0, dtype="float32")
+    ref_model, _ = make_model(ref_case, seed)
+    if case.dtype != "float32":  # same values, widened
+        for init, src in zip(ref_model.graph.initializer, model.graph.initializer):
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(src).astype("float32"), src.name))
+    ref_feeds = {k: (v.astype("float32") if v.dtype == np.float16 else v) for k, v in feeds.items()}
+    if case.layout == 1:
+        ref_feeds = layout1_feeds_to_0(ref_feeds)
+    outs = ort_run(ref_model, ref_feeds)
+    names = [o.name for o in model.graph.output]
+    if case.layout == 1:
+        outs = layout0_outputs_to_1(outs, names)
+    return model, feeds, outs
+
+
+def max_rel_error(got: list, want: list) -> float:
+    """max |got - want| / max(1, max |want|) over all outputs: error relative to output scale."""
+    err = 0.0
+    for g, w in zip(got, want):
+        g, w = np.asarray(g, "float64"), np.asarray(w, "float64")
+        if g.shape != w.shape:
+            raise AssertionError(f"shape {g.shape} != reference {w.shape}")
+        err = max(err, float(np.abs(g - w).max(initial=0.0)) / max(1.0, float(np.abs(w).max(initial=0.0))))
+    return err
+
+
+def torch_to_onnx_weights(op: str, w_ih, w_hh, b_ih, b_hh):
+    """torch nn.LSTM/nn.GRU weights of one direction -> ONNX W, R, B blocks (gate reorder)."""
+    order = {"LSTM": [0, 3, 1, 2], "GRU": [1, 0, 2], "RNN": [0]}[op]
+
+    def reorder(a):
+        return np.concatenate([np.split(a, len(order), axis=0)[k] for k in order], axis=0)
+
+    return reorder(w_ih), reorder(w_hh), np.concatenate([reorder(b_ih), reorder(b_hh)])

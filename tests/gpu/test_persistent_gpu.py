@@ -1,0 +1,47 @@
+"""Persistent kernels on a real GPU against ONNX Runtime (marked gpu: run on the GPU box).
+
+One compile per (cell, hidden, directions, dtype) with symbolic T and B, then every (B, T) of
+the matrix through that same kernel, so the grid stays affordable.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import persist_rnn
+from persist_rnn.testing import LayerCase, max_rel_error, reference
+
+pytestmark = pytest.mark.gpu
+
+CELLS = ("LSTM", "GRU", "RNN")
+HIDDEN = (32, 64, 128, 256, 512, 1024)
+DIRECTIONS = ("forward", "reverse", "bidirectional")
+DTYPES = ("float32", "float16")
+BATCHES = (1, 5, 20)
+STEPS = (1, 7, 100)
+#: fp32: 1e-4 of the output scale (the brief's bound). fp16 models: their outputs are rounded to
+#: fp16 (11-bit mantissa, relative step 2^-11 = 4.9e-4), weights are exact in fp16 registers and
+#: accumulation is fp32, so 2e-3 leaves 4x headroom over one rounding of the output.
+TOLERANCE = {"float32": 1e-4, "float16": 2e-3}
+
+
+@pytest.mark.parametrize("op,hidden,direction,dtype", list(itertools.product(CELLS, HIDDEN, DIRECTIONS, DTYPES)))
+def test_persistent_matches_onnxruntime(op, hidden, direction, dtype):
+    case = LayerCase(op=op, hidden_size=hidden, input_size=hidden, direction=direction, dtype=dtype,
+                     dynamic=True, seq_len=STEPS[-1], batch=BATCHES[-1], linear_before_reset=1 if op == "GRU" else None,
+                     weight_scale=1.0 / np.sqrt(hidden))
+    model, _, _ = reference(case)
+    compiled = persist_rnn.compile(model, "cuda", measure=False)
+    layer = compiled.report()[0]
+    failures = []
+    for batch, steps in itertools.product(BATCHES, STEPS):
+        sub = LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps})
+        _, feeds, want = reference(sub)
+        got = compiled.run(feeds)
+        err = max_rel_error(got, want)
+        if not err <= TOLERANCE[dtype]:
+            failures.append(f"B={batch} T={steps}: {err:.2e}")
+    assert layer.lowering == "persistent", layer.reason
+    assert not failures, f"{layer.config}: " + ", ".join(failures)
