@@ -66,7 +66,7 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
         y_h: T.handle, yh_h: T.handle, yc_h: T.handle, hb_h: T.handle,
         ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
     ):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": 8})  # 8: opaque, never fused
         n_t = T.int64()
         n_b = T.int64()
         xw = T.match_buffer(xw_h, (n_t, n_b, D, GH), "float32")

@@ -15,14 +15,15 @@ from tir_templates.reference import WORKSPACE_WORDS, reference_scan
 from .layer import RecurrentLayer, finish_outputs, input_projection
 
 
-def full_lengths(bb, layer: RecurrentLayer):
+#: the lengths a layer without sequence_lens gets: kernels clamp every length to T
+ALL_STEPS = np.iinfo(np.int32).max
+
+
+def full_lengths(layer: RecurrentLayer):
     """sequence_lens when the node has none: every sequence runs all T steps."""
-    T_, B_ = layer.seq_len, layer.batch
-    if isinstance(T_, int) and isinstance(B_, int):
-        return relax.const(np.full((B_,), T_, "int32"))
-    shape = relax.op.shape_to_tensor(relax.op.shape_of(layer.x))
-    t = relax.op.astype(relax.op.strided_slice(shape, [0], [0], [1]), "int32")
-    return bb.emit(relax.op.broadcast_to(t, relax.ShapeExpr([B_])))
+    if isinstance(layer.batch, int):
+        return relax.const(np.full((layer.batch,), ALL_STEPS, "int32"))
+    return relax.op.full(relax.ShapeExpr([layer.batch]), relax.const(ALL_STEPS, "int32"), "int32")
 
 
 def func_name(spec) -> str:
@@ -33,7 +34,7 @@ def emit_canonical(bb, layer: RecurrentLayer, target_kind: str):
     spec = layer.spec
     D, H, T_, B_ = spec.num_directions, spec.hidden_size, layer.seq_len, layer.batch
     xw = input_projection(bb, layer)
-    lens = layer.lens if layer.lens is not None else full_lengths(bb, layer)
+    lens = layer.lens if layer.lens is not None else full_lengths(layer)
     gvar = bb.add_func(reference_scan(spec, target_kind), func_name(spec))
     state = relax.TensorType((D, B_, H), "float32")
     workspace = relax.TensorType((WORKSPACE_WORDS,), "uint32")
