@@ -67,6 +67,8 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     WDT = cfg.weight_dtype
     lstm = spec.cell == "lstm"
     grid = cfg.barrier(spec) == "grid"
+    VEC = 4 if H % 4 == 0 else 1  # float4 copies of h
+    resident = not grid  # one CTA holds the whole direction: h(t) can stay in shared memory
     UPT = (BC * TW + NT - 1) // NT  # (batch row, unit) pairs each thread updates per chunk
     XR = G + 1  # prefetched values per pair: the gates' input projections and C(t-1)
 
@@ -98,12 +100,15 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
 
     @T.macro
     def load_h(hs, hb, cta, tx, s, ch, n_b):
-        """h(t-1) of batch rows ch*BC .. ch*BC+BC-1 (all H units) into shared memory."""
-        for e in range((BC * H + NT - 1) // NT):
-            if e * NT + tx < BC * H:
-                hs[(e * NT + tx) // H, (e * NT + tx) % H] = T.if_then_else(
-                    ch * BC + (e * NT + tx) // H < n_b,
-                    hb[s % 2, cta // CPD, ch * BC + (e * NT + tx) // H, (e * NT + tx) % H], T.float32(0))
+        """h(t-1) of batch rows ch*BC .. ch*BC+BC-1 (all H units) into shared memory: the rows are
+        contiguous in the exchange buffer, so this is a flat, VEC-wide vectorised copy."""
+        hsf = T.decl_buffer((BC * H,), "float32", data=hs.data, scope="shared")
+        hbf = T.decl_buffer((3 * D * n_b * H,), "float32", data=hb.data)
+        for e in range((BC * H // VEC + NT - 1) // NT):
+            if T.Cast("int64", (e * NT + tx) * VEC) < T.min(n_b - ch * BC, T.int64(BC)) * H:
+                for v in T.vectorized(VEC):
+                    hsf[(e * NT + tx) * VEC + v] = hbf[((s % 2 * D + cta // CPD) * n_b + ch * BC) * H
+                                                       + (e * NT + tx) * VEC + v]
 
     def pair(cta, tx, e, ch):
         """(batch row, unit) that thread tx updates in its e-th slot of chunk ch."""
@@ -147,6 +152,8 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                             recurrent_parts(gs, rb, bi, d, j % TW, j), hs[bi, j], yc[d, b, j],
                             cells.gate_slice(p, (d,), j, H, 3))
                         y[time_index(d, s, n_valid), d, b, j] = hb[(s + 1) % 2, d, b, j]
+                        if resident:  # the owner overwrites its own h(t-1): nobody else reads it now
+                            hs[bi, j] = hb[(s + 1) % 2, d, b, j]
                     else:  # past this sequence's end: state carried, output zero
                         hb[(s + 1) % 2, d, b, j] = hs[bi, j]
                         y[s, d, b, j] = T.float32(0)
@@ -185,9 +192,10 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
         yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
         hb = T.match_buffer(hb_h, (3, D, n_b, H), "float32")
-        for _zb in T.thread_binding(1, thread="blockIdx.x"):  # per-call barrier counters start at 0
-            for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
-                ws[zt] = T.uint32(0)
+        if grid:
+            for _zb in T.thread_binding(1, thread="blockIdx.x"):  # per-call barrier counters start at 0
+                for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
+                    ws[zt] = T.uint32(0)
         for cta in T.thread_binding(NCTA, thread="blockIdx.x"):
             for tx in T.thread_binding(NT, thread="threadIdx.x"):
                 hs = T.alloc_buffer((BC, H), "float32", scope="shared")
@@ -206,7 +214,11 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     for ch in range((n_b + BC - 1) // BC):
                         # 2. h(t-1) into shared memory, this step's input projection into registers
                         prefetch(xw, lens, yc, xr, 0, cta, tx, s, ch, n_t, n_b)
-                        load_h(hs, hb, cta, tx, s, ch, n_b)
+                        if resident:  # h(t-1) is already in shared memory unless the batch spans chunks
+                            if s == 0 or n_b > BC:
+                                load_h(hs, hb, cta, tx, s, ch, n_b)
+                        else:
+                            load_h(hs, hb, cta, tx, s, ch, n_b)
                         T.tvm_storage_sync("shared")
                         # 3. partial dot products from registers, 4. shuffle reduction within the group
                         for a in T.unroll(RPG * BC):
@@ -225,8 +237,9 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                         # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
                         update(rb, lens, p, y, yc, hb, hs, gs, xr, 0, cta, tx, s, ch, n_t, n_b)
                         T.tvm_storage_sync("shared")
-                    # 6. one barrier per step
-                    step_barrier(ws, cta, s + 2)
+                    # 6. one barrier per step (a single resident CTA already synced after its update)
+                    if grid:
+                        step_barrier(ws, cta, s + 2)
                 final_state(yh, hb, cta, tx, n_t, n_b)
 
     @T.prim_func(private=True)

@@ -22,13 +22,11 @@ class GPUModel:
     num_sms: int
     clock_ghz: float
     grid_barrier_us: dict  # CTAs -> microseconds per barrier
-    cta_sync_us: float
-    l2_latency_us: float
-    l2_bytes_per_us_per_sm: float
-    fma_per_cycle_per_sm: int
-    shared_loads_per_cycle_per_sm: int
-    update_cycles: int
-    chunk_overhead_us: float
+    l2_latency_cycles: float  # a load of h(t-1) from L2 into shared memory, first byte
+    dot_latency_cycles: float  # pipeline fill of the dot-product phase
+    shuffle_latency_cycles: float  # one dependent warp shuffle + add
+    update_latency_cycles: float  # gate loads, transcendentals, state stores of one update
+    sync_cycles: float  # one __syncthreads
     gemm_tflops: float
     launch_us: float
     provenance: str = ""

@@ -1,6 +1,14 @@
-"""Time candidate persistent kernels on the GPU that is present (top-K of the cost model)."""
+"""Time candidate persistent kernels on the GPU that is present (top-K of the cost model).
+
+Candidates are compiled in parallel worker processes (CUDA compilation dominates), then loaded
+and timed one by one in this process on random inputs: the median of repeated launches.
+"""
 from __future__ import annotations
 
+import concurrent.futures as cf
+import multiprocessing
+import os
+import tempfile
 import time
 
 import numpy as np
@@ -30,6 +38,34 @@ def build_kernel(func: tvm.tirx.PrimFunc, target: tvm.target.Target):
     return tvm.compile(mod, target=target)
 
 
+def _build_to_file(spec_json: str, cfg: dict, target: dict, path: str) -> str:
+    """Worker: compile one candidate and export it (a fresh process: no CUDA context needed)."""
+    spec = CellSpec.from_json(spec_json)
+    build_kernel(persistent_kernel(spec, Config.from_dict(cfg)), tvm.target.Target(target)).export_library(path)
+    return path
+
+
+def build_many(spec: CellSpec, configs: list[Config], target: tvm.target.Target, workers: int | None = None):
+    """Compiled modules of `configs`, in order; compiled `workers` at a time."""
+    workers = workers or max(1, min(len(configs), (os.cpu_count() or 2) - 1))
+    tmp = tempfile.mkdtemp(prefix="persist_rnn_measure_")
+    paths = [os.path.join(tmp, f"cand{i}.so") for i in range(len(configs))]
+    if workers == 1 or len(configs) == 1:
+        return [build_kernel(persistent_kernel(spec, c), target) for c in configs]
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        futs = [pool.submit(_build_to_file, spec.to_json(), c.as_dict(), _target_dict(target), p)
+                for c, p in zip(configs, paths)]
+        done = [f.result() for f in futs]
+    return [tvm.runtime.load_module(p) for p in done]
+
+
+def _target_dict(target) -> dict:
+    import json
+
+    return json.loads(str(target))
+
+
 def time_kernel(lib, dev, arrays, repeats: int = 20) -> float:
     """Median microseconds of one launch."""
     args = [tvm.runtime.tensor(a, dev) for a in arrays]
@@ -46,11 +82,11 @@ def time_kernel(lib, dev, arrays, repeats: int = 20) -> float:
 
 def measure_configs(spec: CellSpec, configs: list[Config], target, dev, batch: int,
                     seq_len: int = MEASURE_STEPS, progress=None) -> list[tuple[float, Config]]:
-    """(microseconds per step, config) for each config that builds and runs, fastest first."""
+    """(microseconds per step, config) for each config, fastest first."""
     arrays = kernel_arrays(spec, batch, seq_len)
+    libs = build_many(spec, configs, target)
     out = []
-    for cfg in configs:
-        lib = build_kernel(persistent_kernel(spec, cfg), target)
+    for cfg, lib in zip(configs, libs):
         out.append((time_kernel(lib, dev, arrays) / seq_len, cfg))
         if progress is not None:
             progress(cfg)

@@ -1,36 +1,55 @@
-"""The config space of the persistent kernel, pruned to what can run on a given GPU."""
+"""The config space of the persistent kernel, pruned to what can run on a given GPU.
+
+Pruning beyond `problems` (what cannot run): batch chunks are only the smallest chunk for 1 to 4
+passes over the weights (a smaller chunk with the same pass count only wastes lanes; more passes
+multiply the per-chunk latencies), and groups of 1 or 2 lanes only when nothing wider fits.
+"""
 from __future__ import annotations
+
+import math
 
 from tir_templates.config import Config, problems
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel
 
-GROUP_SIZES = (1, 2, 4, 8, 16, 32)
-BATCH_CHUNKS = (1, 2, 4, 8, 16, 32)
+GROUP_SIZES = (4, 8, 16, 32)
+NARROW_GROUPS = (1, 2)
+MAX_PASSES = 4
+UNKNOWN_BATCH_CHUNK = 8
 
 
 def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
+def batch_chunks(batch: int | None) -> list[int]:
+    if batch is None:
+        return [UNKNOWN_BATCH_CHUNK]
+    return sorted({math.ceil(batch / k) for k in range(1, MAX_PASSES + 1)}, reverse=True)
+
+
 def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[Config]:
     """Every config that passes `problems` for `spec` on `gpu` at batch size `batch`
-    (None: unknown at compile time, chunks up to 8)."""
+    (None: unknown at compile time, chunks of 8)."""
+    weight_dtypes = ("float16",) if spec.dtype == "float16" else ("float32",)
+    for groups in (GROUP_SIZES, NARROW_GROUPS):
+        out = [cfg for cfg in _configs(spec, gpu, batch, groups, weight_dtypes)
+               if not problems(spec, cfg, gpu.num_sms)]
+        if out:
+            return out
+    return []
+
+
+def _configs(spec, gpu, batch, group_sizes, weight_dtypes):
     H, G, D = spec.hidden_size, spec.num_gates, spec.num_directions
-    chunks = sorted({c for c in BATCH_CHUNKS if batch is None or c < batch} | ({batch} if batch else {8}))
-    weight_dtypes = ("float16",) if spec.dtype in ("float16", "bfloat16") else ("float32",)
-    out = []
     for tw in _divisors(H, H):
         if D * (H // tw) > gpu.num_sms:
             continue
-        for ws in GROUP_SIZES:
+        for ws in group_sizes:
             if H % ws:
                 continue
             for rpg in _divisors(G * tw, 16):
-                for bc in chunks:
+                for bc in batch_chunks(batch):
                     for wdt in weight_dtypes:
-                        cfg = Config(tw, ws, rpg, bc, wdt)
-                        if not problems(spec, cfg, gpu.num_sms):
-                            out.append(cfg)
-    return out
+                        yield Config(tw, ws, rpg, bc, wdt)

@@ -1,0 +1,60 @@
+"""Exhaustive measurement of the pruned config space for GRNN's 18 workloads (cost-model accuracy).
+
+For each workload (LSTM/GRU x H in {64, 256, 1024} x B in {1, 10, 20}, T=100 as per-step time)
+every config of `candidate_configs` is compiled (in parallel) and timed; each result is written
+as a JSON line with the model's prediction, so the model can be fitted and its ranking judged
+(`python -m persist_rnn.schedule.fit sweep.jsonl`).
+
+    python benchmarks/sweep_configs.py --out sweep.jsonl [--cells lstm gru]
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def main():
+    import tvm
+
+    from persist_rnn.schedule.cost_model import phase_cycles, step_us
+    from persist_rnn.schedule.gpu import gpu_model
+    from persist_rnn.schedule.measure import MEASURE_STEPS, build_many, kernel_arrays, time_kernel
+    from persist_rnn.schedule.space import candidate_configs
+    from tir_templates.spec import CellSpec
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cells", nargs="+", default=["lstm", "gru"])
+    ap.add_argument("--hidden", nargs="+", type=int, default=[64, 256, 1024])
+    ap.add_argument("--batch", nargs="+", type=int, default=[1, 10, 20])
+    ap.add_argument("--limit", type=int, default=0, help="at most this many configs per workload (0: all)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    gpu = gpu_model("sm_90")
+    dev = tvm.cuda(0)
+    for cell, hidden, batch in itertools.product(args.cells, args.hidden, args.batch):
+        spec = CellSpec(cell, hidden, hidden, linear_before_reset=(cell == "gru"))
+        configs = candidate_configs(spec, gpu, batch)
+        if args.limit:
+            configs = configs[: args.limit]
+        t0 = time.perf_counter()
+        libs = build_many(spec, configs, target)
+        build_s = time.perf_counter() - t0
+        arrays = kernel_arrays(spec, batch, MEASURE_STEPS)
+        with open(args.out, "a") as f:
+            for cfg, lib in zip(configs, libs):
+                us = time_kernel(lib, dev, arrays, repeats=10) / MEASURE_STEPS
+                f.write(json.dumps({"cell": cell, "hidden": hidden, "batch": batch, "config": cfg.as_dict(),
+                                    "measured_us": us, "model_us": step_us(spec, cfg, gpu, batch),
+                                    "phases": phase_cycles(spec, cfg, gpu, batch)}) + "\n")
+        print(f"{cell} H={hidden} B={batch}: {len(configs)} configs, built in {build_s:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
