@@ -64,13 +64,14 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     NT = cfg.threads(spec)
     NG = cfg.groups(spec)  # work groups; lanes of groups >= NG only pad the last warp
     KPL = H // WS  # columns per lane
+    DV = 4 if KPL % 4 == 0 else 1  # a lane's columns come in runs of DV: one float4 shared load each
     WDT = cfg.weight_dtype
     lstm = spec.cell == "lstm"
     grid = cfg.barrier(spec) == "grid"
     VEC = 4 if H % 4 == 0 else 1  # float4 copies of h
     resident = not grid  # one CTA holds the whole direction: h(t) can stay in shared memory
     UPT = (BC * TW + NT - 1) // NT  # (batch row, unit) pairs each thread updates per chunk
-    XR = G + 1  # prefetched values per pair: the gates' input projections and C(t-1)
+    XR = G + 1  # per pair, in registers: the gates' input projections and C(t-1)
 
     def time_index(d, s, n_valid):
         if spec.direction == "forward":
@@ -84,8 +85,20 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         rr = (tx // WS) * RPG + q
         return (rr // TW) * H + (cta % CPD) * TW + rr % TW
 
+    def col(lane, i, v):
+        """Column of R (and unit of h) that lane `lane` multiplies in its i-th run, element v."""
+        return DV * (lane + WS * i) + v
+
     def recurrent_parts(gs, rb, bi, d, jl, j):
         return [gs[bi, g * TW + jl] + rb[d, g * H + j] for g in range(G)]
+
+    def pair(cta, tx, e, ch):
+        """(batch row, unit) that thread tx updates in its e-th slot of chunk ch."""
+        q = e * NT + tx
+        return ch * BC + q // TW, (cta % CPD) * TW + q % TW
+
+    def owns(cta, tx, e, ch, n_b):
+        return T.And(e * NT + tx < BC * TW, pair(cta, tx, e, ch)[0] < n_b)
 
     @T.macro
     def init_state(hb, h0, yc, c0, cta, tx, n_b):
@@ -110,53 +123,94 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     hsf[(e * NT + tx) * VEC + v] = hbf[((s % 2 * D + cta // CPD) * n_b + ch * BC) * H
                                                        + (e * NT + tx) * VEC + v]
 
-    def pair(cta, tx, e, ch):
-        """(batch row, unit) that thread tx updates in its e-th slot of chunk ch."""
-        q = e * NT + tx
-        return ch * BC + q // TW, (cta % CPD) * TW + q % TW
+    @T.macro
+    def load_lengths(lens, nv, row, cta, tx, ch, n_t, n_b):
+        """Each owned pair's sequence length (clamped to [0, T]) into a register."""
+        for e in T.unroll(UPT):
+            if owns(cta, tx, e, ch, n_b):
+                nv[row, e] = T.max(T.min(T.Cast("int64", lens[pair(cta, tx, e, ch)[0]]), n_t), T.int64(0))
 
     @T.macro
-    def prefetch(xw, lens, yc, xr, xr_row, cta, tx, s, ch, n_t, n_b):
-        """Issue this step's loads of the input projection (and C(t-1)) before the dot products,
-        so their latency hides behind them."""
+    def fetch(xw, yc, xr, nv, row, cta, tx, s, ch, n_t, n_b, with_c):
+        """Load step s's input projection of each owned pair (and C(t-1) when `with_c`) into
+        registers. Unguarded, with the time index clamped, so the loads issue at once."""
         for e in T.unroll(UPT):
-            if e * NT + tx < BC * TW:
-                if pair(cta, tx, e, ch)[0] < n_b:
-                    b, j = pair(cta, tx, e, ch)
-                    n_valid = T.max(T.min(T.Cast("int64", lens[b]), n_t), T.int64(0))
-                    if s < n_valid:
-                        for g in T.unroll(G):
-                            xr[xr_row, e * XR + g] = xw[time_index(cta // CPD, s, n_valid), b, cta // CPD, g * H + j]
-                        if lstm:
-                            xr[xr_row, e * XR + G] = yc[cta // CPD, b, j]
+            if owns(cta, tx, e, ch, n_b):
+                for g in T.unroll(G):
+                    xr[row, e * XR + g] = xw[T.max(T.min(time_index(cta // CPD, s, nv[row, e]), n_t - 1), T.int64(0)),
+                                             pair(cta, tx, e, ch)[0], cta // CPD, g * H + pair(cta, tx, e, ch)[1]]
+                if lstm and with_c:
+                    xr[row, e * XR + G] = yc[cta // CPD, pair(cta, tx, e, ch)[0], pair(cta, tx, e, ch)[1]]
 
     @T.macro
-    def update(rb, lens, p, y, yc, hb, hs, gs, xr, xr_row, cta, tx, s, ch, n_t, n_b):
-        """Each (batch row, unit) of the chunk has one owner thread: it applies the cell and
-        stores h(t) into the exchange buffer and Y."""
+    def update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, row, cta, tx, s, ch, n_b):
+        """Each (batch row, unit) of the chunk has one owner thread: it applies the cell, keeps
+        C(t) in its register and yc, and stores h(t) into the exchange buffer, Y and `hn`."""
         for e in T.unroll(UPT):
-            if e * NT + tx < BC * TW:
-                if pair(cta, tx, e, ch)[0] < n_b:
-                    b, j = pair(cta, tx, e, ch)
-                    bi = (e * NT + tx) // TW
-                    d = cta // CPD
-                    n_valid = T.max(T.min(T.Cast("int64", lens[b]), n_t), T.int64(0))
-                    if s < n_valid:
-                        if lstm:
-                            yc[d, b, j] = cells.lstm_cell_state(
-                                spec, d, cells.gate_slice(xr, (xr_row,), e * XR, 1, G),
-                                recurrent_parts(gs, rb, bi, d, j % TW, j), xr[xr_row, e * XR + G],
-                                cells.gate_slice(p, (d,), j, H, 3))
-                        hb[(s + 1) % 2, d, b, j] = cells.hidden(
-                            spec, d, cells.gate_slice(xr, (xr_row,), e * XR, 1, G),
-                            recurrent_parts(gs, rb, bi, d, j % TW, j), hs[bi, j], yc[d, b, j],
+            if owns(cta, tx, e, ch, n_b):
+                b, j = pair(cta, tx, e, ch)
+                bi = (e * NT + tx) // TW
+                d = cta // CPD
+                if s < nv[row, e]:
+                    if lstm:
+                        xr[row, e * XR + G] = cells.lstm_cell_state(
+                            spec, d, cells.gate_slice(xr, (row,), e * XR, 1, G),
+                            recurrent_parts(gs, rb, bi, d, j % TW, j), xr[row, e * XR + G],
                             cells.gate_slice(p, (d,), j, H, 3))
-                        y[time_index(d, s, n_valid), d, b, j] = hb[(s + 1) % 2, d, b, j]
-                        if resident:  # the owner overwrites its own h(t-1): nobody else reads it now
-                            hs[bi, j] = hb[(s + 1) % 2, d, b, j]
-                    else:  # past this sequence's end: state carried, output zero
-                        hb[(s + 1) % 2, d, b, j] = hs[bi, j]
-                        y[s, d, b, j] = T.float32(0)
+                        yc[d, b, j] = xr[row, e * XR + G]
+                    hb[(s + 1) % 2, d, b, j] = cells.hidden(
+                        spec, d, cells.gate_slice(xr, (row,), e * XR, 1, G),
+                        recurrent_parts(gs, rb, bi, d, j % TW, j), hs[bi, j], xr[row, e * XR + G],
+                        cells.gate_slice(p, (d,), j, H, 3))
+                    hn[row, e] = hb[(s + 1) % 2, d, b, j]
+                    y[time_index(d, s, nv[row, e]), d, b, j] = hn[row, e]
+                else:  # past this sequence's end: state carried, output zero
+                    hn[row, e] = hs[bi, j]
+                    hb[(s + 1) % 2, d, b, j] = hn[row, e]
+                    y[s, d, b, j] = T.float32(0)
+
+    @T.macro
+    def publish(hs, hn, row, cta, tx, n_b):
+        """A resident CTA keeps h in shared memory: after everyone read h(t-1), h(t) replaces it."""
+        for e in T.unroll(UPT):
+            if owns(cta, tx, e, 0, n_b):
+                hs[(e * NT + tx) // TW, pair(cta, tx, e, 0)[1]] = hn[row, e]
+
+    @T.macro
+    def advance(xr, xn, row):
+        """Next step's prefetched input projections become this step's (C(t) stays)."""
+        for e in T.unroll(UPT):
+            for g in T.unroll(G):
+                xr[row, e * XR + g] = xn[row, e * XR + g]
+
+    @T.macro
+    def dot_and_reduce(hs, gs, wreg, acc, hv, tx):
+        """Partial dot products of the lane's register-held weights with its columns of h(t-1)
+        (float4 shared loads), then a shuffle-sum over the work group's lanes."""
+        for a in T.unroll(RPG * BC):
+            acc[a] = T.float32(0)
+        for i in T.unroll(KPL // DV):
+            for bi in T.unroll(BC):
+                for v in T.vectorized(DV):
+                    hv[v] = hs[bi, col(tx % WS, i, v)]
+                for q in T.unroll(RPG):
+                    for v in T.unroll(DV):
+                        acc[q * BC + bi] = acc[q * BC + bi] + T.Cast("float32", wreg[q * KPL + i * DV + v]) * hv[v]
+        for q in T.unroll(RPG):
+            for bi in T.unroll(BC):
+                if WS > 1:
+                    acc[q * BC + bi] = T.cuda.warp_sum(acc[q * BC + bi], WS)
+                if tx % WS == 0 and tx // WS < NG:
+                    gs[bi, (tx // WS) * RPG + q] = acc[q * BC + bi]
+
+    @T.macro
+    def emulated_dot(hs, gs, r, cta):
+        """The work groups' dot products as the shuffle would sum them, lane by lane."""
+        for grp, q, bi in T.grid(NG, RPG, BC):
+            gs[bi, grp * RPG + q] = T.float32(0)
+            for lane, i, v in T.grid(WS, KPL // DV, DV):
+                gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast("float32", T.Cast(
+                    WDT, r[cta // CPD, weight_row(cta, grp * WS + lane, q), col(lane, i, v)])) * hs[bi, col(lane, i, v)]
 
     @T.macro
     def final_state(yh, hb, cta, tx, n_t, n_b):
@@ -202,43 +256,52 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 gs = T.alloc_buffer((BC, GTW), "float32", scope="shared")
                 wreg = T.alloc_buffer((RPG * KPL,), WDT, scope="local")
                 acc = T.alloc_buffer((RPG * BC,), "float32", scope="local")
+                hv = T.alloc_buffer((DV,), "float32", scope="local")
                 xr = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
+                xn = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
+                nv = T.alloc_buffer((1, UPT), "int64", scope="local")
+                hn = T.alloc_buffer((1, UPT), "float32", scope="local")
                 # 1. this lane's slice of its work group's gate rows, in registers for the whole sequence
                 for q in T.unroll(RPG):
-                    for i in T.unroll(KPL):
-                        wreg[q * KPL + i] = T.Cast(WDT, T.if_then_else(
-                            tx // WS < NG, r[cta // CPD, weight_row(cta, tx, q), tx % WS + WS * i], T.float32(0)))
+                    for i in T.unroll(KPL // DV):
+                        for v in T.unroll(DV):
+                            wreg[q * KPL + i * DV + v] = T.Cast(WDT, T.if_then_else(
+                                tx // WS < NG, r[cta // CPD, weight_row(cta, tx, q), col(tx % WS, i, v)], T.float32(0)))
                 init_state(hb, h0, yc, c0, cta, tx, n_b)
                 step_barrier(ws, cta, 1)
-                for s in range(n_t):
-                    for ch in range((n_b + BC - 1) // BC):
-                        # 2. h(t-1) into shared memory, this step's input projection into registers
-                        prefetch(xw, lens, yc, xr, 0, cta, tx, s, ch, n_t, n_b)
-                        if resident:  # h(t-1) is already in shared memory unless the batch spans chunks
-                            if s == 0 or n_b > BC:
-                                load_h(hs, hb, cta, tx, s, ch, n_b)
-                        else:
-                            load_h(hs, hb, cta, tx, s, ch, n_b)
+                if n_b <= BC:  # one chunk: step s+1's inputs are fetched while step s computes
+                    load_lengths(lens, nv, 0, cta, tx, 0, n_t, n_b)
+                    fetch(xw, yc, xr, nv, 0, cta, tx, 0, 0, n_t, n_b, True)
+                    for s in range(n_t):
+                        # 2. h(t-1) into shared memory (a resident CTA already has it there)
+                        if not resident or s == 0:
+                            load_h(hs, hb, cta, tx, s, 0, n_b)
                         T.tvm_storage_sync("shared")
                         # 3. partial dot products from registers, 4. shuffle reduction within the group
-                        for a in T.unroll(RPG * BC):
-                            acc[a] = T.float32(0)
-                        for i in T.unroll(KPL):
-                            for q in T.unroll(RPG):
-                                for bi in T.unroll(BC):
-                                    acc[q * BC + bi] = acc[q * BC + bi] + T.Cast("float32", wreg[q * KPL + i]) * hs[
-                                        bi, tx % WS + WS * i]
-                        for q in T.unroll(RPG):
-                            for bi in T.unroll(BC):
-                                acc[q * BC + bi] = T.cuda.warp_sum(acc[q * BC + bi], WS)
-                                if tx % WS == 0 and tx // WS < NG:
-                                    gs[bi, (tx // WS) * RPG + q] = acc[q * BC + bi]
+                        dot_and_reduce(hs, gs, wreg, acc, hv, tx)
                         T.tvm_storage_sync("shared")
+                        fetch(xw, yc, xn, nv, 0, cta, tx, s + 1, 0, n_t, n_b, False)
                         # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
-                        update(rb, lens, p, y, yc, hb, hs, gs, xr, 0, cta, tx, s, ch, n_t, n_b)
+                        update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, 0, n_b)
+                        advance(xr, xn, 0)
                         T.tvm_storage_sync("shared")
-                    # 6. one barrier per step (a single resident CTA already synced after its update)
-                    if grid:
+                        if resident:
+                            publish(hs, hn, 0, cta, tx, n_b)
+                            T.tvm_storage_sync("shared")
+                        # 6. one barrier per step (a single resident CTA already synced after its update)
+                        if grid:
+                            step_barrier(ws, cta, s + 2)
+                else:  # the batch spans chunks: each chunk reloads its lengths, inputs and C(t-1)
+                    for s in range(n_t):
+                        for ch in range((n_b + BC - 1) // BC):
+                            load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
+                            fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, True)
+                            load_h(hs, hb, cta, tx, s, ch, n_b)
+                            T.tvm_storage_sync("shared")
+                            dot_and_reduce(hs, gs, wreg, acc, hv, tx)
+                            T.tvm_storage_sync("shared")
+                            update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, ch, n_b)
+                            T.tvm_storage_sync("shared")
                         step_barrier(ws, cta, s + 2)
                 final_state(yh, hb, cta, tx, n_t, n_b)
 
@@ -260,26 +323,43 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
         yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
         hb = T.match_buffer(hb_h, (3, D, n_b, H), "float32")
+        # every thread's registers, one row per (CTA, thread)
+        xr = T.alloc_buffer((NCTA * NT, UPT * XR), "float32")
+        xn = T.alloc_buffer((NCTA * NT, UPT * XR), "float32")
+        nv = T.alloc_buffer((NCTA * NT, UPT), "int64")
+        hn = T.alloc_buffer((NCTA * NT, UPT), "float32")
         for cta, tx in T.grid(NCTA, NT):
             init_state(hb, h0, yc, c0, cta, tx, n_b)
-        for s in range(n_t):  # a grid barrier sits between two iterations of this loop
-            for cta in range(NCTA):
-                for ch in range((n_b + BC - 1) // BC):
+        if n_b <= BC:
+            for cta, tx in T.grid(NCTA, NT):
+                load_lengths(lens, nv, cta * NT + tx, cta, tx, 0, n_t, n_b)
+                fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, 0, 0, n_t, n_b, True)
+            for s in range(n_t):  # a grid barrier sits between two iterations of this loop
+                for cta in range(NCTA):
                     hs = T.alloc_buffer((BC, H), "float32")
                     gs = T.alloc_buffer((BC, GTW), "float32")
-                    xr = T.alloc_buffer((NT, UPT * XR), "float32")  # one register file row per thread
                     for tx in range(NT):
-                        prefetch(xw, lens, yc, xr, tx, cta, tx, s, ch, n_t, n_b)
-                        load_h(hs, hb, cta, tx, s, ch, n_b)
-                    # the work groups' dot products, each lane's strided columns summed as the shuffle would
-                    for grp, q, bi in T.grid(NG, RPG, BC):
-                        gs[bi, grp * RPG + q] = T.float32(0)
-                        for lane, i in T.grid(WS, KPL):
-                            gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast("float32", T.Cast(
-                                WDT, r[cta // CPD, weight_row(cta, grp * WS + lane, q), lane + WS * i])) * hs[
-                                bi, lane + WS * i]
+                        load_h(hs, hb, cta, tx, s, 0, n_b)
+                    emulated_dot(hs, gs, r, cta)
                     for tx in range(NT):
-                        update(rb, lens, p, y, yc, hb, hs, gs, xr, tx, cta, tx, s, ch, n_t, n_b)
+                        fetch(xw, yc, xn, nv, cta * NT + tx, cta, tx, s + 1, 0, n_t, n_b, False)
+                        update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, 0, n_b)
+                        advance(xr, xn, cta * NT + tx)
+                    for tx in range(NT):
+                        publish(hs, hn, cta * NT + tx, cta, tx, n_b)
+        else:
+            for s in range(n_t):
+                for cta in range(NCTA):
+                    for ch in range((n_b + BC - 1) // BC):
+                        hs = T.alloc_buffer((BC, H), "float32")
+                        gs = T.alloc_buffer((BC, GTW), "float32")
+                        for tx in range(NT):
+                            load_lengths(lens, nv, cta * NT + tx, cta, tx, ch, n_t, n_b)
+                            fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, s, ch, n_t, n_b, True)
+                            load_h(hs, hb, cta, tx, s, ch, n_b)
+                        emulated_dot(hs, gs, r, cta)
+                        for tx in range(NT):
+                            update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
         for cta, tx in T.grid(NCTA, NT):
             final_state(yh, hb, cta, tx, n_t, n_b)
 

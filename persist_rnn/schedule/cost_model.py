@@ -1,11 +1,10 @@
-"""A GRNN-style analytical model (EuroSys'19, section 7) of one persistent-kernel launch.
+"""A GRNN-style analytical model (EuroSys'19, section 7) of one persistent-kernel time step.
 
-Per time step: the grid barrier, then for every batch chunk the phases of the kernel, each
-costed as a latency (what one thread waits for) plus issue slots (per-thread instructions times
-the warps that share one of the SM's four schedulers):
-  load h(t-1) from L2 (skipped when a single resident CTA keeps h in shared memory),
-  partial dot products (FMAs and shared loads), shuffle reduction, gate update, CTA syncs.
-Plain arithmetic over CellSpec, Config and GPUModel: no TVM, no GPU.
+The step is the grid barrier plus, for every batch chunk, the kernel's phases. Each phase is
+counted in what bounds it on one SM - warp-instruction issue slots per scheduler, shared-memory
+wavefronts, dependent latencies - as `features`; the step time is a weighted sum of them whose
+weights (cycles per unit) are fitted to measurements of the GPU (`persist_rnn.schedule.fit`)
+and stored in its calibration file. Plain arithmetic: no TVM, no GPU.
 """
 from __future__ import annotations
 
@@ -18,36 +17,43 @@ from .gpu import GPUModel
 
 #: instructions of one (batch row, unit) gate update, per cell (transcendentals included)
 UPDATE_INSTR = {"lstm": 110, "gru": 90, "rnn": 40}
+FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_wavefronts",
+            "shuffle_issue", "update_issue")
 
 
-def phase_cycles(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
-    """Cycles of each phase of one batch chunk (plus 'chunks', the chunk count)."""
+def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
+    """What one time step costs, phase by phase, in the units the fitted weights multiply."""
     H, G = spec.hidden_size, spec.num_gates
     nt = cfg.threads(spec)
-    warps_per_scheduler = max(1.0, nt / 32 / 4)
+    warps = nt / 32
+    per_scheduler = max(1.0, warps / 4)  # warps sharing one of the SM's four schedulers
     kpl = cfg.cols_per_lane(spec)
+    dv = 4 if kpl % 4 == 0 else 1
     bc = cfg.batch_chunk
     chunks = math.ceil(batch / bc)
     resident = cfg.barrier(spec) == "cta" and chunks == 1
     vec = 4 if H % 4 == 0 else 1
-    load_instr = 6 * math.ceil(bc * H / vec / nt) + 3 * math.ceil(bc * cfg.tile_units / nt) * (G + 1)
-    load = 0.0 if resident else gpu.l2_latency_cycles + load_instr * warps_per_scheduler
-    fma = kpl * bc * (cfg.rows_per_group + 1) * (1.25 if cfg.weight_dtype == "float16" else 1.0)
-    dot = gpu.dot_latency_cycles + fma * warps_per_scheduler
-    levels = math.log2(cfg.group_size) if cfg.group_size > 1 else 0.0
-    reduce = levels * gpu.shuffle_latency_cycles + 2 * cfg.rows_per_group * bc * levels * warps_per_scheduler
+    unique_bytes = 4 * dv * min(32, cfg.group_size)  # distinct h bytes one warp-wide shared load touches
+    lds_per_thread = kpl // dv * bc
     updates = math.ceil(bc * cfg.tile_units / nt)
-    update = gpu.update_latency_cycles + updates * UPDATE_INSTR[spec.cell] * warps_per_scheduler
-    return {"load": load, "dot": dot, "reduce": reduce, "update": update,
-            "sync": 3 * gpu.sync_cycles, "chunks": chunks}
+    fma = kpl * cfg.rows_per_group * bc * (1.25 if cfg.weight_dtype == "float16" else 1.0)
+    return {
+        "barrier_us": gpu.barrier_us(cfg.ctas_per_direction(spec)) if cfg.barrier(spec) == "grid" else 0.0,
+        "chunks": chunks,
+        "l2_loads": 0 if resident else chunks,
+        "load_issue": 0 if resident else chunks * math.ceil(bc * H / vec / nt) * per_scheduler,
+        "fma_issue": chunks * fma * per_scheduler,
+        "lds_wavefronts": chunks * warps * lds_per_thread * math.ceil(unique_bytes / 128),
+        "shuffle_issue": chunks * cfg.rows_per_group * bc * math.log2(max(cfg.group_size, 1)) * per_scheduler,
+        "update_issue": chunks * updates * UPDATE_INSTR[spec.cell] * (G + 1) / 5 * per_scheduler,
+    }
 
 
 def step_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> float:
     """Predicted microseconds of one time step."""
-    ph = phase_cycles(spec, cfg, gpu, batch)
-    per_chunk = sum(v for k, v in ph.items() if k != "chunks")
-    barrier = gpu.barrier_us(cfg.ctas_per_direction(spec)) if cfg.barrier(spec) == "grid" else 0.0
-    return barrier + ph["chunks"] * per_chunk / (gpu.clock_ghz * 1e3)
+    f = features(spec, cfg, gpu, batch)
+    cycles = sum(gpu.weights.get(k, 0.0) * v for k, v in f.items() if k != "barrier_us")
+    return gpu.weights.get("barrier_us", 1.0) * f["barrier_us"] + cycles / (gpu.clock_ghz * 1e3)
 
 
 def layer_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int, seq_len: int) -> float:

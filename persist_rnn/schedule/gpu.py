@@ -22,11 +22,7 @@ class GPUModel:
     num_sms: int
     clock_ghz: float
     grid_barrier_us: dict  # CTAs -> microseconds per barrier
-    l2_latency_cycles: float  # a load of h(t-1) from L2 into shared memory, first byte
-    dot_latency_cycles: float  # pipeline fill of the dot-product phase
-    shuffle_latency_cycles: float  # one dependent warp shuffle + add
-    update_latency_cycles: float  # gate loads, transcendentals, state stores of one update
-    sync_cycles: float  # one __syncthreads
+    weights: dict  # cost-model feature -> cycles per unit (barrier_us: a plain factor)
     gemm_tflops: float
     launch_us: float
     provenance: str = ""

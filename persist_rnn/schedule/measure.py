@@ -45,8 +45,10 @@ def _build_to_file(spec_json: str, cfg: dict, target: dict, path: str) -> str:
     return path
 
 
-def build_many(spec: CellSpec, configs: list[Config], target: tvm.target.Target, workers: int | None = None):
-    """Compiled modules of `configs`, in order; compiled `workers` at a time."""
+def build_many(spec: CellSpec, configs: list[Config], target: tvm.target.Target, workers: int | None = None,
+               skip_failures: bool = False):
+    """Compiled modules of `configs`, in order; compiled `workers` at a time. With
+    `skip_failures`, a config that does not compile gives None instead of raising."""
     workers = workers or max(1, min(len(configs), (os.cpu_count() or 2) - 1))
     tmp = tempfile.mkdtemp(prefix="persist_rnn_measure_")
     paths = [os.path.join(tmp, f"cand{i}.so") for i in range(len(configs))]
@@ -56,8 +58,15 @@ def build_many(spec: CellSpec, configs: list[Config], target: tvm.target.Target,
     with cf.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         futs = [pool.submit(_build_to_file, spec.to_json(), c.as_dict(), _target_dict(target), p)
                 for c, p in zip(configs, paths)]
-        done = [f.result() for f in futs]
-    return [tvm.runtime.load_module(p) for p in done]
+        done = []
+        for f in futs:
+            try:
+                done.append(f.result())
+            except Exception:
+                if not skip_failures:
+                    raise
+                done.append(None)
+    return [tvm.runtime.load_module(p) if p else None for p in done]
 
 
 def _target_dict(target) -> dict:
