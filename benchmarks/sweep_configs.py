@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 def main():
     import tvm
 
-    from persist_rnn.schedule.cost_model import phase_cycles, step_us
+    from persist_rnn.schedule.cost_model import features, step_us
     from persist_rnn.schedule.gpu import gpu_model
     from persist_rnn.schedule.measure import MEASURE_STEPS, build_many, kernel_arrays, time_kernel
     from persist_rnn.schedule.space import candidate_configs
@@ -55,7 +55,7 @@ def main():
                 us = time_kernel(lib, dev, arrays, repeats=10) / MEASURE_STEPS
                 f.write(json.dumps({"cell": cell, "hidden": hidden, "batch": batch, "config": cfg.as_dict(),
                                     "measured_us": us, "model_us": step_us(spec, cfg, gpu, batch),
-                                    "phases": phase_cycles(spec, cfg, gpu, batch)}) + "\n")
+                                    "features": features(spec, cfg, gpu, batch)}) + "\n")
         print(f"{cell} H={hidden} B={batch}: {len(configs)} configs, built in {build_s:.0f} s", flush=True)
 
 

@@ -43,5 +43,9 @@ def test_persistent_matches_onnxruntime(op, hidden, direction, dtype):
         err = max_rel_error(got, want)
         if not err <= TOLERANCE[dtype]:
             failures.append(f"B={batch} T={steps}: {err:.2e}")
-    assert layer.lowering == "persistent", layer.reason
-    assert not failures, f"{layer.config}: " + ", ".join(failures)
+    assert not failures, f"{layer.lowering} {layer.config}: " + ", ".join(failures)
+    # the only layers of this grid allowed to keep the reference scan: fp32 weights too large for
+    # the chip's registers (bidirectional H=1024: 32 MiB), and the report must say so
+    if layer.lowering != "persistent":
+        assert (hidden, direction, dtype) == (1024, "bidirectional", "float32"), layer.reason
+        assert "no persistent config fits" in layer.reason
