@@ -213,11 +213,16 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     WDT, r[cta // CPD, weight_row(cta, grp * WS + lane, q), col(lane, i, v)])) * hs[bi, col(lane, i, v)]
 
     @T.macro
-    def final_state(yh, hb, cta, tx, n_t, n_b):
+    def final_state(yh, yc, hb, lens, cta, tx, n_t, n_b):
+        """Y_h from the exchange buffer; an empty sequence has zero final states (as ONNX Runtime)."""
         for e in range((n_b * TW + NT - 1) // NT):
             if e * NT + tx < n_b * TW:
-                yh[cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW] = hb[
-                    n_t % 2, cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW]
+                b = (e * NT + tx) // TW
+                j = (cta % CPD) * TW + (e * NT + tx) % TW
+                yh[cta // CPD, b, j] = T.if_then_else(lens[b] > 0, hb[n_t % 2, cta // CPD, b, j], T.float32(0))
+                if lstm:
+                    if lens[b] <= 0:
+                        yc[cta // CPD, b, j] = T.float32(0)
 
     @T.macro
     def step_barrier(ws, cta, k):
@@ -303,7 +308,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                             update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, ch, n_b)
                             T.tvm_storage_sync("shared")
                         step_barrier(ws, cta, s + 2)
-                final_state(yh, hb, cta, tx, n_t, n_b)
+                final_state(yh, yc, hb, lens, cta, tx, n_t, n_b)
 
     @T.prim_func(private=True)
     def emulated_kernel(
@@ -361,7 +366,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                         for tx in range(NT):
                             update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
         for cta, tx in T.grid(NCTA, NT):
-            final_state(yh, hb, cta, tx, n_t, n_b)
+            final_state(yh, yc, hb, lens, cta, tx, n_t, n_b)
 
     func = emulated_kernel if emulate else cuda_kernel
     return func.with_attr(ATTR_KEY, spec.to_json())

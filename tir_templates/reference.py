@@ -142,5 +142,11 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
                             j = u * NT + tx
                             if j < H:
                                 y[s, dd, b, j] = T.float32(0)
+                if n_valid == 0:  # an empty sequence has zero final states (ONNX Runtime's convention)
+                    for u in range(UNITS):
+                        j = u * NT + tx
+                        if j < H:
+                            yh[dd, b, j] = T.float32(0)
+                            yc[dd, b, j] = T.float32(0)
 
     return scan.with_attr(ATTR_KEY, spec.to_json()).with_attr("persist_rnn.lowering", "reference")

@@ -129,6 +129,11 @@ def emit_unrolled(bb, layer: RecurrentLayer):
                 if c_new is not None:
                     c = bb.emit(op.where(live, c_new, c))
                 steps.append(bb.emit(op.where(live, h_new, op.zeros_like(h_new))))
+        if layer.lens is not None:  # an empty sequence has zero final states (ONNX Runtime's convention)
+            some = bb.emit(op.expand_dims(op.greater(layer.lens, relax.const(np.int32(0))), [1]))
+            h = bb.emit(op.where(some, h, op.zeros_like(h)))
+            if c is not None and spec.cell == "lstm":
+                c = bb.emit(op.where(some, c, op.zeros_like(c)))
         y_d = bb.emit(op.stack(steps, axis=0))  # (T, B, H)
         if spec.is_reverse(d):
             y_d = bb.emit(op.flip(y_d, 0)) if idx is None else _gather_time(bb, y_d, idx)

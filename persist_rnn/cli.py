@@ -1,0 +1,171 @@
+"""`persist-rnn`: compile, run, inspect and tune ONNX recurrent models from the shell."""
+from __future__ import annotations
+
+import sys
+import warnings
+
+import click
+import numpy as np
+
+from .errors import PersistRNNError
+
+TARGET_HELP = 'a name ("llvm", "cuda") or a JSON target, e.g. \'{"kind": "cuda", "arch": "sm_80"}\''
+
+
+def _fail(err: Exception):
+    click.echo(f"error: {err}", err=True)
+    sys.exit(2)
+
+
+@click.group()
+@click.option("--verbose", is_flag=True, help="show TVM's and ONNX's warnings")
+def main(verbose):
+    """ONNX LSTM / GRU / RNN models into TVM, each recurrence one persistent CUDA kernel."""
+    if not verbose:
+        warnings.filterwarnings("ignore")
+
+
+@main.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="the .so to write")
+@click.option("--target", default="cuda", show_default=True, help=TARGET_HELP)
+@click.option("--tuning-log", type=click.Path(dir_okay=False), help="reuse (and extend) this tuning log")
+@click.option("--unroll", is_flag=True, help="unroll recurrences into primitive ops (static shapes only)")
+def compile(model, output, target, tuning_log, unroll):
+    """Compile MODEL into a shared library (plus OUTPUT.json describing it)."""
+    from . import compile as compile_model
+
+    try:
+        cm = compile_model(model, target, tuning_log=tuning_log, unroll=unroll)
+        cm.export_library(output)
+    except PersistRNNError as err:
+        _fail(err)
+    for layer in cm.report():
+        click.echo(layer.line())
+    click.echo(f"wrote {output}")
+
+
+@main.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--inputs", "inputs_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help=".npz with one array per graph input")
+@click.option("--target", default="llvm", show_default=True, help=TARGET_HELP)
+@click.option("--tuning-log", type=click.Path(dir_okay=False))
+@click.option("--check", is_flag=True, help="compare with ONNX Runtime and print the max error")
+@click.option("--save", type=click.Path(dir_okay=False), help="write the outputs to this .npz")
+def run(model, inputs_path, target, tuning_log, check, save):
+    """Compile MODEL, run it on INPUTS and print the outputs' shapes."""
+    from . import compile as compile_model
+
+    feeds = dict(np.load(inputs_path))
+    try:
+        cm = compile_model(model, target, tuning_log=tuning_log)
+        outs = cm.run(feeds)
+    except PersistRNNError as err:
+        _fail(err)
+    for name, out in zip(cm.output_names, outs):
+        click.echo(f"{name}: {out.dtype} {tuple(out.shape)}")
+    if save:
+        np.savez(save, **dict(zip(cm.output_names, outs)))
+    if check:
+        import onnxruntime as ort
+
+        ref = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, feeds)
+        err = max(float(np.abs(np.asarray(a, "float64") - b).max(initial=0.0)) / max(1.0, float(np.abs(b).max(initial=0.0)))
+                  for a, b in zip(outs, ref))
+        click.echo(f"max error vs ONNX Runtime (relative to output scale): {err:.3e}")
+        if not err <= 1e-4:
+            sys.exit(1)
+
+
+@main.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--target", default="cuda", show_default=True, help=TARGET_HELP)
+@click.option("--tuning-log", type=click.Path(dir_okay=False))
+def inspect(model, target, tuning_log):
+    """One line per recurrent layer: cell, sizes, directions, how it will be lowered and why."""
+    from .compile import as_target
+    from .frontend import from_onnx, load_model
+    from .report import layer_report
+    from .transform import PersistentRNN
+
+    try:
+        tgt = as_target(target)
+        onnx_model = load_model(model)
+        mod = PersistentRNN(tgt, tuning_log=tuning_log, measure=False)(from_onnx(onnx_model, target_kind=tgt.kind.name))
+    except PersistRNNError as err:
+        _fail(err)
+    layers = layer_report(mod)
+    if not layers:
+        click.echo("no LSTM / GRU / RNN layers")
+    for layer in layers:
+        cfg = f" {layer.config}" if layer.config else ""
+        click.echo(layer.line() + cfg + (f" [{layer.source}]" if layer.source else ""))
+
+
+@main.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--target", default="cuda", show_default=True, help=TARGET_HELP)
+@click.option("--top-k", default=5, show_default=True, help="candidates of the cost model to measure")
+@click.option("--log", "log_path", required=True, type=click.Path(dir_okay=False), help="tuning log to append to")
+def tune(model, target, top_k, log_path):
+    """Measure the cost model's top-K configs of every recurrent layer and log the fastest."""
+    from tqdm import tqdm
+
+    from .compile import as_target
+    from .frontend import from_onnx, load_model
+    from .schedule.gpu import present_device
+    from .schedule.planner import plan_layer
+    from .transform.persistent_rnn import _call_site_batches, _recurrences
+
+    if present_device() is None:
+        _fail(PersistRNNError("tune needs a CUDA GPU; without one, compile uses the cost model's choice"))
+    tgt = as_target(target)
+    mod = from_onnx(load_model(model), target_kind=tgt.kind.name)
+    batches = _call_site_batches(mod)
+    for gv, _, spec in _recurrences(mod):
+        with tqdm(total=top_k, desc=f"{spec.node} ({spec.cell})", unit="config") as bar:
+            plan = plan_layer(spec, tgt, batch=batches.get(gv.name_hint), tuning_log_path=log_path,
+                              top_k=top_k, measure=True, progress=lambda _cfg: bar.update(1))
+        why = f"{plan.time_us:.2f} us/step {plan.config.as_dict()}" if plan.kernel is not None else plan.reason
+        click.echo(f"{spec.node}: {plan.source or 'reference'} {why}")
+
+
+@main.group()
+def log():
+    """List and merge tuning logs."""
+
+
+@log.command("list")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+def log_list(path):
+    """One line per record."""
+    from .schedule import tuning_log
+
+    try:
+        records = tuning_log.read(path)
+    except PersistRNNError as err:
+        _fail(err)
+    for rec in records:
+        w = rec.workload
+        t = f"{rec.time_us:.2f} us/step" if rec.time_us is not None else "not measured"
+        click.echo(f"{w['cell']} I={w['input_size']} H={w['hidden_size']} B={w['batch']} D={w['directions']} "
+                   f"{w['dtype']} {w['arch']} v{w['template_version']}: {rec.config.as_dict()} {t} [{rec.source}]")
+
+
+@log.command("merge")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+def log_merge(paths, output):
+    """Keep the best record per workload of PATHS in OUTPUT."""
+    from .schedule import tuning_log
+
+    try:
+        n = tuning_log.merge(list(paths), output)
+    except PersistRNNError as err:
+        _fail(err)
+    click.echo(f"{n} workloads -> {output}")
+
+
+if __name__ == "__main__":
+    main()
