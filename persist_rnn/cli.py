@@ -49,7 +49,7 @@ def compile(model, output, target, tuning_log, unroll):
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--inputs", "inputs_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help=".npz with one array per graph input")
-@click.option("--target", default="llvm", show_default=True, help=TARGET_HELP)
+@click.option("--target", default="auto", show_default=True, help=TARGET_HELP + '; "auto": cuda if a GPU is here, else llvm')
 @click.option("--tuning-log", type=click.Path(dir_okay=False))
 @click.option("--check", is_flag=True, help="compare with ONNX Runtime and print the max error")
 @click.option("--save", type=click.Path(dir_okay=False), help="write the outputs to this .npz")
@@ -58,6 +58,11 @@ def run(model, inputs_path, target, tuning_log, check, save):
     from . import compile as compile_model
 
     feeds = dict(np.load(inputs_path))
+    if target == "auto":
+        from .schedule.gpu import present_device
+
+        target = "cuda" if present_device() is not None else "llvm"
+        click.echo(f"running on {'the GPU (cuda)' if target == 'cuda' else 'the CPU (llvm): no CUDA GPU here'}")
     try:
         cm = compile_model(model, target, tuning_log=tuning_log)
         outs = cm.run(feeds)

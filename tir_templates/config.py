@@ -44,9 +44,9 @@ class Config:
         return n // 2 if self.weight_dtype == "float16" else n
 
     def registers(self, spec: CellSpec) -> int:
-        """Estimated registers per thread: weights, accumulators, prefetched inputs, ~32 of overhead."""
+        """Estimated registers per thread: weights, accumulators, prefetched inputs, ~40 of overhead."""
         updates = -(-self.batch_chunk * self.tile_units // self.threads(spec))
-        return self.weight_regs(spec) + self.rows_per_group * self.batch_chunk + updates * (spec.num_gates + 1) + 32
+        return self.weight_regs(spec) + self.rows_per_group * self.batch_chunk + updates * (spec.num_gates + 2) + 40
 
     def shared_bytes(self, spec: CellSpec) -> int:
         return 4 * self.batch_chunk * (spec.hidden_size + spec.num_gates * self.tile_units)
@@ -86,8 +86,8 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int) -> list[str]:
     regs = cfg.registers(spec)
     if regs > 224:
         out.append(f"~{regs} registers per thread (weights, accumulators, prefetch; at most 255)")
-    if nt * regs > 65536:
-        out.append(f"{nt} threads x ~{regs} registers exceed the 64K register file")
+    if nt * (regs + 8) > 65536:  # 8 registers of slack: ptxas spills rather than fail
+        out.append(f"{nt} threads x ~{regs} registers (+8 slack) exceed the 64K register file")
     if cfg.shared_bytes(spec) > 48 * 1024:
         out.append(f"{cfg.shared_bytes(spec)} bytes of shared memory (at most 48 KiB)")
     if cfg.num_ctas(spec) > num_sms:

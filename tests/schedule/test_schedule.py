@@ -1,0 +1,150 @@
+"""Config space, cost model and tuning logs: plain Python, no GPU."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import tvm
+
+from persist_rnn import PersistRNNError
+from persist_rnn.schedule import tuning_log
+from persist_rnn.schedule.cost_model import FEATURES, features, rank, step_us
+from persist_rnn.schedule.gpu import gpu_model
+from persist_rnn.schedule.planner import plan_layer
+from persist_rnn.schedule.space import candidate_configs
+from tir_templates.config import TEMPLATE_VERSION, Config, problems
+from tir_templates.spec import CellSpec
+
+H100 = gpu_model("sm_90")
+TARGET = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+
+
+def test_every_candidate_is_runnable_and_within_the_chip():
+    spec = CellSpec("lstm", 256, 256)
+    configs = candidate_configs(spec, H100, 10)
+    assert len(configs) > 20
+    for cfg in configs:
+        assert problems(spec, cfg, H100.num_sms) == []
+        assert cfg.num_ctas(spec) <= H100.num_sms and cfg.threads(spec) <= 1024
+        assert cfg.shared_bytes(spec) <= 48 * 1024
+
+
+@pytest.mark.parametrize("cfg,why", [
+    (Config(3, 8, 1, 1), "does not divide hidden_size"),
+    (Config(1, 32, 1, 1), "cannot all be resident"),  # 256 CTAs
+    (Config(256, 1, 1, 1), "registers"),
+    (Config(8, 8, 1, 64), "shared memory"),
+])
+def test_problems_name_the_limit(cfg, why):
+    assert any(why in p for p in problems(CellSpec("lstm", 256, 256), cfg, H100.num_sms))
+
+
+def test_cost_model_is_plain_arithmetic_and_monotone_in_batch():
+    spec = CellSpec("gru", 256, 256, linear_before_reset=True)
+    cfg = Config(4, 16, 2, 4)
+    f = features(spec, cfg, H100, 8)
+    assert set(f) == set(FEATURES)
+    assert step_us(spec, cfg, H100, 4) < step_us(spec, cfg, H100, 8) < step_us(spec, cfg, H100, 16)
+    ranked = rank(spec, candidate_configs(spec, H100, 8), H100, 8)
+    assert [t for t, _ in ranked] == sorted(t for t, _ in ranked)
+
+
+def test_fitted_model_ranks_the_measured_sweep_well():
+    """The shipped weights were fitted to configs measured on the H100 (docs/data)."""
+    import glob
+    import os
+
+    from persist_rnn.schedule.fit import ranking_quality
+
+    paths = glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "data", "sweep-h100-*.jsonl"))
+    rows = [json.loads(line) for p in paths for line in open(p)]
+    assert len(rows) > 1000
+    quality = ranking_quality(rows, H100)
+    assert sum(q["top5_ratio"] for q in quality) / len(quality) < 1.05
+
+
+def test_without_gpu_the_cost_model_decides():
+    plan = plan_layer(CellSpec("lstm", 256, 256), TARGET, batch=10, measure=False)
+    assert plan.kernel is not None and plan.source == "cost_model" and plan.time_us is None
+
+
+def test_gru_linear_before_reset_0_keeps_reference_with_reason():
+    plan = plan_layer(CellSpec("gru", 64, 64, linear_before_reset=False), TARGET, batch=1, measure=False)
+    assert plan.kernel is None and "linear_before_reset=0" in plan.reason
+
+
+def test_forced_config_is_checked():
+    spec = CellSpec("rnn", 64, 64)
+    assert plan_layer(spec, TARGET, batch=1, config={"tile_units": 64, "group_size": 8, "rows_per_group": 2,
+                                                     "batch_chunk": 1}).kernel is not None
+    plan = plan_layer(spec, TARGET, batch=1, config=Config(5, 8, 1, 1))
+    assert plan.kernel is None and "forced config cannot run" in plan.reason
+
+
+# ---- tuning logs ---------------------------------------------------------------------------
+
+def _record(spec, batch=10, arch="sm_90", cfg=Config(4, 16, 2, 10), time_us=3.0, source="measured"):
+    return tuning_log.Record(tuning_log.workload(spec, batch, arch), cfg, time_us, source)
+
+
+def test_tuning_log_round_trip_and_reuse(tmp_path):
+    log = str(tmp_path / "tune.jsonl")
+    spec = CellSpec("lstm", 256, 256)
+    tuning_log.append(log, _record(spec, cfg=Config(8, 8, 1, 10), time_us=4.0))
+    tuning_log.append(log, _record(spec, cfg=Config(4, 16, 2, 10), time_us=3.0))
+    best = tuning_log.lookup(log, tuning_log.workload(spec, 10, "sm_90"))
+    assert best.config == Config(4, 16, 2, 10)
+    plan = plan_layer(spec, TARGET, batch=10, tuning_log_path=log, measure=False)
+    assert plan.source == "tuning_log" and plan.config == Config(4, 16, 2, 10)
+
+
+def test_tuning_log_written_by_a_search(tmp_path):
+    log = str(tmp_path / "tune.jsonl")
+    spec = CellSpec("gru", 128, 128, linear_before_reset=True)
+    first = plan_layer(spec, TARGET, batch=4, tuning_log_path=log, measure=False)
+    again = plan_layer(spec, TARGET, batch=4, tuning_log_path=log, measure=False)
+    assert first.source == "cost_model" and again.source == "tuning_log" and again.config == first.config
+    assert len(tuning_log.read(log)) == 1
+
+
+def test_records_of_another_arch_or_version_are_ignored_with_a_warning(tmp_path):
+    log = str(tmp_path / "tune.jsonl")
+    spec = CellSpec("lstm", 256, 256)
+    tuning_log.append(log, _record(spec, arch="sm_80"))
+    rec = _record(spec)
+    rec.workload["template_version"] = TEMPLATE_VERSION + 1
+    tuning_log.append(log, rec)
+    with pytest.warns(UserWarning, match="another GPU arch or template version"):
+        assert tuning_log.lookup(log, tuning_log.workload(spec, 10, "sm_90")) is None
+
+
+@pytest.mark.parametrize("line,expect", [
+    ("{not json", r"tune.jsonl:2: not valid JSON"),
+    ('{"workload": {}, "config": {}, "source": "measured"}', r"tune.jsonl:2: workload lacks"),
+    (None, r"tune.jsonl:2: config values must be integers"),
+    (None, r"tune.jsonl:2: source 'guessed'"),
+])
+def test_corrupt_log_names_the_line(tmp_path, line, expect):
+    log = tmp_path / "tune.jsonl"
+    good = _record(CellSpec("lstm", 256, 256)).to_json()
+    if line is None:
+        d = json.loads(good)
+        if "integers" in expect:
+            d["config"]["tile_units"] = "wide"
+        else:
+            d["source"] = "guessed"
+        line = json.dumps(d)
+    log.write_text(good + "\n" + line + "\n")
+    with pytest.raises(PersistRNNError, match=expect):
+        tuning_log.read(str(log))
+
+
+def test_merge_keeps_the_fastest(tmp_path):
+    spec = CellSpec("lstm", 256, 256)
+    a, b, out = (str(tmp_path / n) for n in ("a.jsonl", "b.jsonl", "out.jsonl"))
+    tuning_log.append(a, _record(spec, time_us=5.0))
+    tuning_log.append(b, _record(spec, cfg=Config(8, 8, 1, 10), time_us=2.0))
+    tuning_log.append(b, _record(CellSpec("gru", 64, 64), time_us=1.0))
+    assert tuning_log.merge([a, b], out) == 2
+    recs = tuning_log.read(out)
+    assert {r.time_us for r in recs} == {2.0, 1.0}

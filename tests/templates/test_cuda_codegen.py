@@ -1,0 +1,80 @@
+"""Generated CUDA compiles with nvcc for sm_80 and sm_90 over a grid of configs, without spills.
+
+No GPU is needed: TVM emits the CUDA source, and nvcc (the CUDA toolkit of this machine) compiles
+it to a cubin with ptxas statistics, which must show no local-memory spills for the configs the
+planner picks.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import tvm
+
+from persist_rnn.schedule.gpu import gpu_model
+from persist_rnn.schedule.planner import plan_layer
+from tir_templates.config import Config
+from tir_templates.persistent import persistent_kernel
+from tir_templates.reference import reference_scan
+from tir_templates.spec import CellSpec
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+
+
+def cuda_source(func, arch):
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)
+    return lib.mod.imports[0].inspect_source()
+
+
+def nvcc_stats(source, arch, tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text(source)
+    res = subprocess.run(["nvcc", f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(src)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    spills = [int(m) for m in re.findall(r"(\d+) bytes spill stores", res.stderr)]
+    return spills
+
+
+WORKLOADS = [("lstm", 512, 10), ("gru", 256, 20), ("lstm", 64, 1), ("rnn", 128, 5)]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("cell,hidden,batch", WORKLOADS, ids=lambda v: str(v))
+def test_planned_kernel_compiles_without_spills(cell, hidden, batch, arch, tmp_path):
+    spec = CellSpec(cell, hidden, hidden, "bidirectional" if cell == "rnn" else "forward",
+                    linear_before_reset=(cell == "gru"), peepholes=(cell == "lstm" and hidden == 64))
+    plan = plan_layer(spec, tvm.target.Target({"kind": "cuda", "arch": arch}), batch=batch, measure=False)
+    assert plan.kernel is not None, plan.reason
+    source = cuda_source(plan.kernel, arch)
+    assert "prnn_grid_barrier" in source or plan.config.barrier(spec) == "cta"
+    assert nvcc_stats(source, arch, tmp_path) and max(nvcc_stats(source, arch, tmp_path)) == 0
+
+
+@pytest.mark.parametrize("cfg", [Config(8, 32, 4, 10), Config(8, 8, 1, 5), Config(4, 16, 2, 1, "float16")],
+                         ids=lambda c: str(c.as_dict()))
+def test_config_grid_compiles(cfg, tmp_path):
+    spec = CellSpec("lstm", 1024, 1024, dtype="float16" if cfg.weight_dtype == "float16" else "float32")
+    for arch in ("sm_80", "sm_90"):
+        nvcc_stats(cuda_source(persistent_kernel(spec, cfg), arch), arch, tmp_path)
+
+
+def test_too_large_for_the_chip_says_why():
+    """fp32 LSTM H=1024 needs 128 CTAs of 8 units: the A100's 108 SMs cannot hold them."""
+    spec = CellSpec("lstm", 1024, 1024)
+    plan = plan_layer(spec, tvm.target.Target({"kind": "cuda", "arch": "sm_80"}), batch=10, measure=False)
+    assert plan.kernel is None and "no persistent config fits NVIDIA A100" in plan.reason
+    plan = plan_layer(spec, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), batch=10, measure=False)
+    assert plan.kernel is not None
+
+
+def test_reference_scan_compiles_for_cuda(tmp_path):
+    spec = CellSpec("gru", 16, 32, "bidirectional", linear_before_reset=False)
+    nvcc_stats(cuda_source(reference_scan(spec, "cuda"), "sm_80"), "sm_80", tmp_path)
+
+
+def test_gpu_model_has_shipped_calibrations():
+    assert gpu_model("sm_90").num_sms == 132 and gpu_model("sm_80").num_sms == 108

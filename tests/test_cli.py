@@ -1,0 +1,57 @@
+"""The `persist-rnn` command line, through click's test runner."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from click.testing import CliRunner
+
+from persist_rnn.cli import main
+
+FIX = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def _run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_compile_for_cuda_writes_library_and_report(tmp_path):
+    out = str(tmp_path / "m.so")
+    res = _run("compile", f"{FIX}/torch_gru_batch_first.onnx", "-o", out, "--target", "cuda")
+    assert res.exit_code == 0, res.output
+    assert "/GRU: GRU input 10 hidden 12, 1 direction: persistent" in res.output
+    assert os.path.getsize(out) > 0 and os.path.exists(out + ".json")
+
+
+def test_run_check_against_onnxruntime(tmp_path):
+    saved = str(tmp_path / "out.npz")
+    res = _run("run", f"{FIX}/torch_rnn_relu.onnx", "--inputs", f"{FIX}/torch_rnn_relu.npz", "--check", "--save", saved)
+    assert res.exit_code == 0, res.output
+    assert "max error vs ONNX Runtime" in res.output
+    err = float(res.output.split("output scale): ")[1].split()[0])
+    assert err <= 1e-4 and set(np.load(saved)) == {"y", "h"}
+
+
+def test_inspect_lines():
+    res = _run("inspect", f"{FIX}/torch_classifier.onnx")
+    assert res.exit_code == 0
+    lines = [l for l in res.output.splitlines() if l.strip()]
+    assert len(lines) == 2 and lines[0].startswith("/lstm/LSTM: LSTM input 12 hidden 16")
+    res = _run("inspect", f"{FIX}/torch_classifier.onnx", "--target", "llvm")
+    assert "reference (target llvm: the persistent kernel is CUDA only)" in res.output
+
+
+def test_bad_input_is_a_clean_error(tmp_path):
+    bad = tmp_path / "x.npz"
+    np.savez(bad, wrong=np.zeros(3, "float32"))
+    res = _run("run", f"{FIX}/torch_rnn_relu.onnx", "--inputs", str(bad))
+    assert res.exit_code == 2 and "unknown ['wrong'], missing ['x']" in res.output
+
+
+def test_log_list_and_merge(tmp_path):
+    log = str(tmp_path / "a.jsonl")
+    assert _run("compile", f"{FIX}/torch_rnn_relu.onnx", "-o", str(tmp_path / "m.so"), "--tuning-log", log).exit_code == 0
+    res = _run("log", "list", log)
+    assert "rnn I=10 H=8" in res.output and "[cost_model]" in res.output
+    res = _run("log", "merge", log, log, "-o", str(tmp_path / "m.jsonl"))
+    assert "1 workloads" in res.output

@@ -1,0 +1,79 @@
+"""PersistentRNN as a Relax pass: in a user's pipeline, for each layer, with its report."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import tvm
+from tvm import relax
+
+import persist_rnn
+from persist_rnn.frontend import from_onnx
+from persist_rnn.report import layer_report
+from persist_rnn.testing import LayerCase, make_model
+from persist_rnn.transform import PersistentRNN
+from tir_templates.spec import ATTR_KEY
+
+CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+
+
+def _kernels(mod):
+    return {gv.name_hint: f for gv, f in mod.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and ATTR_KEY in f.attrs}
+
+
+def test_pass_in_a_user_pipeline_replaces_the_scan():
+    model, _ = make_model(LayerCase(op="LSTM", hidden_size=32, input_size=16, batch=4, direction="bidirectional"))
+    mod = from_onnx(model)
+    seq = tvm.ir.transform.Sequential([relax.transform.DeadCodeElimination(), PersistentRNN(CUDA, measure=False)])
+    out = seq(mod)
+    (name, kernel), = _kernels(out).items()
+    assert str(kernel.attrs["persist_rnn.lowering"]) == "persistent"
+    cfg = json.loads(str(kernel.attrs["persist_rnn.config"]))
+    assert 32 % cfg["tile_units"] == 0
+    [layer] = layer_report(out)
+    assert (layer.cell, layer.directions, layer.lowering, layer.source) == ("lstm", 2, "persistent", "cost_model")
+    assert layer["hidden_size"] == 32  # readable as a mapping too
+    tvm.compile(out, target=CUDA)  # the whole module builds for CUDA
+
+
+def test_pass_is_idempotent_and_leaves_other_functions_alone():
+    model, _ = make_model(LayerCase(op="GRU", linear_before_reset=1))
+    once = PersistentRNN(CUDA, measure=False)(from_onnx(model))
+    twice = PersistentRNN(CUDA, measure=False)(once)
+    tvm.ir.assert_structural_equal(once, twice)
+
+
+def test_each_stacked_layer_gets_its_own_kernel_and_report_entry():
+    compiled = persist_rnn.compile("tests/fixtures/torch_lstm_2layer_bidir.onnx", CUDA, measure=False)
+    layers = compiled.report()
+    assert [r.node for r in layers] == ["/LSTM", "/LSTM_1"]
+    assert [r.input_size for r in layers] == [10, 32] and all(r.directions == 2 for r in layers)
+    assert all(r.lowering == "persistent" for r in layers)
+
+
+def test_fallbacks_keep_the_reference_and_say_why():
+    model, _ = make_model(LayerCase(op="GRU", linear_before_reset=0))
+    [layer] = persist_rnn.compile(model, CUDA, measure=False).report()
+    assert layer.lowering == "reference" and "linear_before_reset=0" in layer.reason
+    [layer] = persist_rnn.compile(model, "llvm").report()
+    assert layer.lowering == "reference" and "CUDA only" in layer.reason
+
+
+def test_tuning_log_reuse_through_compile(tmp_path):
+    log = str(tmp_path / "t.jsonl")
+    model, _ = make_model(LayerCase(op="RNN", hidden_size=64, input_size=64, batch=2))
+    first = persist_rnn.compile(model, CUDA, tuning_log=log, measure=False).report()[0]
+    second = persist_rnn.compile(model, CUDA, tuning_log=log, measure=False).report()[0]
+    assert first.source == "cost_model" and second.source == "tuning_log" and second.config == first.config
+
+
+def test_export_and_load(tmp_path):
+    model, feeds = make_model(LayerCase(op="LSTM", seq_lens=[5, 1, 3]))
+    compiled = persist_rnn.compile(model, "llvm")
+    path = str(tmp_path / "m.so")
+    compiled.export_library(path)
+    loaded = persist_rnn.load(path)
+    for a, b in zip(compiled.run(feeds), loaded.run(feeds)):
+        np.testing.assert_array_equal(a, b)
+    assert loaded.report()[0].node == "rnn"
