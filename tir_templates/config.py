@@ -63,8 +63,13 @@ class Config:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
 
-def problems(spec: CellSpec, cfg: Config, num_sms: int) -> list[str]:
-    """Why `cfg` cannot run `spec` on a GPU with `num_sms` SMs (empty when it can)."""
+#: shared memory a CTA may use without opting in to more (dynamic shared memory beyond it)
+STATIC_SHARED_BYTES = 48 * 1024
+
+
+def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STATIC_SHARED_BYTES) -> list[str]:
+    """Why `cfg` cannot run `spec` on a GPU with `num_sms` SMs and `shared_limit` bytes of shared
+    memory per CTA (empty when it can)."""
     H, G = spec.hidden_size, spec.num_gates
     out = []
     if cfg.tile_units <= 0 or H % cfg.tile_units:
@@ -88,8 +93,8 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int) -> list[str]:
         out.append(f"~{regs} registers per thread (weights, accumulators, prefetch; at most 255)")
     if nt * (regs + 8) > 65536:  # 8 registers of slack: ptxas spills rather than fail
         out.append(f"{nt} threads x ~{regs} registers (+8 slack) exceed the 64K register file")
-    if cfg.shared_bytes(spec) > 48 * 1024:
-        out.append(f"{cfg.shared_bytes(spec)} bytes of shared memory (at most 48 KiB)")
+    if cfg.shared_bytes(spec) > shared_limit:
+        out.append(f"{cfg.shared_bytes(spec)} bytes of shared memory (at most {shared_limit // 1024} KiB)")
     if cfg.num_ctas(spec) > num_sms:
         out.append(f"{cfg.num_ctas(spec)} CTAs cannot all be resident on {num_sms} SMs (one CTA per SM)")
     if cfg.weight_dtype not in ("float32", "float16"):

@@ -18,7 +18,7 @@ import tvm
 from tvm.script import tirx as T
 
 from . import cells
-from .config import Config
+from .config import STATIC_SHARED_BYTES, Config
 from .reference import WORKSPACE_WORDS
 from .spec import ATTR_KEY, CellSpec
 
@@ -70,6 +70,8 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     grid = cfg.barrier(spec) == "grid"
     VEC = 4 if H % 4 == 0 else 1  # float4 copies of h
     resident = not grid  # one CTA holds the whole direction: h(t) can stay in shared memory
+    # past 48 KiB, h(t-1) goes to dynamic shared memory (TVM's runtime raises the kernel's limit)
+    SMEM = "global" if emulate else ("shared.dyn" if cfg.shared_bytes(spec) > STATIC_SHARED_BYTES else "shared")
     UPT = (BC * TW + NT - 1) // NT  # (batch row, unit) pairs each thread updates per chunk
     XR = G + 1  # per pair, in registers: the gates' input projections and C(t-1)
 
@@ -115,7 +117,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     def load_h(hs, hb, cta, tx, s, ch, n_b):
         """h(t-1) of batch rows ch*BC .. ch*BC+BC-1 (all H units) into shared memory: the rows are
         contiguous in the exchange buffer, so this is a flat, VEC-wide vectorised copy."""
-        hsf = T.decl_buffer((BC * H,), "float32", data=hs.data, scope="shared")
+        hsf = T.decl_buffer((BC * H,), "float32", data=hs.data, scope=SMEM)
         hbf = T.decl_buffer((3 * D * n_b * H,), "float32", data=hb.data)
         for e in range((BC * H // VEC + NT - 1) // NT):
             if T.Cast("int64", (e * NT + tx) * VEC) < T.min(n_b - ch * BC, T.int64(BC)) * H:
@@ -257,8 +259,8 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     ws[zt] = T.uint32(0)
         for cta in T.thread_binding(NCTA, thread="blockIdx.x"):
             for tx in T.thread_binding(NT, thread="threadIdx.x"):
-                hs = T.alloc_buffer((BC, H), "float32", scope="shared")
-                gs = T.alloc_buffer((BC, GTW), "float32", scope="shared")
+                hs = T.alloc_buffer((BC, H), "float32", scope=SMEM)
+                gs = T.alloc_buffer((BC, GTW), "float32", scope="global" if emulate else "shared")
                 wreg = T.alloc_buffer((RPG * KPL,), WDT, scope="local")
                 acc = T.alloc_buffer((RPG * BC,), "float32", scope="local")
                 hv = T.alloc_buffer((DV,), "float32", scope="local")

@@ -25,6 +25,7 @@ class GPUModel:
     weights: dict  # cost-model feature -> cycles per unit (barrier_us: a plain factor)
     gemm_tflops: float
     launch_us: float
+    max_shared_bytes: int = 48 * 1024  # per CTA, with dynamic shared memory
     provenance: str = ""
 
     def barrier_us(self, ctas: int) -> float:

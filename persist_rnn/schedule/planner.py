@@ -52,14 +52,14 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
     gpu = gpu_model(target_arch(target))
     if config is not None:
         cfg = config if isinstance(config, Config) else Config.from_dict(config)
-        bad = problems(spec, cfg, gpu.num_sms)
+        bad = problems(spec, cfg, gpu.num_sms, gpu.max_shared_bytes)
         if bad:
             return Plan(None, reason="the forced config cannot run: " + "; ".join(bad))
         return _kernel(spec, cfg, "", None)  # forced by the caller: no search
     wl = tuning_log.workload(spec, batch, gpu.arch)
     if tuning_log_path:
         rec = tuning_log.lookup(tuning_log_path, wl)
-        if rec is not None and not problems(spec, rec.config, gpu.num_sms):
+        if rec is not None and not problems(spec, rec.config, gpu.num_sms, gpu.max_shared_bytes):
             return _kernel(spec, rec.config, "tuning_log", rec.time_us)
     ranked = rank(spec, candidate_configs(spec, gpu, batch), gpu, batch or 8)
     if not ranked:

@@ -35,7 +35,7 @@ def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[
     weight_dtypes = ("float16",) if spec.dtype == "float16" else ("float32",)
     for groups in (GROUP_SIZES, NARROW_GROUPS):
         out = [cfg for cfg in _configs(spec, gpu, batch, groups, weight_dtypes)
-               if not problems(spec, cfg, gpu.num_sms)]
+               if not problems(spec, cfg, gpu.num_sms, gpu.max_shared_bytes)]
         if out:
             return out
     return []
