@@ -3,6 +3,7 @@
     python examples/export_examples.py
 - char_rnn.onnx: the GRNN paper's char-RNN: embedding, 3-layer LSTM (hidden 128), T=100, logits.
 - text_classifier.onnx: GRNN's text classification: embedding, 2-layer LSTM (hidden 256), T=20, linear.
+  Both have a dynamic batch axis; the time axis is fixed as in the paper.
 - speech_gru.onnx: a speech-style acoustic model: 40 filterbank features, 2-layer GRU (hidden 256),
   per-frame logits over 29 characters; batch and time are dynamic.
 Each comes with `<name>_inputs.npz`, inputs of the exported shape.
@@ -63,8 +64,10 @@ def export(name, module, example, input_name, output_name, dynamic_axes):
 
 def main():
     torch.manual_seed(0)
-    export("char_rnn", CharRNN(), torch.randint(0, 65, (100, 1)), "chars", "logits", None)
-    export("text_classifier", TextClassifier(), torch.randint(0, 1000, (20, 8)), "tokens", "logits", None)
+    export("char_rnn", CharRNN(), torch.randint(0, 65, (100, 1)), "chars", "logits",
+           {"chars": {1: "batch"}, "logits": {1: "batch"}})
+    export("text_classifier", TextClassifier(), torch.randint(0, 1000, (20, 8)), "tokens", "logits",
+           {"tokens": {1: "batch"}, "logits": {0: "batch"}})
     export("speech_gru", SpeechGRU(), torch.randn(4, 50, 40), "frames", "logits",
            {"frames": {0: "batch", 1: "time"}, "logits": {0: "batch", 1: "time"}})
 

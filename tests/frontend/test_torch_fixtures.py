@@ -31,11 +31,12 @@ def test_dynamic_axes_export_runs_other_shapes():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "reference"])
 @pytest.mark.parametrize("path", FIXTURES, ids=os.path.basename)
-def test_fixture_end_to_end_on_gpu(path):
+def test_fixture_end_to_end_on_gpu(path, persistent):
     feeds = dict(np.load(path[:-5] + ".npz"))
     want = ort_run(onnx.load(path), feeds)
-    compiled = persist_rnn.compile(path, "cuda")
+    compiled = persist_rnn.compile(path, "cuda", persistent=persistent)
     assert max_rel_error(compiled.run(feeds), want) <= 1e-4
-    if compiled.report():
-        assert all(r.lowering == "persistent" for r in compiled.report()), compiled.report()
+    expected = "persistent" if persistent else "reference"
+    assert all(r.lowering == expected for r in compiled.report()), compiled.report()
