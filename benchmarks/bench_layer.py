@@ -49,7 +49,9 @@ def onnx_from_torch(op, layer, seq_len, batch):
     node = helper.make_node(op, ["X", "W", "R", "B"], outs, name="layer", **attrs)
     g = helper.make_graph([node], "bench", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq_len, batch, H])],
                           [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], initializer=inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8  # loadable by older ONNX Runtime builds too
+    return model
 
 
 def cuda_ms(fn, calls=20, repeats=15):
