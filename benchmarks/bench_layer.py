@@ -72,15 +72,11 @@ def cuda_ms(fn, calls=20, repeats=15):
     return float(np.median(times))
 
 
-def bench_one(op, hidden, batch, seq_len, tuning_log, top_k):
+def cudnn_ms(layer, x):
+    """(eager ms, CUDA-graph ms) of a torch RNN module on x."""
     import torch
-    import tvm
-    from tvm import relax
 
-    layer = torch_layer(op, hidden, seed=hidden + batch)
-    x = torch.randn(seq_len, batch, hidden, device="cuda")
     with torch.no_grad():
-        want = layer(x)[0].cpu().numpy()
         eager = cuda_ms(lambda: layer(x))
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -91,7 +87,19 @@ def bench_one(op, hidden, batch, seq_len, tuning_log, top_k):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             layer(x)
-        graphed = cuda_ms(graph.replay)
+        return eager, cuda_ms(graph.replay)
+
+
+def bench_one(op, hidden, batch, seq_len, tuning_log, top_k):
+    import torch
+    import tvm
+    from tvm import relax
+
+    layer = torch_layer(op, hidden, seed=hidden + batch)
+    x = torch.randn(seq_len, batch, hidden, device="cuda")
+    with torch.no_grad():
+        want = layer(x)[0].cpu().numpy()
+    eager, graphed = cudnn_ms(layer, x)
     t0 = time.perf_counter()
     compiled = persist_rnn.compile(onnx_from_torch(op, layer, seq_len, batch), "cuda", tuning_log=tuning_log, top_k=top_k)
     compile_s = time.perf_counter() - t0

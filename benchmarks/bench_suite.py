@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from bench_layer import cuda_ms, onnx_from_torch, torch_layer  # noqa: E402
+from bench_layer import cuda_ms, cudnn_ms, onnx_from_torch, torch_layer  # noqa: E402
 
 import persist_rnn  # noqa: E402
 
@@ -57,24 +57,6 @@ def _ort_ms(model, feeds, repeats=5):
     return float(np.median(times))
 
 
-def _cudnn(layer, x):
-    """(eager ms, graph ms) of a torch RNN module on x."""
-    import torch
-
-    with torch.no_grad():
-        eager = cuda_ms(lambda: layer(x))
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                layer(x)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            layer(x)
-        return eager, cuda_ms(graph.replay)
-
-
 def layer_row(op, hidden, batch, seq_len, tuning_log, unrolled):
     import torch
 
@@ -88,7 +70,7 @@ def layer_row(op, hidden, batch, seq_len, tuning_log, unrolled):
     row["config"] = compiled.report()[0].config
     for tf32 in (True, False):
         torch.backends.cudnn.allow_tf32 = tf32
-        eager, graph = _cudnn(layer, x)
+        eager, graph = cudnn_ms(layer, x)
         key = "tf32" if tf32 else "fp32"
         row[f"cudnn_{key}_eager_ms"], row[f"cudnn_{key}_graph_ms"] = eager, graph
     torch.backends.cudnn.allow_tf32 = True

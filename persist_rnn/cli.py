@@ -121,14 +121,14 @@ def tune(model, target, top_k, log_path):
     from .frontend import from_onnx, load_model
     from .schedule.gpu import present_device
     from .schedule.planner import plan_layer
-    from .transform.persistent_rnn import _call_site_batches, _recurrences
+    from .transform.persistent_rnn import call_site_batches, recurrences
 
     if present_device() is None:
         _fail(PersistRNNError("tune needs a CUDA GPU; without one, compile uses the cost model's choice"))
     tgt = as_target(target)
     mod = from_onnx(load_model(model), target_kind=tgt.kind.name)
-    batches = _call_site_batches(mod)
-    for gv, _, spec in _recurrences(mod):
+    batches = call_site_batches(mod)
+    for gv, _, spec in recurrences(mod):
         with tqdm(total=top_k, desc=f"{spec.node} ({spec.cell})", unit="config") as bar:
             plan = plan_layer(spec, tgt, batch=batches.get(gv.name_hint), tuning_log_path=log_path,
                               top_k=top_k, measure=True, progress=lambda _cfg: bar.update(1))

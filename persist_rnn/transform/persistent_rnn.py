@@ -20,13 +20,13 @@ from ..report import CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR
 from ..schedule.planner import plan_layer
 
 
-def _recurrences(mod: tvm.IRModule):
+def recurrences(mod: tvm.IRModule):
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
             yield gv, func, CellSpec.from_json(str(func.attrs[ATTR_KEY]))
 
 
-def _call_site_batches(mod: tvm.IRModule) -> dict:
+def call_site_batches(mod: tvm.IRModule) -> dict:
     """GlobalVar name -> static batch size seen at its call_tir sites (None if symbolic)."""
     call_tir = tvm.ir.Op.get("relax.call_tir")
     out = {}
@@ -59,8 +59,8 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
 
     @tvm.ir.transform.module_pass(opt_level=0, name="PersistentRNN")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        batches = _call_site_batches(mod)
-        for gv, func, spec in list(_recurrences(mod)):
+        batches = call_site_batches(mod)
+        for gv, func, spec in list(recurrences(mod)):
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":
                 continue  # already lowered
             plan = plan_layer(spec, target, batch=batches.get(gv.name_hint), tuning_log_path=tuning_log,
