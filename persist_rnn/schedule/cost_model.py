@@ -17,7 +17,7 @@ from .gpu import GPUModel
 
 #: instructions of one (batch row, unit) gate update, per cell (transcendentals included)
 UPDATE_INSTR = {"lstm": 110, "gru": 90, "rnn": 40}
-FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_wavefronts",
+FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_wavefronts", "lds_issue",
             "shuffle_issue", "update_issue")
 
 
@@ -44,6 +44,7 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
         "load_issue": 0 if resident else chunks * math.ceil(bc * H / vec / nt) * per_scheduler,
         "fma_issue": chunks * fma * per_scheduler,
         "lds_wavefronts": chunks * warps * lds_per_thread * math.ceil(unique_bytes / 128),
+        "lds_issue": chunks * lds_per_thread * per_scheduler,
         "shuffle_issue": chunks * cfg.rows_per_group * bc * math.log2(max(cfg.group_size, 1)) * per_scheduler,
         "update_issue": chunks * updates * UPDATE_INSTR[spec.cell] * (G + 1) / 5 * per_scheduler,
     }

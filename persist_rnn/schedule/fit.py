@@ -63,6 +63,27 @@ def ranking_quality(rows, gpu) -> list[dict]:
     return out
 
 
+def summary(quality) -> str:
+    t1 = [r["top1_ratio"] for r in quality]
+    t5 = [r["top5_ratio"] for r in quality]
+    return f"top-1 mean {np.mean(t1):.3f}x, worst {max(t1):.3f}x; best of top-5 mean {np.mean(t5):.3f}x"
+
+
+def held_out_quality(rows, gpu) -> dict:
+    """Ranking quality on each cell and each hidden size when the weights are fitted without it."""
+    import dataclasses
+
+    out = {}
+    for key, values in (("cell", sorted({r["cell"] for r in rows})), ("hidden", sorted({r["hidden"] for r in rows}))):
+        for v in values:
+            train = [r for r in rows if r[key] != v]
+            test = [r for r in rows if r[key] == v]
+            if train and test:
+                fitted = dataclasses.replace(gpu, weights=fit_weights(train, gpu))
+                out[f"{key}={v}"] = ranking_quality(test, fitted)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sweeps", nargs="+")
@@ -80,9 +101,9 @@ def main():
     for r in q:
         print(f"{r['cell']} H={r['hidden']} B={r['batch']}: {r['configs']} configs, best {r['best_us']:.2f} us, "
               f"model top-1 {r['top1_ratio']:.3f}x, best of top-5 {r['top5_ratio']:.3f}x")
-    t1 = [r["top1_ratio"] for r in q]
-    t5 = [r["top5_ratio"] for r in q]
-    print(f"top-1: mean {np.mean(t1):.3f}x, worst {max(t1):.3f}x; top-5: mean {np.mean(t5):.3f}x")
+    print("in sample:", summary(q))
+    for name, held_out in held_out_quality(rows, gpu).items():
+        print(f"held out {name}:", summary(held_out))
     if args.write:
         path = os.path.join(os.path.dirname(__file__), "calibration", f"{args.arch}.json")
         with open(path) as f:

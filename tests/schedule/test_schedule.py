@@ -49,18 +49,37 @@ def test_cost_model_is_plain_arithmetic_and_monotone_in_batch():
     assert [t for t, _ in ranked] == sorted(t for t, _ in ranked)
 
 
-def test_fitted_model_ranks_the_measured_sweep_well():
-    """The shipped weights were fitted to configs measured on the H100 (docs/data)."""
+def _sweep_rows():
     import glob
     import os
 
+    paths = glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "data", "sweep-h100-*.jsonl"))
+    return [json.loads(line) for p in paths for line in open(p)]
+
+
+def _judge(quality):
+    top1 = [q["top1_ratio"] for q in quality]
+    top5 = [q["top5_ratio"] for q in quality]
+    # the acceptance bounds of the cost-model issue: top-1 within 1.10x on average and never worse
+    # than 1.25x of the best measured config; best of the top 5 within 1.05x on average
+    assert sum(top1) / len(top1) <= 1.10 and max(top1) <= 1.25 and sum(top5) / len(top5) <= 1.05
+
+
+def test_shipped_weights_rank_the_measured_sweep_well():
+    """The shipped weights were fitted to the 2,709 configs measured on the H100 (docs/data)."""
     from persist_rnn.schedule.fit import ranking_quality
 
-    paths = glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "data", "sweep-h100-*.jsonl"))
-    rows = [json.loads(line) for p in paths for line in open(p)]
-    assert len(rows) > 1000
-    quality = ranking_quality(rows, H100)
-    assert sum(q["top5_ratio"] for q in quality) / len(quality) < 1.05
+    rows = _sweep_rows()
+    assert len(rows) > 2000
+    _judge(ranking_quality(rows, H100))
+
+
+def test_fitted_weights_rank_held_out_workloads_well():
+    """Fitted without a cell (or a hidden size), the model still ranks that cell's configs."""
+    from persist_rnn.schedule.fit import held_out_quality
+
+    for name, quality in held_out_quality(_sweep_rows(), H100).items():
+        _judge(quality)
 
 
 def test_without_gpu_the_cost_model_decides():
