@@ -106,3 +106,15 @@ def test_bad_run_inputs(compiled_with_lengths, change, expect):
     compiled, feeds = compiled_with_lengths
     with pytest.raises(PersistRNNError, match=expect):
         compiled.run(change(feeds))
+
+
+@pytest.mark.parametrize("target,expect", [
+    ("foo", "target 'foo': Target kind \"foo\" is not defined"),
+    ({"kind": "cuda", "bogus": 1}, "Unknown config option 'bogus'"),
+    ("{not json", "target '{not json'"),
+    (42, "not int"),
+])
+def test_bad_targets(target, expect):
+    model, _ = _model()
+    with pytest.raises(PersistRNNError, match=expect):
+        persist_rnn.compile(model, target)
