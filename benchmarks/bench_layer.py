@@ -21,73 +21,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import onnx  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import persist_rnn  # noqa: E402
-from persist_rnn.testing import torch_to_onnx_weights  # noqa: E402
-
-
-def torch_layer(op, hidden, seed):
-    import torch
-
-    torch.manual_seed(seed)
-    cls = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU}[op]
-    return cls(hidden, hidden).cuda().eval()
-
-
-def onnx_from_torch(op, layer, seq_len, batch):
-    w, r, b = torch_to_onnx_weights(op, *(p.detach().cpu().numpy() for p in (
-        layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0)))
-    H = layer.hidden_size
-    inits = [numpy_helper.from_array(w[None], "W"), numpy_helper.from_array(r[None], "R"),
-             numpy_helper.from_array(b[None], "B")]
-    attrs = {"hidden_size": H}
-    if op == "GRU":
-        attrs["linear_before_reset"] = 1
-    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
-    node = helper.make_node(op, ["X", "W", "R", "B"], outs, name="layer", **attrs)
-    g = helper.make_graph([node], "bench", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq_len, batch, H])],
-                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], initializer=inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
-    model.ir_version = 8  # loadable by older ONNX Runtime builds too
-    return model
-
-
-def cuda_ms(fn, calls=20, repeats=15):
-    """Median milliseconds per call, CUDA events around `calls` back-to-back calls."""
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return float(np.median(times))
-
-
-def cudnn_ms(layer, x):
-    """(eager ms, CUDA-graph ms) of a torch RNN module on x."""
-    import torch
-
-    with torch.no_grad():
-        eager = cuda_ms(lambda: layer(x))
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                layer(x)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            layer(x)
-        return eager, cuda_ms(graph.replay)
+from persist_rnn.bench import cuda_ms, cudnn_ms, onnx_from_torch, torch_layer  # noqa: E402
 
 
 def bench_one(op, hidden, batch, seq_len, tuning_log, top_k):

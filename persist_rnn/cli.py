@@ -136,6 +136,23 @@ def tune(model, target, top_k, log_path):
         click.echo(f"{spec.node}: {plan.source or 'reference'} {why}")
 
 
+@main.command()
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="JSON lines to append to")
+@click.option("--parts", multiple=True, type=click.Choice(["grid", "batch", "seq", "models"]),
+              help="what to measure (repeatable; default: all)")
+@click.option("--tuning-log", type=click.Path(dir_okay=False))
+@click.option("--unrolled", "unrolled_hidden", multiple=True, type=int, default=(256,), show_default=True,
+              help="hidden sizes of the grid that also get the (slow to build) unrolled TVM baseline")
+@click.option("--examples", "examples_dir", default="examples", show_default=True, type=click.Path(file_okay=False),
+              help="where char_rnn.onnx and text_classifier.onnx are")
+def bench(out, parts, tuning_log, unrolled_hidden, examples_dir):
+    """Benchmark against cuDNN, ONNX Runtime and unrolled TVM (needs torch and a CUDA GPU);
+    `python benchmarks/report.py OUT` makes the tables and plots."""
+    from .bench import PARTS, run_suite
+
+    run_suite(out, parts or PARTS, tuning_log, unrolled_hidden, examples_dir, log=click.echo)
+
+
 @main.group()
 def log():
     """List and merge tuning logs."""

@@ -55,3 +55,8 @@ def test_log_list_and_merge(tmp_path):
     assert "rnn I=10 H=8" in res.output and "[cost_model]" in res.output
     res = _run("log", "merge", log, log, "-o", str(tmp_path / "m.jsonl"))
     assert "1 workloads" in res.output
+
+
+def test_bench_without_gpu_skips_with_a_message(tmp_path):
+    res = _run("bench", "--out", str(tmp_path / "r.jsonl"), "--parts", "grid")
+    assert res.exit_code == 0 and res.output.startswith("skip:")

@@ -1,0 +1,200 @@
+"""The benchmark suite behind `persist-rnn bench` and `benchmarks/`.
+
+persist_rnn against cuDNN through torch (eager and CUDA graph; TF32 allowed, strict fp32, and
+fp16), ONNX Runtime on the CPU, and TVM without persist_rnn (the unrolled lowering), on GRNN's
+grid, a batch sweep, a sequence-length sweep and the real models of `examples/`. Medians of
+CUDA-event timings of back-to-back calls, inputs already on the device, warm-up excluded. One JSON
+line per measurement; `benchmarks/report.py` turns them into docs/benchmarks.md and plots.
+Missing baselines (no torch, no GPU, an ONNX Runtime that cannot load the model) are skipped
+with a message, never faked. Needs torch and a CUDA GPU.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import time
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from .compile import compile as compile_model
+from .testing import torch_to_onnx_weights
+
+PARTS = ("grid", "batch", "seq", "models")
+
+
+def torch_layer(op, hidden, seed):
+    import torch
+
+    torch.manual_seed(seed)
+    cls = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU}[op]
+    return cls(hidden, hidden).cuda().eval()
+
+
+def onnx_from_torch(op, layer, seq_len, batch):
+    w, r, b = torch_to_onnx_weights(op, *(p.detach().cpu().numpy() for p in (
+        layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0)))
+    H = layer.hidden_size
+    inits = [numpy_helper.from_array(w[None], "W"), numpy_helper.from_array(r[None], "R"),
+             numpy_helper.from_array(b[None], "B")]
+    attrs = {"hidden_size": H}
+    if op == "GRU":
+        attrs["linear_before_reset"] = 1
+    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, ["X", "W", "R", "B"], outs, name="layer", **attrs)
+    g = helper.make_graph([node], "bench", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq_len, batch, H])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], initializer=inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8  # loadable by older ONNX Runtime builds too
+    return model
+
+
+def cuda_ms(fn, calls=20, repeats=15):
+    """Median milliseconds per call, CUDA events around `calls` back-to-back calls."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return float(np.median(times))
+
+
+def cudnn_ms(layer, x):
+    """(eager ms, CUDA-graph ms) of a torch RNN module on x."""
+    import torch
+
+    with torch.no_grad():
+        eager = cuda_ms(lambda: layer(x))
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                layer(x)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            layer(x)
+        return eager, cuda_ms(graph.replay)
+
+
+def _ours(compiled, feeds):
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cuda(0)
+    vm = relax.VirtualMachine(compiled.executable, dev)
+    args = [tvm.runtime.tensor(feeds[i.name], dev) for i in compiled.inputs]
+    return cuda_ms(lambda: vm["main"](*args))
+
+
+def _ort_ms(model, feeds, repeats=5):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        print("skip: onnxruntime not installed", flush=True)
+        return None
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as err:  # an ONNX Runtime too old for the model: skip, do not fake
+        print(f"skip: ONNX Runtime cannot load the model ({str(err)[:120]})", flush=True)
+        return None
+    sess.run(None, feeds)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(times))
+
+
+def layer_row(op, hidden, batch, seq_len, tuning_log, unrolled):
+    import torch
+
+    layer = torch_layer(op, hidden, seed=hidden + batch)
+    x = torch.randn(seq_len, batch, hidden, device="cuda")
+    model = onnx_from_torch(op, layer, seq_len, batch)
+    feeds = {"X": x.cpu().numpy()}
+    row = {"part": "layer", "cell": op, "hidden": hidden, "batch": batch, "seq_len": seq_len}
+    compiled = compile_model(model, "cuda", tuning_log=tuning_log)
+    row["ours_ms"] = _ours(compiled, feeds)
+    row["config"] = compiled.report()[0].config
+    for tf32 in (True, False):
+        torch.backends.cudnn.allow_tf32 = tf32
+        eager, graph = cudnn_ms(layer, x)
+        key = "tf32" if tf32 else "fp32"
+        row[f"cudnn_{key}_eager_ms"], row[f"cudnn_{key}_graph_ms"] = eager, graph
+    torch.backends.cudnn.allow_tf32 = True
+    row["cudnn_fp16_eager_ms"], row["cudnn_fp16_graph_ms"] = cudnn_ms(layer.half(), x.half())
+    row["ort_cpu_ms"] = _ort_ms(model, feeds)
+    if unrolled:
+        t0 = time.perf_counter()
+        row["tvm_unrolled_ms"] = _ours(compile_model(model, "cuda", unroll=True), feeds)
+        row["tvm_unrolled_compile_s"] = time.perf_counter() - t0
+    return row
+
+
+def model_rows(name, batches, tuning_log, examples_dir):
+    """A real model end to end (examples/), latency against batch: ours vs ONNX Runtime CPU."""
+    import onnx
+
+    path = os.path.join(examples_dir, f"{name}.onnx")
+    base = dict(np.load(path.replace(".onnx", "_inputs.npz")))
+    (key, arr), = base.items()
+    rows = []
+    for batch in batches:
+        feeds = {key: np.ascontiguousarray(np.repeat(arr[:, :1], batch, axis=1))}
+        model = onnx.load(path)
+        model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = batch  # a static batch per build
+        compiled = compile_model(model, "cuda", tuning_log=tuning_log)
+        rows.append({"part": "model", "model": name, "batch": batch, "seq_len": arr.shape[0],
+                     "ours_ms": _ours(compiled, feeds), "ort_cpu_ms": _ort_ms(model, feeds),
+                     "lowerings": [r.lowering for r in compiled.report()]})
+    return rows
+
+
+def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), examples_dir="examples", log=print):
+    """Measure `parts` and append JSON lines to `out` (the first one describes the machine)."""
+    try:
+        import torch
+    except ImportError:
+        log("skip: torch is not installed; the cuDNN baselines need it")
+        return
+    if not torch.cuda.is_available():
+        log("skip: no CUDA GPU; nothing to measure")
+        return
+    import tvm
+
+    meta = {"part": "meta", "gpu": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "tvm": tvm.__version__,
+            "python": platform.python_version(),
+            "driver": os.popen("nvidia-smi --query-gpu=driver_version --format=csv,noheader").read().strip()}
+    jobs = []
+    if "grid" in parts:
+        jobs += [(op, h, b, 100, h in unrolled_hidden and b in (1, 10)) for op in ("LSTM", "GRU")
+                 for h in (64, 256, 1024) for b in (1, 10, 20)]
+    if "batch" in parts:
+        jobs += [("LSTM", 256, b, 100, False) for b in (2, 4, 8, 32, 64)]
+    if "seq" in parts:
+        jobs += [("LSTM", 256, 10, t, False) for t in (10, 50, 200, 400)]
+    with open(out, "a") as f:
+        f.write(json.dumps(meta) + "\n")
+        for op, h, b, t, unrolled in jobs:
+            row = layer_row(op, h, b, t, tuning_log, unrolled)
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            log(json.dumps(row))
+        if "models" in parts:
+            for name, batches in (("char_rnn", (1, 16, 64)), ("text_classifier", (1, 8, 64))):
+                for row in model_rows(name, batches, tuning_log, examples_dir):
+                    f.write(json.dumps(row) + "\n")
+                    log(json.dumps(row))
