@@ -57,13 +57,6 @@ def step_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> float:
     return gpu.weights.get("barrier_us", 1.0) * f["barrier_us"] + cycles / (gpu.clock_ghz * 1e3)
 
 
-def layer_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int, seq_len: int) -> float:
-    """Predicted microseconds of the layer: input-projection GEMM plus seq_len steps."""
-    flops = 2.0 * seq_len * batch * spec.input_size * spec.num_gates * spec.hidden_size * spec.num_directions
-    gemm = gpu.launch_us + flops / (gpu.gemm_tflops * 1e6)
-    return gemm + gpu.launch_us + seq_len * step_us(spec, cfg, gpu, batch)
-
-
 def rank(spec: CellSpec, configs: list[Config], gpu: GPUModel, batch: int) -> list[tuple[float, Config]]:
     """(predicted step time, config), fastest first; ties broken towards fewer CTAs."""
     scored = [(step_us(spec, c, gpu, batch), c.num_ctas(spec), c) for c in configs]

@@ -23,8 +23,6 @@ class GPUModel:
     clock_ghz: float
     grid_barrier_us: dict  # CTAs -> microseconds per barrier
     weights: dict  # cost-model feature -> cycles per unit (barrier_us: a plain factor)
-    gemm_tflops: float
-    launch_us: float
     max_shared_bytes: int = 48 * 1024  # per CTA, with dynamic shared memory
     provenance: str = ""
 
