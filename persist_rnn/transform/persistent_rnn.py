@@ -1,7 +1,7 @@
 """PersistentRNN: swap each recurrence's reference scan for a persistent CUDA kernel.
 
 It finds recurrences by the CellSpec attribute the importer's reference scan carries (the
-canonical form), asks the scheduler for a config, and replaces the callee with the kernel the
+canonical form; chains of primitive-op LSTM cells are first turned into it, see match_cells), asks the scheduler for a config, and replaces the callee with the kernel the
 templates generate for it. All lowerings share one signature, so call sites stay as they are.
 What cannot be made persistent keeps the reference scan (re-targeted to the target's variant),
 and the reason is recorded where `report()` reads it.
@@ -18,6 +18,7 @@ from tir_templates.spec import ATTR_KEY, CellSpec
 
 from ..report import CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR
 from ..schedule.planner import plan_layer
+from .match_cells import MatchLSTMCells
 
 
 def recurrences(mod: tvm.IRModule):
@@ -59,6 +60,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
 
     @tvm.ir.transform.module_pass(opt_level=0, name="PersistentRNN")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        mod = MatchLSTMCells(target.kind.name)(mod)  # recurrences written as primitive ops
         batches = call_site_batches(mod)
         for gv, func, spec in list(recurrences(mod)):
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":

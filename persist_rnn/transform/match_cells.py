@@ -1,0 +1,242 @@
+"""Find LSTM cells written as primitive ops, repeated with shared recurrent weights, and turn
+each chain of them into the canonical recurrent form that PersistentRNN lowers.
+
+This is how `nn.LSTMCell` stepped in a Python loop exports, and what `from_onnx(unroll=True)`
+emits. A cell is recognised from its equations, whatever the order of commutative operands and
+of the gates inside the packed gate tensor:
+    gates = <terms without h> + h(t-1) @ W        (W: a constant (H, 4H))
+    c(t)  = sigmoid(f) * c(t-1) + sigmoid(i) * tanh(g)
+    h(t)  = sigmoid(o) * tanh(c(t))
+with i, f, g, o equal-width slices of `gates` (split or strided_slice on the last axis). Cells
+chain when one's h(t), c(t) are the next one's h(t-1), c(t-1) and W and the gate order agree.
+Anything else (an extra op inside a cell, clip, peepholes, a c(t) used outside the chain) is a
+near miss and is left untouched. GRU and RNN cells are not matched yet.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from tir_templates.reference import WORKSPACE_WORDS, reference_scan
+from tir_templates.spec import CellSpec
+
+_ALL_STEPS = np.iinfo(np.int32).max
+
+
+@dataclasses.dataclass
+class _Cell:
+    h_new: relax.Var
+    c_new: relax.Var
+    h_prev: relax.Expr
+    c_prev: relax.Expr
+    weight: np.ndarray  # (H, 4H): h(t-1) @ weight
+    order: tuple  # slice index of i, f, g, o in the packed gates
+    inputs: list  # the gate terms that do not involve h(t-1)
+
+
+class _Block:
+    """Bindings of one dataflow block, looked through by variable."""
+
+    def __init__(self, block):
+        self.value = {b.var: b.value for b in block.bindings}
+        self.uses = {}
+        for b in block.bindings:
+            for v in relax.analysis.free_vars(b.value) if not isinstance(b.value, relax.Var) else [b.value]:
+                self.uses[v] = self.uses.get(v, 0) + 1
+
+    def op(self, e, name):
+        """The call `relax.<name>` that `e` is bound to, else None."""
+        v = self.value.get(e, e) if isinstance(e, relax.Var) else e
+        if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "relax." + name:
+            return v
+        return None
+
+    def add_terms(self, e):
+        """Leaves of a tree of `add` calls."""
+        call = self.op(e, "add")
+        return self.add_terms(call.args[0]) + self.add_terms(call.args[1]) if call is not None else [e]
+
+    def gate_slice(self, e, width):
+        """(packed gates, slice index) when `e` is an equal-width slice of the last axis."""
+        v = self.value.get(e, e) if isinstance(e, relax.Var) else e
+        if isinstance(v, relax.TupleGetItem):
+            split = self.op(v.tuple_value, "split")
+            if split is not None and int(split.attrs.axis) in (-1, 1):
+                return split.args[0], int(v.index)
+        sl = self.op(e, "strided_slice")
+        if sl is not None and len(sl.args) == 4:  # data, axes, begin, end (no strides)
+            axes, begin, end = ([int(f.value) if hasattr(f, "value") else int(f) for f in a.fields] for a in sl.args[1:])
+            if axes in ([1], [-1]) and end[0] - begin[0] == width and begin[0] % width == 0:
+                return sl.args[0], begin[0] // width
+        return None
+
+
+def _const_array(e):
+    return e.value.numpy() if isinstance(e, tvm.ir.expr.Constant) else None
+
+
+def _match_cell(blk: _Block, h_var) -> _Cell | None:
+    mul = blk.op(h_var, "multiply")
+    if mul is None:
+        return None
+    for sig_o, tanh_c in (mul.args, mul.args[::-1]):
+        o, t = blk.op(sig_o, "sigmoid"), blk.op(tanh_c, "tanh")
+        if o is None or t is None or not isinstance(t.args[0], relax.Var):
+            continue
+        c_new = t.args[0]
+        cell = _match_state(blk, h_var, c_new, o.args[0])
+        if cell is not None:
+            return cell
+    return None
+
+
+def _match_state(blk, h_var, c_new, o_pre):
+    add = blk.op(c_new, "add")
+    if add is None:
+        return None
+    ty = h_var.ty
+    if not isinstance(ty, relax.TensorType) or ty.ndim != 2 or not isinstance(ty.shape[1], tvm.tirx.IntImm):
+        return None
+    H = int(ty.shape[1])
+    for fc, ig in (add.args, add.args[::-1]):
+        m1, m2 = blk.op(fc, "multiply"), blk.op(ig, "multiply")
+        if m1 is None or m2 is None:
+            continue
+        for sig_f, c_prev in (m1.args, m1.args[::-1]):
+            f = blk.op(sig_f, "sigmoid")
+            if f is None:
+                continue
+            for sig_i, tanh_g in (m2.args, m2.args[::-1]):
+                i, g = blk.op(sig_i, "sigmoid"), blk.op(tanh_g, "tanh")
+                if i is None or g is None:
+                    continue
+                slices = [blk.gate_slice(x, H) for x in (i.args[0], f.args[0], g.args[0], o_pre)]
+                if any(s is None for s in slices):
+                    continue
+                if not all(s[0].same_as(slices[0][0]) for s in slices):
+                    continue
+                order = tuple(s[1] for s in slices)
+                if sorted(order) != [0, 1, 2, 3]:
+                    continue
+                cell = _split_gates(blk, slices[0][0], H)
+                if cell is None:
+                    continue
+                h_prev, weight, inputs = cell
+                return _Cell(h_var, c_new, h_prev, c_prev, weight, order, inputs)
+    return None
+
+
+def _split_gates(blk, gates, H):
+    """(h(t-1), W, input terms) of the packed gates: exactly one h(t-1) @ constant (H, 4H)."""
+    recurrent, inputs = [], []
+    for term in blk.add_terms(gates):
+        mm = blk.op(term, "matmul")
+        w = _const_array(mm.args[1]) if mm is not None else None
+        if w is not None and w.shape == (H, 4 * H) and isinstance(mm.args[0], relax.Var):
+            recurrent.append((mm.args[0], w))
+        else:
+            inputs.append(term)
+    if len(recurrent) != 1 or not inputs:
+        return None
+    return recurrent[0][0], recurrent[0][1], inputs
+
+
+def _chains(blk: _Block, cells: dict):
+    """Maximal runs of cells feeding each other, in order (length >= 2)."""
+    nxt = {}
+    for cell in cells.values():
+        prev = cells.get(cell.h_prev)
+        if (prev is not None and cell.c_prev.same_as(prev.c_new) and prev.order == cell.order
+                and np.array_equal(prev.weight, cell.weight) and blk.uses.get(prev.c_new, 0) == 2):
+            nxt[prev.h_new] = cell  # c(t) feeds only its own tanh and the next cell
+    heads = [c for c in cells.values() if not any(n is c for n in nxt.values())]
+    out = []
+    for head in heads:
+        chain = [head]
+        while chain[-1].h_new in nxt:
+            chain.append(nxt[chain[-1].h_new])
+        if len(chain) >= 2:
+            out.append(chain)
+    return out
+
+
+def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
+    """The chain as input terms stacked over time + one reference scan; returns (Y, Y_c) vars."""
+    first = chain[0]
+    H = first.weight.shape[0]
+    order = first.order  # where i, f, g, o sit; ONNX wants i, o, f, c
+    onnx_slots = [order[0], order[3], order[1], order[2]]
+    steps = []
+    for cell in chain:
+        x = cell.inputs[0]
+        for term in cell.inputs[1:]:
+            x = bb.emit(relax.op.add(x, term))
+        parts = [relax.op.strided_slice(x, [1], [k * H], [(k + 1) * H]) for k in onnx_slots]
+        steps.append(bb.emit(relax.op.concat(parts, axis=1)))
+    n_t = len(chain)
+    batch = first.h_new.ty.shape[0]
+    xw = bb.emit(relax.op.reshape(relax.op.stack(steps, axis=0), (n_t, batch, 1, 4 * H)))
+    r = first.weight.T.reshape(4, H, H)[onnx_slots].reshape(1, 4 * H, H)
+    spec = CellSpec("lstm", H, H, node=f"matched_lstm_{index}")
+    gvar = bb.add_func(reference_scan(spec, target_kind), f"persist_rnn_lstm_matched_{index}")
+    zeros = lambda shape: relax.const(np.zeros(shape, "float32"))  # noqa: E731
+    lens = relax.op.full(relax.ShapeExpr([batch]), relax.const(_ALL_STEPS, "int32"), "int32")
+    h0 = bb.emit(relax.op.expand_dims(first.h_prev, [0]))
+    c0 = bb.emit(relax.op.expand_dims(first.c_prev, [0]))
+    state = relax.TensorType((1, batch, H), "float32")
+    out_ty = [relax.TensorType((n_t, 1, batch, H), "float32"), state, state,
+              relax.TensorType((3, 1, batch, H), "float32"), relax.TensorType((WORKSPACE_WORDS,), "uint32")]
+    res = bb.emit(relax.call_tir(gvar, [xw, relax.const(np.ascontiguousarray(r)), zeros((1, 4 * H)),
+                                        bb.emit(lens), h0, c0, zeros((1, 3 * H))], out_ty))
+    return bb.emit(relax.TupleGetItem(res, 0)), bb.emit(relax.TupleGetItem(res, 2))
+
+
+@relax.expr_functor.mutator
+class _Rewriter(relax.PyExprMutator):
+    def __init__(self, mod, chains, target_kind):
+        super().__init__(mod)
+        self.last = {chain[-1].h_new: (k, chain) for k, chain in enumerate(chains)}
+        self.target_kind = target_kind
+
+    def visit_var_binding_(self, binding):
+        super().visit_var_binding_(binding)
+        hit = self.last.get(binding.var)
+        if hit is None:
+            return
+        k, chain = hit
+        y, y_c = _emit_canonical(self.builder_, chain, self.target_kind, k)
+        for t, cell in enumerate(chain):  # later uses of h(t) read the scan's output
+            h_t = self.builder_.emit(relax.op.squeeze(relax.op.strided_slice(y, [0], [t], [t + 1]), [0, 1]))
+            self.set_var_remap(cell.h_new, h_t)
+        self.set_var_remap(chain[-1].c_new, self.builder_.emit(relax.op.squeeze(y_c, [0])))
+
+
+def MatchLSTMCells(target_kind: str = "llvm") -> tvm.ir.transform.Pass:
+    """Replace each chain of primitive-op LSTM cells with the canonical recurrent form."""
+
+    @tvm.ir.transform.module_pass(opt_level=0, name="MatchLSTMCells")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        mod = relax.transform.FoldConstant()(mod)
+        for gv, func in list(mod.functions.items()):
+            if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+                continue
+            chains = []
+            for block in func.body.blocks:
+                blk = _Block(block)
+                cells = {}
+                for b in block.bindings:
+                    cell = _match_cell(blk, b.var)
+                    if cell is not None:
+                        cells[b.var] = cell
+                chains += _chains(blk, cells)
+            if chains:
+                rewriter = _Rewriter(mod, chains, target_kind)
+                new_func = rewriter.visit_expr(func)
+                mod = rewriter.builder_.get()
+                mod[gv] = new_func
+        return relax.transform.DeadCodeElimination()(mod)
+
+    return _pass

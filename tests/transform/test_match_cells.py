@@ -1,0 +1,49 @@
+"""Recurrences written as primitive ops: chains of LSTM cells become the canonical form."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+import persist_rnn
+from persist_rnn.testing import LayerCase, max_rel_error, ort_run, reference
+
+LSTMCELL_LOOP = os.path.join(os.path.dirname(__file__), "..", "fixtures", "torch_lstmcell_loop.onnx")
+CUDA = {"kind": "cuda", "arch": "sm_90"}
+
+
+def _matched(report):
+    return [r for r in report if r.node.startswith("matched_lstm")]
+
+
+def test_torch_lstmcell_loop_is_matched_and_correct():
+    """torch's gate order (i, f, g, o) and its split; step 0 (h = 0 folded away) stays as ops."""
+    feeds = dict(np.load(LSTMCELL_LOOP[:-5] + ".npz"))
+    compiled = persist_rnn.compile(LSTMCELL_LOOP, "llvm")
+    [layer] = _matched(compiled.report())
+    assert (layer.cell, layer.hidden_size, layer.lowering) == ("lstm", 12, "reference")
+    assert max_rel_error(compiled.run(feeds), ort_run(onnx.load(LSTMCELL_LOOP), feeds)) <= 1e-4
+    [layer] = _matched(persist_rnn.compile(LSTMCELL_LOOP, CUDA, measure=False).report())
+    assert layer.lowering == "persistent"
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_unrolled_lstm_is_matched_per_direction(direction):
+    """The importer's unroll=True output: ONNX gate order, strided slices, initial states."""
+    case = LayerCase(op="LSTM", direction=direction, initial_h=True, initial_c=True, seq_len=6)
+    model, feeds, want = reference(case)
+    compiled = persist_rnn.compile(model, "llvm", unroll=True)
+    assert len(_matched(compiled.report())) == (2 if direction == "bidirectional" else 1)
+    assert max_rel_error(compiled.run(feeds), want) <= 1e-4
+
+
+@pytest.mark.parametrize("near_miss", [dict(peepholes=True), dict(clip=1.0), dict(seq_lens=[6, 2, 4])],
+                         ids=["peepholes", "clip", "sequence_lens"])
+def test_near_misses_are_left_untouched(near_miss):
+    """An extra op inside the cell (peephole terms, clip, masking) is not an LSTM cell."""
+    model, feeds, want = reference(LayerCase(op="LSTM", seq_len=6, **near_miss))
+    compiled = persist_rnn.compile(model, "llvm", unroll=True)
+    assert _matched(compiled.report()) == []
+    assert max_rel_error(compiled.run(feeds), want) <= 1e-4
