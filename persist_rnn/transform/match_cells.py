@@ -1,5 +1,5 @@
-"""Find LSTM cells written as primitive ops, repeated with shared recurrent weights, and turn
-each chain of them into the canonical recurrent form that PersistentRNN lowers.
+"""Find LSTM and GRU cells written as primitive ops, repeated with shared recurrent weights, and
+turn each chain of them into the canonical recurrent form that PersistentRNN lowers.
 
 This is how `nn.LSTMCell` stepped in a Python loop exports, and what `from_onnx(unroll=True)`
 emits. A cell is recognised from its equations, whatever the order of commutative operands and
@@ -9,8 +9,10 @@ of the gates inside the packed gate tensor:
     h(t)  = sigmoid(o) * tanh(c(t))
 with i, f, g, o equal-width slices of `gates` (split or strided_slice on the last axis). Cells
 chain when one's h(t), c(t) are the next one's h(t-1), c(t-1) and W and the gate order agree.
-Anything else (an extra op inside a cell, clip, peepholes, a c(t) used outside the chain) is a
-near miss and is left untouched. GRU and RNN cells are not matched yet.
+GRU (linear_before_reset=1, torch's GRUCell) is matched in both the ONNX form
+(1 - z) * n + z * h and torch's (h - n) * z + n; see _match_gru. Anything else (an extra op
+inside a cell, clip, peepholes, a c(t) used outside the chain) is a near miss and is left
+untouched. RNN cells and GRU with linear_before_reset=0 are not matched.
 """
 from __future__ import annotations
 
@@ -144,13 +146,120 @@ def _split_gates(blk, gates, H):
     return recurrent[0][0], recurrent[0][1], inputs
 
 
+@dataclasses.dataclass
+class _GRUCell:
+    h_new: relax.Var
+    h_prev: relax.Expr
+    weight: np.ndarray  # (H, 3H): h(t-1) @ weight + bias
+    bias: np.ndarray  # (3H,) recurrent bias, packed like weight
+    order: tuple  # slice index of z, r, n in the packed recurrent gates
+    x_parts: list  # input terms of z, r, n
+    c_new = None
+    c_prev = None
+
+
+def _either(blk, e, name, pred):
+    """The first (a, b) ordering of the operands of call `name` bound to `e` for which pred holds."""
+    call = blk.op(e, name)
+    if call is None:
+        return None
+    for a, b in (call.args, call.args[::-1]):
+        got = pred(a, b)
+        if got is not None:
+            return got
+    return None
+
+
+def _match_gru(blk: _Block, h_var):
+    """h(t) = (1 - z) * n + z * h(t-1) (ONNX) or (h(t-1) - n) * z + n (torch), with
+    z = sigmoid(x_z + R_z h), n = tanh(x_n + r * (R_n h + b_n)), r = sigmoid(x_r + R_r h)."""
+    ty = h_var.ty
+    if not isinstance(ty, relax.TensorType) or ty.ndim != 2 or not isinstance(ty.shape[1], tvm.tirx.IntImm):
+        return None
+    H = int(ty.shape[1])
+
+    def onnx_form(p, q):  # p = (1 - z) * n, q = z * h
+        def zn(a, b):
+            sub = blk.op(a, "subtract")
+            one = _const_array(sub.args[0]) if sub is not None else None
+            if one is None or not np.all(one == 1) or blk.op(b, "tanh") is None:
+                return None
+            return sub.args[1], b
+        z_n = _either(blk, p, "multiply", zn)
+        if z_n is None:
+            return None
+        zh = _either(blk, q, "multiply", lambda a, b: b if a.same_as(z_n[0]) else None)
+        return None if zh is None else (z_n[0], z_n[1], zh)
+
+    def torch_form(p, q):  # p = (h - n) * z, q = n
+        if blk.op(q, "tanh") is None:
+            return None
+
+        def hz(a, b):
+            sub = blk.op(a, "subtract")
+            if sub is None or not sub.args[1].same_as(q):
+                return None
+            return b, q, sub.args[0]
+        return _either(blk, p, "multiply", hz)
+
+    found = _either(blk, h_var, "add", lambda p, q: onnx_form(p, q) or torch_form(p, q))
+    if found is None:
+        return None
+    z, n, h_prev = found
+    zs, ns = blk.op(z, "sigmoid"), blk.op(n, "tanh")
+    if zs is None or ns is None:
+        return None
+
+    def candidate(a, b):  # a = x_n, b = r * n_h
+        return _either(blk, b, "multiply", lambda r, nh: (a, r, nh) if blk.op(r, "sigmoid") is not None else None)
+    parts = _either(blk, ns.args[0], "add", candidate)
+    if parts is None:
+        return None
+    x_n, r, n_h = parts
+    sl = blk.gate_slice(n_h, H)
+    if sl is None:
+        return None
+    rec, k_n = sl
+    recurrent, consts = [], []
+    for term in blk.add_terms(rec):
+        mm = blk.op(term, "matmul")
+        w = _const_array(mm.args[1]) if mm is not None else None
+        if w is not None and w.shape == (H, 3 * H) and mm.args[0].same_as(h_prev):
+            recurrent.append(w)
+        elif _const_array(term) is not None:
+            consts.append(_const_array(term))
+        else:
+            return None
+    if len(recurrent) != 1:
+        return None
+    if any(c.size != 3 * H for c in consts):  # a bias that varies over the batch is not R's
+        return None
+    bias = sum((c.reshape(3 * H) for c in consts), np.zeros(3 * H, "float32"))
+
+    def split(pre):  # (x part, slice index of the recurrent part)
+        def pick(a, b):
+            got = blk.gate_slice(b, H)
+            return (a, got[1]) if got is not None and got[0].same_as(rec) else None
+        return _either(blk, pre, "add", pick)
+    zx, rx = split(zs.args[0]), split(blk.op(r, "sigmoid").args[0])
+    if zx is None or rx is None or sorted([zx[1], rx[1], k_n]) != [0, 1, 2]:
+        return None
+    return _GRUCell(h_var, h_prev, recurrent[0], bias.astype("float32"),
+                    (zx[1], rx[1], k_n), [zx[0], rx[0], x_n])
+
+
 def _chains(blk: _Block, cells: dict):
     """Maximal runs of cells feeding each other, in order (length >= 2)."""
     nxt = {}
     for cell in cells.values():
         prev = cells.get(cell.h_prev)
-        if (prev is not None and cell.c_prev.same_as(prev.c_new) and prev.order == cell.order
-                and np.array_equal(prev.weight, cell.weight) and blk.uses.get(prev.c_new, 0) == 2):
+        if prev is None or type(prev) is not type(cell) or prev.order != cell.order:
+            continue
+        if not np.array_equal(prev.weight, cell.weight):
+            continue
+        gru_ok = isinstance(cell, _GRUCell) and np.array_equal(prev.bias, cell.bias)
+        lstm_ok = isinstance(cell, _Cell) and cell.c_prev.same_as(prev.c_new) and blk.uses.get(prev.c_new, 0) == 2
+        if gru_ok or lstm_ok:
             nxt[prev.h_new] = cell  # c(t) feeds only its own tanh and the next cell
     heads = [c for c in cells.values() if not any(n is c for n in nxt.values())]
     out = []
@@ -167,29 +276,38 @@ def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
     """The chain as input terms stacked over time + one reference scan; returns (Y, Y_c) vars."""
     first = chain[0]
     H = first.weight.shape[0]
-    order = first.order  # where i, f, g, o sit; ONNX wants i, o, f, c
-    onnx_slots = [order[0], order[3], order[1], order[2]]
-    steps = []
-    for cell in chain:
-        x = cell.inputs[0]
-        for term in cell.inputs[1:]:
-            x = bb.emit(relax.op.add(x, term))
-        parts = [relax.op.strided_slice(x, [1], [k * H], [(k + 1) * H]) for k in onnx_slots]
-        steps.append(bb.emit(relax.op.concat(parts, axis=1)))
+    gru = isinstance(first, _GRUCell)
+    if gru:  # ONNX order z, r, h; the input terms are already one per gate
+        slots = list(first.order)
+        steps = [bb.emit(relax.op.concat(cell.x_parts, axis=1)) for cell in chain]
+        rb = first.bias.reshape(3, H)[slots].reshape(1, 3 * H)
+    else:  # where i, f, g, o sit; ONNX wants i, o, f, c
+        order = first.order
+        slots = [order[0], order[3], order[1], order[2]]
+        steps = []
+        for cell in chain:
+            x = cell.inputs[0]
+            for term in cell.inputs[1:]:
+                x = bb.emit(relax.op.add(x, term))
+            parts = [relax.op.strided_slice(x, [1], [k * H], [(k + 1) * H]) for k in slots]
+            steps.append(bb.emit(relax.op.concat(parts, axis=1)))
+        rb = np.zeros((1, 4 * H), "float32")
+    G = len(slots)
     n_t = len(chain)
     batch = first.h_new.ty.shape[0]
-    xw = bb.emit(relax.op.reshape(relax.op.stack(steps, axis=0), (n_t, batch, 1, 4 * H)))
-    r = first.weight.T.reshape(4, H, H)[onnx_slots].reshape(1, 4 * H, H)
-    spec = CellSpec("lstm", H, H, node=f"matched_lstm_{index}")
-    gvar = bb.add_func(reference_scan(spec, target_kind), f"persist_rnn_lstm_matched_{index}")
+    xw = bb.emit(relax.op.reshape(relax.op.stack(steps, axis=0), (n_t, batch, 1, G * H)))
+    r = first.weight.T.reshape(G, H, H)[slots].reshape(1, G * H, H)
+    cell_kind = "gru" if gru else "lstm"
+    spec = CellSpec(cell_kind, H, H, linear_before_reset=gru, node=f"matched_{cell_kind}_{index}")
+    gvar = bb.add_func(reference_scan(spec, target_kind), f"persist_rnn_{cell_kind}_matched_{index}")
     zeros = lambda shape: relax.const(np.zeros(shape, "float32"))  # noqa: E731
     lens = relax.op.full(relax.ShapeExpr([batch]), relax.const(_ALL_STEPS, "int32"), "int32")
     h0 = bb.emit(relax.op.expand_dims(first.h_prev, [0]))
-    c0 = bb.emit(relax.op.expand_dims(first.c_prev, [0]))
+    c0 = bb.emit(relax.op.zeros_like(h0)) if gru else bb.emit(relax.op.expand_dims(first.c_prev, [0]))
     state = relax.TensorType((1, batch, H), "float32")
     out_ty = [relax.TensorType((n_t, 1, batch, H), "float32"), state, state,
               relax.TensorType((3, 1, batch, H), "float32"), relax.TensorType((WORKSPACE_WORDS,), "uint32")]
-    res = bb.emit(relax.call_tir(gvar, [xw, relax.const(np.ascontiguousarray(r)), zeros((1, 4 * H)),
+    res = bb.emit(relax.call_tir(gvar, [xw, relax.const(np.ascontiguousarray(r)), relax.const(rb),
                                         bb.emit(lens), h0, c0, zeros((1, 3 * H))], out_ty))
     return bb.emit(relax.TupleGetItem(res, 0)), bb.emit(relax.TupleGetItem(res, 2))
 
@@ -202,22 +320,27 @@ class _Rewriter(relax.PyExprMutator):
         self.target_kind = target_kind
 
     def visit_var_binding_(self, binding):
-        super().visit_var_binding_(binding)
         hit = self.last.get(binding.var)
         if hit is None:
+            super().visit_var_binding_(binding)
             return
         k, chain = hit
+        is_output = not isinstance(binding.var, relax.DataflowVar)
+        if not is_output:
+            super().visit_var_binding_(binding)  # dead once its uses are remapped; DCE drops it
         y, y_c = _emit_canonical(self.builder_, chain, self.target_kind, k)
         for t, cell in enumerate(chain):  # later uses of h(t) read the scan's output
-            h_t = self.builder_.emit(relax.op.squeeze(relax.op.strided_slice(y, [0], [t], [t + 1]), [0, 1]))
-            self.set_var_remap(cell.h_new, h_t)
-        self.set_var_remap(chain[-1].c_new, self.builder_.emit(relax.op.squeeze(y_c, [0])))
+            h_t = relax.op.squeeze(relax.op.strided_slice(y, [0], [t], [t + 1]), [0, 1])
+            last_output = is_output and t == len(chain) - 1
+            self.set_var_remap(cell.h_new, self.builder_.emit_output(h_t) if last_output else self.builder_.emit(h_t))
+        if chain[-1].c_new is not None:
+            self.set_var_remap(chain[-1].c_new, self.builder_.emit(relax.op.squeeze(y_c, [0])))
 
 
-def MatchLSTMCells(target_kind: str = "llvm") -> tvm.ir.transform.Pass:
-    """Replace each chain of primitive-op LSTM cells with the canonical recurrent form."""
+def MatchCells(target_kind: str = "llvm") -> tvm.ir.transform.Pass:
+    """Replace each chain of primitive-op LSTM or GRU cells with the canonical recurrent form."""
 
-    @tvm.ir.transform.module_pass(opt_level=0, name="MatchLSTMCells")
+    @tvm.ir.transform.module_pass(opt_level=0, name="MatchCells")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         mod = relax.transform.FoldConstant()(mod)
         for gv, func in list(mod.functions.items()):
@@ -229,6 +352,8 @@ def MatchLSTMCells(target_kind: str = "llvm") -> tvm.ir.transform.Pass:
                 cells = {}
                 for b in block.bindings:
                     cell = _match_cell(blk, b.var)
+                    if cell is None:
+                        cell = _match_gru(blk, b.var)
                     if cell is not None:
                         cells[b.var] = cell
                 chains += _chains(blk, cells)
@@ -237,6 +362,6 @@ def MatchLSTMCells(target_kind: str = "llvm") -> tvm.ir.transform.Pass:
                 new_func = rewriter.visit_expr(func)
                 mod = rewriter.builder_.get()
                 mod[gv] = new_func
-        return relax.transform.DeadCodeElimination()(mod)
+        return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
 
     return _pass

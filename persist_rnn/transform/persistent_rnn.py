@@ -18,7 +18,7 @@ from tir_templates.spec import ATTR_KEY, CellSpec
 
 from ..report import CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR
 from ..schedule.planner import plan_layer
-from .match_cells import MatchLSTMCells
+from .match_cells import MatchCells
 
 
 def recurrences(mod: tvm.IRModule):
@@ -60,7 +60,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
 
     @tvm.ir.transform.module_pass(opt_level=0, name="PersistentRNN")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        mod = MatchLSTMCells(target.kind.name)(mod)  # recurrences written as primitive ops
+        mod = MatchCells(target.kind.name)(mod)  # recurrences written as primitive ops
         batches = call_site_batches(mod)
         for gv, func, spec in list(recurrences(mod)):
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":

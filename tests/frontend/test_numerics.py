@@ -90,7 +90,8 @@ def test_unrolled_agrees_with_canonical_and_onnxruntime(case):
     unrolled = unrolled_model.run(feeds)
     assert max_rel_error(unrolled, want) <= FP32_TOL
     assert max_rel_error(unrolled, canonical) <= FP32_TOL
-    assert [r.lowering for r in unrolled_model.report()] == ["unrolled"]
+    # (the unrolled LSTM and GRU cells are then matched back into scans by the pass: tests/transform)
+    assert [r.lowering for r in unrolled_model.report() if not r.node.startswith("matched_")] == ["unrolled"]
 
 
 def test_subset_of_outputs_and_opset7():

@@ -1,4 +1,4 @@
-"""Recurrences written as primitive ops: chains of LSTM cells become the canonical form."""
+"""Recurrences written as primitive ops: chains of LSTM and GRU cells become the canonical form."""
 from __future__ import annotations
 
 import os
@@ -11,11 +11,12 @@ import persist_rnn
 from persist_rnn.testing import LayerCase, max_rel_error, ort_run, reference
 
 LSTMCELL_LOOP = os.path.join(os.path.dirname(__file__), "..", "fixtures", "torch_lstmcell_loop.onnx")
+GRUCELL_LOOP = os.path.join(os.path.dirname(__file__), "..", "fixtures", "torch_grucell_loop.onnx")
 CUDA = {"kind": "cuda", "arch": "sm_90"}
 
 
 def _matched(report):
-    return [r for r in report if r.node.startswith("matched_lstm")]
+    return [r for r in report if r.node.startswith("matched_")]
 
 
 def test_torch_lstmcell_loop_is_matched_and_correct():
@@ -46,4 +47,25 @@ def test_near_misses_are_left_untouched(near_miss):
     model, feeds, want = reference(LayerCase(op="LSTM", seq_len=6, **near_miss))
     compiled = persist_rnn.compile(model, "llvm", unroll=True)
     assert _matched(compiled.report()) == []
+    assert max_rel_error(compiled.run(feeds), want) <= 1e-4
+
+
+def test_torch_grucell_loop_is_matched_and_correct():
+    """torch's GRUCell: h' = (h - n) * z + n, separate input and hidden splits, r inside n."""
+    feeds = dict(np.load(GRUCELL_LOOP[:-5] + ".npz"))
+    compiled = persist_rnn.compile(GRUCELL_LOOP, "llvm")
+    [layer] = _matched(compiled.report())
+    assert (layer.cell, layer.hidden_size) == ("gru", 12)
+    assert max_rel_error(compiled.run(feeds), ort_run(onnx.load(GRUCELL_LOOP), feeds)) <= 1e-4
+    [layer] = _matched(persist_rnn.compile(GRUCELL_LOOP, CUDA, measure=False).report())  # h(T) is the graph output
+    assert layer.lowering == "persistent"
+
+
+@pytest.mark.parametrize("lbr,matched", [(1, 2), (0, 0)], ids=["linear_before_reset=1", "linear_before_reset=0"])
+def test_unrolled_gru(lbr, matched):
+    """ONNX's (1 - z) * n + z * h form; linear_before_reset=0 is another cell and is left alone."""
+    case = LayerCase(op="GRU", linear_before_reset=lbr, direction="bidirectional", initial_h=True, seq_len=6)
+    model, feeds, want = reference(case)
+    compiled = persist_rnn.compile(model, "llvm", unroll=True)
+    assert len(_matched(compiled.report())) == matched
     assert max_rel_error(compiled.run(feeds), want) <= 1e-4
