@@ -118,11 +118,6 @@ def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
     return sess.run(None, feeds)
 
 
-def to_layout0(case: LayerCase) -> LayerCase:
-    """The layout-0 twin of a layout-1 case (ONNX Runtime has no layout=1 kernels)."""
-    return dataclasses.replace(case, layout=0)
-
-
 def layout1_feeds_to_0(feeds: dict) -> dict:
     out = dict(feeds)
     out["X"] = np.ascontiguousarray(feeds["X"].transpose(1, 0, 2))

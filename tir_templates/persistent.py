@@ -45,10 +45,17 @@ class UnsupportedLayer(Exception):
     """The persistent template cannot build this layer; the message is the report's reason."""
 
 
-def _check(spec: CellSpec, cfg: Config) -> None:
+def unsupported_reason(spec: CellSpec) -> str:
+    """Why no config of this template can run `spec` (empty when some can)."""
     if spec.cell == "gru" and not spec.linear_before_reset:
-        raise UnsupportedLayer("GRU with linear_before_reset=0 needs r*h(t-1) of every unit before the "
-                               "candidate's GEMV; the persistent template implements linear_before_reset=1")
+        return ("GRU with linear_before_reset=0 needs r*h(t-1) of every unit before the candidate's GEMV; "
+                "the persistent template implements linear_before_reset=1 (torch's export)")
+    return ""
+
+
+def _check(spec: CellSpec, cfg: Config) -> None:
+    if unsupported_reason(spec):
+        raise UnsupportedLayer(unsupported_reason(spec))
     if spec.hidden_size % cfg.tile_units or spec.hidden_size % cfg.group_size:
         raise UnsupportedLayer(f"config {cfg.as_dict()} does not tile hidden_size {spec.hidden_size}")
 

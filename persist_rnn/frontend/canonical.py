@@ -19,27 +19,34 @@ from .layer import RecurrentLayer, finish_outputs, input_projection
 ALL_STEPS = np.iinfo(np.int32).max
 
 
-def full_lengths(layer: RecurrentLayer):
+def full_lengths(batch):
     """sequence_lens when the node has none: every sequence runs all T steps."""
-    if isinstance(layer.batch, int):
-        return relax.const(np.full((layer.batch,), ALL_STEPS, "int32"))
-    return relax.op.full(relax.ShapeExpr([layer.batch]), relax.const(ALL_STEPS, "int32"), "int32")
+    if isinstance(batch, int):
+        return relax.const(np.full((batch,), ALL_STEPS, "int32"))
+    return relax.op.full(relax.ShapeExpr([batch]), relax.const(ALL_STEPS, "int32"), "int32")
 
 
 def func_name(spec) -> str:
     return "persist_rnn_" + spec.cell + "_" + re.sub(r"\W", "_", spec.node or "layer")
 
 
+def call_scan(bb, spec, target_kind: str, args: list, seq_len, batch, name: str):
+    """Add the reference scan of `spec` and call it on `args` (xw, r, rb, lens, h0, c0, p):
+    returns the Y (T, D, B, H), Y_h and Y_c (D, B, H) vars."""
+    D, H = spec.num_directions, spec.hidden_size
+    gvar = bb.add_func(reference_scan(spec, target_kind), name)
+    state = relax.TensorType((D, batch, H), "float32")
+    workspace = relax.TensorType((WORKSPACE_WORDS,), "uint32")
+    exchange = relax.TensorType((3, D, batch, H), "float32")
+    out_ty = [relax.TensorType((seq_len, D, batch, H), "float32"), state, state, exchange, workspace]
+    res = bb.emit(relax.call_tir(gvar, args, out_ty))
+    return tuple(bb.emit(relax.TupleGetItem(res, i)) for i in range(3))
+
+
 def emit_canonical(bb, layer: RecurrentLayer, target_kind: str):
     spec = layer.spec
-    D, H, T_, B_ = spec.num_directions, spec.hidden_size, layer.seq_len, layer.batch
     xw = input_projection(bb, layer)
-    lens = layer.lens if layer.lens is not None else full_lengths(layer)
-    gvar = bb.add_func(reference_scan(spec, target_kind), func_name(spec))
-    state = relax.TensorType((D, B_, H), "float32")
-    workspace = relax.TensorType((WORKSPACE_WORDS,), "uint32")
-    exchange = relax.TensorType((3, D, B_, H), "float32")
-    out_ty = [relax.TensorType((T_, D, B_, H), "float32"), state, state, exchange, workspace]
-    res = bb.emit(relax.call_tir(gvar, [xw, layer.r, layer.rb, lens, layer.h0, layer.c0, layer.p], out_ty))
-    y, y_h, y_c = (bb.emit(relax.TupleGetItem(res, i)) for i in range(3))
+    lens = layer.lens if layer.lens is not None else full_lengths(layer.batch)
+    args = [xw, layer.r, layer.rb, lens, layer.h0, layer.c0, layer.p]
+    y, y_h, y_c = call_scan(bb, spec, target_kind, args, layer.seq_len, layer.batch, func_name(spec))
     return finish_outputs(bb, layer, y, y_h, y_c if spec.cell == "lstm" else None)

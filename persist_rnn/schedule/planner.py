@@ -11,7 +11,7 @@ import dataclasses
 import tvm
 
 from tir_templates.config import Config, problems
-from tir_templates.persistent import UnsupportedLayer, persistent_kernel
+from tir_templates.persistent import UnsupportedLayer, persistent_kernel, unsupported_reason
 from tir_templates.spec import CellSpec
 
 from . import tuning_log
@@ -35,18 +35,11 @@ def target_arch(target: tvm.target.Target) -> str:
     return str(arch) if arch else "sm_90"
 
 
-def _unsupported(spec: CellSpec) -> str:
-    if spec.cell == "gru" and not spec.linear_before_reset:
-        return ("GRU with linear_before_reset=0 needs r*h(t-1) of every unit before the candidate's "
-                "GEMV; the persistent template implements linear_before_reset=1 (torch's export)")
-    return ""
-
-
 def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None = None, tuning_log_path=None,
                config=None, top_k: int = 5, measure=None, progress=None) -> Plan:
     if target.kind.name != "cuda":
         return Plan(None, reason=f"target {target.kind.name}: the persistent kernel is CUDA only")
-    why = _unsupported(spec)
+    why = unsupported_reason(spec)
     if why:
         return Plan(None, reason=why)
     gpu = gpu_model(target_arch(target))

@@ -22,10 +22,9 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tir_templates.reference import WORKSPACE_WORDS, reference_scan
 from tir_templates.spec import CellSpec
 
-_ALL_STEPS = np.iinfo(np.int32).max
+from ..frontend.canonical import call_scan, full_lengths
 
 
 @dataclasses.dataclass
@@ -299,17 +298,12 @@ def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
     r = first.weight.T.reshape(G, H, H)[slots].reshape(1, G * H, H)
     cell_kind = "gru" if gru else "lstm"
     spec = CellSpec(cell_kind, H, H, linear_before_reset=gru, node=f"matched_{cell_kind}_{index}")
-    gvar = bb.add_func(reference_scan(spec, target_kind), f"persist_rnn_{cell_kind}_matched_{index}")
-    zeros = lambda shape: relax.const(np.zeros(shape, "float32"))  # noqa: E731
-    lens = relax.op.full(relax.ShapeExpr([batch]), relax.const(_ALL_STEPS, "int32"), "int32")
     h0 = bb.emit(relax.op.expand_dims(first.h_prev, [0]))
     c0 = bb.emit(relax.op.zeros_like(h0)) if gru else bb.emit(relax.op.expand_dims(first.c_prev, [0]))
-    state = relax.TensorType((1, batch, H), "float32")
-    out_ty = [relax.TensorType((n_t, 1, batch, H), "float32"), state, state,
-              relax.TensorType((3, 1, batch, H), "float32"), relax.TensorType((WORKSPACE_WORDS,), "uint32")]
-    res = bb.emit(relax.call_tir(gvar, [xw, relax.const(np.ascontiguousarray(r)), relax.const(rb),
-                                        bb.emit(lens), h0, c0, zeros((1, 3 * H))], out_ty))
-    return bb.emit(relax.TupleGetItem(res, 0)), bb.emit(relax.TupleGetItem(res, 2))
+    args = [xw, relax.const(np.ascontiguousarray(r)), relax.const(rb), bb.emit(full_lengths(batch)), h0, c0,
+            relax.const(np.zeros((1, 3 * H), "float32"))]
+    y, _, y_c = call_scan(bb, spec, target_kind, args, n_t, batch, f"persist_rnn_{cell_kind}_matched_{index}")
+    return y, y_c
 
 
 @relax.expr_functor.mutator
