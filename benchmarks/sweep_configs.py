@@ -22,9 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 def main():
     import tvm
 
-    from persist_rnn.schedule.cost_model import features, step_us
+    from persist_rnn.schedule.calibrate import sweep_rows
     from persist_rnn.schedule.gpu import gpu_model
-    from persist_rnn.schedule.measure import MEASURE_STEPS, build_many, kernel_arrays, time_kernel
     from persist_rnn.schedule.space import candidate_configs
     from tir_templates.spec import CellSpec
 
@@ -44,19 +43,11 @@ def main():
         if args.limit:
             configs = configs[: args.limit]
         t0 = time.perf_counter()
-        libs = build_many(spec, configs, target, skip_failures=True)
-        build_s = time.perf_counter() - t0
-        arrays = kernel_arrays(spec, batch, MEASURE_STEPS)
+        rows = sweep_rows(spec, configs, gpu, target, dev, batch)
         with open(args.out, "a") as f:
-            for cfg, lib in zip(configs, libs):
-                if lib is None:
-                    print(f"  {cfg} failed to build", flush=True)
-                    continue
-                us = time_kernel(lib, dev, arrays, repeats=10) / MEASURE_STEPS
-                f.write(json.dumps({"cell": cell, "hidden": hidden, "batch": batch, "config": cfg.as_dict(),
-                                    "measured_us": us, "model_us": step_us(spec, cfg, gpu, batch),
-                                    "features": features(spec, cfg, gpu, batch)}) + "\n")
-        print(f"{cell} H={hidden} B={batch}: {len(configs)} configs, built in {build_s:.0f} s", flush=True)
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        print(f"{cell} H={hidden} B={batch}: {len(rows)} of {len(configs)} configs timed in "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """`persist-rnn`: compile, run, inspect and tune ONNX recurrent models from the shell."""
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from .errors import PersistRNNError
 
+UNVERIFIED_HELP = "also use kernel variants not yet run on a GPU (GRU linear_before_reset=0)"
 TARGET_HELP = 'a name ("llvm", "cuda") or a JSON target, e.g. \'{"kind": "cuda", "arch": "sm_80"}\''
 
 
@@ -31,12 +33,13 @@ def main(verbose):
 @click.option("--target", default="cuda", show_default=True, help=TARGET_HELP)
 @click.option("--tuning-log", type=click.Path(dir_okay=False), help="reuse (and extend) this tuning log")
 @click.option("--unroll", is_flag=True, help="unroll recurrences into primitive ops (static shapes only)")
-def compile(model, output, target, tuning_log, unroll):
+@click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
+def compile(model, output, target, tuning_log, unroll, unverified):
     """Compile MODEL into a shared library (plus OUTPUT.json describing it)."""
     from . import compile as compile_model
 
     try:
-        cm = compile_model(model, target, tuning_log=tuning_log, unroll=unroll)
+        cm = compile_model(model, target, tuning_log=tuning_log, unroll=unroll, unverified=unverified)
         cm.export_library(output)
     except PersistRNNError as err:
         _fail(err)
@@ -53,7 +56,8 @@ def compile(model, output, target, tuning_log, unroll):
 @click.option("--tuning-log", type=click.Path(dir_okay=False))
 @click.option("--check", is_flag=True, help="compare with ONNX Runtime and print the max error")
 @click.option("--save", type=click.Path(dir_okay=False), help="write the outputs to this .npz")
-def run(model, inputs_path, target, tuning_log, check, save):
+@click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
+def run(model, inputs_path, target, tuning_log, check, save, unverified):
     """Compile MODEL, run it on INPUTS and print the outputs' shapes."""
     from . import compile as compile_model
 
@@ -64,7 +68,7 @@ def run(model, inputs_path, target, tuning_log, check, save):
         target = "cuda" if present_device() is not None else "llvm"
         click.echo(f"running on {'the GPU (cuda)' if target == 'cuda' else 'the CPU (llvm): no CUDA GPU here'}")
     try:
-        cm = compile_model(model, target, tuning_log=tuning_log)
+        cm = compile_model(model, target, tuning_log=tuning_log, unverified=unverified)
         outs = cm.run(feeds)
     except PersistRNNError as err:
         _fail(err)
@@ -134,6 +138,37 @@ def tune(model, target, top_k, log_path):
                               top_k=top_k, measure=True, progress=lambda _cfg: bar.update(1))
         why = f"{plan.time_us:.2f} us/step {plan.config.as_dict()}" if plan.kernel is not None else plan.reason
         click.echo(f"{spec.node}: {plan.source or 'reference'} {why}")
+
+
+@main.command()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="directory to write <arch>.json to (default: the user calibration directory, read by compile)")
+@click.argument("sweeps", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.option("--arch", default="sm_90", show_default=True, help="with SWEEPS: the architecture they were measured on")
+@click.option("--configs", default=40, show_default=True, help="configs timed per workload when measuring")
+@click.option("--sweep-out", type=click.Path(dir_okay=False), help="also append the measured rows here")
+def calibrate(out_dir, sweeps, arch, configs, sweep_out):
+    """Measure this GPU (barrier cost, a sample of the config space) and fit the cost model to it;
+    or, given recorded SWEEPS (JSON lines, e.g. docs/data/sweep-h100-*.jsonl), fit those (no GPU)."""
+    import dataclasses
+
+    from .schedule import calibrate as cal
+    from .schedule.gpu import gpu_model, user_calibration_dir
+
+    out_dir = out_dir or user_calibration_dir()
+    try:
+        if sweeps:
+            gpu, rows = gpu_model(arch), cal.read_sweeps(sweeps)
+            gpu = dataclasses.replace(gpu, arch=arch)
+            provenance = gpu.provenance.split("; weights")[0] + "; sweeps: " + ", ".join(os.path.basename(p) for p in sweeps)
+        else:
+            gpu, rows = cal.measure_device(configs, log=click.echo, sweep_out=sweep_out)
+            provenance = "measured by persist-rnn calibrate"
+        path, quality = cal.fit_and_write(gpu, rows, out_dir, provenance)
+    except PersistRNNError as err:
+        _fail(err)
+    click.echo(f"cost model on these {len(rows)} configs: {quality}")
+    click.echo(f"wrote {path}")
 
 
 @main.command()

@@ -32,14 +32,16 @@ def as_target(target) -> tvm.target.Target:
 
 
 def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, unroll=False, config=None,
-            top_k=5, measure=None, persistent=True) -> CompiledModel:
+            top_k=5, measure=None, persistent=True, unverified=False) -> CompiledModel:
     """Compile an ONNX model. For CUDA targets each recurrent layer becomes a persistent kernel
-    (unless `persistent=False`, or it cannot, in which case report() says why)."""
+    (unless `persistent=False`, or it cannot, in which case report() says why). `unverified`
+    also allows kernel variants not yet run on a GPU (see tir_templates.persistent)."""
     target = as_target(target)
     model = load_model(model_or_path)
     mod = from_onnx(model, shape_dict, unroll=unroll, target_kind=target.kind.name)
     if persistent:
-        mod = PersistentRNN(target, tuning_log=tuning_log, config=config, top_k=top_k, measure=measure)(mod)
+        mod = PersistentRNN(target, tuning_log=tuning_log, config=config, top_k=top_k, measure=measure,
+                            unverified=unverified)(mod)
     order = [n.name for n in model.graph.node]
     report = sorted(layer_report(mod), key=lambda r: order.index(r.node) if r.node in order else len(order))
     with tvm.transform.PassContext(opt_level=3):

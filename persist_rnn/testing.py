@@ -54,7 +54,7 @@ def make_model(case: LayerCase, seed: int = 0) -> tuple[onnx.ModelProto, dict]:
     D, G, H, I = case.num_directions, GATES[case.op], case.hidden_size, case.input_size
     T_, B = case.seq_len, case.batch
     dt = case.dtype
-    rnd = lambda *s: (rng.standard_normal(s) * case.weight_scale).astype(dt)  # noqa: E731
+    rnd = lambda *s: (rng.standard_normal(s) * case.weight_scale).astype(dt)
     inits = [numpy_helper.from_array(rnd(D, G * H, I), "W"), numpy_helper.from_array(rnd(D, G * H, H), "R")]
     names = ["X", "W", "R"]
     if case.with_bias:
@@ -170,3 +170,47 @@ def torch_to_onnx_weights(op: str, w_ih, w_hh, b_ih, b_hh):
         return np.concatenate([np.split(a, len(order), axis=0)[k] for k in order], axis=0)
 
     return reorder(w_ih), reorder(w_hh), np.concatenate([reorder(b_ih), reorder(b_hh)])
+
+
+def cell_loop_model(cell: str, steps: int = 4, batch: int = 2, input_size: int = 8, hidden: int = 8,
+                    activation: str = "Tanh", seed: int = 0) -> tuple[onnx.ModelProto, dict]:
+    """A recurrent cell stepped `steps` times in primitive ONNX ops, the way torch exports an
+    nn.RNNCell / nn.LSTMCell in a Python loop: Gather x[t], Gemm(x, W_ih, b_ih) + Gemm(h, W_hh,
+    b_hh), then the cell ("rnn" with `activation`, or "lstm" in torch's i, f, g, o order).
+    Inputs x (T, B, I), h0 (and c0); outputs the stacked h(t) and the last h."""
+    rng = np.random.default_rng(seed)
+    G = {"rnn": 1, "lstm": 4}[cell]
+    rnd = lambda *s: (rng.standard_normal(s) * 0.4).astype("float32")
+    inits = [numpy_helper.from_array(a, n) for a, n in ((rnd(G * hidden, input_size), "w_ih"), (rnd(G * hidden, hidden), "w_hh"),
+                                                         (rnd(G * hidden), "b_ih"), (rnd(G * hidden), "b_hh"))]
+    nodes, h, c, ys = [], "h0", "c0", []
+
+    def mk(op, ins, name, **kw):  # one node, its output named after it and the step
+        nodes.append(helper.make_node(op, ins, [f"{name}_{t}"], **kw))
+        return f"{name}_{t}"
+    for t in range(steps):
+        inits.append(numpy_helper.from_array(np.array(t, "int64"), f"t{t}"))
+        x_t = mk("Gather", ["x", f"t{t}"], "x", axis=0)
+        pre = mk("Add", [mk("Gemm", [x_t, "w_ih", "b_ih"], "gx", transB=1), mk("Gemm", [h, "w_hh", "b_hh"], "gh", transB=1)], "pre")
+        if cell == "rnn":
+            h = mk(activation, [pre], "h")
+        else:
+            nodes.append(helper.make_node("Split", [pre], [f"i_{t}", f"f_{t}", f"g_{t}", f"o_{t}"], axis=1, num_outputs=4))
+            i, f, o = (mk("Sigmoid", [f"{k}_{t}"], "s" + k) for k in "ifo")
+            c = mk("Add", [mk("Mul", [f, c], "fc"), mk("Mul", [i, mk("Tanh", [f"g_{t}"], "tg")], "ig")], "c")
+            h = mk("Mul", [o, mk("Tanh", [c], "tc")], "h")
+        ys.append(mk("Unsqueeze", [h, "axis0"], "y"))
+    inits.append(numpy_helper.from_array(np.array([0], "int64"), "axis0"))
+    nodes.append(helper.make_node("Concat", ys, ["ys"], axis=0))
+    nodes.append(helper.make_node("Identity", [h], ["h_last"]))
+    feeds = {"x": rng.standard_normal((steps, batch, input_size)).astype("float32"),
+             "h0": rng.standard_normal((batch, hidden)).astype("float32")}
+    inputs = [_tensor("x", "float32", [steps, batch, input_size]), _tensor("h0", "float32", [batch, hidden])]
+    if cell == "lstm":
+        feeds["c0"] = rng.standard_normal((batch, hidden)).astype("float32")
+        inputs.append(_tensor("c0", "float32", [batch, hidden]))
+    outputs = [_tensor("ys", "float32", [steps, batch, hidden]), _tensor("h_last", "float32", [batch, hidden])]
+    graph = helper.make_graph(nodes, f"{cell}_cell_loop", inputs, outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model, feeds

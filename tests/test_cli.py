@@ -1,12 +1,15 @@
 """The `persist-rnn` command line, through click's test runner."""
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from persist_rnn.cli import main
+from persist_rnn.schedule.gpu import gpu_model, present_device, user_calibration_dir
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures")
 
@@ -60,3 +63,32 @@ def test_log_list_and_merge(tmp_path):
 def test_bench_without_gpu_skips_with_a_message(tmp_path):
     res = _run("bench", "--out", str(tmp_path / "r.jsonl"), "--parts", "grid")
     assert res.exit_code == 0 and res.output.startswith("skip:")
+
+
+SWEEPS = [os.path.join(os.path.dirname(__file__), "..", "docs", "data", f"sweep-h100-{c}.jsonl") for c in ("lstm", "gru")]
+
+
+def test_calibrate_from_recorded_sweeps_reproduces_the_shipped_h100_file(tmp_path, monkeypatch):
+    """The shipped sm_90 weights are exactly what calibrate fits to the committed H100 sweeps, and
+    a calibration in the user directory is what gpu_model then reads."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    shipped = gpu_model("sm_90")
+    res = _run("calibrate", *SWEEPS)
+    assert res.exit_code == 0, res.output
+    assert "on these 2709 configs: top-1 mean 1.020x" in res.output
+    written = json.load(open(os.path.join(user_calibration_dir(), "sm_90.json")))
+    assert written["weights"] == pytest.approx(shipped.weights, rel=1e-6)
+    assert written["num_sms"] == 132 and "sweep-h100-gru.jsonl" in written["provenance"]
+    written["weights"]["chunks"] = 1.0  # now the user's file differs from the shipped one, and wins
+    json.dump(written, open(os.path.join(user_calibration_dir(), "sm_90.json"), "w"))
+    assert gpu_model("sm_90").weights["chunks"] == 1.0
+
+
+def test_calibrate_errors(tmp_path):
+    if present_device() is None:  # on a GPU this would measure it
+        res = _run("calibrate", "--out", str(tmp_path))
+        assert res.exit_code == 2 and "calibrate needs a CUDA GPU" in res.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"cell": "lstm", "hidden": 64, "batch": 1, "config": {}, "measured_us": 2.0}\n{"cell": "lstm"}\n')
+    res = _run("calibrate", str(bad), "--out", str(tmp_path))
+    assert res.exit_code == 2 and "bad.jsonl:2: not a sweep row" in res.output

@@ -20,9 +20,16 @@ def activation(spec: CellSpec, d, k, x):
     return T.Select(d == 0, activations.apply(acts[0][k], x), activations.apply(acts[1][k], x))
 
 
-def reset_gate(spec: CellSpec, d, x_r, rec_r):
-    """GRU's r, needed on its own when linear_before_reset=0 (r * h feeds the candidate's GEMV)."""
-    return activation(spec, d, 0, activations.clip(spec.clip, x_r + rec_r))
+def gru_gate(spec: CellSpec, d, x, rec):
+    """GRU's z or r. With linear_before_reset=0, r * h(t-1) feeds the candidate's GEMV, and the
+    kernels compute the gates in a phase of their own."""
+    return activation(spec, d, 0, activations.clip(spec.clip, x + rec))
+
+
+def gru_blend(spec: CellSpec, d, z, x_n, rec_n, h_prev):
+    """GRU's H(t) = (1 - z) * g(x_n + rec_n) + z * H(t-1), rec_n the candidate's recurrent part."""
+    h_til = activation(spec, d, 1, activations.clip(spec.clip, x_n + rec_n))
+    return (T.float32(1.0) - z) * h_til + z * h_prev
 
 
 def lstm_cell_state(spec: CellSpec, d, x, rec, c_prev, peep):
@@ -37,18 +44,13 @@ def lstm_cell_state(spec: CellSpec, d, x, rec, c_prev, peep):
 
 def hidden(spec: CellSpec, d, x, rec, h_prev, c_new=None, peep=None):
     """A unit's H(t). LSTM needs its C(t) (`c_new`, computed first by lstm_cell_state)."""
-    one = T.float32(1.0)
     cl = lambda v: activations.clip(spec.clip, v)  # noqa: E731
     f = lambda k, v: activation(spec, d, k, v)  # noqa: E731
     if spec.cell == "rnn":
         return f(0, cl(x[0] + rec[0]))
     if spec.cell == "gru":
-        z = f(0, cl(x[0] + rec[0]))
-        if spec.linear_before_reset:
-            h_til = f(1, cl(x[2] + reset_gate(spec, d, x[1], rec[1]) * rec[2]))
-        else:
-            h_til = f(1, cl(x[2] + rec[2]))
-        return (one - z) * h_til + z * h_prev
+        rec_n = gru_gate(spec, d, x[1], rec[1]) * rec[2] if spec.linear_before_reset else rec[2]
+        return gru_blend(spec, d, gru_gate(spec, d, x[0], rec[0]), x[2], rec_n, h_prev)
     po = peep[1] if spec.peepholes else T.float32(0.0)
     return f(0, cl(x[1] + rec[1] + po * c_new)) * f(2, c_new)
 

@@ -3,14 +3,20 @@
 Read `cuda_kernel` top to bottom: load this CTA's weight slice once, then per time step
     load h(t-1) -> partial dot products -> warp-shuffle reduction -> gates and state update
     -> store this CTA's slice of h(t) -> one grid-wide barrier.
+GRU with linear_before_reset=0 needs r * h(t-1) of *every* unit before the candidate's GEMV, so
+its step has two phases, each ending in a grid barrier (GRNN Fig. 7a): (1) the z and r rows'
+dot products with h(t-1), z kept, r * h(t-1) published; (2) the candidate rows' dot products
+with r * h(t-1), then h(t).
 The phases are TIR macros shared with `emulated_kernel`, an llvm-runnable twin in which every
 barrier becomes a phase boundary (steps outermost, CTAs and threads as serial loops), so the
-tiling and index arithmetic are checked numerically on a machine without a GPU.
+tiling and index arithmetic are checked numerically on a machine without a GPU; it also counts
+barrier arrivals the way the GPU's counter would and flags a target that would not match.
 
 Signature: the reference scan's (see reference.py), whose `hbuf` (3, D, B, H) is the exchange
-buffer for h between CTAs (slots 0/1 alternate by step parity; slot 2 is spare) and whose `ws`
-holds one barrier counter per direction, zeroed by a one-warp kernel before each launch, so
-concurrent launches never share a counter.
+buffer for h between CTAs (slots 0/1 alternate by step parity; slot 2 holds r * h(t-1) of the
+two-phase GRU) and whose `ws` holds one barrier counter per direction, zeroed by a one-warp
+kernel before each launch, so concurrent launches never share a counter. `yc` (unused by GRU)
+keeps the two-phase GRU's z between its phases.
 """
 from __future__ import annotations
 
@@ -45,17 +51,26 @@ class UnsupportedLayer(Exception):
     """The persistent template cannot build this layer; the message is the report's reason."""
 
 
-def unsupported_reason(spec: CellSpec) -> str:
-    """Why no config of this template can run `spec` (empty when some can)."""
-    if spec.cell == "gru" and not spec.linear_before_reset:
-        return ("GRU with linear_before_reset=0 needs r*h(t-1) of every unit before the candidate's GEMV; "
-                "the persistent template implements linear_before_reset=1 (torch's export)")
+#: where the barrier-check flag lives in the emulated kernel's workspace
+BARRIER_FLAG_WORD = WORKSPACE_WORDS - 1
+
+
+def two_phase(spec: CellSpec) -> bool:
+    """GRU with linear_before_reset=0: two barriers per step (see the module docstring)."""
+    return spec.cell == "gru" and not spec.linear_before_reset
+
+
+def unverified_reason(spec: CellSpec) -> str:
+    """Why the planner does not pick this template for `spec` on its own (empty when it may): a
+    variant that passes the CPU emulation and nvcc but has not yet run on a GPU. `unverified=True`
+    or a config forced by the caller still builds it."""
+    if two_phase(spec):
+        return ("GRU linear_before_reset=0: its two-barrier persistent kernel passes the CPU emulation and nvcc "
+                "but has not yet been run on a GPU; compile with unverified=True to use it")
     return ""
 
 
 def _check(spec: CellSpec, cfg: Config) -> None:
-    if unsupported_reason(spec):
-        raise UnsupportedLayer(unsupported_reason(spec))
     if spec.hidden_size % cfg.tile_units or spec.hidden_size % cfg.group_size:
         raise UnsupportedLayer(f"config {cfg.as_dict()} does not tile hidden_size {spec.hidden_size}")
 
@@ -74,9 +89,11 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     DV = 4 if KPL % 4 == 0 else 1  # a lane's columns come in runs of DV: one float4 shared load each
     WDT = cfg.weight_dtype
     lstm = spec.cell == "lstm"
+    phases = 2 if two_phase(spec) else 1
     grid = cfg.barrier(spec) == "grid"
     VEC = 4 if H % 4 == 0 else 1  # float4 copies of h
-    resident = not grid  # one CTA holds the whole direction: h(t) can stay in shared memory
+    # one CTA holds the whole direction: h(t) can stay in shared memory (not when r * h takes its place)
+    resident = not grid and phases == 1
     # past 48 KiB, h(t-1) goes to dynamic shared memory (TVM's runtime raises the kernel's limit)
     SMEM = "global" if emulate else ("shared.dyn" if cfg.shared_bytes(spec) > STATIC_SHARED_BYTES else "shared")
     UPT = (BC * TW + NT - 1) // NT  # (batch row, unit) pairs each thread updates per chunk
@@ -109,6 +126,17 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     def owns(cta, tx, e, ch, n_b):
         return T.And(e * NT + tx < BC * TW, pair(cta, tx, e, ch)[0] < n_b)
 
+    def barrier_index(s, phase):
+        """Barrier k (k CTAs of a direction have arrived k times) ending `phase` of step s; 1 is init's."""
+        return phases * s + phase + 1
+
+    def group_active(group_first_row, phase):
+        """Whether a work group computes in `phase`: in the two-phase GRU, groups whose rows are all
+        z/r rows (phase 1) or all candidate rows (phase 2) skip the other phase; mixed groups never do."""
+        if phase == 0 or TW % RPG:
+            return True
+        return group_first_row // TW < 2 if phase == 1 else group_first_row // TW >= 2
+
     @T.macro
     def init_state(hb, h0, yc, c0, cta, tx, n_b):
         """Each CTA copies its units of h0 into slot 0 of hbuf and of c0 into yc."""
@@ -121,15 +149,15 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                         cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW]
 
     @T.macro
-    def load_h(hs, hb, cta, tx, s, ch, n_b):
-        """h(t-1) of batch rows ch*BC .. ch*BC+BC-1 (all H units) into shared memory: the rows are
-        contiguous in the exchange buffer, so this is a flat, VEC-wide vectorised copy."""
+    def load_h(hs, hb, cta, tx, slot, ch, n_b):
+        """Exchange-buffer `slot` (h(t-1), or r * h(t-1)) of batch rows ch*BC .. ch*BC+BC-1 (all H
+        units) into shared memory: the rows are contiguous, so this is a flat, VEC-wide copy."""
         hsf = T.decl_buffer((BC * H,), "float32", data=hs.data, scope=SMEM)
         hbf = T.decl_buffer((3 * D * n_b * H,), "float32", data=hb.data)
         for e in range((BC * H // VEC + NT - 1) // NT):
             if T.Cast("int64", (e * NT + tx) * VEC) < T.min(n_b - ch * BC, T.int64(BC)) * H:
                 for v in T.vectorized(VEC):
-                    hsf[(e * NT + tx) * VEC + v] = hbf[((s % 2 * D + cta // CPD) * n_b + ch * BC) * H
+                    hsf[(e * NT + tx) * VEC + v] = hbf[((slot * D + cta // CPD) * n_b + ch * BC) * H
                                                        + (e * NT + tx) * VEC + v]
 
     @T.macro
@@ -179,6 +207,39 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     y[s, d, b, j] = T.float32(0)
 
     @T.macro
+    def reset_phase(rb, yc, hb, hs, gs, xr, nv, row, cta, tx, s, ch, n_b):
+        """Two-phase GRU, phase 1: each owned pair's z goes to yc (its owner reads it back in
+        phase 2) and r * h(t-1) to exchange slot 2, for every CTA's candidate GEMV."""
+        for e in T.unroll(UPT):
+            if owns(cta, tx, e, ch, n_b):
+                b, j = pair(cta, tx, e, ch)
+                bi = (e * NT + tx) // TW
+                d = cta // CPD
+                if s < nv[row, e]:
+                    yc[d, b, j] = cells.gru_gate(spec, d, xr[row, e * XR], gs[bi, j % TW] + rb[d, j])
+                    hb[2, d, b, j] = cells.gru_gate(spec, d, xr[row, e * XR + 1], gs[bi, TW + j % TW] + rb[d, H + j]) * hs[bi, j]
+                else:
+                    hb[2, d, b, j] = T.float32(0)
+
+    @T.macro
+    def candidate_phase(rb, y, yc, hb, gs, xr, hn, nv, row, cta, tx, s, ch, n_b):
+        """Two-phase GRU, phase 2: the candidate from R_h (r * h(t-1)), then h(t) as in `update`;
+        h(t-1) of the pair is read back from the exchange buffer (its owner wrote it)."""
+        for e in T.unroll(UPT):
+            if owns(cta, tx, e, ch, n_b):
+                b, j = pair(cta, tx, e, ch)
+                bi = (e * NT + tx) // TW
+                d = cta // CPD
+                if s < nv[row, e]:
+                    hn[row, e] = cells.gru_blend(spec, d, yc[d, b, j], xr[row, e * XR + 2],
+                                                 gs[bi, 2 * TW + j % TW] + rb[d, 2 * H + j], hb[s % 2, d, b, j])
+                    y[time_index(d, s, nv[row, e]), d, b, j] = hn[row, e]
+                else:
+                    hn[row, e] = hb[s % 2, d, b, j]
+                    y[s, d, b, j] = T.float32(0)
+                hb[(s + 1) % 2, d, b, j] = hn[row, e]
+
+    @T.macro
     def publish(hs, hn, row, cta, tx, n_b):
         """A resident CTA keeps h in shared memory: after everyone read h(t-1), h(t) replaces it."""
         for e in T.unroll(UPT):
@@ -193,18 +254,20 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 xr[row, e * XR + g] = xn[row, e * XR + g]
 
     @T.macro
-    def dot_and_reduce(hs, gs, wreg, acc, hv, tx):
+    def dot_and_reduce(hs, gs, wreg, acc, hv, tx, phase):
         """Partial dot products of the lane's register-held weights with its columns of h(t-1)
-        (float4 shared loads), then a shuffle-sum over the work group's lanes."""
+        (float4 shared loads), then a shuffle-sum over the work group's lanes (outside any branch:
+        every lane reaches it)."""
         for a in T.unroll(RPG * BC):
             acc[a] = T.float32(0)
-        for i in T.unroll(KPL // DV):
-            for bi in T.unroll(BC):
-                for v in T.vectorized(DV):
-                    hv[v] = hs[bi, col(tx % WS, i, v)]
-                for q in T.unroll(RPG):
-                    for v in T.unroll(DV):
-                        acc[q * BC + bi] = acc[q * BC + bi] + T.Cast("float32", wreg[q * KPL + i * DV + v]) * hv[v]
+        if group_active((tx // WS) * RPG, phase):
+            for i in T.unroll(KPL // DV):
+                for bi in T.unroll(BC):
+                    for v in T.vectorized(DV):
+                        hv[v] = hs[bi, col(tx % WS, i, v)]
+                    for q in T.unroll(RPG):
+                        for v in T.unroll(DV):
+                            acc[q * BC + bi] = acc[q * BC + bi] + T.Cast("float32", wreg[q * KPL + i * DV + v]) * hv[v]
         for q in T.unroll(RPG):
             for bi in T.unroll(BC):
                 if WS > 1:
@@ -213,13 +276,16 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     gs[bi, (tx // WS) * RPG + q] = acc[q * BC + bi]
 
     @T.macro
-    def emulated_dot(hs, gs, r, cta):
-        """The work groups' dot products as the shuffle would sum them, lane by lane."""
+    def emulated_dot(hs, gs, r, cta, phase):
+        """The work groups' dot products as the shuffle would sum them, lane by lane; a group that
+        skips this phase leaves NaN, so reading its rows would show."""
         for grp, q, bi in T.grid(NG, RPG, BC):
-            gs[bi, grp * RPG + q] = T.float32(0)
-            for lane, i, v in T.grid(WS, KPL // DV, DV):
-                gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast("float32", T.Cast(
-                    WDT, r[cta // CPD, weight_row(cta, grp * WS + lane, q), col(lane, i, v)])) * hs[bi, col(lane, i, v)]
+            gs[bi, grp * RPG + q] = T.float32(float("nan"))
+            if group_active(grp * RPG, phase):
+                gs[bi, grp * RPG + q] = T.float32(0)
+                for lane, i, v in T.grid(WS, KPL // DV, DV):
+                    gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast("float32", T.Cast(
+                        WDT, r[cta // CPD, weight_row(cta, grp * WS + lane, q), col(lane, i, v)])) * hs[bi, col(lane, i, v)]
 
     @T.macro
     def final_state(yh, yc, hb, lens, cta, tx, n_t, n_b):
@@ -241,6 +307,17 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                              T.Cast("uint32", k * CPD), source_code=GRID_BARRIER)
         else:
             T.tvm_storage_sync("shared")
+
+    @T.macro
+    def emulated_barrier(ws, k):
+        """Every CTA arrives once, as on the GPU's counter; after barrier k the count of a direction
+        must be k * CTAs per direction, else the GPU would wait forever or pass early: flag it."""
+        if grid:
+            for cta in range(NCTA):
+                ws[cta // CPD] = ws[cta // CPD] + T.uint32(1)
+            for dd in range(D):
+                if ws[dd] != T.Cast("uint32", k * CPD):
+                    ws[BARRIER_FLAG_WORD] = T.uint32(1)
 
     @T.prim_func(private=True)
     def cuda_kernel(
@@ -283,16 +360,16 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                                 tx // WS < NG, r[cta // CPD, weight_row(cta, tx, q), col(tx % WS, i, v)], T.float32(0)))
                 init_state(hb, h0, yc, c0, cta, tx, n_b)
                 step_barrier(ws, cta, 1)
-                if n_b <= BC:  # one chunk: step s+1's inputs are fetched while step s computes
+                if n_b <= BC and phases == 1:  # one chunk: step s+1's inputs are fetched while step s computes
                     load_lengths(lens, nv, 0, cta, tx, 0, n_t, n_b)
                     fetch(xw, yc, xr, nv, 0, cta, tx, 0, 0, n_t, n_b, True)
                     for s in range(n_t):
                         # 2. h(t-1) into shared memory (a resident CTA already has it there)
                         if not resident or s == 0:
-                            load_h(hs, hb, cta, tx, s, 0, n_b)
+                            load_h(hs, hb, cta, tx, s % 2, 0, n_b)
                         T.tvm_storage_sync("shared")
                         # 3. partial dot products from registers, 4. shuffle reduction within the group
-                        dot_and_reduce(hs, gs, wreg, acc, hv, tx)
+                        dot_and_reduce(hs, gs, wreg, acc, hv, tx, 0)
                         T.tvm_storage_sync("shared")
                         fetch(xw, yc, xn, nv, 0, cta, tx, s + 1, 0, n_t, n_b, False)
                         # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
@@ -304,19 +381,41 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                             T.tvm_storage_sync("shared")
                         # 6. one barrier per step (a single resident CTA already synced after its update)
                         if grid:
-                            step_barrier(ws, cta, s + 2)
-                else:  # the batch spans chunks: each chunk reloads its lengths, inputs and C(t-1)
+                            step_barrier(ws, cta, barrier_index(s, 1))
+                elif phases == 1:  # the batch spans chunks: each chunk reloads its lengths, inputs and C(t-1)
                     for s in range(n_t):
                         for ch in range((n_b + BC - 1) // BC):
                             load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
                             fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, True)
-                            load_h(hs, hb, cta, tx, s, ch, n_b)
+                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
                             T.tvm_storage_sync("shared")
-                            dot_and_reduce(hs, gs, wreg, acc, hv, tx)
+                            dot_and_reduce(hs, gs, wreg, acc, hv, tx, 0)
                             T.tvm_storage_sync("shared")
                             update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, ch, n_b)
                             T.tvm_storage_sync("shared")
-                        step_barrier(ws, cta, s + 2)
+                        step_barrier(ws, cta, barrier_index(s, 1))
+                else:  # two-phase GRU: z, r * h(t-1) -> barrier -> candidate, h(t) -> barrier
+                    for s in range(n_t):
+                        for ch in range((n_b + BC - 1) // BC):
+                            load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
+                            fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
+                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                            T.tvm_storage_sync("shared")
+                            dot_and_reduce(hs, gs, wreg, acc, hv, tx, 1)
+                            T.tvm_storage_sync("shared")
+                            reset_phase(rb, yc, hb, hs, gs, xr, nv, 0, cta, tx, s, ch, n_b)
+                            T.tvm_storage_sync("shared")
+                        step_barrier(ws, cta, barrier_index(s, 1))
+                        for ch in range((n_b + BC - 1) // BC):
+                            load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
+                            fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
+                            load_h(hs, hb, cta, tx, 2, ch, n_b)
+                            T.tvm_storage_sync("shared")
+                            dot_and_reduce(hs, gs, wreg, acc, hv, tx, 2)
+                            T.tvm_storage_sync("shared")
+                            candidate_phase(rb, y, yc, hb, gs, xr, hn, nv, 0, cta, tx, s, ch, n_b)
+                            T.tvm_storage_sync("shared")
+                        step_barrier(ws, cta, barrier_index(s, 2))
                 final_state(yh, yc, hb, lens, cta, tx, n_t, n_b)
 
     @T.prim_func(private=True)
@@ -342,9 +441,12 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         xn = T.alloc_buffer((NCTA * NT, UPT * XR), "float32")
         nv = T.alloc_buffer((NCTA * NT, UPT), "int64")
         hn = T.alloc_buffer((NCTA * NT, UPT), "float32")
+        for i in range(WORKSPACE_WORDS):
+            ws[i] = T.uint32(0)
         for cta, tx in T.grid(NCTA, NT):
             init_state(hb, h0, yc, c0, cta, tx, n_b)
-        if n_b <= BC:
+        emulated_barrier(ws, 1)
+        if n_b <= BC and phases == 1:
             for cta, tx in T.grid(NCTA, NT):
                 load_lengths(lens, nv, cta * NT + tx, cta, tx, 0, n_t, n_b)
                 fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, 0, 0, n_t, n_b, True)
@@ -353,15 +455,16 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     hs = T.alloc_buffer((BC, H), "float32")
                     gs = T.alloc_buffer((BC, GTW), "float32")
                     for tx in range(NT):
-                        load_h(hs, hb, cta, tx, s, 0, n_b)
-                    emulated_dot(hs, gs, r, cta)
+                        load_h(hs, hb, cta, tx, s % 2, 0, n_b)
+                    emulated_dot(hs, gs, r, cta, 0)
                     for tx in range(NT):
                         fetch(xw, yc, xn, nv, cta * NT + tx, cta, tx, s + 1, 0, n_t, n_b, False)
                         update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, 0, n_b)
                         advance(xr, xn, cta * NT + tx)
                     for tx in range(NT):
                         publish(hs, hn, cta * NT + tx, cta, tx, n_b)
-        else:
+                emulated_barrier(ws, barrier_index(s, 1))
+        elif phases == 1:
             for s in range(n_t):
                 for cta in range(NCTA):
                     for ch in range((n_b + BC - 1) // BC):
@@ -370,10 +473,37 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                         for tx in range(NT):
                             load_lengths(lens, nv, cta * NT + tx, cta, tx, ch, n_t, n_b)
                             fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, s, ch, n_t, n_b, True)
-                            load_h(hs, hb, cta, tx, s, ch, n_b)
-                        emulated_dot(hs, gs, r, cta)
+                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                        emulated_dot(hs, gs, r, cta, 0)
                         for tx in range(NT):
                             update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
+                emulated_barrier(ws, barrier_index(s, 1))
+        else:
+            for s in range(n_t):
+                for cta in range(NCTA):
+                    for ch in range((n_b + BC - 1) // BC):
+                        hs = T.alloc_buffer((BC, H), "float32")
+                        gs = T.alloc_buffer((BC, GTW), "float32")
+                        for tx in range(NT):
+                            load_lengths(lens, nv, cta * NT + tx, cta, tx, ch, n_t, n_b)
+                            fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, s, ch, n_t, n_b, False)
+                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                        emulated_dot(hs, gs, r, cta, 1)
+                        for tx in range(NT):
+                            reset_phase(rb, yc, hb, hs, gs, xr, nv, cta * NT + tx, cta, tx, s, ch, n_b)
+                emulated_barrier(ws, barrier_index(s, 1))
+                for cta in range(NCTA):
+                    for ch in range((n_b + BC - 1) // BC):
+                        hs = T.alloc_buffer((BC, H), "float32")
+                        gs = T.alloc_buffer((BC, GTW), "float32")
+                        for tx in range(NT):
+                            load_lengths(lens, nv, cta * NT + tx, cta, tx, ch, n_t, n_b)
+                            fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, s, ch, n_t, n_b, False)
+                            load_h(hs, hb, cta, tx, 2, ch, n_b)
+                        emulated_dot(hs, gs, r, cta, 2)
+                        for tx in range(NT):
+                            candidate_phase(rb, y, yc, hb, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
+                emulated_barrier(ws, barrier_index(s, 2))
         for cta, tx in T.grid(NCTA, NT):
             final_state(yh, yc, hb, lens, cta, tx, n_t, n_b)
 

@@ -104,7 +104,7 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
                                     acc[1] = rb[dd, H + j]
                                     for k in range(H):
                                         acc[1] = acc[1] + r[dd, H + j, k] * hs[k]
-                                    rh[j] = cells.reset_gate(spec, dd, xw[t, b, dd, H + j], acc[1]) * hs[j]
+                                    rh[j] = cells.gru_gate(spec, dd, xw[t, b, dd, H + j], acc[1]) * hs[j]
                             if gpu:
                                 T.tvm_storage_sync("shared")
                         for u in range(UNITS):

@@ -1,6 +1,8 @@
 """A GRNN-style analytical model (EuroSys'19, section 7) of one persistent-kernel time step.
 
-The step is the grid barrier plus, for every batch chunk, the kernel's phases. Each phase is
+The step is the grid barrier plus, for every batch chunk, the kernel's phases (twice over for
+the two-phase GRU of linear_before_reset=0: two barriers, two loads of a vector, and the dot
+products split between the phases when each work group's rows lie in one gate, else repeated). Each phase is
 counted in what bounds it on one SM - warp-instruction issue slots per scheduler, shared-memory
 wavefronts, dependent latencies - as `features`; the step time is a weighted sum of them whose
 weights (cycles per unit) are fitted to measurements of the GPU (`persist_rnn.schedule.fit`)
@@ -11,6 +13,7 @@ from __future__ import annotations
 import math
 
 from tir_templates.config import Config
+from tir_templates.persistent import two_phase
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel
@@ -30,22 +33,25 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     kpl = cfg.cols_per_lane(spec)
     dv = 4 if kpl % 4 == 0 else 1
     bc = cfg.batch_chunk
+    phases = 2 if two_phase(spec) else 1
+    split = phases == 1 or cfg.tile_units % cfg.rows_per_group == 0  # groups skip the phase not theirs
     chunks = math.ceil(batch / bc)
-    resident = cfg.barrier(spec) == "cta" and chunks == 1
+    resident = cfg.barrier(spec) == "cta" and chunks == 1 and phases == 1
+    dots = chunks * (1 if split else phases)  # passes of the dot products over all rows
     vec = 4 if H % 4 == 0 else 1
     unique_bytes = 4 * dv * min(32, cfg.group_size)  # distinct h bytes one warp-wide shared load touches
     lds_per_thread = kpl // dv * bc
     updates = math.ceil(bc * cfg.tile_units / nt)
     fma = kpl * cfg.rows_per_group * bc * (1.25 if cfg.weight_dtype == "float16" else 1.0)
     return {
-        "barrier_us": gpu.barrier_us(cfg.ctas_per_direction(spec)) if cfg.barrier(spec) == "grid" else 0.0,
-        "chunks": chunks,
-        "l2_loads": 0 if resident else chunks,
-        "load_issue": 0 if resident else chunks * math.ceil(bc * H / vec / nt) * per_scheduler,
-        "fma_issue": chunks * fma * per_scheduler,
-        "lds_wavefronts": chunks * warps * lds_per_thread * math.ceil(unique_bytes / 128),
-        "lds_issue": chunks * lds_per_thread * per_scheduler,
-        "shuffle_issue": chunks * cfg.rows_per_group * bc * math.log2(max(cfg.group_size, 1)) * per_scheduler,
+        "barrier_us": phases * gpu.barrier_us(cfg.ctas_per_direction(spec)) if cfg.barrier(spec) == "grid" else 0.0,
+        "chunks": phases * chunks,
+        "l2_loads": 0 if resident else phases * chunks,
+        "load_issue": 0 if resident else phases * chunks * math.ceil(bc * H / vec / nt) * per_scheduler,
+        "fma_issue": dots * fma * per_scheduler,
+        "lds_wavefronts": dots * warps * lds_per_thread * math.ceil(unique_bytes / 128),
+        "lds_issue": dots * lds_per_thread * per_scheduler,
+        "shuffle_issue": phases * chunks * cfg.rows_per_group * bc * math.log2(max(cfg.group_size, 1)) * per_scheduler,
         "update_issue": chunks * updates * UPDATE_INSTR[spec.cell] * (G + 1) / 5 * per_scheduler,
     }
 

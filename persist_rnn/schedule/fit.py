@@ -1,17 +1,18 @@
 """Fit the cost model's weights to measured configs, and judge its ranking.
 
-Input: JSON lines from `benchmarks/sweep_configs.py` (one measured config each). The weights
+Input: JSON lines from `benchmarks/sweep_configs.py` or `persist-rnn calibrate --sweep-out`
+(one measured config each). The weights
 minimise the relative error of predicted step times (least squares on rows scaled by 1/measured,
 negative weights dropped and refitted), so the model ranks well across fast and slow workloads.
 
-    python -m persist_rnn.schedule.fit sweep.jsonl [--write sm_90]
+    python -m persist_rnn.schedule.fit sweep.jsonl      # per-workload and held-out ranking quality
+(`persist-rnn calibrate sweep.jsonl --out DIR` writes the fitted calibration.)
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import json
-import os
 
 import numpy as np
 
@@ -88,7 +89,6 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sweeps", nargs="+")
     ap.add_argument("--arch", default="sm_90")
-    ap.add_argument("--write", action="store_true", help="store the weights in the shipped calibration")
     args = ap.parse_args()
     rows = [json.loads(line) for p in args.sweeps for line in open(p) if line.strip()]
     gpu = gpu_model(args.arch)
@@ -104,17 +104,6 @@ def main():
     print("in sample:", summary(q))
     for name, held_out in held_out_quality(rows, gpu).items():
         print(f"held out {name}:", summary(held_out))
-    if args.write:
-        path = os.path.join(os.path.dirname(__file__), "calibration", f"{args.arch}.json")
-        with open(path) as f:
-            cal = json.load(f)
-        cal["weights"] = weights
-        cal["provenance"] = cal["provenance"].split("; weights:")[0] + (
-            f"; weights: fitted to {len(rows)} measured configs (python -m persist_rnn.schedule.fit)")
-        with open(path, "w") as f:
-            json.dump(cal, f, indent=1)
-        print("wrote", path)
-
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,9 @@
 """The GPU the cost model reasons about: SM count, clocks and measured synchronisation costs.
 
 A calibration is a JSON file per architecture (`calibration/<arch>.json`); the shipped H100 one
-lets a machine without a GPU still rank configs sensibly. `persist-rnn calibrate` re-measures.
+lets a machine without a GPU still rank configs sensibly. `persist-rnn calibrate` re-measures
+and writes to the user's calibration directory, which is read before the shipped files (and
+$PERSIST_RNN_CALIBRATION before both).
 """
 from __future__ import annotations
 
@@ -33,11 +35,17 @@ class GPUModel:
         return float(np.interp(np.log(max(ctas, 1)), xs, ys))
 
 
+def user_calibration_dir() -> str:
+    """Where `persist-rnn calibrate` writes by default."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "persist_rnn", "calibration")
+
+
 def _calibration_text(arch: str) -> str | None:
-    override = os.environ.get(CALIBRATION_ENV)
-    if override and os.path.exists(os.path.join(override, f"{arch}.json")):
-        with open(os.path.join(override, f"{arch}.json")) as f:
-            return f.read()
+    for folder in (os.environ.get(CALIBRATION_ENV), user_calibration_dir()):
+        if folder and os.path.exists(os.path.join(folder, f"{arch}.json")):
+            with open(os.path.join(folder, f"{arch}.json")) as f:
+                return f.read()
     res = resources.files(__package__) / "calibration" / f"{arch}.json"
     return res.read_text() if res.is_file() else None
 

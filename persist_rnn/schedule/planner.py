@@ -1,6 +1,7 @@
 """Choose how one recurrent layer is lowered: tuning log, else cost model (+ measurement).
 
-Order of preference: a forced config; a matching tuning-log record; the cost model's ranking of
+Kernel variants not yet run on a GPU are only built when asked for (`unverified`, or a forced
+config). Order of preference: a forced config; a matching tuning-log record; the cost model's ranking of
 the pruned space, whose top-K are measured when a GPU is present. Whatever cannot be made
 persistent returns no kernel and the reason, and keeps the reference scan.
 """
@@ -11,7 +12,7 @@ import dataclasses
 import tvm
 
 from tir_templates.config import Config, problems
-from tir_templates.persistent import UnsupportedLayer, persistent_kernel, unsupported_reason
+from tir_templates.persistent import UnsupportedLayer, persistent_kernel, unverified_reason
 from tir_templates.spec import CellSpec
 
 from . import tuning_log
@@ -36,13 +37,12 @@ def target_arch(target: tvm.target.Target) -> str:
 
 
 def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None = None, tuning_log_path=None,
-               config=None, top_k: int = 5, measure=None, progress=None) -> Plan:
+               config=None, top_k: int = 5, measure=None, progress=None, unverified: bool = False) -> Plan:
     if target.kind.name != "cuda":
         return Plan(None, reason=f"target {target.kind.name}: the persistent kernel is CUDA only")
-    why = unsupported_reason(spec)
-    if why:
-        return Plan(None, reason=why)
     gpu = gpu_model(target_arch(target))
+    if config is None and not unverified and unverified_reason(spec):
+        return Plan(None, reason=unverified_reason(spec))
     if config is not None:
         cfg = config if isinstance(config, Config) else Config.from_dict(config)
         bad = problems(spec, cfg, gpu.num_sms, gpu.max_shared_bytes)

@@ -1,5 +1,5 @@
-"""Find LSTM and GRU cells written as primitive ops, repeated with shared recurrent weights, and
-turn each chain of them into the canonical recurrent form that PersistentRNN lowers.
+"""Find LSTM, GRU and RNN cells written as primitive ops, repeated with shared recurrent weights,
+and turn each chain of them into the canonical recurrent form that PersistentRNN lowers.
 
 This is how `nn.LSTMCell` stepped in a Python loop exports, and what `from_onnx(unroll=True)`
 emits. A cell is recognised from its equations, whatever the order of commutative operands and
@@ -10,9 +10,12 @@ of the gates inside the packed gate tensor:
 with i, f, g, o equal-width slices of `gates` (split or strided_slice on the last axis). Cells
 chain when one's h(t), c(t) are the next one's h(t-1), c(t-1) and W and the gate order agree.
 GRU (linear_before_reset=1, torch's GRUCell) is matched in both the ONNX form
-(1 - z) * n + z * h and torch's (h - n) * z + n; see _match_gru. Anything else (an extra op
-inside a cell, clip, peepholes, a c(t) used outside the chain) is a near miss and is left
-untouched. RNN cells and GRU with linear_before_reset=0 are not matched.
+(1 - z) * n + z * h and torch's (h - n) * z + n; see _match_gru. An RNN cell is
+tanh or relu of <terms without h> + h(t-1) @ W (W: (H, H)). When the input size equals the hidden
+size, x(t) @ W_ih looks like a recurrent term too: each cell keeps every reading, and the chain
+decides (the one whose h(t-1) is the previous cell's h(t) with the same W). Anything else (an
+extra op inside a cell, clip, peepholes, a c(t) used outside the chain) is a near miss and is
+left untouched. GRU with linear_before_reset=0 is not matched.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from tir_templates.spec import CellSpec
+from tir_templates.spec import Activation, CellSpec
 
 from ..frontend.canonical import call_scan, full_lengths
 
@@ -36,6 +39,12 @@ class _Cell:
     weight: np.ndarray  # (H, 4H): h(t-1) @ weight
     order: tuple  # slice index of i, f, g, o in the packed gates
     inputs: list  # the gate terms that do not involve h(t-1)
+
+    def follows(self, prev, blk) -> bool:
+        """Whether this cell continues `prev`: same weights and gate order, c(t-1) its c(t), and
+        that c(t) feeds nothing but its own tanh and this cell."""
+        return (isinstance(prev, _Cell) and prev.order == self.order and np.array_equal(prev.weight, self.weight)
+                and self.c_prev.same_as(prev.c_new) and blk.uses.get(prev.c_new, 0) == 2)
 
 
 class _Block:
@@ -79,29 +88,34 @@ def _const_array(e):
     return e.value.numpy() if isinstance(e, tvm.ir.expr.Constant) else None
 
 
-def _match_cell(blk: _Block, h_var) -> _Cell | None:
+def _width(h_var) -> int | None:
+    """H of a (B, H) state with a static H."""
+    ty = h_var.ty
+    if not isinstance(ty, relax.TensorType) or ty.ndim != 2 or not isinstance(ty.shape[1], tvm.tirx.IntImm):
+        return None
+    return int(ty.shape[1])
+
+
+def _match_lstm(blk: _Block, h_var) -> list:
+    """Every reading of `h_var` as an LSTM cell's h(t) (see _recurrent_readings)."""
     mul = blk.op(h_var, "multiply")
     if mul is None:
-        return None
+        return []
     for sig_o, tanh_c in (mul.args, mul.args[::-1]):
         o, t = blk.op(sig_o, "sigmoid"), blk.op(tanh_c, "tanh")
         if o is None or t is None or not isinstance(t.args[0], relax.Var):
             continue
-        c_new = t.args[0]
-        cell = _match_state(blk, h_var, c_new, o.args[0])
-        if cell is not None:
-            return cell
-    return None
+        cells = _match_state(blk, h_var, t.args[0], o.args[0])
+        if cells:
+            return cells
+    return []
 
 
 def _match_state(blk, h_var, c_new, o_pre):
     add = blk.op(c_new, "add")
-    if add is None:
-        return None
-    ty = h_var.ty
-    if not isinstance(ty, relax.TensorType) or ty.ndim != 2 or not isinstance(ty.shape[1], tvm.tirx.IntImm):
-        return None
-    H = int(ty.shape[1])
+    H = _width(h_var)
+    if add is None or H is None:
+        return []
     for fc, ig in (add.args, add.args[::-1]):
         m1, m2 = blk.op(fc, "multiply"), blk.op(ig, "multiply")
         if m1 is None or m2 is None:
@@ -122,27 +136,55 @@ def _match_state(blk, h_var, c_new, o_pre):
                 order = tuple(s[1] for s in slices)
                 if sorted(order) != [0, 1, 2, 3]:
                     continue
-                cell = _split_gates(blk, slices[0][0], H)
-                if cell is None:
-                    continue
-                h_prev, weight, inputs = cell
-                return _Cell(h_var, c_new, h_prev, c_prev, weight, order, inputs)
-    return None
+                readings = _recurrent_readings(blk, slices[0][0], (H, 4 * H))
+                if readings:
+                    return [_Cell(h_var, c_new, h_prev, c_prev, w, order, inputs) for h_prev, w, inputs in readings]
+    return []
 
 
-def _split_gates(blk, gates, H):
-    """(h(t-1), W, input terms) of the packed gates: exactly one h(t-1) @ constant (H, 4H)."""
-    recurrent, inputs = [], []
-    for term in blk.add_terms(gates):
+def _recurrent_readings(blk, gates, shape) -> list:
+    """Every way to read the add tree `gates` as h(t-1) @ W (W a constant of `shape`) plus at
+    least one other term: [(h(t-1), W, other terms)]. Two readings when x(t) @ W_ih has W's shape."""
+    terms = blk.add_terms(gates)
+    out = []
+    for k, term in enumerate(terms):
         mm = blk.op(term, "matmul")
         w = _const_array(mm.args[1]) if mm is not None else None
-        if w is not None and w.shape == (H, 4 * H) and isinstance(mm.args[0], relax.Var):
-            recurrent.append((mm.args[0], w))
-        else:
-            inputs.append(term)
-    if len(recurrent) != 1 or not inputs:
-        return None
-    return recurrent[0][0], recurrent[0][1], inputs
+        if w is not None and w.shape == shape and isinstance(mm.args[0], relax.Var) and len(terms) > 1:
+            out.append((mm.args[0], w, terms[:k] + terms[k + 1:]))
+    return out
+
+
+#: the RNN activations the matcher recognises (op name -> ONNX activation)
+RNN_ACTIVATIONS = {"tanh": "Tanh", "nn.relu": "Relu"}
+
+
+@dataclasses.dataclass
+class _RNNCell:
+    h_new: relax.Var
+    h_prev: relax.Expr
+    weight: np.ndarray  # (H, H): h(t-1) @ weight
+    activation: str  # ONNX name
+    inputs: list  # the terms that do not involve h(t-1)
+    c_new = None
+    c_prev = None
+
+    def follows(self, prev, blk) -> bool:
+        return (isinstance(prev, _RNNCell) and prev.activation == self.activation
+                and np.array_equal(prev.weight, self.weight))
+
+
+def _match_rnn(blk: _Block, h_var) -> list:
+    """h(t) = act(<terms> + h(t-1) @ W) with act tanh or relu: every reading of it."""
+    H = _width(h_var)
+    if H is None:
+        return []
+    for name, onnx_name in RNN_ACTIVATIONS.items():
+        call = blk.op(h_var, name)
+        if call is not None:
+            return [_RNNCell(h_var, h_prev, w, onnx_name, inputs)
+                    for h_prev, w, inputs in _recurrent_readings(blk, call.args[0], (H, H))]
+    return []
 
 
 @dataclasses.dataclass
@@ -155,6 +197,10 @@ class _GRUCell:
     x_parts: list  # input terms of z, r, n
     c_new = None
     c_prev = None
+
+    def follows(self, prev, blk) -> bool:
+        return (isinstance(prev, _GRUCell) and prev.order == self.order and np.array_equal(prev.weight, self.weight)
+                and np.array_equal(prev.bias, self.bias))
 
 
 def _either(blk, e, name, pred):
@@ -172,10 +218,9 @@ def _either(blk, e, name, pred):
 def _match_gru(blk: _Block, h_var):
     """h(t) = (1 - z) * n + z * h(t-1) (ONNX) or (h(t-1) - n) * z + n (torch), with
     z = sigmoid(x_z + R_z h), n = tanh(x_n + r * (R_n h + b_n)), r = sigmoid(x_r + R_r h)."""
-    ty = h_var.ty
-    if not isinstance(ty, relax.TensorType) or ty.ndim != 2 or not isinstance(ty.shape[1], tvm.tirx.IntImm):
+    H = _width(h_var)
+    if H is None:
         return None
-    H = int(ty.shape[1])
 
     def onnx_form(p, q):  # p = (1 - z) * n, q = z * h
         def zn(a, b):
@@ -247,28 +292,35 @@ def _match_gru(blk: _Block, h_var):
                     (zx[1], rx[1], k_n), [zx[0], rx[0], x_n])
 
 
-def _chains(blk: _Block, cells: dict):
-    """Maximal runs of cells feeding each other, in order (length >= 2)."""
-    nxt = {}
-    for cell in cells.values():
-        prev = cells.get(cell.h_prev)
-        if prev is None or type(prev) is not type(cell) or prev.order != cell.order:
-            continue
-        if not np.array_equal(prev.weight, cell.weight):
-            continue
-        gru_ok = isinstance(cell, _GRUCell) and np.array_equal(prev.bias, cell.bias)
-        lstm_ok = isinstance(cell, _Cell) and cell.c_prev.same_as(prev.c_new) and blk.uses.get(prev.c_new, 0) == 2
-        if gru_ok or lstm_ok:
-            nxt[prev.h_new] = cell  # c(t) feeds only its own tanh and the next cell
-    heads = [c for c in cells.values() if not any(n is c for n in nxt.values())]
+def _chains(blk: _Block, readings: dict):
+    """Maximal runs of cells feeding each other, in order (length >= 2). `readings` maps each
+    cell output (in binding order) to its candidate readings; a cell takes the reading whose
+    h(t-1) is an earlier cell's h(t) that it follows, and that earlier cell the matching one."""
+    chosen, nxt = {}, {}
+    for var, cells in readings.items():
+        for cell in cells:
+            prevs = [p for p in readings.get(cell.h_prev, []) if cell.follows(p, blk)]
+            if cell.h_prev in chosen:
+                prevs = [p for p in prevs if p is chosen[cell.h_prev]]
+            if prevs and cell.h_prev not in nxt:
+                chosen.setdefault(cell.h_prev, prevs[0])
+                chosen[var] = nxt[cell.h_prev] = cell
+                break
+    linked = {id(c) for c in nxt.values()}
     out = []
-    for head in heads:
+    for head in (c for c in chosen.values() if id(c) not in linked):
         chain = [head]
         while chain[-1].h_new in nxt:
             chain.append(nxt[chain[-1].h_new])
-        if len(chain) >= 2:
-            out.append(chain)
+        out.append(chain)
     return out
+
+
+def _sum(bb, terms):
+    x = terms[0]
+    for term in terms[1:]:
+        x = bb.emit(relax.op.add(x, term))
+    return x
 
 
 def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
@@ -276,7 +328,13 @@ def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
     first = chain[0]
     H = first.weight.shape[0]
     gru = isinstance(first, _GRUCell)
-    if gru:  # ONNX order z, r, h; the input terms are already one per gate
+    acts = ()
+    if isinstance(first, _RNNCell):
+        slots = [0]
+        steps = [bb.emit(_sum(bb, cell.inputs)) for cell in chain]
+        rb = np.zeros((1, H), "float32")
+        acts = (Activation(first.activation),)
+    elif gru:  # ONNX order z, r, h; the input terms are already one per gate
         slots = list(first.order)
         steps = [bb.emit(relax.op.concat(cell.x_parts, axis=1)) for cell in chain]
         rb = first.bias.reshape(3, H)[slots].reshape(1, 3 * H)
@@ -285,9 +343,7 @@ def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
         slots = [order[0], order[3], order[1], order[2]]
         steps = []
         for cell in chain:
-            x = cell.inputs[0]
-            for term in cell.inputs[1:]:
-                x = bb.emit(relax.op.add(x, term))
+            x = _sum(bb, cell.inputs)
             parts = [relax.op.strided_slice(x, [1], [k * H], [(k + 1) * H]) for k in slots]
             steps.append(bb.emit(relax.op.concat(parts, axis=1)))
         rb = np.zeros((1, 4 * H), "float32")
@@ -296,10 +352,10 @@ def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
     batch = first.h_new.ty.shape[0]
     xw = bb.emit(relax.op.reshape(relax.op.stack(steps, axis=0), (n_t, batch, 1, G * H)))
     r = first.weight.T.reshape(G, H, H)[slots].reshape(1, G * H, H)
-    cell_kind = "gru" if gru else "lstm"
-    spec = CellSpec(cell_kind, H, H, linear_before_reset=gru, node=f"matched_{cell_kind}_{index}")
+    cell_kind = {_Cell: "lstm", _GRUCell: "gru", _RNNCell: "rnn"}[type(first)]
+    spec = CellSpec(cell_kind, H, H, activations=acts, linear_before_reset=gru, node=f"matched_{cell_kind}_{index}")
     h0 = bb.emit(relax.op.expand_dims(first.h_prev, [0]))
-    c0 = bb.emit(relax.op.zeros_like(h0)) if gru else bb.emit(relax.op.expand_dims(first.c_prev, [0]))
+    c0 = bb.emit(relax.op.zeros_like(h0)) if first.c_prev is None else bb.emit(relax.op.expand_dims(first.c_prev, [0]))
     args = [xw, relax.const(np.ascontiguousarray(r)), relax.const(rb), bb.emit(full_lengths(batch)), h0, c0,
             relax.const(np.zeros((1, 3 * H), "float32"))]
     y, _, y_c = call_scan(bb, spec, target_kind, args, n_t, batch, f"persist_rnn_{cell_kind}_matched_{index}")
@@ -332,7 +388,7 @@ class _Rewriter(relax.PyExprMutator):
 
 
 def MatchCells(target_kind: str = "llvm") -> tvm.ir.transform.Pass:
-    """Replace each chain of primitive-op LSTM or GRU cells with the canonical recurrent form."""
+    """Replace each chain of primitive-op LSTM, GRU or RNN cells with the canonical recurrent form."""
 
     @tvm.ir.transform.module_pass(opt_level=0, name="MatchCells")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -343,14 +399,13 @@ def MatchCells(target_kind: str = "llvm") -> tvm.ir.transform.Pass:
             chains = []
             for block in func.body.blocks:
                 blk = _Block(block)
-                cells = {}
+                readings = {}
                 for b in block.bindings:
-                    cell = _match_cell(blk, b.var)
-                    if cell is None:
-                        cell = _match_gru(blk, b.var)
-                    if cell is not None:
-                        cells[b.var] = cell
-                chains += _chains(blk, cells)
+                    gru = _match_gru(blk, b.var)
+                    cells = _match_lstm(blk, b.var) or ([gru] if gru is not None else []) or _match_rnn(blk, b.var)
+                    if cells:
+                        readings[b.var] = cells
+                chains += _chains(blk, readings)
             if chains:
                 rewriter = _Rewriter(mod, chains, target_kind)
                 new_func = rewriter.visit_expr(func)

@@ -1,7 +1,8 @@
 """PersistentRNN: swap each recurrence's reference scan for a persistent CUDA kernel.
 
 It finds recurrences by the CellSpec attribute the importer's reference scan carries (the
-canonical form; chains of primitive-op LSTM cells are first turned into it, see match_cells), asks the scheduler for a config, and replaces the callee with the kernel the
+canonical form; chains of primitive-op LSTM, GRU and RNN cells are first turned into it, see
+match_cells), asks the scheduler for a config, and replaces the callee with the kernel the
 templates generate for it. All lowerings share one signature, so call sites stay as they are.
 What cannot be made persistent keeps the reference scan (re-targeted to the target's variant),
 and the reason is recorded where `report()` reads it.
@@ -52,10 +53,12 @@ def _as_target(target) -> tvm.target.Target:
     return tvm.target.Target(json.loads(target) if isinstance(target, str) else target)
 
 
-def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None) -> tvm.ir.transform.Pass:
+def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None,
+                  unverified=False) -> tvm.ir.transform.Pass:
     """The pass. `config` forces one schedule config (a dict or Config) for every layer;
     `tuning_log` is a JSON-lines path whose records are reused; `measure` (default: when a GPU is
-    present) times the cost model's top_k candidates."""
+    present) times the cost model's top_k candidates; `unverified` lets the planner pick kernel
+    variants that have not yet run on a GPU."""
     target = _as_target(target)
 
     @tvm.ir.transform.module_pass(opt_level=0, name="PersistentRNN")
@@ -66,7 +69,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":
                 continue  # already lowered
             plan = plan_layer(spec, target, batch=batches.get(gv.name_hint), tuning_log_path=tuning_log,
-                              config=config, top_k=top_k, measure=measure)
+                              config=config, top_k=top_k, measure=measure, unverified=unverified)
             if plan.kernel is None:
                 new = reference_scan(spec, target.kind.name).with_attr(REASON_ATTR, plan.reason)
             else:

@@ -49,3 +49,22 @@ def test_persistent_matches_onnxruntime(op, hidden, direction, dtype):
     if layer.lowering != "persistent":
         assert (hidden, direction, dtype) == (1024, "bidirectional", "float32"), layer.reason
         assert "no persistent config fits" in layer.reason
+
+
+@pytest.mark.parametrize("hidden,direction", [(32, "forward"), (64, "bidirectional"), (256, "forward"),
+                                              (256, "reverse"), (1024, "forward")])
+def test_two_phase_gru_matches_onnxruntime(hidden, direction):
+    """GRU linear_before_reset=0, the two-barrier kernel (opt-in until this test has passed on a GPU)."""
+    case = LayerCase(op="GRU", hidden_size=hidden, input_size=hidden, direction=direction, dynamic=True,
+                     seq_len=STEPS[-1], batch=BATCHES[-1], linear_before_reset=0, weight_scale=1.0 / np.sqrt(hidden))
+    model, _, _ = reference(case)
+    compiled = persist_rnn.compile(model, "cuda", measure=False, unverified=True)
+    layer = compiled.report()[0]
+    assert layer.lowering == "persistent", layer.reason
+    failures = []
+    for batch, steps in itertools.product(BATCHES, STEPS):
+        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
+        err = max_rel_error(compiled.run(feeds), want)
+        if not err <= TOLERANCE["float32"]:
+            failures.append(f"B={batch} T={steps}: {err:.2e}")
+    assert not failures, f"{layer.config}: " + ", ".join(failures)

@@ -13,6 +13,7 @@ import subprocess
 import pytest
 import tvm
 
+from persist_rnn.schedule.calibrate import barrier_kernel
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.planner import plan_layer
 from tir_templates.config import Config
@@ -78,3 +79,26 @@ def test_reference_scan_compiles_for_cuda(tmp_path):
 
 def test_gpu_model_has_shipped_calibrations():
     assert gpu_model("sm_90").num_sms == 132 and gpu_model("sm_80").num_sms == 108
+
+
+@pytest.mark.parametrize("hidden,batch", [(256, 10), (64, 1)], ids=["grid", "one-cta"])
+def test_two_phase_gru_is_opt_in_and_compiles(hidden, batch, tmp_path):
+    """GRU linear_before_reset=0 (two barriers a step): kept on the reference until it has run on
+    a GPU, with the reason; asked for, the planner's pick compiles without spills for both arches."""
+    spec = CellSpec("gru", hidden, hidden, linear_before_reset=False)
+    for arch in ("sm_80", "sm_90"):
+        target = tvm.target.Target({"kind": "cuda", "arch": arch})
+        default = plan_layer(spec, target, batch=batch, measure=False)
+        assert default.kernel is None and "not yet been run on a GPU" in default.reason
+        plan = plan_layer(spec, target, batch=batch, measure=False, unverified=True)
+        assert plan.kernel is not None, plan.reason
+        source = cuda_source(plan.kernel, arch)
+        assert ("prnn_grid_barrier" in source) == (plan.config.barrier(spec) == "grid")
+        assert max(nvcc_stats(source, arch, tmp_path)) == 0
+
+
+def test_calibration_barrier_kernel_compiles(tmp_path):
+    """The kernel `persist-rnn calibrate` times: the persistent kernels' grid barrier, nothing else."""
+    source = cuda_source(barrier_kernel(132, steps=10), "sm_90")
+    assert "red.release.gpu.global.add.u32" in source and "ld.acquire.gpu.global.u32" in source
+    nvcc_stats(source, "sm_90", tmp_path)

@@ -2,7 +2,8 @@
 
 `emulated_persistent_kernel` is the same template with CTAs and threads as serial loops and
 every barrier a phase boundary; it must agree with the reference scan for configs that split
-units across CTAs, rows across work groups, lanes across columns and batches across chunks.
+units across CTAs, rows across work groups, lanes across columns and batches across chunks, and
+its count of barrier arrivals must match every barrier's target (else the GPU would hang).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import tvm
 
 from persist_rnn.schedule.measure import kernel_arrays
 from tir_templates.config import Config
-from tir_templates.persistent import emulated_persistent_kernel
+from tir_templates.persistent import BARRIER_FLAG_WORD, emulated_persistent_kernel, two_phase
 from tir_templates.reference import reference_scan
 from tir_templates.spec import Activation, CellSpec
 
@@ -37,15 +38,24 @@ CASES = [
                                                                      Activation("Sigmoid"), Activation("Tanh")))),
     ("rnn", "reverse", 3, Config(16, 2, 4, 4), dict(clip=1.0)),
     ("rnn", "forward", 4, Config(2, 8, 1, 4), {}),  # 8 CTAs of 2 units, 16-lane groups
+    # GRU linear_before_reset=0: two phases per step, r * h(t-1) exchanged between them
+    ("gru0", "bidirectional", 5, Config(4, 4, 2, 2), dict(clip=2.0)),  # groups skip the other phase
+    ("gru0", "reverse", 3, Config(16, 4, 4, 3), {}),  # one CTA, no grid barrier
+    ("gru0", "forward", 4, Config(4, 4, 3, 4), {}),  # 3 rows per group: groups straddle gates
 ]
 
 
 @pytest.mark.parametrize("cell,direction,batch,cfg,flags", CASES, ids=lambda v: str(v))
 def test_emulated_persistent_matches_reference(cell, direction, batch, cfg, flags):
-    spec = CellSpec(cell, I, H, direction, linear_before_reset=(cell == "gru"), **flags)
+    spec = CellSpec(cell.rstrip("0"), I, H, direction, linear_before_reset=(cell == "gru"), **flags)
     arrays = kernel_arrays(spec, batch, STEPS, seed=3)
     arrays[3] = np.random.default_rng(batch).integers(0, STEPS + 1, batch).astype("int32")  # ragged, some empty
     want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
     got = _run_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
-    for name, g, w in zip(("Y", "Y_h", "Y_c"), got[7:10], want[7:10]):
+    for name, g, w in zip(("Y", "Y_h", "Y_c")[:3 if cell == "lstm" else 2], got[7:10], want[7:10]):
         np.testing.assert_allclose(g, w, atol=1e-5, err_msg=name)
+    ws = got[11]
+    assert ws[BARRIER_FLAG_WORD] == 0, "a barrier's target does not match the CTAs that reach it"
+    if cfg.barrier(spec) == "grid":  # init's barrier, then one per phase of every step
+        barriers = 1 + (2 if two_phase(spec) else 1) * STEPS
+        assert list(ws[:spec.num_directions]) == [barriers * cfg.ctas_per_direction(spec)] * spec.num_directions

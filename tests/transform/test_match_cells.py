@@ -6,9 +6,18 @@ import os
 import numpy as np
 import onnx
 import pytest
+import tvm
+from tvm import relax
 
 import persist_rnn
-from persist_rnn.testing import LayerCase, max_rel_error, ort_run, reference
+from persist_rnn.testing import (
+    LayerCase,
+    cell_loop_model,
+    max_rel_error,
+    ort_run,
+    reference,
+)
+from persist_rnn.transform.match_cells import MatchCells
 
 LSTMCELL_LOOP = os.path.join(os.path.dirname(__file__), "..", "fixtures", "torch_lstmcell_loop.onnx")
 GRUCELL_LOOP = os.path.join(os.path.dirname(__file__), "..", "fixtures", "torch_grucell_loop.onnx")
@@ -68,4 +77,51 @@ def test_unrolled_gru(lbr, matched):
     model, feeds, want = reference(case)
     compiled = persist_rnn.compile(model, "llvm", unroll=True)
     assert len(_matched(compiled.report())) == matched
+    assert max_rel_error(compiled.run(feeds), want) <= 1e-4
+
+
+def _ops_left(model, names):
+    """Calls of relax ops `names` still in main after MatchCells."""
+    mod = MatchCells()(persist_rnn.from_onnx(model))
+    wanted, found = {"relax." + n for n in names}, []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name in wanted:
+            found.append(e.op.name)
+    relax.analysis.post_order_visit(mod["main"].body, visit)
+    return found
+
+
+@pytest.mark.parametrize("cell,activation,input_size", [("rnn", "Tanh", 8), ("rnn", "Relu", 8), ("rnn", "Tanh", 5),
+                                                        ("lstm", "Tanh", 8)],
+                         ids=["rnn_tanh_I=H", "rnn_relu_I=H", "rnn_tanh", "lstm_I=H"])
+def test_torch_style_cell_loops(cell, activation, input_size):
+    """Gemm(x, W_ih) + Gemm(h, W_hh) per step; with I == H both terms look recurrent, and the
+    chain (h(t-1) is the previous cell's h(t)) decides. Every step is swallowed, none left as ops."""
+    model, feeds = cell_loop_model(cell, steps=4, input_size=input_size, hidden=8, activation=activation)
+    compiled = persist_rnn.compile(model, "llvm")
+    [layer] = _matched(compiled.report())
+    assert (layer.cell, layer.hidden_size) == (cell, 8)
+    assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4
+    assert _ops_left(model, ["tanh", "nn.relu", "sigmoid"]) == []
+    [layer] = _matched(persist_rnn.compile(model, CUDA, measure=False).report())
+    assert layer.lowering == "persistent"
+
+
+@pytest.mark.parametrize("activations,matched", [(["Relu", "Tanh"], 2), (["LeakyRelu", "Tanh"], 1)],
+                         ids=["relu+tanh", "leakyrelu+tanh"])
+def test_unrolled_rnn(activations, matched):
+    """The importer's unrolled RNN, one chain per direction; an activation the matcher does not
+    know (LeakyRelu) leaves that direction as ops, still correct."""
+    case = LayerCase(op="RNN", direction="bidirectional", initial_h=True, seq_len=5, activations=activations)
+    model, feeds, want = reference(case)
+    compiled = persist_rnn.compile(model, "llvm", unroll=True)
+    assert sorted(r.cell for r in _matched(compiled.report())) == ["rnn"] * matched
+    assert max_rel_error(compiled.run(feeds), want) <= 1e-4
+
+
+def test_rnn_near_miss_clip():
+    model, feeds, want = reference(LayerCase(op="RNN", seq_len=5, clip=0.5))
+    compiled = persist_rnn.compile(model, "llvm", unroll=True)
+    assert _matched(compiled.report()) == []
     assert max_rel_error(compiled.run(feeds), want) <= 1e-4

@@ -1,0 +1,152 @@
+"""`persist-rnn calibrate`: measure this GPU once and store what the cost model needs.
+
+A calibration (`gpu.GPUModel`, one JSON file per architecture) holds device facts, the grid
+barrier's cost against the number of CTAs, and the cost model's weights. On a GPU:
+- the facts come from the driver (name, SM count, clock);
+- the barrier is timed with a kernel that does nothing but cross `prnn_grid_barrier`, the same
+  function the persistent kernels use, at CTA counts up to the SM count;
+- a sample of the pruned config space of a few workloads is compiled and timed (the persistent
+  kernel itself), and the weights are fitted to it (`fit.fit_weights`).
+Without a GPU, `from_sweeps` fits recorded sweeps instead: the shipped H100 calibration is
+reproduced that way from `docs/data/sweep-h100-*.jsonl`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import random
+
+import numpy as np
+import tvm
+from tvm.script import tirx as T
+
+from tir_templates.persistent import GRID_BARRIER
+from tir_templates.reference import WORKSPACE_WORDS
+from tir_templates.spec import CellSpec
+
+from ..errors import PersistRNNError
+from .cost_model import features, step_us
+from .fit import fit_weights, ranking_quality, summary
+from .gpu import GPUModel, gpu_model, present_device
+from .measure import MEASURE_STEPS, build_kernel, build_many, kernel_arrays, time_kernel
+from .space import candidate_configs
+
+#: workloads whose configs are sampled (cell, hidden, batch): GRNN's grid, small and large ends
+WORKLOADS = tuple(itertools.product(("lstm", "gru"), (64, 256, 1024), (1, 10, 20)))
+BARRIER_STEPS = 2000
+BARRIER_THREADS = 256
+
+
+def barrier_kernel(ctas: int, steps: int = BARRIER_STEPS) -> tvm.tirx.PrimFunc:
+    """`steps` grid barriers across `ctas` CTAs and nothing else (counter zeroed first, as in the
+    persistent kernels)."""
+
+    @T.prim_func(private=True)
+    def main(ws: T.Buffer((WORKSPACE_WORDS,), "uint32")):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
+        for _zb in T.thread_binding(1, thread="blockIdx.x"):
+            for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
+                ws[zt] = T.uint32(0)
+        for _cta in T.thread_binding(ctas, thread="blockIdx.x"):
+            for _tx in T.thread_binding(BARRIER_THREADS, thread="threadIdx.x"):
+                for k in range(steps):
+                    T.cuda.func_call("prnn_grid_barrier", T.address_of(ws[0]), T.Cast("uint32", (k + 1) * ctas),
+                                     source_code=GRID_BARRIER)
+
+    return main
+
+
+def barrier_costs(dev, target, num_sms: int) -> dict:
+    """Microseconds per grid barrier at 1, 8, 32 and `num_sms` CTAs (one CTA per SM)."""
+    out = {}
+    for ctas in sorted({1, min(8, num_sms), min(32, num_sms), num_sms}):
+        lib = build_kernel(barrier_kernel(ctas), target)
+        out[str(ctas)] = round(time_kernel(lib, dev, [np.zeros(WORKSPACE_WORDS, "uint32")], repeats=5) / BARRIER_STEPS, 3)
+    return out
+
+
+def sample_configs(spec: CellSpec, gpu: GPUModel, batch: int, limit: int, seed: int = 0):
+    """Up to `limit` configs: the current model's best half, and a random spread of the rest (so
+    that a badly calibrated model cannot hide the region it ranks poorly)."""
+    configs = candidate_configs(spec, gpu, batch)
+    if len(configs) <= limit:
+        return configs
+    ranked = sorted(configs, key=lambda c: step_us(spec, c, gpu, batch))
+    rest = ranked[limit // 2:]
+    return ranked[:limit // 2] + random.Random(seed).sample(rest, limit - limit // 2)
+
+
+def sweep_rows(spec: CellSpec, configs, gpu: GPUModel, target, dev, batch: int) -> list[dict]:
+    """Compile and time `configs` of one workload: one JSON-able row each (what `fit` reads)."""
+    libs = build_many(spec, configs, target, skip_failures=True)
+    arrays = kernel_arrays(spec, batch, MEASURE_STEPS)
+    rows = []
+    for cfg, lib in zip(configs, libs):
+        if lib is None:
+            continue
+        us = time_kernel(lib, dev, arrays, repeats=10) / MEASURE_STEPS
+        rows.append({"cell": spec.cell, "hidden": spec.hidden_size, "batch": batch, "config": cfg.as_dict(),
+                     "measured_us": us, "model_us": step_us(spec, cfg, gpu, batch),
+                     "features": features(spec, cfg, gpu, batch)})
+    return rows
+
+
+def device_model(dev, base: GPUModel) -> GPUModel:
+    """`base` with the facts of the present device."""
+    major, minor = str(dev.compute_version).split(".")
+    return dataclasses.replace(base, name=str(dev.device_name), arch=f"sm_{major}{minor}",
+                               num_sms=int(dev.multi_processor_count), clock_ghz=float(dev.max_clock_rate) / 1e6)
+
+
+def measure_device(configs_per_workload: int = 40, log=print, sweep_out: str | None = None) -> tuple[GPUModel, list]:
+    """Device facts, barrier costs and a config sweep of the present GPU: (model, sweep rows)."""
+    dev = present_device()
+    if dev is None:
+        raise PersistRNNError("calibrate needs a CUDA GPU to measure; without one, pass recorded sweeps "
+                              "(persist-rnn calibrate SWEEP.jsonl ...) to fit them")
+    major, minor = str(dev.compute_version).split(".")
+    gpu = device_model(dev, gpu_model(f"sm_{major}{minor}"))
+    target = tvm.target.Target({"kind": "cuda", "arch": gpu.arch})
+    gpu = dataclasses.replace(gpu, grid_barrier_us=barrier_costs(dev, target, gpu.num_sms))
+    log(f"{gpu.name} ({gpu.arch}, {gpu.num_sms} SMs, {gpu.clock_ghz:.2f} GHz): grid barrier "
+        + ", ".join(f"{k} CTAs {v} us" for k, v in gpu.grid_barrier_us.items()))
+    rows = []
+    for cell, hidden, batch in WORKLOADS:
+        spec = CellSpec(cell, hidden, hidden, linear_before_reset=(cell == "gru"))
+        got = sweep_rows(spec, sample_configs(spec, gpu, batch, configs_per_workload), gpu, target, dev, batch)
+        log(f"  {cell} H={hidden} B={batch}: {len(got)} configs timed")
+        rows += got
+        if sweep_out:
+            with open(sweep_out, "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in got)
+    return gpu, rows
+
+
+def read_sweeps(paths) -> list[dict]:
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    rows.append({k: row[k] for k in ("cell", "hidden", "batch", "config", "measured_us")})
+                except (json.JSONDecodeError, KeyError, TypeError) as err:
+                    raise PersistRNNError(f"{path}:{n}: not a sweep row ({err})") from None
+    if not rows:
+        raise PersistRNNError("the sweeps hold no rows")
+    return rows
+
+
+def fit_and_write(gpu: GPUModel, rows: list, out_dir: str, provenance: str) -> tuple[str, str]:
+    """Fit the weights to `rows`, write `<out_dir>/<arch>.json`: (path, ranking summary)."""
+    fitted = dataclasses.replace(gpu, weights=fit_weights(rows, gpu),
+                                 provenance=f"{provenance}; weights fitted to {len(rows)} measured configs")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{fitted.arch}.json")
+    with open(path, "w") as f:
+        json.dump(dataclasses.asdict(fitted), f, indent=1)
+    return path, summary(ranking_quality(rows, fitted))
