@@ -176,13 +176,22 @@ def cell_loop_model(cell: str, steps: int = 4, batch: int = 2, input_size: int =
                     activation: str = "Tanh", seed: int = 0) -> tuple[onnx.ModelProto, dict]:
     """A recurrent cell stepped `steps` times in primitive ONNX ops, the way torch exports an
     nn.RNNCell / nn.LSTMCell in a Python loop: Gather x[t], Gemm(x, W_ih, b_ih) + Gemm(h, W_hh,
-    b_hh), then the cell ("rnn" with `activation`, or "lstm" in torch's i, f, g, o order).
-    Inputs x (T, B, I), h0 (and c0); outputs the stacked h(t) and the last h."""
+    b_hh), then the cell ("rnn" with `activation`, or "lstm" in torch's i, f, g, o order); or
+    "gru0", a GRU with linear_before_reset=0 as Keras writes it (reset_after=False): a MatMul per
+    gate and h(t) = z * h + (1 - z) * n. Inputs x (T, B, I), h0 (and c0); outputs the stacked
+    h(t) and the last h."""
     rng = np.random.default_rng(seed)
-    G = {"rnn": 1, "lstm": 4}[cell]
-    rnd = lambda *s: (rng.standard_normal(s) * 0.4).astype("float32")
-    inits = [numpy_helper.from_array(a, n) for a, n in ((rnd(G * hidden, input_size), "w_ih"), (rnd(G * hidden, hidden), "w_hh"),
-                                                         (rnd(G * hidden), "b_ih"), (rnd(G * hidden), "b_hh"))]
+    G = {"rnn": 1, "lstm": 4, "gru0": 3}[cell]
+    rnd = lambda *s: (rng.standard_normal(s) * 0.4).astype("float32")  # noqa: E731
+    w_ih, w_hh, b_ih, b_hh = rnd(G * hidden, input_size), rnd(G * hidden, hidden), rnd(G * hidden), rnd(G * hidden)
+    if cell == "gru0":  # Keras: a kernel per gate (z, r, n), one bias, and a constant one
+        weights = {"one": np.array(1.0, "float32")}
+        for k, g in enumerate("zrn"):
+            rows = slice(k * hidden, (k + 1) * hidden)
+            weights |= {f"W{g}": w_ih[rows].T, f"U{g}": w_hh[rows].T, f"b{g}": b_ih[rows]}
+    else:
+        weights = {"w_ih": w_ih, "w_hh": w_hh, "b_ih": b_ih, "b_hh": b_hh}
+    inits = [numpy_helper.from_array(np.ascontiguousarray(a), n) for n, a in weights.items()]
     nodes, h, c, ys = [], "h0", "c0", []
 
     def mk(op, ins, name, **kw):  # one node, its output named after it and the step
@@ -191,6 +200,10 @@ def cell_loop_model(cell: str, steps: int = 4, batch: int = 2, input_size: int =
     for t in range(steps):
         inits.append(numpy_helper.from_array(np.array(t, "int64"), f"t{t}"))
         x_t = mk("Gather", ["x", f"t{t}"], "x", axis=0)
+        if cell == "gru0":
+            h = _keras_gru_step(mk, x_t, h)
+            ys.append(mk("Unsqueeze", [h, "axis0"], "y"))
+            continue
         pre = mk("Add", [mk("Gemm", [x_t, "w_ih", "b_ih"], "gx", transB=1), mk("Gemm", [h, "w_hh", "b_hh"], "gh", transB=1)], "pre")
         if cell == "rnn":
             h = mk(activation, [pre], "h")
@@ -214,3 +227,13 @@ def cell_loop_model(cell: str, steps: int = 4, batch: int = 2, input_size: int =
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 8
     return model, feeds
+
+
+def _keras_gru_step(mk, x_t, h):
+    """One GRU step with linear_before_reset=0 in Keras's form (see cell_loop_model)."""
+    def gate(g, act, h_in):
+        return mk(act, [mk("Add", [mk("Add", [mk("MatMul", [x_t, f"W{g}"], "xw" + g), mk("MatMul", [h_in, f"U{g}"], "hu" + g)],
+                                         "s" + g), f"b{g}"], "p" + g)], "a" + g)
+    z, r = gate("z", "Sigmoid", h), gate("r", "Sigmoid", h)
+    n = gate("n", "Tanh", mk("Mul", [r, h], "rh"))
+    return mk("Add", [mk("Mul", [z, h], "zh"), mk("Mul", [mk("Sub", ["one", z], "omz"), n], "zn")], "h")

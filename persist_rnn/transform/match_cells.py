@@ -10,12 +10,12 @@ of the gates inside the packed gate tensor:
 with i, f, g, o equal-width slices of `gates` (split or strided_slice on the last axis). Cells
 chain when one's h(t), c(t) are the next one's h(t-1), c(t-1) and W and the gate order agree.
 GRU (linear_before_reset=1, torch's GRUCell) is matched in both the ONNX form
-(1 - z) * n + z * h and torch's (h - n) * z + n; see _match_gru. An RNN cell is
+(1 - z) * n + z * h and torch's (h - n) * z + n, with linear_before_reset 1 or 0; see _match_gru. An RNN cell is
 tanh or relu of <terms without h> + h(t-1) @ W (W: (H, H)). When the input size equals the hidden
 size, x(t) @ W_ih looks like a recurrent term too: each cell keeps every reading, and the chain
 decides (the one whose h(t-1) is the previous cell's h(t) with the same W). Anything else (an
 extra op inside a cell, clip, peepholes, a c(t) used outside the chain) is a near miss and is
-left untouched. GRU with linear_before_reset=0 is not matched.
+left untouched.
 """
 from __future__ import annotations
 
@@ -191,16 +191,17 @@ def _match_rnn(blk: _Block, h_var) -> list:
 class _GRUCell:
     h_new: relax.Var
     h_prev: relax.Expr
-    weight: np.ndarray  # (H, 3H): h(t-1) @ weight + bias
-    bias: np.ndarray  # (3H,) recurrent bias, packed like weight
+    weight: np.ndarray  # (H, 3H): h(t-1) @ weight + bias (linear_before_reset=0: (r * h(t-1)) @ its n part)
+    bias: np.ndarray  # (3H,) recurrent bias, packed like weight (zero when folded into x_parts)
     order: tuple  # slice index of z, r, n in the packed recurrent gates
     x_parts: list  # input terms of z, r, n
+    linear_before_reset: bool = True
     c_new = None
     c_prev = None
 
     def follows(self, prev, blk) -> bool:
         return (isinstance(prev, _GRUCell) and prev.order == self.order and np.array_equal(prev.weight, self.weight)
-                and np.array_equal(prev.bias, self.bias))
+                and np.array_equal(prev.bias, self.bias) and prev.linear_before_reset == self.linear_before_reset)
 
 
 def _either(blk, e, name, pred):
@@ -216,8 +217,9 @@ def _either(blk, e, name, pred):
 
 
 def _match_gru(blk: _Block, h_var):
-    """h(t) = (1 - z) * n + z * h(t-1) (ONNX) or (h(t-1) - n) * z + n (torch), with
-    z = sigmoid(x_z + R_z h), n = tanh(x_n + r * (R_n h + b_n)), r = sigmoid(x_r + R_r h)."""
+    """h(t) = (1 - z) * n + z * h(t-1) (ONNX) or (h(t-1) - n) * z + n (torch), z = sigmoid(x_z + R_z h),
+    r = sigmoid(x_r + R_r h), and n = tanh(x_n + r * (R_n h + b_n)) (linear_before_reset=1) or
+    tanh(x_n + (r * h) @ R_n + b_n) (linear_before_reset=0)."""
     H = _width(h_var)
     if H is None:
         return None
@@ -253,10 +255,15 @@ def _match_gru(blk: _Block, h_var):
     zs, ns = blk.op(z, "sigmoid"), blk.op(n, "tanh")
     if zs is None or ns is None:
         return None
+    return _gru_reset_after(blk, h_var, h_prev, zs.args[0], ns.args[0], H) or \
+        _gru_reset_before(blk, h_var, h_prev, zs.args[0], ns.args[0], H)
 
+
+def _gru_reset_after(blk, h_var, h_prev, z_pre, n_pre, H):
+    """linear_before_reset=1: n_pre = x_n + r * slice_n(h(t-1) @ R + b), z and r from the same R."""
     def candidate(a, b):  # a = x_n, b = r * n_h
         return _either(blk, b, "multiply", lambda r, nh: (a, r, nh) if blk.op(r, "sigmoid") is not None else None)
-    parts = _either(blk, ns.args[0], "add", candidate)
+    parts = _either(blk, n_pre, "add", candidate)
     if parts is None:
         return None
     x_n, r, n_h = parts
@@ -285,11 +292,61 @@ def _match_gru(blk: _Block, h_var):
             got = blk.gate_slice(b, H)
             return (a, got[1]) if got is not None and got[0].same_as(rec) else None
         return _either(blk, pre, "add", pick)
-    zx, rx = split(zs.args[0]), split(blk.op(r, "sigmoid").args[0])
+    zx, rx = split(z_pre), split(blk.op(r, "sigmoid").args[0])
     if zx is None or rx is None or sorted([zx[1], rx[1], k_n]) != [0, 1, 2]:
         return None
     return _GRUCell(h_var, h_prev, recurrent[0], bias.astype("float32"),
                     (zx[1], rx[1], k_n), [zx[0], rx[0], x_n])
+
+
+def _gru_reset_before(blk, h_var, h_prev, z_pre, n_pre, H):
+    """linear_before_reset=0: n_pre = <terms> + (r * h(t-1)) @ R_n, and z, r either slices of one
+    <terms> + h(t-1) @ R_zr (H, 2H) (the importer's unrolled form) or each <terms> + h(t-1) @ R_g."""
+    def reset_matmul(term):  # (r, R_n) of a term (r * h(t-1)) @ R_n
+        mm = blk.op(term, "matmul")
+        w = _const_array(mm.args[1]) if mm is not None else None
+        if w is None or w.shape != (H, H):
+            return None
+        return _either(blk, mm.args[0], "multiply",
+                       lambda r, h: (r, w) if h.same_as(h_prev) and blk.op(r, "sigmoid") is not None else None)
+    n_terms = blk.add_terms(n_pre)
+    hits = [(k, got) for k, got in enumerate(map(reset_matmul, n_terms)) if got is not None]
+    if len(hits) != 1 or len(n_terms) < 2:
+        return None
+    k, (r, w_n) = hits[0]
+    gates = [_gate_reading(blk, pre, h_prev, H) for pre in (z_pre, blk.op(r, "sigmoid").args[0])]
+    if any(g is None for g in gates):
+        return None
+    weight = np.concatenate([gates[0][0], gates[1][0], w_n], axis=1)
+    x_n = _sum_expr(n_terms[:k] + n_terms[k + 1:])
+    return _GRUCell(h_var, h_prev, weight, np.zeros(3 * H, "float32"), (0, 1, 2),
+                    [gates[0][1], gates[1][1], x_n], linear_before_reset=False)
+
+
+def _gate_reading(blk, pre, h_prev, H):
+    """(R_g (H, H), x part expr) of a gate pre-activation: <terms> + h(t-1) @ R_g, or slice k of
+    <terms> + h(t-1) @ R (H, m*H)."""
+    own = [(w, rest) for hp, w, rest in _recurrent_readings(blk, pre, (H, H)) if hp.same_as(h_prev)]
+    if len(own) == 1:
+        return own[0][0], _sum_expr(own[0][1])
+    sl = blk.gate_slice(pre, H)
+    if sl is None:
+        return None
+    packed, k = sl
+    for width in range(2, 4):
+        found = [(w, rest) for hp, w, rest in _recurrent_readings(blk, packed, (H, width * H)) if hp.same_as(h_prev)]
+        if len(found) == 1:
+            w, rest = found[0]
+            return w[:, k * H:(k + 1) * H], relax.op.strided_slice(_sum_expr(rest), [1], [k * H], [(k + 1) * H])
+    return None
+
+
+def _sum_expr(terms):
+    """terms[0] + terms[1] + ... as one (unbound) expression."""
+    x = terms[0]
+    for term in terms[1:]:
+        x = relax.op.add(x, term)
+    return x
 
 
 def _chains(blk: _Block, readings: dict):
@@ -316,13 +373,6 @@ def _chains(blk: _Block, readings: dict):
     return out
 
 
-def _sum(bb, terms):
-    x = terms[0]
-    for term in terms[1:]:
-        x = bb.emit(relax.op.add(x, term))
-    return x
-
-
 def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
     """The chain as input terms stacked over time + one reference scan; returns (Y, Y_c) vars."""
     first = chain[0]
@@ -331,7 +381,7 @@ def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
     acts = ()
     if isinstance(first, _RNNCell):
         slots = [0]
-        steps = [bb.emit(_sum(bb, cell.inputs)) for cell in chain]
+        steps = [bb.emit(_sum_expr(cell.inputs)) for cell in chain]
         rb = np.zeros((1, H), "float32")
         acts = (Activation(first.activation),)
     elif gru:  # ONNX order z, r, h; the input terms are already one per gate
@@ -343,7 +393,7 @@ def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
         slots = [order[0], order[3], order[1], order[2]]
         steps = []
         for cell in chain:
-            x = _sum(bb, cell.inputs)
+            x = bb.emit(_sum_expr(cell.inputs))
             parts = [relax.op.strided_slice(x, [1], [k * H], [(k + 1) * H]) for k in slots]
             steps.append(bb.emit(relax.op.concat(parts, axis=1)))
         rb = np.zeros((1, 4 * H), "float32")
@@ -353,7 +403,8 @@ def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
     xw = bb.emit(relax.op.reshape(relax.op.stack(steps, axis=0), (n_t, batch, 1, G * H)))
     r = first.weight.T.reshape(G, H, H)[slots].reshape(1, G * H, H)
     cell_kind = {_Cell: "lstm", _GRUCell: "gru", _RNNCell: "rnn"}[type(first)]
-    spec = CellSpec(cell_kind, H, H, activations=acts, linear_before_reset=gru, node=f"matched_{cell_kind}_{index}")
+    lbr = gru and first.linear_before_reset
+    spec = CellSpec(cell_kind, H, H, activations=acts, linear_before_reset=lbr, node=f"matched_{cell_kind}_{index}")
     h0 = bb.emit(relax.op.expand_dims(first.h_prev, [0]))
     c0 = bb.emit(relax.op.zeros_like(h0)) if first.c_prev is None else bb.emit(relax.op.expand_dims(first.c_prev, [0]))
     args = [xw, relax.const(np.ascontiguousarray(r)), relax.const(rb), bb.emit(full_lengths(batch)), h0, c0,

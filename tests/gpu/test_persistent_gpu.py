@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import persist_rnn
-from persist_rnn.testing import LayerCase, max_rel_error, reference
+from persist_rnn.testing import LayerCase, cell_loop_model, max_rel_error, ort_run, reference
 
 pytestmark = pytest.mark.gpu
 
@@ -68,3 +68,13 @@ def test_two_phase_gru_matches_onnxruntime(hidden, direction):
         if not err <= TOLERANCE["float32"]:
             failures.append(f"B={batch} T={steps}: {err:.2e}")
     assert not failures, f"{layer.config}: " + ", ".join(failures)
+
+
+@pytest.mark.parametrize("cell", ["rnn", "lstm", "gru0"])
+def test_matched_cell_loops_on_gpu(cell):
+    """Cells written as primitive ops (torch RNNCell/LSTMCell loops, Keras-style GRU with
+    linear_before_reset=0), I == H: matched, made persistent, checked against ONNX Runtime."""
+    model, feeds = cell_loop_model(cell, steps=7, batch=5, input_size=64, hidden=64)
+    compiled = persist_rnn.compile(model, "cuda", measure=False, unverified=True)
+    assert [r.lowering for r in compiled.report()] == ["persistent"], compiled.report()
+    assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= TOLERANCE["float32"]

@@ -70,19 +70,22 @@ def test_torch_grucell_loop_is_matched_and_correct():
     assert layer.lowering == "persistent"
 
 
-@pytest.mark.parametrize("lbr,matched", [(1, 2), (0, 0)], ids=["linear_before_reset=1", "linear_before_reset=0"])
-def test_unrolled_gru(lbr, matched):
-    """ONNX's (1 - z) * n + z * h form; linear_before_reset=0 is another cell and is left alone."""
+@pytest.mark.parametrize("lbr", [1, 0], ids=["linear_before_reset=1", "linear_before_reset=0"])
+def test_unrolled_gru(lbr):
+    """ONNX's (1 - z) * n + z * h form, both candidate forms, one chain per direction."""
     case = LayerCase(op="GRU", linear_before_reset=lbr, direction="bidirectional", initial_h=True, seq_len=6)
     model, feeds, want = reference(case)
     compiled = persist_rnn.compile(model, "llvm", unroll=True)
-    assert len(_matched(compiled.report())) == matched
+    assert [r.cell for r in _matched(compiled.report())] == ["gru", "gru"]
     assert max_rel_error(compiled.run(feeds), want) <= 1e-4
+    assert _ops_left(model, ["tanh", "sigmoid"], unroll=True) == []
+    [layer, _] = _matched(persist_rnn.compile(model, CUDA, measure=False, unroll=True).report())
+    assert layer.lowering == "persistent" if lbr else "not yet been run on a GPU" in layer.reason
 
 
-def _ops_left(model, names):
+def _ops_left(model, names, unroll=False):
     """Calls of relax ops `names` still in main after MatchCells."""
-    mod = MatchCells()(persist_rnn.from_onnx(model))
+    mod = MatchCells()(persist_rnn.from_onnx(model, unroll=unroll))
     wanted, found = {"relax." + n for n in names}, []
 
     def visit(e):
@@ -120,8 +123,25 @@ def test_unrolled_rnn(activations, matched):
     assert max_rel_error(compiled.run(feeds), want) <= 1e-4
 
 
-def test_rnn_near_miss_clip():
-    model, feeds, want = reference(LayerCase(op="RNN", seq_len=5, clip=0.5))
+@pytest.mark.parametrize("case", [LayerCase(op="RNN", seq_len=5, clip=0.5),
+                                  LayerCase(op="GRU", seq_len=5, clip=0.5, linear_before_reset=0)], ids=["rnn", "gru_lbr0"])
+def test_near_miss_clip(case):
+    """clip inside the cell is an extra op: left as ops, still correct."""
+    model, feeds, want = reference(case)
     compiled = persist_rnn.compile(model, "llvm", unroll=True)
     assert _matched(compiled.report()) == []
     assert max_rel_error(compiled.run(feeds), want) <= 1e-4
+
+
+@pytest.mark.parametrize("input_size", [8, 5], ids=["I=H", "I!=H"])
+def test_keras_style_gru_reset_before(input_size):
+    """GRU with linear_before_reset=0 as Keras writes it: a MatMul per gate, (r * h) @ U_n inside
+    the candidate, z * h + (1 - z) * n. Matched whole; its persistent kernel is opt-in."""
+    model, feeds = cell_loop_model("gru0", steps=4, input_size=input_size, hidden=8)
+    compiled = persist_rnn.compile(model, "llvm")
+    [layer] = _matched(compiled.report())
+    assert layer.cell == "gru" and layer.hidden_size == 8
+    assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4
+    assert _ops_left(model, ["tanh", "sigmoid"]) == []
+    [layer] = _matched(persist_rnn.compile(model, CUDA, measure=False, unverified=True).report())
+    assert layer.lowering == "persistent"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU box, one part per `device run` call (each fits its 10 minutes).
+# Bring TVM there first (../shared/device/README.md; add click and tqdm wheels to the bundle),
+# then, in the repo root on the box:
+#     export PYTHONPATH=/tmp/site:$PWD; bash benchmarks/gpu_session.sh tests       # pytest -m gpu
+#     ... calibrate   # persist-rnn calibrate: barrier costs + config sample -> $OUT/calibration/<arch>.json
+#     ... bench       # persist-rnn bench -> $OUT/bench.jsonl (then benchmarks/report.py here)
+# Logs and results go to $OUT (the device tool brings them back).
+set -o pipefail
+OUT=${OUT:-/tmp/persist_rnn_out}
+mkdir -p "$OUT"
+export TVM_CUDA_COMPILE_MODE=nvcc
+for part in "${@:-tests}"; do
+  case $part in
+    tests) python3 -m pytest -m gpu -q -rf tests 2>&1 | tail -60 | tee "$OUT/gpu_tests.log" ;;
+    calibrate) python3 -m persist_rnn.cli calibrate --out "$OUT/calibration" --sweep-out "$OUT/sweep.jsonl" 2>&1 \
+                 | tee "$OUT/calibrate.log" ;;
+    bench) python3 -m persist_rnn.cli bench --out "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.log" ;;
+    *) echo "unknown part $part (tests, calibrate, bench)"; exit 2 ;;
+  esac
+done
