@@ -4,6 +4,12 @@ Each CTA owns `tile_units` hidden units of one direction and *all* gate rows of 
 gate math and the state update stay inside the CTA. Inside a CTA, work groups of `group_size`
 lanes each own `rows_per_group` gate rows; every lane keeps its strided slice of those rows in
 registers for the whole sequence. Batch rows are processed `batch_chunk` at a time.
+
+GRU with linear_before_reset=0 has two variants (`gru_barriers`): 2, two phases per step, each
+ending in a barrier (GRNN Fig. 7a); 1, GRNN's partial sums (Fig. 7b): the work groups hold only
+the candidate rows, and each thread also holds whole rows of the CTA's columns of R_z and R_r, so
+that after h(t) the CTA can publish its partial sums of every unit's z and r pre-activations,
+which all CTAs reduce after the step's one barrier.
 """
 from __future__ import annotations
 
@@ -21,6 +27,24 @@ class Config:
     rows_per_group: int  # gate rows each work group owns
     batch_chunk: int  # batch rows per pass over the CTA's weights
     weight_dtype: str = "float32"  # "float32" | "float16" (fp32 accumulation either way)
+    gru_barriers: int = 2  # GRU linear_before_reset=0 only: 2 (two phases) or 1 (partial sums)
+
+    def partial_sums(self, spec: CellSpec) -> bool:
+        """GRNN's one-barrier GRU (see the module docstring)."""
+        return spec.cell == "gru" and not spec.linear_before_reset and self.gru_barriers == 1
+
+    def row_gates(self, spec: CellSpec) -> int:
+        """Gates whose rows the work groups hold: all, or only the candidate's with partial sums."""
+        return 1 if self.partial_sums(spec) else spec.num_gates
+
+    def partial_rows(self, spec: CellSpec) -> int:
+        """Rows of R_z and R_r (all 2H of them) each thread holds, TW weights each (partial sums)."""
+        return -(-2 * spec.hidden_size // self.threads(spec)) if self.partial_sums(spec) else 0
+
+    def exchange_slots(self, spec: CellSpec) -> int:
+        """Leading extent of the exchange buffer: h by step parity and a spare slot, plus, with
+        partial sums, one slot per (parity, gate z/r, CTA of a direction)."""
+        return 3 + (4 * self.ctas_per_direction(spec) if self.partial_sums(spec) else 0)
 
     def num_ctas(self, spec: CellSpec) -> int:
         return spec.num_directions * (spec.hidden_size // self.tile_units)
@@ -29,7 +53,7 @@ class Config:
         return spec.hidden_size // self.tile_units
 
     def groups(self, spec: CellSpec) -> int:
-        return spec.num_gates * self.tile_units // self.rows_per_group
+        return self.row_gates(spec) * self.tile_units // self.rows_per_group
 
     def threads(self, spec: CellSpec) -> int:
         """Work-group lanes rounded up to whole warps (padding lanes hold zero weights)."""
@@ -46,10 +70,13 @@ class Config:
     def registers(self, spec: CellSpec) -> int:
         """Estimated registers per thread: weights, accumulators, prefetched inputs, ~40 of overhead."""
         updates = -(-self.batch_chunk * self.tile_units // self.threads(spec))
-        return self.weight_regs(spec) + self.rows_per_group * self.batch_chunk + updates * (spec.num_gates + 2) + 40
+        partial = self.partial_rows(spec) * self.tile_units // (2 if self.weight_dtype == "float16" else 1)
+        return self.weight_regs(spec) + partial + self.rows_per_group * self.batch_chunk + updates * (spec.num_gates + 2) + 40
 
     def shared_bytes(self, spec: CellSpec) -> int:
-        return 4 * self.batch_chunk * (spec.hidden_size + spec.num_gates * self.tile_units)
+        h_vectors = 2 if self.partial_sums(spec) else 1  # h(t-1), and r * h(t-1)
+        tile = self.row_gates(spec) + (2 if self.partial_sums(spec) else 0)  # dot results (+ z, h(t) of the tile)
+        return 4 * self.batch_chunk * (h_vectors * spec.hidden_size + tile * self.tile_units)
 
     def barrier(self, spec: CellSpec) -> str:
         """"cta" when one CTA holds a whole direction (no grid barrier at all), else "grid"."""
@@ -70,7 +97,7 @@ STATIC_SHARED_BYTES = 48 * 1024
 def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STATIC_SHARED_BYTES) -> list[str]:
     """Why `cfg` cannot run `spec` on a GPU with `num_sms` SMs and `shared_limit` bytes of shared
     memory per CTA (empty when it can)."""
-    H, G = spec.hidden_size, spec.num_gates
+    H, G = spec.hidden_size, cfg.row_gates(spec)
     out = []
     if cfg.tile_units <= 0 or H % cfg.tile_units:
         out.append(f"tile_units {cfg.tile_units} does not divide hidden_size {H}")
@@ -99,4 +126,7 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"{cfg.num_ctas(spec)} CTAs cannot all be resident on {num_sms} SMs (one CTA per SM)")
     if cfg.weight_dtype not in ("float32", "float16"):
         out.append(f"weight_dtype {cfg.weight_dtype!r} (float32 or float16)")
+    if cfg.gru_barriers not in (1, 2) or (cfg.gru_barriers == 1 and not cfg.partial_sums(spec)):
+        out.append(f"gru_barriers {cfg.gru_barriers}: 1 (partial sums) is for GRU with linear_before_reset=0 only; "
+                   "else 2")
     return out

@@ -3,10 +3,13 @@
 Read `cuda_kernel` top to bottom: load this CTA's weight slice once, then per time step
     load h(t-1) -> partial dot products -> warp-shuffle reduction -> gates and state update
     -> store this CTA's slice of h(t) -> one grid-wide barrier.
-GRU with linear_before_reset=0 needs r * h(t-1) of *every* unit before the candidate's GEMV, so
-its step has two phases, each ending in a grid barrier (GRNN Fig. 7a): (1) the z and r rows'
-dot products with h(t-1), z kept, r * h(t-1) published; (2) the candidate rows' dot products
-with r * h(t-1), then h(t).
+GRU with linear_before_reset=0 needs r * h(t-1) of *every* unit before the candidate's GEMV.
+Either its step has two phases, each ending in a grid barrier (GRNN Fig. 7a): (1) the z and r
+rows' dot products with h(t-1), z kept, r * h(t-1) published; (2) the candidate rows' dot
+products with r * h(t-1), then h(t). Or (`Config.gru_barriers == 1`, GRNN Fig. 7b) one barrier:
+after h(t), each CTA publishes partial sums R_z[:, tile] h(t)[tile] and R_r[:, tile] h(t)[tile]
+for every unit; after the barrier every CTA sums all CTAs' partials into r of every unit (and z
+of its own), forms r * h(t-1) and runs the candidate rows' dot products.
 The phases are TIR macros shared with `emulated_kernel`, an llvm-runnable twin in which every
 barrier becomes a phase boundary (steps outermost, CTAs and threads as serial loops), so the
 tiling and index arithmetic are checked numerically on a machine without a GPU; it also counts
@@ -14,7 +17,7 @@ barrier arrivals the way the GPU's counter would and flags a target that would n
 
 Signature: the reference scan's (see reference.py), whose `hbuf` (3, D, B, H) is the exchange
 buffer for h between CTAs (slots 0/1 alternate by step parity; slot 2 holds r * h(t-1) of the
-two-phase GRU) and whose `ws` holds one barrier counter per direction, zeroed by a one-warp
+two-phase GRU; the partial sums' slots follow, `Config.exchange_slots`) and whose `ws` holds one barrier counter per direction, zeroed by a one-warp
 kernel before each launch, so concurrent launches never share a counter. `yc` (unused by GRU)
 keeps the two-phase GRU's z between its phases.
 """
@@ -65,14 +68,17 @@ def unverified_reason(spec: CellSpec) -> str:
     variant that passes the CPU emulation and nvcc but has not yet run on a GPU. `unverified=True`
     or a config forced by the caller still builds it."""
     if two_phase(spec):
-        return ("GRU linear_before_reset=0: its two-barrier persistent kernel passes the CPU emulation and nvcc "
-                "but has not yet been run on a GPU; compile with unverified=True to use it")
+        return ("GRU linear_before_reset=0: its persistent kernels (two barriers a step, or GRNN's partial sums) "
+                "pass the CPU emulation and nvcc but have not yet been run on a GPU; compile with unverified=True "
+                "to use them")
     return ""
 
 
 def _check(spec: CellSpec, cfg: Config) -> None:
     if spec.hidden_size % cfg.tile_units or spec.hidden_size % cfg.group_size:
         raise UnsupportedLayer(f"config {cfg.as_dict()} does not tile hidden_size {spec.hidden_size}")
+    if (cfg.row_gates(spec) * cfg.tile_units) % cfg.rows_per_group or cfg.gru_barriers not in (1, 2):
+        raise UnsupportedLayer(f"config {cfg.as_dict()} does not map the CTA's gate rows onto work groups")
 
 
 def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
@@ -80,7 +86,11 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     H, D, G = spec.hidden_size, spec.num_directions, spec.num_gates
     GH = G * H
     TW, WS, RPG, BC = cfg.tile_units, cfg.group_size, cfg.rows_per_group, cfg.batch_chunk
-    GTW = G * TW  # gate rows per CTA
+    partial_sums = cfg.partial_sums(spec)  # GRNN's one-barrier GRU (config.py)
+    GATE0 = 2 if partial_sums else 0  # the first gate whose rows the work groups hold
+    GTW = cfg.row_gates(spec) * TW  # gate rows per CTA in the work groups
+    SLOTS = cfg.exchange_slots(spec)
+    PR = cfg.partial_rows(spec)  # rows of R_z, R_r per thread (partial sums)
     CPD = cfg.ctas_per_direction(spec)
     NCTA = D * CPD
     NT = cfg.threads(spec)
@@ -89,11 +99,11 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     DV = 4 if KPL % 4 == 0 else 1  # a lane's columns come in runs of DV: one float4 shared load each
     WDT = cfg.weight_dtype
     lstm = spec.cell == "lstm"
-    phases = 2 if two_phase(spec) else 1
+    phases = 2 if two_phase(spec) and not partial_sums else 1
     grid = cfg.barrier(spec) == "grid"
     VEC = 4 if H % 4 == 0 else 1  # float4 copies of h
     # one CTA holds the whole direction: h(t) can stay in shared memory (not when r * h takes its place)
-    resident = not grid and phases == 1
+    resident = not grid and phases == 1 and not partial_sums
     # past 48 KiB, h(t-1) goes to dynamic shared memory (TVM's runtime raises the kernel's limit)
     SMEM = "global" if emulate else ("shared.dyn" if cfg.shared_bytes(spec) > STATIC_SHARED_BYTES else "shared")
     UPT = (BC * TW + NT - 1) // NT  # (batch row, unit) pairs each thread updates per chunk
@@ -109,7 +119,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     def weight_row(cta, tx, q):
         """Row of R (within direction) that register row q of thread tx holds."""
         rr = (tx // WS) * RPG + q
-        return (rr // TW) * H + (cta % CPD) * TW + rr % TW
+        return (GATE0 + rr // TW) * H + (cta % CPD) * TW + rr % TW
 
     def col(lane, i, v):
         """Column of R (and unit of h) that lane `lane` multiplies in its i-th run, element v."""
@@ -125,6 +135,10 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
 
     def owns(cta, tx, e, ch, n_b):
         return T.And(e * NT + tx < BC * TW, pair(cta, tx, e, ch)[0] < n_b)
+
+    def valid_steps(lens, b, n_t):
+        """Batch row b's sequence length, clamped to [0, T]."""
+        return T.max(T.min(T.Cast("int64", lens[b]), n_t), T.int64(0))
 
     def barrier_index(s, phase):
         """Barrier k (k CTAs of a direction have arrived k times) ending `phase` of step s; 1 is init's."""
@@ -153,7 +167,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         """Exchange-buffer `slot` (h(t-1), or r * h(t-1)) of batch rows ch*BC .. ch*BC+BC-1 (all H
         units) into shared memory: the rows are contiguous, so this is a flat, VEC-wide copy."""
         hsf = T.decl_buffer((BC * H,), "float32", data=hs.data, scope=SMEM)
-        hbf = T.decl_buffer((3 * D * n_b * H,), "float32", data=hb.data)
+        hbf = T.decl_buffer((SLOTS * D * n_b * H,), "float32", data=hb.data)
         for e in range((BC * H // VEC + NT - 1) // NT):
             if T.Cast("int64", (e * NT + tx) * VEC) < T.min(n_b - ch * BC, T.int64(BC)) * H:
                 for v in T.vectorized(VEC):
@@ -165,7 +179,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         """Each owned pair's sequence length (clamped to [0, T]) into a register."""
         for e in T.unroll(UPT):
             if owns(cta, tx, e, ch, n_b):
-                nv[row, e] = T.max(T.min(T.Cast("int64", lens[pair(cta, tx, e, ch)[0]]), n_t), T.int64(0))
+                nv[row, e] = valid_steps(lens, pair(cta, tx, e, ch)[0], n_t)
 
     @T.macro
     def fetch(xw, yc, xr, nv, row, cta, tx, s, ch, n_t, n_b, with_c):
@@ -238,6 +252,80 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     hn[row, e] = hb[s % 2, d, b, j]
                     y[s, d, b, j] = T.float32(0)
                 hb[(s + 1) % 2, d, b, j] = hn[row, e]
+
+    def partial_slot(parity, gate, cta):
+        """Exchange slot of one CTA's partial sums of gate z (0) or r (1), by step parity."""
+        return 3 + (parity * 2 + gate) * CPD + cta % CPD
+
+    @T.macro
+    def load_partial_weights(r, wp, row, cta, tx):
+        """Partial sums: thread tx holds rows tx, tx + NT, ... of R_z and R_r, at the CTA's columns."""
+        for k in T.unroll(PR):
+            for u in T.unroll(TW):
+                wp[row, k * TW + u] = T.Cast(WDT, T.if_then_else(
+                    k * NT + tx < 2 * H, r[cta // CPD, k * NT + tx, (cta % CPD) * TW + u], T.float32(0)))
+
+    @T.macro
+    def tile_state(hm, h0, cta, tx, ch, n_b):
+        """Partial sums: h0 of the CTA's units into `hm`, for the partial sums of step 0."""
+        for e in T.unroll(UPT):
+            if owns(cta, tx, e, ch, n_b):
+                hm[(e * NT + tx) // TW, (e * NT + tx) % TW] = h0[cta // CPD, pair(cta, tx, e, ch)[0], pair(cta, tx, e, ch)[1]]
+
+    @T.macro
+    def publish_partials(hb, hm, wp, sacc, row, cta, tx, parity, ch, n_b):
+        """Partial sums: the tile's h (`hm`) times the CTA's columns of R_z and R_r, one partial
+        pre-activation per (batch row, z/r row), into this CTA's slots for every CTA to sum."""
+        for k in T.unroll(PR):
+            if k * NT + tx < 2 * H:
+                for bi in T.unroll(BC):
+                    if ch * BC + bi < n_b:
+                        sacc[row, 0] = T.float32(0)
+                        for u in T.unroll(TW):
+                            sacc[row, 0] = sacc[row, 0] + T.Cast("float32", wp[row, k * TW + u]) * hm[bi, u]
+                        hb[partial_slot(parity, (k * NT + tx) // H, cta), cta // CPD, ch * BC + bi,
+                           (k * NT + tx) % H] = sacc[row, 0]
+
+    @T.macro
+    def reset_from_partials(xw, rb, lens, hb, hs, rs, sacc, row, cta, tx, s, ch, n_t, n_b):
+        """Partial sums, after the barrier: every CTA's partials of r summed, for every unit, and
+        r * h(t-1) into `rs` (zero past a sequence's end) for the candidate rows' dot products."""
+        for e in range((BC * H + NT - 1) // NT):
+            if e * NT + tx < BC * H:
+                if ch * BC + (e * NT + tx) // H < n_b:
+                    sacc[row, 0] = T.float32(0)
+                    for c in range(CPD):
+                        sacc[row, 0] = sacc[row, 0] + hb[partial_slot(s % 2, 1, c), cta // CPD,
+                                                         ch * BC + (e * NT + tx) // H, (e * NT + tx) % H]
+                    rs[(e * NT + tx) // H, (e * NT + tx) % H] = T.if_then_else(
+                        s < valid_steps(lens, ch * BC + (e * NT + tx) // H, n_t),
+                        cells.gru_gate(spec, cta // CPD, xw[T.max(T.min(time_index(
+                            cta // CPD, s, valid_steps(lens, ch * BC + (e * NT + tx) // H, n_t)), n_t - 1),
+                            T.int64(0)), ch * BC + (e * NT + tx) // H, cta // CPD, H + (e * NT + tx) % H],
+                            sacc[row, 0] + rb[cta // CPD, H + (e * NT + tx) % H]) * hs[(e * NT + tx) // H, (e * NT + tx) % H],
+                        T.float32(0))
+
+    @T.macro
+    def partial_update(rb, y, hb, hs, gs, hm, xr, hn, nv, row, cta, tx, s, ch, n_b):
+        """Partial sums: z of each owned pair from the summed partials, the candidate from the
+        work groups' dot products with r * h(t-1), then h(t) as in `update`, also into `hm`."""
+        for e in T.unroll(UPT):
+            if owns(cta, tx, e, ch, n_b):
+                b, j = pair(cta, tx, e, ch)
+                bi = (e * NT + tx) // TW
+                d = cta // CPD
+                xr[row, e * XR + G] = T.float32(0)  # the z partials' sum (GRU has no C(t) here)
+                for c in range(CPD):
+                    xr[row, e * XR + G] = xr[row, e * XR + G] + hb[partial_slot(s % 2, 0, c), d, b, j]
+                if s < nv[row, e]:
+                    hn[row, e] = cells.gru_blend(spec, d, cells.gru_gate(spec, d, xr[row, e * XR], xr[row, e * XR + G] + rb[d, j]),
+                                                 xr[row, e * XR + 2], gs[bi, j % TW] + rb[d, 2 * H + j], hs[bi, j])
+                    y[time_index(d, s, nv[row, e]), d, b, j] = hn[row, e]
+                else:
+                    hn[row, e] = hs[bi, j]
+                    y[s, d, b, j] = T.float32(0)
+                hb[(s + 1) % 2, d, b, j] = hn[row, e]
+                hm[bi, j % TW] = hn[row, e]
 
     @T.macro
     def publish(hs, hn, row, cta, tx, n_b):
@@ -336,7 +424,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         y = T.match_buffer(y_h, (n_t, D, n_b, H), "float32")
         yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
         yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
-        hb = T.match_buffer(hb_h, (3, D, n_b, H), "float32")
+        hb = T.match_buffer(hb_h, (SLOTS, D, n_b, H), "float32")
         if grid:
             for _zb in T.thread_binding(1, thread="blockIdx.x"):  # per-call barrier counters start at 0
                 for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
@@ -352,6 +440,10 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 xn = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
                 nv = T.alloc_buffer((1, UPT), "int64", scope="local")
                 hn = T.alloc_buffer((1, UPT), "float32", scope="local")
+                rs = T.alloc_buffer((BC, H) if partial_sums else (1, 1), "float32", scope=SMEM)
+                hm = T.alloc_buffer((BC, TW) if partial_sums else (1, 1), "float32", scope="shared")
+                wp = T.alloc_buffer((1, max(PR * TW, 1)), WDT, scope="local")
+                sacc = T.alloc_buffer((1, 1), "float32", scope="local")
                 # 1. this lane's slice of its work group's gate rows, in registers for the whole sequence
                 for q in T.unroll(RPG):
                     for i in T.unroll(KPL // DV):
@@ -359,8 +451,31 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                             wreg[q * KPL + i * DV + v] = T.Cast(WDT, T.if_then_else(
                                 tx // WS < NG, r[cta // CPD, weight_row(cta, tx, q), col(tx % WS, i, v)], T.float32(0)))
                 init_state(hb, h0, yc, c0, cta, tx, n_b)
+                if partial_sums:  # ... and the CTA's columns of R_z, R_r, with step 0's partial sums
+                    load_partial_weights(r, wp, 0, cta, tx)
+                    for ch in range((n_b + BC - 1) // BC):
+                        tile_state(hm, h0, cta, tx, ch, n_b)
+                        T.tvm_storage_sync("shared")
+                        publish_partials(hb, hm, wp, sacc, 0, cta, tx, 0, ch, n_b)
+                        T.tvm_storage_sync("shared")
                 step_barrier(ws, cta, 1)
-                if n_b <= BC and phases == 1:  # one chunk: step s+1's inputs are fetched while step s computes
+                if partial_sums:  # one barrier a step: r from every CTA's partials, candidate, h(t), partials
+                    for s in range(n_t):
+                        for ch in range((n_b + BC - 1) // BC):
+                            load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
+                            fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
+                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                            T.tvm_storage_sync("shared")
+                            reset_from_partials(xw, rb, lens, hb, hs, rs, sacc, 0, cta, tx, s, ch, n_t, n_b)
+                            T.tvm_storage_sync("shared")
+                            dot_and_reduce(rs, gs, wreg, acc, hv, tx, 0)
+                            T.tvm_storage_sync("shared")
+                            partial_update(rb, y, hb, hs, gs, hm, xr, hn, nv, 0, cta, tx, s, ch, n_b)
+                            T.tvm_storage_sync("shared")
+                            publish_partials(hb, hm, wp, sacc, 0, cta, tx, (s + 1) % 2, ch, n_b)
+                            T.tvm_storage_sync("shared")
+                        step_barrier(ws, cta, barrier_index(s, 1))
+                elif n_b <= BC and phases == 1:  # one chunk: step s+1's inputs are fetched while step s computes
                     load_lengths(lens, nv, 0, cta, tx, 0, n_t, n_b)
                     fetch(xw, yc, xr, nv, 0, cta, tx, 0, 0, n_t, n_b, True)
                     for s in range(n_t):
@@ -435,18 +550,50 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         y = T.match_buffer(y_h, (n_t, D, n_b, H), "float32")
         yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
         yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
-        hb = T.match_buffer(hb_h, (3, D, n_b, H), "float32")
+        hb = T.match_buffer(hb_h, (SLOTS, D, n_b, H), "float32")
         # every thread's registers, one row per (CTA, thread)
         xr = T.alloc_buffer((NCTA * NT, UPT * XR), "float32")
         xn = T.alloc_buffer((NCTA * NT, UPT * XR), "float32")
         nv = T.alloc_buffer((NCTA * NT, UPT), "int64")
         hn = T.alloc_buffer((NCTA * NT, UPT), "float32")
+        wp = T.alloc_buffer((NCTA * NT, max(PR * TW, 1)), WDT)
+        sacc = T.alloc_buffer((NCTA * NT, 1), "float32")
         for i in range(WORKSPACE_WORDS):
             ws[i] = T.uint32(0)
         for cta, tx in T.grid(NCTA, NT):
             init_state(hb, h0, yc, c0, cta, tx, n_b)
+        if partial_sums:
+            for cta in range(NCTA):
+                for tx in range(NT):
+                    load_partial_weights(r, wp, cta * NT + tx, cta, tx)
+                for ch in range((n_b + BC - 1) // BC):
+                    hm = T.alloc_buffer((BC, TW), "float32")
+                    for tx in range(NT):
+                        tile_state(hm, h0, cta, tx, ch, n_b)
+                    for tx in range(NT):
+                        publish_partials(hb, hm, wp, sacc, cta * NT + tx, cta, tx, 0, ch, n_b)
         emulated_barrier(ws, 1)
-        if n_b <= BC and phases == 1:
+        if partial_sums:
+            for s in range(n_t):
+                for cta in range(NCTA):
+                    for ch in range((n_b + BC - 1) // BC):
+                        hs = T.alloc_buffer((BC, H), "float32")
+                        rs = T.alloc_buffer((BC, H), "float32")
+                        gs = T.alloc_buffer((BC, GTW), "float32")
+                        hm = T.alloc_buffer((BC, TW), "float32")
+                        for tx in range(NT):
+                            load_lengths(lens, nv, cta * NT + tx, cta, tx, ch, n_t, n_b)
+                            fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, s, ch, n_t, n_b, False)
+                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                        for tx in range(NT):
+                            reset_from_partials(xw, rb, lens, hb, hs, rs, sacc, cta * NT + tx, cta, tx, s, ch, n_t, n_b)
+                        emulated_dot(rs, gs, r, cta, 0)
+                        for tx in range(NT):
+                            partial_update(rb, y, hb, hs, gs, hm, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
+                        for tx in range(NT):
+                            publish_partials(hb, hm, wp, sacc, cta * NT + tx, cta, tx, (s + 1) % 2, ch, n_b)
+                emulated_barrier(ws, barrier_index(s, 1))
+        elif n_b <= BC and phases == 1:
             for cta, tx in T.grid(NCTA, NT):
                 load_lengths(lens, nv, cta * NT + tx, cta, tx, 0, n_t, n_b)
                 fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, 0, 0, n_t, n_b, True)

@@ -30,6 +30,8 @@ from .spec import ATTR_KEY, CellSpec
 
 #: size of the per-call scratch output every recurrence kernel takes
 WORKSPACE_WORDS = 32
+#: leading extent of the exchange buffer the importer allocates (a kernel may ask for more)
+EXCHANGE_SLOTS = 3
 #: threads per block of the CUDA variant
 CUDA_THREADS = 128
 

@@ -10,7 +10,7 @@ import re
 import numpy as np
 from tvm import relax
 
-from tir_templates.reference import WORKSPACE_WORDS, reference_scan
+from tir_templates.reference import EXCHANGE_SLOTS, WORKSPACE_WORDS, reference_scan
 
 from .layer import RecurrentLayer, finish_outputs, input_projection
 
@@ -37,7 +37,7 @@ def call_scan(bb, spec, target_kind: str, args: list, seq_len, batch, name: str)
     gvar = bb.add_func(reference_scan(spec, target_kind), name)
     state = relax.TensorType((D, batch, H), "float32")
     workspace = relax.TensorType((WORKSPACE_WORDS,), "uint32")
-    exchange = relax.TensorType((3, D, batch, H), "float32")
+    exchange = relax.TensorType((EXCHANGE_SLOTS, D, batch, H), "float32")
     out_ty = [relax.TensorType((seq_len, D, batch, H), "float32"), state, state, exchange, workspace]
     res = bb.emit(relax.call_tir(gvar, args, out_ty))
     return tuple(bb.emit(relax.TupleGetItem(res, i)) for i in range(3))

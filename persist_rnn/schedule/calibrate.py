@@ -81,11 +81,11 @@ def sample_configs(spec: CellSpec, gpu: GPUModel, batch: int, limit: int, seed: 
 def sweep_rows(spec: CellSpec, configs, gpu: GPUModel, target, dev, batch: int) -> list[dict]:
     """Compile and time `configs` of one workload: one JSON-able row each (what `fit` reads)."""
     libs = build_many(spec, configs, target, skip_failures=True)
-    arrays = kernel_arrays(spec, batch, MEASURE_STEPS)
     rows = []
     for cfg, lib in zip(configs, libs):
         if lib is None:
             continue
+        arrays = kernel_arrays(spec, batch, MEASURE_STEPS, slots=cfg.exchange_slots(spec))
         us = time_kernel(lib, dev, arrays, repeats=10) / MEASURE_STEPS
         rows.append({"cell": spec.cell, "hidden": spec.hidden_size, "batch": batch, "config": cfg.as_dict(),
                      "measured_us": us, "model_us": step_us(spec, cfg, gpu, batch),

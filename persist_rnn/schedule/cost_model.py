@@ -2,7 +2,11 @@
 
 The step is the grid barrier plus, for every batch chunk, the kernel's phases (twice over for
 the two-phase GRU of linear_before_reset=0: two barriers, two loads of a vector, and the dot
-products split between the phases when each work group's rows lie in one gate, else repeated). Each phase is
+products split between the phases when each work group's rows lie in one gate, else repeated;
+with GRNN's partial sums instead, one barrier, but every CTA sums all CTAs' partials of r and z
+(counted as loads), computes r for every unit and multiplies its h(t) slice by its columns of
+R_z and R_r (counted as FMAs)). The weights were fitted on LSTM and GRU linear_before_reset=1
+measurements only; the GRU linear_before_reset=0 terms reuse them. Each phase is
 counted in what bounds it on one SM - warp-instruction issue slots per scheduler, shared-memory
 wavefronts, dependent latencies - as `features`; the step time is a weighted sum of them whose
 weights (cycles per unit) are fitted to measurements of the GPU (`persist_rnn.schedule.fit`)
@@ -33,26 +37,32 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     kpl = cfg.cols_per_lane(spec)
     dv = 4 if kpl % 4 == 0 else 1
     bc = cfg.batch_chunk
-    phases = 2 if two_phase(spec) else 1
+    partial = cfg.partial_sums(spec)
+    phases = 2 if two_phase(spec) and not partial else 1
     split = phases == 1 or cfg.tile_units % cfg.rows_per_group == 0  # groups skip the phase not theirs
     chunks = math.ceil(batch / bc)
-    resident = cfg.barrier(spec) == "cta" and chunks == 1 and phases == 1
+    resident = cfg.barrier(spec) == "cta" and chunks == 1 and phases == 1 and not partial
     dots = chunks * (1 if split else phases)  # passes of the dot products over all rows
     vec = 4 if H % 4 == 0 else 1
     unique_bytes = 4 * dv * min(32, cfg.group_size)  # distinct h bytes one warp-wide shared load touches
     lds_per_thread = kpl // dv * bc
     updates = math.ceil(bc * cfg.tile_units / nt)
-    fma = kpl * cfg.rows_per_group * bc * (1.25 if cfg.weight_dtype == "float16" else 1.0)
+    fp16 = 1.25 if cfg.weight_dtype == "float16" else 1.0
+    fma = kpl * cfg.rows_per_group * bc * fp16
+    # partial sums: per thread, the summed partials of r (all units) and z, and its rows of R_z, R_r
+    partial_loads = math.ceil(bc * (H + cfg.tile_units) / nt) * cfg.ctas_per_direction(spec) if partial else 0
+    partial_fma = cfg.partial_rows(spec) * cfg.tile_units * bc * fp16
     return {
         "barrier_us": phases * gpu.barrier_us(cfg.ctas_per_direction(spec)) if cfg.barrier(spec) == "grid" else 0.0,
         "chunks": phases * chunks,
         "l2_loads": 0 if resident else phases * chunks,
-        "load_issue": 0 if resident else phases * chunks * math.ceil(bc * H / vec / nt) * per_scheduler,
-        "fma_issue": dots * fma * per_scheduler,
+        "load_issue": 0 if resident else chunks * (phases * math.ceil(bc * H / vec / nt) + partial_loads) * per_scheduler,
+        "fma_issue": (dots * fma + chunks * partial_fma) * per_scheduler,
         "lds_wavefronts": dots * warps * lds_per_thread * math.ceil(unique_bytes / 128),
         "lds_issue": dots * lds_per_thread * per_scheduler,
         "shuffle_issue": phases * chunks * cfg.rows_per_group * bc * math.log2(max(cfg.group_size, 1)) * per_scheduler,
-        "update_issue": chunks * updates * UPDATE_INSTR[spec.cell] * (G + 1) / 5 * per_scheduler,
+        "update_issue": chunks * (updates * UPDATE_INSTR[spec.cell] * (G + 1) / 5
+                                  + (math.ceil(bc * H / nt) * UPDATE_INSTR["rnn"] if partial else 0)) * per_scheduler,
     }
 
 

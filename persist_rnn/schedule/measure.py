@@ -16,21 +16,22 @@ import tvm
 
 from tir_templates.config import Config
 from tir_templates.persistent import persistent_kernel
-from tir_templates.reference import WORKSPACE_WORDS
+from tir_templates.reference import EXCHANGE_SLOTS, WORKSPACE_WORDS
 from tir_templates.spec import CellSpec
 
 MEASURE_STEPS = 50
 
 
-def kernel_arrays(spec: CellSpec, batch: int, seq_len: int, seed: int = 0) -> list[np.ndarray]:
-    """Random inputs and zeroed outputs in the order every recurrence kernel takes them."""
+def kernel_arrays(spec: CellSpec, batch: int, seq_len: int, seed: int = 0, slots: int = EXCHANGE_SLOTS) -> list[np.ndarray]:
+    """Random inputs and zeroed outputs in the order every recurrence kernel takes them (`slots`:
+    the exchange buffer's, `Config.exchange_slots`)."""
     rng = np.random.default_rng(seed)
     D, H, G = spec.num_directions, spec.hidden_size, spec.num_gates
     f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype("float32")  # noqa: E731
     return [f(seq_len, batch, D, G * H), f(D, G * H, H), f(D, G * H), np.full(batch, seq_len, "int32"),
             f(D, batch, H), f(D, batch, H), f(D, 3 * H), np.zeros((seq_len, D, batch, H), "float32"),
             np.zeros((D, batch, H), "float32"), np.zeros((D, batch, H), "float32"),
-            np.zeros((3, D, batch, H), "float32"), np.zeros(WORKSPACE_WORDS, "uint32")]
+            np.zeros((slots, D, batch, H), "float32"), np.zeros(WORKSPACE_WORDS, "uint32")]
 
 
 def build_kernel(func: tvm.tirx.PrimFunc, target: tvm.target.Target):
@@ -92,10 +93,10 @@ def time_kernel(lib, dev, arrays, repeats: int = 20) -> float:
 def measure_configs(spec: CellSpec, configs: list[Config], target, dev, batch: int,
                     seq_len: int = MEASURE_STEPS, progress=None) -> list[tuple[float, Config]]:
     """(microseconds per step, config) for each config, fastest first."""
-    arrays = kernel_arrays(spec, batch, seq_len)
     libs = build_many(spec, configs, target)
     out = []
     for cfg, lib in zip(configs, libs):
+        arrays = kernel_arrays(spec, batch, seq_len, slots=cfg.exchange_slots(spec))
         out.append((time_kernel(lib, dev, arrays) / seq_len, cfg))
         if progress is not None:
             progress(cfg)

@@ -6,9 +6,11 @@ multiply the per-chunk latencies), and groups of 1 or 2 lanes only when nothing 
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from tir_templates.config import Config, problems
+from tir_templates.persistent import two_phase
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel
@@ -42,14 +44,16 @@ def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[
 
 
 def _configs(spec, gpu, batch, group_sizes, weight_dtypes):
-    H, G, D = spec.hidden_size, spec.num_gates, spec.num_directions
-    for tw in _divisors(H, H):
+    H, D = spec.hidden_size, spec.num_directions
+    variants = (2, 1) if two_phase(spec) else (2,)  # GRU linear_before_reset=0: two barriers or partial sums
+    for tw, barriers in itertools.product(_divisors(H, H), variants):
         if D * (H // tw) > gpu.num_sms:
             continue
+        rows = Config(tw, 1, 1, 1, gru_barriers=barriers).row_gates(spec) * tw
         for ws in group_sizes:
             if H % ws:
                 continue
-            for rpg in _divisors(G * tw, 16):
+            for rpg in _divisors(rows, 16):
                 for bc in batch_chunks(batch):
                     for wdt in weight_dtypes:
-                        yield Config(tw, ws, rpg, bc, wdt)
+                        yield Config(tw, ws, rpg, bc, wdt, barriers)

@@ -3,7 +3,9 @@
 It finds recurrences by the CellSpec attribute the importer's reference scan carries (the
 canonical form; chains of primitive-op LSTM, GRU and RNN cells are first turned into it, see
 match_cells), asks the scheduler for a config, and replaces the callee with the kernel the
-templates generate for it. All lowerings share one signature, so call sites stay as they are.
+templates generate for it. All lowerings share one signature, so call sites stay as they are,
+except that a kernel may want a longer exchange buffer (GRU's partial sums: `exchange_slots`),
+which is then written into its call sites.
 What cannot be made persistent keeps the reference scan (re-targeted to the target's variant),
 and the reason is recorded where `report()` reads it.
 """
@@ -14,7 +16,7 @@ import json
 import tvm
 from tvm import relax
 
-from tir_templates.reference import reference_scan
+from tir_templates.reference import EXCHANGE_SLOTS, reference_scan
 from tir_templates.spec import ATTR_KEY, CellSpec
 
 from ..report import CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR
@@ -45,6 +47,36 @@ def call_site_batches(mod: tvm.IRModule) -> dict:
     return out
 
 
+@relax.expr_functor.mutator
+class _ExchangeResizer(relax.PyExprMutator):
+    """call_tir sites of the kernels in `slots` (GlobalVar name -> exchange slots) get an exchange
+    buffer (output 3) of that many slots."""
+
+    def __init__(self, mod, slots: dict):
+        super().__init__(mod)
+        self.slots = slots
+        self.call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if call.op.same_as(self.call_tir) and call.args[0].name_hint in self.slots:
+            outs = list(call.ty_args[0].fields)
+            ex = outs[3]
+            outs[3] = relax.TensorType([self.slots[call.args[0].name_hint], *list(ex.shape)[1:]], ex.dtype)
+            return relax.call_tir(call.args[0], call.args[1], outs)
+        return call
+
+
+def _resize_exchange(mod: tvm.IRModule, slots: dict) -> tvm.IRModule:
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            resizer = _ExchangeResizer(mod, slots)
+            new_func = resizer.visit_expr(func)
+            mod = resizer.builder_.get()
+            mod[gv] = new_func
+    return mod
+
+
 def _as_target(target) -> tvm.target.Target:
     if isinstance(target, tvm.target.Target):
         return target
@@ -65,6 +97,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         mod = MatchCells(target.kind.name)(mod)  # recurrences written as primitive ops
         batches = call_site_batches(mod)
+        slots = {}
         for gv, func, spec in list(recurrences(mod)):
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":
                 continue  # already lowered
@@ -76,7 +109,9 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 new = (plan.kernel.with_attr(LOWERING_ATTR, "persistent")
                        .with_attr(CONFIG_ATTR, json.dumps(plan.config.as_dict()))
                        .with_attr(SOURCE_ATTR, plan.source))
+                if plan.config.exchange_slots(spec) != EXCHANGE_SLOTS:
+                    slots[gv.name_hint] = plan.config.exchange_slots(spec)
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
-        return mod
+        return _resize_exchange(mod, slots) if slots else mod
 
     return _pass

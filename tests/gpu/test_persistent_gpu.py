@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 import persist_rnn
+from persist_rnn.schedule.cost_model import rank
+from persist_rnn.schedule.gpu import gpu_model
+from persist_rnn.schedule.space import candidate_configs
 from persist_rnn.testing import LayerCase, cell_loop_model, max_rel_error, ort_run, reference
+
+from tir_templates.spec import CellSpec
 
 pytestmark = pytest.mark.gpu
 
@@ -51,14 +56,20 @@ def test_persistent_matches_onnxruntime(op, hidden, direction, dtype):
         assert "no persistent config fits" in layer.reason
 
 
+@pytest.mark.parametrize("barriers", [2, 1], ids=["two-barriers", "partial-sums"])
 @pytest.mark.parametrize("hidden,direction", [(32, "forward"), (64, "bidirectional"), (256, "forward"),
                                               (256, "reverse"), (1024, "forward")])
-def test_two_phase_gru_matches_onnxruntime(hidden, direction):
-    """GRU linear_before_reset=0, the two-barrier kernel (opt-in until this test has passed on a GPU)."""
+def test_gru_reset_before_matches_onnxruntime(hidden, direction, barriers):
+    """GRU linear_before_reset=0, both kernel variants, each at the cost model's best config for
+    B=20 (opt-in until this test has passed on a GPU)."""
     case = LayerCase(op="GRU", hidden_size=hidden, input_size=hidden, direction=direction, dynamic=True,
                      seq_len=STEPS[-1], batch=BATCHES[-1], linear_before_reset=0, weight_scale=1.0 / np.sqrt(hidden))
     model, _, _ = reference(case)
-    compiled = persist_rnn.compile(model, "cuda", measure=False, unverified=True)
+    spec = CellSpec("gru", hidden, hidden, direction, linear_before_reset=False)
+    gpu = gpu_model("sm_90")
+    cfg = next(c for _, c in rank(spec, candidate_configs(spec, gpu, BATCHES[-1]), gpu, BATCHES[-1])
+               if c.gru_barriers == barriers)
+    compiled = persist_rnn.compile(model, "cuda", config=cfg)
     layer = compiled.report()[0]
     assert layer.lowering == "persistent", layer.reason
     failures = []

@@ -14,8 +14,10 @@ import pytest
 import tvm
 
 from persist_rnn.schedule.calibrate import barrier_kernel
+from persist_rnn.schedule.cost_model import rank
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.planner import plan_layer
+from persist_rnn.schedule.space import candidate_configs
 from tir_templates.config import Config
 from tir_templates.persistent import persistent_kernel
 from tir_templates.reference import reference_scan
@@ -82,19 +84,24 @@ def test_gpu_model_has_shipped_calibrations():
 
 
 @pytest.mark.parametrize("hidden,batch", [(256, 10), (64, 1)], ids=["grid", "one-cta"])
-def test_two_phase_gru_is_opt_in_and_compiles(hidden, batch, tmp_path):
-    """GRU linear_before_reset=0 (two barriers a step): kept on the reference until it has run on
-    a GPU, with the reason; asked for, the planner's pick compiles without spills for both arches."""
+def test_gru_reset_before_is_opt_in_and_compiles(hidden, batch, tmp_path):
+    """GRU linear_before_reset=0: kept on the reference until its kernels have run on a GPU, with
+    the reason; asked for, the model's best config of each variant (two barriers, partial sums)
+    compiles without spills for both arches."""
     spec = CellSpec("gru", hidden, hidden, linear_before_reset=False)
     for arch in ("sm_80", "sm_90"):
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
         default = plan_layer(spec, target, batch=batch, measure=False)
         assert default.kernel is None and "not yet been run on a GPU" in default.reason
-        plan = plan_layer(spec, target, batch=batch, measure=False, unverified=True)
-        assert plan.kernel is not None, plan.reason
-        source = cuda_source(plan.kernel, arch)
-        assert ("prnn_grid_barrier" in source) == (plan.config.barrier(spec) == "grid")
-        assert max(nvcc_stats(source, arch, tmp_path)) == 0
+        assert plan_layer(spec, target, batch=batch, measure=False, unverified=True).kernel is not None
+        gpu = gpu_model(arch)
+        ranked = rank(spec, candidate_configs(spec, gpu, batch), gpu, batch)
+        for barriers in (2, 1):
+            cfg = next(c for _, c in ranked if c.gru_barriers == barriers)
+            plan = plan_layer(spec, target, batch=batch, config=cfg)
+            source = cuda_source(plan.kernel, arch)
+            assert ("prnn_grid_barrier" in source) == (cfg.barrier(spec) == "grid")
+            assert max(nvcc_stats(source, arch, tmp_path)) == 0, cfg
 
 
 def test_calibration_barrier_kernel_compiles(tmp_path):

@@ -42,14 +42,20 @@ CASES = [
     ("gru0", "bidirectional", 5, Config(4, 4, 2, 2), dict(clip=2.0)),  # groups skip the other phase
     ("gru0", "reverse", 3, Config(16, 4, 4, 3), {}),  # one CTA, no grid barrier
     ("gru0", "forward", 4, Config(4, 4, 3, 4), {}),  # 3 rows per group: groups straddle gates
+    # ... and GRNN's partial sums: one barrier a step, every CTA sums all CTAs' partials of z and r
+    ("gru0", "bidirectional", 5, Config(4, 4, 2, 2, gru_barriers=1), dict(clip=2.0)),
+    ("gru0", "reverse", 3, Config(16, 4, 4, 3, gru_barriers=1), {}),  # one CTA
+    ("gru0", "forward", 3, Config(2, 8, 1, 4, gru_barriers=1), {}),  # 8 CTAs of 2 units
+    ("gru0", "bidirectional", 3, Config(4, 16, 2, 3, "float16", gru_barriers=1), {}),  # fp16 weights
 ]
 
 
 @pytest.mark.parametrize("cell,direction,batch,cfg,flags", CASES, ids=lambda v: str(v))
 def test_emulated_persistent_matches_reference(cell, direction, batch, cfg, flags):
     spec = CellSpec(cell.rstrip("0"), I, H, direction, linear_before_reset=(cell == "gru"), **flags)
-    arrays = kernel_arrays(spec, batch, STEPS, seed=3)
+    arrays = kernel_arrays(spec, batch, STEPS, seed=3, slots=cfg.exchange_slots(spec))
     arrays[3] = np.random.default_rng(batch).integers(0, STEPS + 1, batch).astype("int32")  # ragged, some empty
+    arrays[1] = arrays[1].astype(cfg.weight_dtype).astype("float32")  # R as the registers hold it
     want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
     got = _run_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
     for name, g, w in zip(("Y", "Y_h", "Y_c")[:3 if cell == "lstm" else 2], got[7:10], want[7:10]):
@@ -57,5 +63,5 @@ def test_emulated_persistent_matches_reference(cell, direction, batch, cfg, flag
     ws = got[11]
     assert ws[BARRIER_FLAG_WORD] == 0, "a barrier's target does not match the CTAs that reach it"
     if cfg.barrier(spec) == "grid":  # init's barrier, then one per phase of every step
-        barriers = 1 + (2 if two_phase(spec) else 1) * STEPS
+        barriers = 1 + (2 if two_phase(spec) and not cfg.partial_sums(spec) else 1) * STEPS
         assert list(ws[:spec.num_directions]) == [barriers * cfg.ctas_per_direction(spec)] * spec.num_directions

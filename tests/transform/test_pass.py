@@ -12,6 +12,7 @@ from persist_rnn.frontend import from_onnx
 from persist_rnn.report import layer_report
 from persist_rnn.testing import LayerCase, make_model
 from persist_rnn.transform import PersistentRNN
+from tir_templates.config import Config
 from tir_templates.spec import ATTR_KEY
 
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
@@ -77,3 +78,22 @@ def test_export_and_load(tmp_path):
     for a, b in zip(compiled.run(feeds), loaded.run(feeds)):
         np.testing.assert_array_equal(a, b)
     assert loaded.report()[0].node == "rnn"
+
+
+def test_partial_sums_kernel_gets_its_longer_exchange_buffer():
+    """GRU linear_before_reset=0 with GRNN's partial sums keeps one slot per (parity, gate, CTA)
+    in the exchange buffer: the pass writes that extent into the call site, and it builds."""
+    model, _ = make_model(LayerCase(op="GRU", linear_before_reset=0, hidden_size=32, input_size=8, batch=2,
+                                    direction="bidirectional"))
+    cfg = Config(8, 8, 2, 2, gru_barriers=1)  # 4 CTAs per direction: 3 + 4 * 4 slots
+    out = PersistentRNN(CUDA, config=cfg)(from_onnx(model))
+    (name, kernel), = _kernels(out).items()
+    assert str(kernel.attrs["persist_rnn.lowering"]) == "persistent"
+    assert "hb: T.Buffer((19, 2, n_b, 32)" in kernel.script()
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    calls = []
+    relax.analysis.post_order_visit(out["main"].body, lambda e: calls.append(e) if isinstance(e, relax.Call)
+                                    and e.op.same_as(call_tir) and e.args[0].name_hint == name else None)
+    [call] = calls
+    assert [int(d) for d in call.ty_args[0].fields[3].shape] == [19, 2, 2, 32]
+    tvm.compile(out, target=CUDA)
