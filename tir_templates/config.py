@@ -28,6 +28,7 @@ class Config:
     batch_chunk: int  # batch rows per pass over the CTA's weights
     weight_dtype: str = "float32"  # "float32" | "float16" (fp32 accumulation either way)
     gru_barriers: int = 2  # GRU linear_before_reset=0 only: 2 (two phases) or 1 (partial sums)
+    cluster: bool = False  # a direction's CTAs form one thread-block cluster (Hopper; at most 8)
 
     def partial_sums(self, spec: CellSpec) -> bool:
         """GRNN's one-barrier GRU (see the module docstring)."""
@@ -79,8 +80,11 @@ class Config:
         return 4 * self.batch_chunk * (h_vectors * spec.hidden_size + tile * self.tile_units)
 
     def barrier(self, spec: CellSpec) -> str:
-        """"cta" when one CTA holds a whole direction (no grid barrier at all), else "grid"."""
-        return "cta" if self.ctas_per_direction(spec) == 1 else "grid"
+        """How a direction's CTAs meet each step: "cta" when one CTA holds it (no barrier across
+        CTAs at all), "cluster" (the hardware's cluster barrier), else "grid" (a counter in L2)."""
+        if self.ctas_per_direction(spec) == 1:
+            return "cta"
+        return "cluster" if self.cluster else "grid"
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -94,9 +98,14 @@ class Config:
 STATIC_SHARED_BYTES = 48 * 1024
 
 
-def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STATIC_SHARED_BYTES) -> list[str]:
-    """Why `cfg` cannot run `spec` on a GPU with `num_sms` SMs and `shared_limit` bytes of shared
-    memory per CTA (empty when it can)."""
+#: CTAs per thread-block cluster that every Hopper GPU can launch (more needs an opt-in)
+MAX_PORTABLE_CLUSTER = 8
+
+
+def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STATIC_SHARED_BYTES,
+             max_cluster: int = 0) -> list[str]:
+    """Why `cfg` cannot run `spec` on a GPU with `num_sms` SMs, `shared_limit` bytes of shared
+    memory per CTA and clusters of up to `max_cluster` CTAs (0: none), empty when it can."""
     H, G = spec.hidden_size, cfg.row_gates(spec)
     out = []
     if cfg.tile_units <= 0 or H % cfg.tile_units:
@@ -126,6 +135,9 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"{cfg.num_ctas(spec)} CTAs cannot all be resident on {num_sms} SMs (one CTA per SM)")
     if cfg.weight_dtype not in ("float32", "float16"):
         out.append(f"weight_dtype {cfg.weight_dtype!r} (float32 or float16)")
+    if cfg.cluster and not 1 < cfg.ctas_per_direction(spec) <= max_cluster:
+        out.append(f"a cluster of {cfg.ctas_per_direction(spec)} CTAs (this GPU: "
+                   + (f"2 to {max_cluster})" if max_cluster else "no thread-block clusters)"))
     if cfg.gru_barriers not in (1, 2) or (cfg.gru_barriers == 1 and not cfg.partial_sums(spec)):
         out.append(f"gru_barriers {cfg.gru_barriers}: 1 (partial sums) is for GRU with linear_before_reset=0 only; "
                    "else 2")

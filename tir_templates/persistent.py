@@ -63,10 +63,13 @@ def two_phase(spec: CellSpec) -> bool:
     return spec.cell == "gru" and not spec.linear_before_reset
 
 
-def unverified_reason(spec: CellSpec) -> str:
-    """Why the planner does not pick this template for `spec` on its own (empty when it may): a
-    variant that passes the CPU emulation and nvcc but has not yet run on a GPU. `unverified=True`
-    or a config forced by the caller still builds it."""
+def unverified_reason(spec: CellSpec, cfg: Config | None = None) -> str:
+    """Why the planner does not pick this template for `spec` (or this config of it) on its own
+    (empty when it may): a variant that passes the CPU emulation and nvcc but has not yet run on
+    a GPU. `unverified=True` or a config forced by the caller still builds it."""
+    if cfg is not None and cfg.barrier(spec) == "cluster":
+        return ("thread-block cluster barrier: passes the CPU emulation and nvcc but has not yet been run on a "
+                "GPU; compile with unverified=True to use it")
     if two_phase(spec):
         return ("GRU linear_before_reset=0: its persistent kernels (two barriers a step, or GRNN's partial sums) "
                 "pass the CPU emulation and nvcc but have not yet been run on a GPU; compile with unverified=True "
@@ -100,10 +103,11 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     WDT = cfg.weight_dtype
     lstm = spec.cell == "lstm"
     phases = 2 if two_phase(spec) and not partial_sums else 1
-    grid = cfg.barrier(spec) == "grid"
+    grid = cfg.barrier(spec) == "grid"  # CTAs of a direction meet at a counter in global memory
+    cluster = cfg.barrier(spec) == "cluster"  # ... or at the thread-block cluster's hardware barrier
     VEC = 4 if H % 4 == 0 else 1  # float4 copies of h
     # one CTA holds the whole direction: h(t) can stay in shared memory (not when r * h takes its place)
-    resident = not grid and phases == 1 and not partial_sums
+    resident = cfg.barrier(spec) == "cta" and phases == 1 and not partial_sums
     # past 48 KiB, h(t-1) goes to dynamic shared memory (TVM's runtime raises the kernel's limit)
     SMEM = "global" if emulate else ("shared.dyn" if cfg.shared_bytes(spec) > STATIC_SHARED_BYTES else "shared")
     UPT = (BC * TW + NT - 1) // NT  # (batch row, unit) pairs each thread updates per chunk
@@ -393,6 +397,8 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         if grid:
             T.cuda.func_call("prnn_grid_barrier", T.address_of(ws[cta // CPD]),
                              T.Cast("uint32", k * CPD), source_code=GRID_BARRIER)
+        elif cluster:  # barrier.cluster arrive (release) + wait (acquire): h(t) in global memory is visible
+            T.cuda.cluster_sync()
         else:
             T.tvm_storage_sync("shared")
 
@@ -406,6 +412,112 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             for dd in range(D):
                 if ws[dd] != T.Cast("uint32", k * CPD):
                     ws[BARRIER_FLAG_WORD] = T.uint32(1)
+
+    @T.macro
+    def cta_program(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, cta, tx):
+        """One CTA's whole sequence, thread tx's view (the CUDA kernel's body)."""
+        hs = T.alloc_buffer((BC, H), "float32", scope=SMEM)
+        gs = T.alloc_buffer((BC, GTW), "float32", scope="shared")
+        wreg = T.alloc_buffer((RPG * KPL,), WDT, scope="local")
+        acc = T.alloc_buffer((RPG * BC,), "float32", scope="local")
+        hv = T.alloc_buffer((DV,), "float32", scope="local")
+        xr = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
+        xn = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
+        nv = T.alloc_buffer((1, UPT), "int64", scope="local")
+        hn = T.alloc_buffer((1, UPT), "float32", scope="local")
+        rs = T.alloc_buffer((BC, H) if partial_sums else (1, 1), "float32", scope=SMEM)
+        hm = T.alloc_buffer((BC, TW) if partial_sums else (1, 1), "float32", scope="shared")
+        wp = T.alloc_buffer((1, max(PR * TW, 1)), WDT, scope="local")
+        sacc = T.alloc_buffer((1, 1), "float32", scope="local")
+        # 1. this lane's slice of its work group's gate rows, in registers for the whole sequence
+        for q in T.unroll(RPG):
+            for i in T.unroll(KPL // DV):
+                for v in T.unroll(DV):
+                    wreg[q * KPL + i * DV + v] = T.Cast(WDT, T.if_then_else(
+                        tx // WS < NG, r[cta // CPD, weight_row(cta, tx, q), col(tx % WS, i, v)], T.float32(0)))
+        init_state(hb, h0, yc, c0, cta, tx, n_b)
+        if partial_sums:  # ... and the CTA's columns of R_z, R_r, with step 0's partial sums
+            load_partial_weights(r, wp, 0, cta, tx)
+            for ch in range((n_b + BC - 1) // BC):
+                tile_state(hm, h0, cta, tx, ch, n_b)
+                T.tvm_storage_sync("shared")
+                publish_partials(hb, hm, wp, sacc, 0, cta, tx, 0, ch, n_b)
+                T.tvm_storage_sync("shared")
+        step_barrier(ws, cta, 1)
+        if partial_sums:  # one barrier a step: r from every CTA's partials, candidate, h(t), partials
+            for s in range(n_t):
+                for ch in range((n_b + BC - 1) // BC):
+                    load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
+                    fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
+                    load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                    T.tvm_storage_sync("shared")
+                    reset_from_partials(xw, rb, lens, hb, hs, rs, sacc, 0, cta, tx, s, ch, n_t, n_b)
+                    T.tvm_storage_sync("shared")
+                    dot_and_reduce(rs, gs, wreg, acc, hv, tx, 0)
+                    T.tvm_storage_sync("shared")
+                    partial_update(rb, y, hb, hs, gs, hm, xr, hn, nv, 0, cta, tx, s, ch, n_b)
+                    T.tvm_storage_sync("shared")
+                    publish_partials(hb, hm, wp, sacc, 0, cta, tx, (s + 1) % 2, ch, n_b)
+                    T.tvm_storage_sync("shared")
+                step_barrier(ws, cta, barrier_index(s, 1))
+        elif n_b <= BC and phases == 1:  # one chunk: step s+1's inputs are fetched while step s computes
+            load_lengths(lens, nv, 0, cta, tx, 0, n_t, n_b)
+            fetch(xw, yc, xr, nv, 0, cta, tx, 0, 0, n_t, n_b, True)
+            for s in range(n_t):
+                # 2. h(t-1) into shared memory (a resident CTA already has it there)
+                if not resident or s == 0:
+                    load_h(hs, hb, cta, tx, s % 2, 0, n_b)
+                T.tvm_storage_sync("shared")
+                # 3. partial dot products from registers, 4. shuffle reduction within the group
+                dot_and_reduce(hs, gs, wreg, acc, hv, tx, 0)
+                T.tvm_storage_sync("shared")
+                fetch(xw, yc, xn, nv, 0, cta, tx, s + 1, 0, n_t, n_b, False)
+                # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
+                update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, 0, n_b)
+                advance(xr, xn, 0)
+                T.tvm_storage_sync("shared")
+                if resident:
+                    publish(hs, hn, 0, cta, tx, n_b)
+                    T.tvm_storage_sync("shared")
+                # 6. one barrier per step (a single resident CTA already synced after its update)
+                if not resident:
+                    step_barrier(ws, cta, barrier_index(s, 1))
+        elif phases == 1:  # the batch spans chunks: each chunk reloads its lengths, inputs and C(t-1)
+            for s in range(n_t):
+                for ch in range((n_b + BC - 1) // BC):
+                    load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
+                    fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, True)
+                    load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                    T.tvm_storage_sync("shared")
+                    dot_and_reduce(hs, gs, wreg, acc, hv, tx, 0)
+                    T.tvm_storage_sync("shared")
+                    update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, ch, n_b)
+                    T.tvm_storage_sync("shared")
+                step_barrier(ws, cta, barrier_index(s, 1))
+        else:  # two-phase GRU: z, r * h(t-1) -> barrier -> candidate, h(t) -> barrier
+            for s in range(n_t):
+                for ch in range((n_b + BC - 1) // BC):
+                    load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
+                    fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
+                    load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                    T.tvm_storage_sync("shared")
+                    dot_and_reduce(hs, gs, wreg, acc, hv, tx, 1)
+                    T.tvm_storage_sync("shared")
+                    reset_phase(rb, yc, hb, hs, gs, xr, nv, 0, cta, tx, s, ch, n_b)
+                    T.tvm_storage_sync("shared")
+                step_barrier(ws, cta, barrier_index(s, 1))
+                for ch in range((n_b + BC - 1) // BC):
+                    load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
+                    fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
+                    load_h(hs, hb, cta, tx, 2, ch, n_b)
+                    T.tvm_storage_sync("shared")
+                    dot_and_reduce(hs, gs, wreg, acc, hv, tx, 2)
+                    T.tvm_storage_sync("shared")
+                    candidate_phase(rb, y, yc, hb, gs, xr, hn, nv, 0, cta, tx, s, ch, n_b)
+                    T.tvm_storage_sync("shared")
+                step_barrier(ws, cta, barrier_index(s, 2))
+        final_state(yh, yc, hb, lens, cta, tx, n_t, n_b)
+
 
     @T.prim_func(private=True)
     def cuda_kernel(
@@ -429,109 +541,15 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             for _zb in T.thread_binding(1, thread="blockIdx.x"):  # per-call barrier counters start at 0
                 for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
                     ws[zt] = T.uint32(0)
-        for cta in T.thread_binding(NCTA, thread="blockIdx.x"):
-            for tx in T.thread_binding(NT, thread="threadIdx.x"):
-                hs = T.alloc_buffer((BC, H), "float32", scope=SMEM)
-                gs = T.alloc_buffer((BC, GTW), "float32", scope="global" if emulate else "shared")
-                wreg = T.alloc_buffer((RPG * KPL,), WDT, scope="local")
-                acc = T.alloc_buffer((RPG * BC,), "float32", scope="local")
-                hv = T.alloc_buffer((DV,), "float32", scope="local")
-                xr = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
-                xn = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
-                nv = T.alloc_buffer((1, UPT), "int64", scope="local")
-                hn = T.alloc_buffer((1, UPT), "float32", scope="local")
-                rs = T.alloc_buffer((BC, H) if partial_sums else (1, 1), "float32", scope=SMEM)
-                hm = T.alloc_buffer((BC, TW) if partial_sums else (1, 1), "float32", scope="shared")
-                wp = T.alloc_buffer((1, max(PR * TW, 1)), WDT, scope="local")
-                sacc = T.alloc_buffer((1, 1), "float32", scope="local")
-                # 1. this lane's slice of its work group's gate rows, in registers for the whole sequence
-                for q in T.unroll(RPG):
-                    for i in T.unroll(KPL // DV):
-                        for v in T.unroll(DV):
-                            wreg[q * KPL + i * DV + v] = T.Cast(WDT, T.if_then_else(
-                                tx // WS < NG, r[cta // CPD, weight_row(cta, tx, q), col(tx % WS, i, v)], T.float32(0)))
-                init_state(hb, h0, yc, c0, cta, tx, n_b)
-                if partial_sums:  # ... and the CTA's columns of R_z, R_r, with step 0's partial sums
-                    load_partial_weights(r, wp, 0, cta, tx)
-                    for ch in range((n_b + BC - 1) // BC):
-                        tile_state(hm, h0, cta, tx, ch, n_b)
-                        T.tvm_storage_sync("shared")
-                        publish_partials(hb, hm, wp, sacc, 0, cta, tx, 0, ch, n_b)
-                        T.tvm_storage_sync("shared")
-                step_barrier(ws, cta, 1)
-                if partial_sums:  # one barrier a step: r from every CTA's partials, candidate, h(t), partials
-                    for s in range(n_t):
-                        for ch in range((n_b + BC - 1) // BC):
-                            load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
-                            fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
-                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
-                            T.tvm_storage_sync("shared")
-                            reset_from_partials(xw, rb, lens, hb, hs, rs, sacc, 0, cta, tx, s, ch, n_t, n_b)
-                            T.tvm_storage_sync("shared")
-                            dot_and_reduce(rs, gs, wreg, acc, hv, tx, 0)
-                            T.tvm_storage_sync("shared")
-                            partial_update(rb, y, hb, hs, gs, hm, xr, hn, nv, 0, cta, tx, s, ch, n_b)
-                            T.tvm_storage_sync("shared")
-                            publish_partials(hb, hm, wp, sacc, 0, cta, tx, (s + 1) % 2, ch, n_b)
-                            T.tvm_storage_sync("shared")
-                        step_barrier(ws, cta, barrier_index(s, 1))
-                elif n_b <= BC and phases == 1:  # one chunk: step s+1's inputs are fetched while step s computes
-                    load_lengths(lens, nv, 0, cta, tx, 0, n_t, n_b)
-                    fetch(xw, yc, xr, nv, 0, cta, tx, 0, 0, n_t, n_b, True)
-                    for s in range(n_t):
-                        # 2. h(t-1) into shared memory (a resident CTA already has it there)
-                        if not resident or s == 0:
-                            load_h(hs, hb, cta, tx, s % 2, 0, n_b)
-                        T.tvm_storage_sync("shared")
-                        # 3. partial dot products from registers, 4. shuffle reduction within the group
-                        dot_and_reduce(hs, gs, wreg, acc, hv, tx, 0)
-                        T.tvm_storage_sync("shared")
-                        fetch(xw, yc, xn, nv, 0, cta, tx, s + 1, 0, n_t, n_b, False)
-                        # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
-                        update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, 0, n_b)
-                        advance(xr, xn, 0)
-                        T.tvm_storage_sync("shared")
-                        if resident:
-                            publish(hs, hn, 0, cta, tx, n_b)
-                            T.tvm_storage_sync("shared")
-                        # 6. one barrier per step (a single resident CTA already synced after its update)
-                        if grid:
-                            step_barrier(ws, cta, barrier_index(s, 1))
-                elif phases == 1:  # the batch spans chunks: each chunk reloads its lengths, inputs and C(t-1)
-                    for s in range(n_t):
-                        for ch in range((n_b + BC - 1) // BC):
-                            load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
-                            fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, True)
-                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
-                            T.tvm_storage_sync("shared")
-                            dot_and_reduce(hs, gs, wreg, acc, hv, tx, 0)
-                            T.tvm_storage_sync("shared")
-                            update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, ch, n_b)
-                            T.tvm_storage_sync("shared")
-                        step_barrier(ws, cta, barrier_index(s, 1))
-                else:  # two-phase GRU: z, r * h(t-1) -> barrier -> candidate, h(t) -> barrier
-                    for s in range(n_t):
-                        for ch in range((n_b + BC - 1) // BC):
-                            load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
-                            fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
-                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
-                            T.tvm_storage_sync("shared")
-                            dot_and_reduce(hs, gs, wreg, acc, hv, tx, 1)
-                            T.tvm_storage_sync("shared")
-                            reset_phase(rb, yc, hb, hs, gs, xr, nv, 0, cta, tx, s, ch, n_b)
-                            T.tvm_storage_sync("shared")
-                        step_barrier(ws, cta, barrier_index(s, 1))
-                        for ch in range((n_b + BC - 1) // BC):
-                            load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
-                            fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
-                            load_h(hs, hb, cta, tx, 2, ch, n_b)
-                            T.tvm_storage_sync("shared")
-                            dot_and_reduce(hs, gs, wreg, acc, hv, tx, 2)
-                            T.tvm_storage_sync("shared")
-                            candidate_phase(rb, y, yc, hb, gs, xr, hn, nv, 0, cta, tx, s, ch, n_b)
-                            T.tvm_storage_sync("shared")
-                        step_barrier(ws, cta, barrier_index(s, 2))
-                final_state(yh, yc, hb, lens, cta, tx, n_t, n_b)
+        if cluster:  # each direction is one thread-block cluster, co-scheduled by the hardware
+            for cta in T.thread_binding(NCTA, thread="blockIdx.x"):
+                for _rank in T.thread_binding(CPD, thread="clusterCtaIdx.x"):
+                    for tx in T.thread_binding(NT, thread="threadIdx.x"):
+                        cta_program(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, cta, tx)
+        else:
+            for cta in T.thread_binding(NCTA, thread="blockIdx.x"):
+                for tx in T.thread_binding(NT, thread="threadIdx.x"):
+                    cta_program(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, cta, tx)
 
     @T.prim_func(private=True)
     def emulated_kernel(

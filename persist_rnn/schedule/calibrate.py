@@ -3,8 +3,9 @@
 A calibration (`gpu.GPUModel`, one JSON file per architecture) holds device facts, the grid
 barrier's cost against the number of CTAs, and the cost model's weights. On a GPU:
 - the facts come from the driver (name, SM count, clock);
-- the barrier is timed with a kernel that does nothing but cross `prnn_grid_barrier`, the same
-  function the persistent kernels use, at CTA counts up to the SM count;
+- the barriers are timed with kernels that do nothing but cross them: `prnn_grid_barrier` (the
+  persistent kernels' own) at CTA counts up to the SM count, and on Hopper the thread-block
+  cluster barrier at 2, 4 and 8 CTAs;
 - a sample of the pruned config space of a few workloads is compiled and timed (the persistent
   kernel itself), and the weights are fitted to it (`fit.fit_weights`).
 Without a GPU, `from_sweeps` fits recorded sweeps instead: the shipped H100 calibration is
@@ -22,6 +23,7 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
+from tir_templates.config import MAX_PORTABLE_CLUSTER
 from tir_templates.persistent import GRID_BARRIER
 from tir_templates.reference import WORKSPACE_WORDS
 from tir_templates.spec import CellSpec
@@ -39,12 +41,12 @@ BARRIER_STEPS = 2000
 BARRIER_THREADS = 256
 
 
-def barrier_kernel(ctas: int, steps: int = BARRIER_STEPS) -> tvm.tirx.PrimFunc:
-    """`steps` grid barriers across `ctas` CTAs and nothing else (counter zeroed first, as in the
-    persistent kernels)."""
+def barrier_kernel(ctas: int, steps: int = BARRIER_STEPS, cluster: bool = False) -> tvm.tirx.PrimFunc:
+    """`steps` barriers across `ctas` CTAs and nothing else: the grid barrier (counter zeroed
+    first, as in the persistent kernels), or with `cluster` the CTAs' thread-block cluster barrier."""
 
     @T.prim_func(private=True)
-    def main(ws: T.Buffer((WORKSPACE_WORDS,), "uint32")):
+    def grid_main(ws: T.Buffer((WORKSPACE_WORDS,), "uint32")):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
         for _zb in T.thread_binding(1, thread="blockIdx.x"):
             for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
@@ -55,14 +57,23 @@ def barrier_kernel(ctas: int, steps: int = BARRIER_STEPS) -> tvm.tirx.PrimFunc:
                     T.cuda.func_call("prnn_grid_barrier", T.address_of(ws[0]), T.Cast("uint32", (k + 1) * ctas),
                                      source_code=GRID_BARRIER)
 
-    return main
+    @T.prim_func(private=True)
+    def cluster_main(ws: T.Buffer((WORKSPACE_WORDS,), "uint32")):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
+        for _cta in T.thread_binding(ctas, thread="blockIdx.x"):
+            for _rank in T.thread_binding(ctas, thread="clusterCtaIdx.x"):
+                for _tx in T.thread_binding(BARRIER_THREADS, thread="threadIdx.x"):
+                    for _k in range(steps):
+                        T.cuda.cluster_sync()
+
+    return cluster_main if cluster else grid_main
 
 
-def barrier_costs(dev, target, num_sms: int) -> dict:
-    """Microseconds per grid barrier at 1, 8, 32 and `num_sms` CTAs (one CTA per SM)."""
+def barrier_costs(dev, target, ctas_list, cluster: bool = False) -> dict:
+    """Microseconds per barrier at each CTA count of `ctas_list` (one CTA per SM)."""
     out = {}
-    for ctas in sorted({1, min(8, num_sms), min(32, num_sms), num_sms}):
-        lib = build_kernel(barrier_kernel(ctas), target)
+    for ctas in ctas_list:
+        lib = build_kernel(barrier_kernel(ctas, cluster=cluster), target)
         out[str(ctas)] = round(time_kernel(lib, dev, [np.zeros(WORKSPACE_WORDS, "uint32")], repeats=5) / BARRIER_STEPS, 3)
     return out
 
@@ -97,7 +108,8 @@ def device_model(dev, base: GPUModel) -> GPUModel:
     """`base` with the facts of the present device."""
     major, minor = str(dev.compute_version).split(".")
     return dataclasses.replace(base, name=str(dev.device_name), arch=f"sm_{major}{minor}",
-                               num_sms=int(dev.multi_processor_count), clock_ghz=float(dev.max_clock_rate) / 1e6)
+                               num_sms=int(dev.multi_processor_count), clock_ghz=float(dev.max_clock_rate) / 1e6,
+                               max_cluster_ctas=MAX_PORTABLE_CLUSTER if int(major) >= 9 else 0)
 
 
 def measure_device(configs_per_workload: int = 40, log=print, sweep_out: str | None = None) -> tuple[GPUModel, list]:
@@ -109,9 +121,13 @@ def measure_device(configs_per_workload: int = 40, log=print, sweep_out: str | N
     major, minor = str(dev.compute_version).split(".")
     gpu = device_model(dev, gpu_model(f"sm_{major}{minor}"))
     target = tvm.target.Target({"kind": "cuda", "arch": gpu.arch})
-    gpu = dataclasses.replace(gpu, grid_barrier_us=barrier_costs(dev, target, gpu.num_sms))
-    log(f"{gpu.name} ({gpu.arch}, {gpu.num_sms} SMs, {gpu.clock_ghz:.2f} GHz): grid barrier "
-        + ", ".join(f"{k} CTAs {v} us" for k, v in gpu.grid_barrier_us.items()))
+    n = gpu.num_sms
+    clusters = [c for c in (2, 4, 8) if c <= gpu.max_cluster_ctas]
+    gpu = dataclasses.replace(gpu, grid_barrier_us=barrier_costs(dev, target, sorted({1, min(8, n), min(32, n), n})),
+                              cluster_barrier_us=barrier_costs(dev, target, clusters, cluster=True))
+    log(f"{gpu.name} ({gpu.arch}, {n} SMs, {gpu.clock_ghz:.2f} GHz): grid barrier "
+        + ", ".join(f"{k} CTAs {v} us" for k, v in gpu.grid_barrier_us.items())
+        + "; cluster barrier " + (", ".join(f"{k} CTAs {v} us" for k, v in gpu.cluster_barrier_us.items()) or "none"))
     rows = []
     for cell, hidden, batch in WORKLOADS:
         spec = CellSpec(cell, hidden, hidden, linear_before_reset=(cell == "gru"))

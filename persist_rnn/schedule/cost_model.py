@@ -53,7 +53,8 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     partial_loads = math.ceil(bc * (H + cfg.tile_units) / nt) * cfg.ctas_per_direction(spec) if partial else 0
     partial_fma = cfg.partial_rows(spec) * cfg.tile_units * bc * fp16
     return {
-        "barrier_us": phases * gpu.barrier_us(cfg.ctas_per_direction(spec)) if cfg.barrier(spec) == "grid" else 0.0,
+        "barrier_us": 0.0 if cfg.barrier(spec) == "cta" else phases * gpu.barrier_us(cfg.ctas_per_direction(spec),
+                                                                                      cfg.barrier(spec)),
         "chunks": phases * chunks,
         "l2_loads": 0 if resident else phases * chunks,
         "load_issue": 0 if resident else chunks * (phases * math.ceil(bc * H / vec / nt) + partial_loads) * per_scheduler,

@@ -27,10 +27,14 @@ class GPUModel:
     weights: dict  # cost-model feature -> cycles per unit (barrier_us: a plain factor)
     max_shared_bytes: int = 48 * 1024  # per CTA, with dynamic shared memory
     provenance: str = ""
+    max_cluster_ctas: int = 0  # thread-block clusters of up to this many CTAs (0: none)
+    cluster_barrier_us: dict = dataclasses.field(default_factory=dict)  # CTAs -> microseconds
 
-    def barrier_us(self, ctas: int) -> float:
-        """Grid-barrier cost at `ctas` CTAs, interpolated (log-scale) between measured points."""
-        pts = sorted((int(k), float(v)) for k, v in self.grid_barrier_us.items())
+    def barrier_us(self, ctas: int, kind: str = "grid") -> float:
+        """Cost of a "grid" or "cluster" barrier across `ctas` CTAs, interpolated (log-scale)
+        between measured points."""
+        table = self.cluster_barrier_us if kind == "cluster" else self.grid_barrier_us
+        pts = sorted((int(k), float(v)) for k, v in table.items())
         xs, ys = [np.log(k) for k, _ in pts], [v for _, v in pts]
         return float(np.interp(np.log(max(ctas, 1)), xs, ys))
 

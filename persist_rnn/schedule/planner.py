@@ -11,7 +11,7 @@ import dataclasses
 
 import tvm
 
-from tir_templates.config import Config, problems
+from tir_templates.config import Config
 from tir_templates.persistent import UnsupportedLayer, persistent_kernel, unverified_reason
 from tir_templates.spec import CellSpec
 
@@ -19,7 +19,7 @@ from . import tuning_log
 from .cost_model import rank
 from .gpu import gpu_model, present_device
 from .measure import measure_configs
-from .space import candidate_configs
+from .space import candidate_configs, problems_on
 
 
 @dataclasses.dataclass
@@ -45,16 +45,17 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
         return Plan(None, reason=unverified_reason(spec))
     if config is not None:
         cfg = config if isinstance(config, Config) else Config.from_dict(config)
-        bad = problems(spec, cfg, gpu.num_sms, gpu.max_shared_bytes)
+        bad = problems_on(spec, cfg, gpu)
         if bad:
             return Plan(None, reason="the forced config cannot run: " + "; ".join(bad))
         return _kernel(spec, cfg, "", None)  # forced by the caller: no search
     wl = tuning_log.workload(spec, batch, gpu.arch)
     if tuning_log_path:
         rec = tuning_log.lookup(tuning_log_path, wl)
-        if rec is not None and not problems(spec, rec.config, gpu.num_sms, gpu.max_shared_bytes):
+        if rec is not None and not problems_on(spec, rec.config, gpu):
             return _kernel(spec, rec.config, "tuning_log", rec.time_us)
-    ranked = rank(spec, candidate_configs(spec, gpu, batch), gpu, batch or 8)
+    candidates = [c for c in candidate_configs(spec, gpu, batch) if unverified or not unverified_reason(spec, c)]
+    ranked = rank(spec, candidates, gpu, batch or 8)
     if not ranked:
         kib = spec.num_gates * spec.hidden_size ** 2 * spec.num_directions * 4 // 1024
         return Plan(None, reason=f"no persistent config fits {gpu.name}: {kib} KiB of recurrent weights over at most "

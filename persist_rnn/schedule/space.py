@@ -1,6 +1,7 @@
 """The config space of the persistent kernel, pruned to what can run on a given GPU.
 
-Pruning beyond `problems` (what cannot run): batch chunks are only the smallest chunk for 1 to 4
+Each config whose direction spans 2 to `max_cluster_ctas` CTAs also comes as a thread-block
+cluster (Hopper). Pruning beyond `problems` (what cannot run): batch chunks are only the smallest chunk for 1 to 4
 passes over the weights (a smaller chunk with the same pass count only wastes lanes; more passes
 multiply the per-chunk latencies), and groups of 1 or 2 lanes only when nothing wider fits.
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import math
+
+import dataclasses
 
 from tir_templates.config import Config, problems
 from tir_templates.persistent import two_phase
@@ -36,11 +39,15 @@ def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[
     (None: unknown at compile time, chunks of 8)."""
     weight_dtypes = ("float16",) if spec.dtype == "float16" else ("float32",)
     for groups in (GROUP_SIZES, NARROW_GROUPS):
-        out = [cfg for cfg in _configs(spec, gpu, batch, groups, weight_dtypes)
-               if not problems(spec, cfg, gpu.num_sms, gpu.max_shared_bytes)]
+        out = [cfg for cfg in _configs(spec, gpu, batch, groups, weight_dtypes) if not problems_on(spec, cfg, gpu)]
         if out:
             return out
     return []
+
+
+def problems_on(spec: CellSpec, cfg: Config, gpu: GPUModel) -> list[str]:
+    """`problems` with the limits of `gpu`."""
+    return problems(spec, cfg, gpu.num_sms, gpu.max_shared_bytes, gpu.max_cluster_ctas)
 
 
 def _configs(spec, gpu, batch, group_sizes, weight_dtypes):
@@ -56,4 +63,7 @@ def _configs(spec, gpu, batch, group_sizes, weight_dtypes):
             for rpg in _divisors(rows, 16):
                 for bc in batch_chunks(batch):
                     for wdt in weight_dtypes:
-                        yield Config(tw, ws, rpg, bc, wdt, barriers)
+                        cfg = Config(tw, ws, rpg, bc, wdt, barriers)
+                        yield cfg
+                        if 1 < H // tw <= gpu.max_cluster_ctas:  # the same CTAs as one cluster
+                            yield dataclasses.replace(cfg, cluster=True)

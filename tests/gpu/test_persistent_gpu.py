@@ -32,22 +32,36 @@ STEPS = (1, 7, 100)
 TOLERANCE = {"float32": 1e-4, "float16": 2e-3}
 
 
+def _layer_case(op, hidden, direction, dtype="float32", lbr=None):
+    """One compile's model: symbolic T and B, input size = hidden size, weights scaled by 1/sqrt(H)."""
+    return LayerCase(op=op, hidden_size=hidden, input_size=hidden, direction=direction, dtype=dtype, dynamic=True,
+                     seq_len=STEPS[-1], batch=BATCHES[-1], weight_scale=1.0 / np.sqrt(hidden),
+                     linear_before_reset=(1 if op == "GRU" else None) if lbr is None else lbr)
+
+
+def _failures(compiled, case, tolerance):
+    """Every (B, T) of the matrix through the one compiled kernel: the ones off ONNX Runtime."""
+    out = []
+    for batch, steps in itertools.product(BATCHES, STEPS):
+        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
+        err = max_rel_error(compiled.run(feeds), want)
+        if not err <= tolerance:
+            out.append(f"B={batch} T={steps}: {err:.2e}")
+    return out
+
+
+def _model_best(spec, keep):
+    """The cost model's best config for B=20 among those `keep` accepts."""
+    gpu = gpu_model("sm_90")
+    return next(c for _, c in rank(spec, candidate_configs(spec, gpu, BATCHES[-1]), gpu, BATCHES[-1]) if keep(c))
+
+
 @pytest.mark.parametrize("op,hidden,direction,dtype", list(itertools.product(CELLS, HIDDEN, DIRECTIONS, DTYPES)))
 def test_persistent_matches_onnxruntime(op, hidden, direction, dtype):
-    case = LayerCase(op=op, hidden_size=hidden, input_size=hidden, direction=direction, dtype=dtype,
-                     dynamic=True, seq_len=STEPS[-1], batch=BATCHES[-1], linear_before_reset=1 if op == "GRU" else None,
-                     weight_scale=1.0 / np.sqrt(hidden))
-    model, _, _ = reference(case)
-    compiled = persist_rnn.compile(model, "cuda", measure=False)
+    case = _layer_case(op, hidden, direction, dtype)
+    compiled = persist_rnn.compile(reference(case)[0], "cuda", measure=False)
     layer = compiled.report()[0]
-    failures = []
-    for batch, steps in itertools.product(BATCHES, STEPS):
-        sub = LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps})
-        _, feeds, want = reference(sub)
-        got = compiled.run(feeds)
-        err = max_rel_error(got, want)
-        if not err <= TOLERANCE[dtype]:
-            failures.append(f"B={batch} T={steps}: {err:.2e}")
+    failures = _failures(compiled, case, TOLERANCE[dtype])
     assert not failures, f"{layer.lowering} {layer.config}: " + ", ".join(failures)
     # the only layers of this grid allowed to keep the reference scan: fp32 weights too large for
     # the chip's registers (bidirectional H=1024: 32 MiB), and the report must say so
@@ -62,23 +76,22 @@ def test_persistent_matches_onnxruntime(op, hidden, direction, dtype):
 def test_gru_reset_before_matches_onnxruntime(hidden, direction, barriers):
     """GRU linear_before_reset=0, both kernel variants, each at the cost model's best config for
     B=20 (opt-in until this test has passed on a GPU)."""
-    case = LayerCase(op="GRU", hidden_size=hidden, input_size=hidden, direction=direction, dynamic=True,
-                     seq_len=STEPS[-1], batch=BATCHES[-1], linear_before_reset=0, weight_scale=1.0 / np.sqrt(hidden))
-    model, _, _ = reference(case)
+    case = _layer_case("GRU", hidden, direction, lbr=0)
     spec = CellSpec("gru", hidden, hidden, direction, linear_before_reset=False)
-    gpu = gpu_model("sm_90")
-    cfg = next(c for _, c in rank(spec, candidate_configs(spec, gpu, BATCHES[-1]), gpu, BATCHES[-1])
-               if c.gru_barriers == barriers)
-    compiled = persist_rnn.compile(model, "cuda", config=cfg)
-    layer = compiled.report()[0]
-    assert layer.lowering == "persistent", layer.reason
-    failures = []
-    for batch, steps in itertools.product(BATCHES, STEPS):
-        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
-        err = max_rel_error(compiled.run(feeds), want)
-        if not err <= TOLERANCE["float32"]:
-            failures.append(f"B={batch} T={steps}: {err:.2e}")
-    assert not failures, f"{layer.config}: " + ", ".join(failures)
+    cfg = _model_best(spec, lambda c: c.gru_barriers == barriers and not c.cluster)
+    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["float32"])
+    assert not failures, f"{cfg}: " + ", ".join(failures)
+
+
+@pytest.mark.parametrize("op,hidden,direction", [("LSTM", 64, "forward"), ("GRU", 128, "bidirectional"),
+                                                 ("RNN", 256, "reverse")])
+def test_cluster_barrier_matches_onnxruntime(op, hidden, direction):
+    """A direction's CTAs as one thread-block cluster (opt-in until this test has passed on a GPU)."""
+    case = _layer_case(op, hidden, direction)
+    spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
+    cfg = _model_best(spec, lambda c: c.cluster)
+    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["float32"])
+    assert not failures, f"{cfg}: " + ", ".join(failures)
 
 
 @pytest.mark.parametrize("cell", ["rnn", "lstm", "gru0"])

@@ -11,7 +11,7 @@ from persist_rnn.schedule import tuning_log
 from persist_rnn.schedule.cost_model import FEATURES, features, rank, step_us
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.planner import plan_layer
-from persist_rnn.schedule.space import candidate_configs
+from persist_rnn.schedule.space import candidate_configs, problems_on
 from tir_templates.config import TEMPLATE_VERSION, Config, problems
 from tir_templates.spec import CellSpec
 
@@ -22,9 +22,9 @@ TARGET = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
 def test_every_candidate_is_runnable_and_within_the_chip():
     spec = CellSpec("lstm", 256, 256)
     configs = candidate_configs(spec, H100, 10)
-    assert len(configs) > 20
+    assert len(configs) > 20 and any(c.cluster for c in configs)
     for cfg in configs:
-        assert problems(spec, cfg, H100.num_sms) == []
+        assert problems_on(spec, cfg, H100) == []
         assert cfg.num_ctas(spec) <= H100.num_sms and cfg.threads(spec) <= 1024
         assert cfg.shared_bytes(spec) <= 48 * 1024
 
@@ -34,6 +34,8 @@ def test_every_candidate_is_runnable_and_within_the_chip():
     (Config(1, 32, 1, 1), "cannot all be resident"),  # 256 CTAs
     (Config(256, 1, 1, 1), "registers"),
     (Config(8, 8, 1, 64), "shared memory"),
+    (Config(8, 8, 1, 1, cluster=True), "a cluster of 32 CTAs"),
+    (Config(32, 8, 1, 1, gru_barriers=1), "gru_barriers 1"),
 ])
 def test_problems_name_the_limit(cfg, why):
     assert any(why in p for p in problems(CellSpec("lstm", 256, 256), cfg, H100.num_sms))

@@ -104,8 +104,28 @@ def test_gru_reset_before_is_opt_in_and_compiles(hidden, batch, tmp_path):
             assert max(nvcc_stats(source, arch, tmp_path)) == 0, cfg
 
 
-def test_calibration_barrier_kernel_compiles(tmp_path):
-    """The kernel `persist-rnn calibrate` times: the persistent kernels' grid barrier, nothing else."""
+def test_calibration_barrier_kernels_compile(tmp_path):
+    """The kernels `persist-rnn calibrate` times: the persistent kernels' grid barrier, and the
+    cluster barrier, nothing else."""
     source = cuda_source(barrier_kernel(132, steps=10), "sm_90")
     assert "red.release.gpu.global.add.u32" in source and "ld.acquire.gpu.global.u32" in source
     nvcc_stats(source, "sm_90", tmp_path)
+    source = cuda_source(barrier_kernel(8, steps=10, cluster=True), "sm_90")
+    assert "barrier.cluster.arrive" in source and "barrier.cluster.wait" in source
+    nvcc_stats(source, "sm_90", tmp_path)
+
+
+@pytest.mark.parametrize("cell,hidden,batch", [("lstm", 64, 10), ("gru", 128, 20)], ids=str)
+def test_cluster_configs_are_opt_in_and_compile(cell, hidden, batch, tmp_path):
+    """A direction's CTAs as one thread-block cluster (Hopper only): picked only with
+    unverified=True until run on a GPU; the model's best cluster config compiles without spills."""
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=True)
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    gpu = gpu_model("sm_90")
+    cfg = next(c for _, c in rank(spec, candidate_configs(spec, gpu, batch), gpu, batch) if c.cluster)
+    assert plan_layer(spec, target, batch=batch, measure=False).config.cluster is False
+    source = cuda_source(plan_layer(spec, target, batch=batch, config=cfg).kernel, "sm_90")
+    assert "barrier.cluster.arrive" in source and "prnn_grid_barrier" not in source
+    assert max(nvcc_stats(source, "sm_90", tmp_path)) == 0
+    a100 = plan_layer(spec, tvm.target.Target({"kind": "cuda", "arch": "sm_80"}), batch=batch, config=cfg)
+    assert a100.kernel is None and "no thread-block clusters" in a100.reason

@@ -32,6 +32,7 @@ CASES = [
     ("lstm", "bidirectional", 3, Config(4, 4, 2, 3), dict(peepholes=True, clip=5.0)),
     ("lstm", "reverse", 5, Config(16, 1, 8, 3), dict(input_forget=True)),  # one CTA, two chunks
     ("lstm", "forward", 2, Config(16, 4, 4, 2), {}),  # one resident CTA, one chunk
+    ("lstm", "bidirectional", 2, Config(4, 8, 4, 2, cluster=True), {}),  # each direction a cluster
     ("gru", "forward", 5, Config(4, 4, 2, 2), {}),  # three chunks
     ("gru", "bidirectional", 2, Config(8, 4, 3, 2), dict(activations=(Activation("HardSigmoid", 0.2, 0.5),
                                                                      Activation("Softsign"),
