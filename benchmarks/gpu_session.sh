@@ -5,6 +5,7 @@
 #     export PYTHONPATH=/tmp/site:$PWD; bash benchmarks/gpu_session.sh tests       # pytest -m gpu
 #     ... calibrate   # persist-rnn calibrate: barrier costs + config sample -> $OUT/calibration/<arch>.json
 #     ... bench       # persist-rnn bench -> $OUT/bench.jsonl (then benchmarks/report.py here)
+#     ... bench-unverified   # the same with the kernels not yet verified (once `tests` passed)
 # Logs and results go to $OUT (the device tool brings them back).
 set -o pipefail
 OUT=${OUT:-/tmp/persist_rnn_out}
@@ -16,6 +17,8 @@ for part in "${@:-tests}"; do
     calibrate) python3 -m persist_rnn.cli calibrate --out "$OUT/calibration" --sweep-out "$OUT/sweep.jsonl" 2>&1 \
                  | tee "$OUT/calibrate.log" ;;
     bench) python3 -m persist_rnn.cli bench --out "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.log" ;;
-    *) echo "unknown part $part (tests, calibrate, bench)"; exit 2 ;;
+    bench-unverified) python3 -m persist_rnn.cli bench --unverified --parts grid --out "$OUT/bench-unverified.jsonl" 2>&1 \
+                        | tee "$OUT/bench-unverified.log" ;;
+    *) echo "unknown part $part (tests, calibrate, bench, bench-unverified)"; exit 2 ;;
   esac
 done

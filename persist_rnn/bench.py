@@ -117,7 +117,7 @@ def _ort_ms(model, feeds, repeats=5):
     return float(np.median(times))
 
 
-def layer_row(op, hidden, batch, seq_len, tuning_log, unrolled):
+def layer_row(op, hidden, batch, seq_len, options, unrolled):
     import torch
 
     layer = torch_layer(op, hidden, seed=hidden + batch)
@@ -125,7 +125,7 @@ def layer_row(op, hidden, batch, seq_len, tuning_log, unrolled):
     model = onnx_from_torch(op, layer, seq_len, batch)
     feeds = {"X": x.cpu().numpy()}
     row = {"part": "layer", "cell": op, "hidden": hidden, "batch": batch, "seq_len": seq_len}
-    compiled = compile_model(model, "cuda", tuning_log=tuning_log)
+    compiled = compile_model(model, "cuda", **options)
     row["ours_ms"] = _ours(compiled, feeds)
     row["config"] = compiled.report()[0].config
     for tf32 in (True, False):
@@ -143,7 +143,7 @@ def layer_row(op, hidden, batch, seq_len, tuning_log, unrolled):
     return row
 
 
-def model_rows(name, batches, tuning_log, examples_dir):
+def model_rows(name, batches, options, examples_dir):
     """A real model end to end (examples/), latency against batch: ours vs ONNX Runtime CPU."""
     import onnx
 
@@ -155,15 +155,18 @@ def model_rows(name, batches, tuning_log, examples_dir):
         feeds = {key: np.ascontiguousarray(np.repeat(arr[:, :1], batch, axis=1))}
         model = onnx.load(path)
         model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = batch  # a static batch per build
-        compiled = compile_model(model, "cuda", tuning_log=tuning_log)
+        compiled = compile_model(model, "cuda", **options)
         rows.append({"part": "model", "model": name, "batch": batch, "seq_len": arr.shape[0],
                      "ours_ms": _ours(compiled, feeds), "ort_cpu_ms": _ort_ms(model, feeds),
                      "lowerings": [r.lowering for r in compiled.report()]})
     return rows
 
 
-def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), examples_dir="examples", log=print):
-    """Measure `parts` and append JSON lines to `out` (the first one describes the machine)."""
+def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), examples_dir="examples", log=print,
+              unverified=False):
+    """Measure `parts` and append JSON lines to `out` (the first one describes the machine and
+    whether kernels not yet verified on a GPU were allowed)."""
+    options = {"tuning_log": tuning_log, "unverified": unverified}
     try:
         import torch
     except ImportError:
@@ -176,7 +179,7 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
 
     meta = {"part": "meta", "gpu": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
             "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "tvm": tvm.__version__,
-            "python": platform.python_version(),
+            "python": platform.python_version(), "unverified": unverified,
             "driver": os.popen("nvidia-smi --query-gpu=driver_version --format=csv,noheader").read().strip()}
     jobs = []
     if "grid" in parts:
@@ -189,12 +192,12 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
     with open(out, "a") as f:
         f.write(json.dumps(meta) + "\n")
         for op, h, b, t, unrolled in jobs:
-            row = layer_row(op, h, b, t, tuning_log, unrolled)
+            row = layer_row(op, h, b, t, options, unrolled)
             f.write(json.dumps(row) + "\n")
             f.flush()
             log(json.dumps(row))
         if "models" in parts:
             for name, batches in (("char_rnn", (1, 16, 64)), ("text_classifier", (1, 8, 64))):
-                for row in model_rows(name, batches, tuning_log, examples_dir):
+                for row in model_rows(name, batches, options, examples_dir):
                     f.write(json.dumps(row) + "\n")
                     log(json.dumps(row))

@@ -10,7 +10,8 @@ import numpy as np
 
 from .errors import PersistRNNError
 
-UNVERIFIED_HELP = "also use kernel variants not yet run on a GPU (GRU linear_before_reset=0)"
+UNVERIFIED_HELP = ("also use kernel variants not yet run on a GPU (batch tiles, thread-block clusters, GRU with "
+                   "linear_before_reset=0)")
 TARGET_HELP = 'a name ("llvm", "cuda") or a JSON target, e.g. \'{"kind": "cuda", "arch": "sm_80"}\''
 
 
@@ -180,12 +181,13 @@ def calibrate(out_dir, sweeps, arch, configs, sweep_out):
               help="hidden sizes of the grid that also get the (slow to build) unrolled TVM baseline")
 @click.option("--examples", "examples_dir", default="examples", show_default=True, type=click.Path(file_okay=False),
               help="where char_rnn.onnx and text_classifier.onnx are")
-def bench(out, parts, tuning_log, unrolled_hidden, examples_dir):
+@click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
+def bench(out, parts, tuning_log, unrolled_hidden, examples_dir, unverified):
     """Benchmark against cuDNN, ONNX Runtime and unrolled TVM (needs torch and a CUDA GPU);
     `python benchmarks/report.py OUT` makes the tables and plots."""
     from .bench import PARTS, run_suite
 
-    run_suite(out, parts or PARTS, tuning_log, unrolled_hidden, examples_dir, log=click.echo)
+    run_suite(out, parts or PARTS, tuning_log, unrolled_hidden, examples_dir, log=click.echo, unverified=unverified)
 
 
 @main.group()

@@ -1,7 +1,8 @@
 """TIR kernel templates for recurrent cells: the reference scan and the persistent kernels.
 
-Knows TVM's TIR and nothing of ONNX or Relax. Contract: `CellSpec` (what a layer computes) and
-`Config` (how the persistent kernel is tiled and mapped).
+Knows TVM's TIR and nothing of ONNX or Relax. Contract: `CellSpec` (what a layer computes),
+`Config` (how the persistent kernel is tiled and mapped) and the one signature every recurrence
+kernel has (`signature.py`).
 """
 from .reference import reference_scan
 from .spec import ATTR_KEY, Activation, CellSpec

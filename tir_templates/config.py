@@ -5,6 +5,10 @@ gate math and the state update stay inside the CTA. Inside a CTA, work groups of
 lanes each own `rows_per_group` gate rows; every lane keeps its strided slice of those rows in
 registers for the whole sequence. Batch rows are processed `batch_chunk` at a time.
 
+When one CTA holds a whole direction (small H), the batch can also be split into tiles of
+`batch_tile` rows, one CTA each: batch rows never interact, so these CTAs need no barrier at
+all and each runs at the speed of a smaller batch.
+
 GRU with linear_before_reset=0 has two variants (`gru_barriers`): 2, two phases per step, each
 ending in a barrier (GRNN Fig. 7a); 1, GRNN's partial sums (Fig. 7b): the work groups hold only
 the candidate rows, and each thread also holds whole rows of the CTA's columns of R_z and R_r, so
@@ -29,6 +33,7 @@ class Config:
     weight_dtype: str = "float32"  # "float32" | "float16" (fp32 accumulation either way)
     gru_barriers: int = 2  # GRU linear_before_reset=0 only: 2 (two phases) or 1 (partial sums)
     cluster: bool = False  # a direction's CTAs form one thread-block cluster (Hopper; at most 8)
+    batch_tile: int = 0  # > 0: one CTA holds a direction, and each tile of this many batch rows gets its own
 
     def partial_sums(self, spec: CellSpec) -> bool:
         """GRNN's one-barrier GRU (see the module docstring)."""
@@ -135,6 +140,10 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"{cfg.num_ctas(spec)} CTAs cannot all be resident on {num_sms} SMs (one CTA per SM)")
     if cfg.weight_dtype not in ("float32", "float16"):
         out.append(f"weight_dtype {cfg.weight_dtype!r} (float32 or float16)")
+    if cfg.batch_tile and (cfg.ctas_per_direction(spec) != 1 or cfg.batch_tile != cfg.batch_chunk
+                           or cfg.partial_sums(spec) or (spec.cell == "gru" and not spec.linear_before_reset)):
+        out.append(f"batch_tile {cfg.batch_tile}: batch tiles need one CTA per direction, batch_chunk equal to the "
+                   "tile, and a cell with one phase a step (not GRU with linear_before_reset=0)")
     if cfg.cluster and not 1 < cfg.ctas_per_direction(spec) <= max_cluster:
         out.append(f"a cluster of {cfg.ctas_per_direction(spec)} CTAs (this GPU: "
                    + (f"2 to {max_cluster})" if max_cluster else "no thread-block clusters)"))

@@ -26,10 +26,10 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
-from . import cells
+from . import cells, signature
 from .config import STATIC_SHARED_BYTES, Config
-from .reference import WORKSPACE_WORDS
-from .spec import ATTR_KEY, CellSpec
+from .signature import WORKSPACE_WORDS, recurrence_func
+from .spec import CellSpec
 
 GRID_BARRIER = r"""
 __device__ __forceinline__ void prnn_grid_barrier(unsigned int* counter, unsigned int target) {
@@ -67,6 +67,9 @@ def unverified_reason(spec: CellSpec, cfg: Config | None = None) -> str:
     """Why the planner does not pick this template for `spec` (or this config of it) on its own
     (empty when it may): a variant that passes the CPU emulation and nvcc but has not yet run on
     a GPU. `unverified=True` or a config forced by the caller still builds it."""
+    if cfg is not None and cfg.batch_tile:
+        return ("batch tiles (one CTA per tile of batch rows): pass the CPU emulation and nvcc but have not yet "
+                "been run on a GPU; compile with unverified=True to use them")
     if cfg is not None and cfg.barrier(spec) == "cluster":
         return ("thread-block cluster barrier: passes the CPU emulation and nvcc but has not yet been run on a "
                 "GPU; compile with unverified=True to use it")
@@ -87,9 +90,10 @@ def _check(spec: CellSpec, cfg: Config) -> None:
 def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     _check(spec, cfg)
     H, D, G = spec.hidden_size, spec.num_directions, spec.num_gates
-    GH = G * H
     TW, WS, RPG, BC = cfg.tile_units, cfg.group_size, cfg.rows_per_group, cfg.batch_chunk
     partial_sums = cfg.partial_sums(spec)  # GRNN's one-barrier GRU (config.py)
+    TH = cfg.batch_tile  # > 0: one CTA per direction and tile of TH batch rows, independent of each other
+    tiled = TH > 0
     GATE0 = 2 if partial_sums else 0  # the first gate whose rows the work groups hold
     GTW = cfg.row_gates(spec) * TW  # gate rows per CTA in the work groups
     SLOTS = cfg.exchange_slots(spec)
@@ -114,11 +118,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     XR = G + 1  # per pair, in registers: the gates' input projections and C(t-1)
 
     def time_index(d, s, n_valid):
-        if spec.direction == "forward":
-            return s
-        if spec.direction == "reverse":
-            return n_valid - 1 - s
-        return T.if_then_else(d == 1, n_valid - 1 - s, s)
+        return signature.time_index(spec, d, s, n_valid)
 
     def weight_row(cta, tx, q):
         """Row of R (within direction) that register row q of thread tx holds."""
@@ -131,6 +131,35 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
 
     def recurrent_parts(gs, rb, bi, d, jl, j):
         return [gs[bi, g * TW + jl] + rb[d, g * H + j] for g in range(G)]
+
+    def grid_size(n_b):
+        """CTAs of the launch: a direction's tiles of units, times the batch tiles (if any)."""
+        return D * ((n_b + TH - 1) // TH) if tiled else NCTA
+
+    def dir_of(cta):
+        """Direction of a CTA (batch tiles: CTA = tile * D + direction, one CTA per direction)."""
+        return cta % D if tiled else cta // CPD
+
+    def first_chunk(cta):
+        """The chunk of batch rows a batch-tiled CTA owns (its whole tile); else 0."""
+        return cta // D if tiled else 0
+
+    def one_chunk(n_b):
+        """Whether each CTA's batch rows fit one chunk (then the next step's inputs are prefetched)."""
+        return True if tiled else n_b <= BC
+
+    def own_rows(n_b):
+        """How many batch rows (at most) a CTA sets up and reads out the states of."""
+        return TH if tiled else n_b
+
+    def state_row(cta, tx, e):
+        """Batch row of thread tx's e-th (row, unit) slot when setting up or reading out states."""
+        return (e * NT + tx) // TW + (first_chunk(cta) * BC if tiled else 0)
+
+    def owns_state(cta, tx, e, n_b):
+        if tiled:
+            return T.And(e * NT + tx < TH * TW, state_row(cta, tx, e) < n_b)
+        return e * NT + tx < n_b * TW
 
     def pair(cta, tx, e, ch):
         """(batch row, unit) that thread tx updates in its e-th slot of chunk ch."""
@@ -157,14 +186,14 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
 
     @T.macro
     def init_state(hb, h0, yc, c0, cta, tx, n_b):
-        """Each CTA copies its units of h0 into slot 0 of hbuf and of c0 into yc."""
-        for e in range((n_b * TW + NT - 1) // NT):
-            if e * NT + tx < n_b * TW:
-                hb[0, cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW] = h0[
-                    cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW]
+        """Each CTA copies its units (and batch rows) of h0 into slot 0 of hbuf and of c0 into yc."""
+        for e in range((own_rows(n_b) * TW + NT - 1) // NT):
+            if owns_state(cta, tx, e, n_b):
+                hb[0, dir_of(cta), state_row(cta, tx, e), (cta % CPD) * TW + (e * NT + tx) % TW] = h0[
+                    dir_of(cta), state_row(cta, tx, e), (cta % CPD) * TW + (e * NT + tx) % TW]
                 if lstm:
-                    yc[cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW] = c0[
-                        cta // CPD, (e * NT + tx) // TW, (cta % CPD) * TW + (e * NT + tx) % TW]
+                    yc[dir_of(cta), state_row(cta, tx, e), (cta % CPD) * TW + (e * NT + tx) % TW] = c0[
+                        dir_of(cta), state_row(cta, tx, e), (cta % CPD) * TW + (e * NT + tx) % TW]
 
     @T.macro
     def load_h(hs, hb, cta, tx, slot, ch, n_b):
@@ -175,7 +204,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         for e in range((BC * H // VEC + NT - 1) // NT):
             if T.Cast("int64", (e * NT + tx) * VEC) < T.min(n_b - ch * BC, T.int64(BC)) * H:
                 for v in T.vectorized(VEC):
-                    hsf[(e * NT + tx) * VEC + v] = hbf[((slot * D + cta // CPD) * n_b + ch * BC) * H
+                    hsf[(e * NT + tx) * VEC + v] = hbf[((slot * D + dir_of(cta)) * n_b + ch * BC) * H
                                                        + (e * NT + tx) * VEC + v]
 
     @T.macro
@@ -192,10 +221,17 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         for e in T.unroll(UPT):
             if owns(cta, tx, e, ch, n_b):
                 for g in T.unroll(G):
-                    xr[row, e * XR + g] = xw[T.max(T.min(time_index(cta // CPD, s, nv[row, e]), n_t - 1), T.int64(0)),
-                                             pair(cta, tx, e, ch)[0], cta // CPD, g * H + pair(cta, tx, e, ch)[1]]
+                    xr[row, e * XR + g] = xw[T.max(T.min(time_index(dir_of(cta), s, nv[row, e]), n_t - 1), T.int64(0)),
+                                             pair(cta, tx, e, ch)[0], dir_of(cta), g * H + pair(cta, tx, e, ch)[1]]
                 if lstm and with_c:
-                    xr[row, e * XR + G] = yc[cta // CPD, pair(cta, tx, e, ch)[0], pair(cta, tx, e, ch)[1]]
+                    xr[row, e * XR + G] = yc[dir_of(cta), pair(cta, tx, e, ch)[0], pair(cta, tx, e, ch)[1]]
+
+    @T.macro
+    def chunk_inputs(xw, yc, lens, hb, hs, xr, nv, row, cta, tx, s, ch, slot, n_t, n_b, with_c):
+        """A chunk's lengths and step-s inputs into registers, exchange `slot` into `hs`."""
+        load_lengths(lens, nv, row, cta, tx, ch, n_t, n_b)
+        fetch(xw, yc, xr, nv, row, cta, tx, s, ch, n_t, n_b, with_c)
+        load_h(hs, hb, cta, tx, slot, ch, n_b)
 
     @T.macro
     def update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, row, cta, tx, s, ch, n_b):
@@ -205,7 +241,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             if owns(cta, tx, e, ch, n_b):
                 b, j = pair(cta, tx, e, ch)
                 bi = (e * NT + tx) // TW
-                d = cta // CPD
+                d = dir_of(cta)
                 if s < nv[row, e]:
                     if lstm:
                         xr[row, e * XR + G] = cells.lstm_cell_state(
@@ -232,7 +268,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             if owns(cta, tx, e, ch, n_b):
                 b, j = pair(cta, tx, e, ch)
                 bi = (e * NT + tx) // TW
-                d = cta // CPD
+                d = dir_of(cta)
                 if s < nv[row, e]:
                     yc[d, b, j] = cells.gru_gate(spec, d, xr[row, e * XR], gs[bi, j % TW] + rb[d, j])
                     hb[2, d, b, j] = cells.gru_gate(spec, d, xr[row, e * XR + 1], gs[bi, TW + j % TW] + rb[d, H + j]) * hs[bi, j]
@@ -247,7 +283,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             if owns(cta, tx, e, ch, n_b):
                 b, j = pair(cta, tx, e, ch)
                 bi = (e * NT + tx) // TW
-                d = cta // CPD
+                d = dir_of(cta)
                 if s < nv[row, e]:
                     hn[row, e] = cells.gru_blend(spec, d, yc[d, b, j], xr[row, e * XR + 2],
                                                  gs[bi, 2 * TW + j % TW] + rb[d, 2 * H + j], hb[s % 2, d, b, j])
@@ -267,14 +303,14 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         for k in T.unroll(PR):
             for u in T.unroll(TW):
                 wp[row, k * TW + u] = T.Cast(WDT, T.if_then_else(
-                    k * NT + tx < 2 * H, r[cta // CPD, k * NT + tx, (cta % CPD) * TW + u], T.float32(0)))
+                    k * NT + tx < 2 * H, r[dir_of(cta), k * NT + tx, (cta % CPD) * TW + u], T.float32(0)))
 
     @T.macro
     def tile_state(hm, h0, cta, tx, ch, n_b):
         """Partial sums: h0 of the CTA's units into `hm`, for the partial sums of step 0."""
         for e in T.unroll(UPT):
             if owns(cta, tx, e, ch, n_b):
-                hm[(e * NT + tx) // TW, (e * NT + tx) % TW] = h0[cta // CPD, pair(cta, tx, e, ch)[0], pair(cta, tx, e, ch)[1]]
+                hm[(e * NT + tx) // TW, (e * NT + tx) % TW] = h0[dir_of(cta), pair(cta, tx, e, ch)[0], pair(cta, tx, e, ch)[1]]
 
     @T.macro
     def publish_partials(hb, hm, wp, sacc, row, cta, tx, parity, ch, n_b):
@@ -287,7 +323,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                         sacc[row, 0] = T.float32(0)
                         for u in T.unroll(TW):
                             sacc[row, 0] = sacc[row, 0] + T.Cast("float32", wp[row, k * TW + u]) * hm[bi, u]
-                        hb[partial_slot(parity, (k * NT + tx) // H, cta), cta // CPD, ch * BC + bi,
+                        hb[partial_slot(parity, (k * NT + tx) // H, cta), dir_of(cta), ch * BC + bi,
                            (k * NT + tx) % H] = sacc[row, 0]
 
     @T.macro
@@ -299,14 +335,14 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 if ch * BC + (e * NT + tx) // H < n_b:
                     sacc[row, 0] = T.float32(0)
                     for c in range(CPD):
-                        sacc[row, 0] = sacc[row, 0] + hb[partial_slot(s % 2, 1, c), cta // CPD,
+                        sacc[row, 0] = sacc[row, 0] + hb[partial_slot(s % 2, 1, c), dir_of(cta),
                                                          ch * BC + (e * NT + tx) // H, (e * NT + tx) % H]
                     rs[(e * NT + tx) // H, (e * NT + tx) % H] = T.if_then_else(
                         s < valid_steps(lens, ch * BC + (e * NT + tx) // H, n_t),
-                        cells.gru_gate(spec, cta // CPD, xw[T.max(T.min(time_index(
-                            cta // CPD, s, valid_steps(lens, ch * BC + (e * NT + tx) // H, n_t)), n_t - 1),
-                            T.int64(0)), ch * BC + (e * NT + tx) // H, cta // CPD, H + (e * NT + tx) % H],
-                            sacc[row, 0] + rb[cta // CPD, H + (e * NT + tx) % H]) * hs[(e * NT + tx) // H, (e * NT + tx) % H],
+                        cells.gru_gate(spec, dir_of(cta), xw[T.max(T.min(time_index(
+                            dir_of(cta), s, valid_steps(lens, ch * BC + (e * NT + tx) // H, n_t)), n_t - 1),
+                            T.int64(0)), ch * BC + (e * NT + tx) // H, dir_of(cta), H + (e * NT + tx) % H],
+                            sacc[row, 0] + rb[dir_of(cta), H + (e * NT + tx) % H]) * hs[(e * NT + tx) // H, (e * NT + tx) % H],
                         T.float32(0))
 
     @T.macro
@@ -317,7 +353,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             if owns(cta, tx, e, ch, n_b):
                 b, j = pair(cta, tx, e, ch)
                 bi = (e * NT + tx) // TW
-                d = cta // CPD
+                d = dir_of(cta)
                 xr[row, e * XR + G] = T.float32(0)  # the z partials' sum (GRU has no C(t) here)
                 for c in range(CPD):
                     xr[row, e * XR + G] = xr[row, e * XR + G] + hb[partial_slot(s % 2, 0, c), d, b, j]
@@ -332,11 +368,11 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 hm[bi, j % TW] = hn[row, e]
 
     @T.macro
-    def publish(hs, hn, row, cta, tx, n_b):
+    def publish(hs, hn, row, cta, tx, ch, n_b):
         """A resident CTA keeps h in shared memory: after everyone read h(t-1), h(t) replaces it."""
         for e in T.unroll(UPT):
-            if owns(cta, tx, e, 0, n_b):
-                hs[(e * NT + tx) // TW, pair(cta, tx, e, 0)[1]] = hn[row, e]
+            if owns(cta, tx, e, ch, n_b):
+                hs[(e * NT + tx) // TW, pair(cta, tx, e, ch)[1]] = hn[row, e]
 
     @T.macro
     def advance(xr, xn, row):
@@ -377,25 +413,25 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 gs[bi, grp * RPG + q] = T.float32(0)
                 for lane, i, v in T.grid(WS, KPL // DV, DV):
                     gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast("float32", T.Cast(
-                        WDT, r[cta // CPD, weight_row(cta, grp * WS + lane, q), col(lane, i, v)])) * hs[bi, col(lane, i, v)]
+                        WDT, r[dir_of(cta), weight_row(cta, grp * WS + lane, q), col(lane, i, v)])) * hs[bi, col(lane, i, v)]
 
     @T.macro
     def final_state(yh, yc, hb, lens, cta, tx, n_t, n_b):
         """Y_h from the exchange buffer; an empty sequence has zero final states (as ONNX Runtime)."""
-        for e in range((n_b * TW + NT - 1) // NT):
-            if e * NT + tx < n_b * TW:
-                b = (e * NT + tx) // TW
+        for e in range((own_rows(n_b) * TW + NT - 1) // NT):
+            if owns_state(cta, tx, e, n_b):
+                b = state_row(cta, tx, e)
                 j = (cta % CPD) * TW + (e * NT + tx) % TW
-                yh[cta // CPD, b, j] = T.if_then_else(lens[b] > 0, hb[n_t % 2, cta // CPD, b, j], T.float32(0))
+                yh[dir_of(cta), b, j] = T.if_then_else(lens[b] > 0, hb[n_t % 2, dir_of(cta), b, j], T.float32(0))
                 if lstm:
                     if lens[b] <= 0:
-                        yc[cta // CPD, b, j] = T.float32(0)
+                        yc[dir_of(cta), b, j] = T.float32(0)
 
     @T.macro
     def step_barrier(ws, cta, k):
         """The one synchronisation per step: CTAs of one direction wait for each other."""
         if grid:
-            T.cuda.func_call("prnn_grid_barrier", T.address_of(ws[cta // CPD]),
+            T.cuda.func_call("prnn_grid_barrier", T.address_of(ws[dir_of(cta)]),
                              T.Cast("uint32", k * CPD), source_code=GRID_BARRIER)
         elif cluster:  # barrier.cluster arrive (release) + wait (acquire): h(t) in global memory is visible
             T.cuda.cluster_sync()
@@ -408,10 +444,34 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         must be k * CTAs per direction, else the GPU would wait forever or pass early: flag it."""
         if grid:
             for cta in range(NCTA):
-                ws[cta // CPD] = ws[cta // CPD] + T.uint32(1)
+                ws[dir_of(cta)] = ws[dir_of(cta)] + T.uint32(1)
             for dd in range(D):
                 if ws[dd] != T.Cast("uint32", k * CPD):
                     ws[BARRIER_FLAG_WORD] = T.uint32(1)
+
+    def phase_slot(phase, s):
+        """The exchange slot a phase reads: r * h(t-1) in the two-phase GRU's second, else h(t-1)."""
+        return 2 if phase == 2 else s % 2
+
+    @T.macro
+    def emulated_phase(xw, r, rb, p, lens, y, yc, hb, xr, hn, nv, s, phase, n_t, n_b):
+        """Step s's `phase` for every CTA and chunk (the chunked paths): inputs, dot products, then
+        the phase's update (0: the cell's only phase; 1, 2: the two-phase GRU's)."""
+        for cta in range(grid_size(n_b)):
+            for ch in range((n_b + BC - 1) // BC):
+                hs = T.alloc_buffer((BC, H), "float32")
+                gs = T.alloc_buffer((BC, GTW), "float32")
+                for tx in range(NT):
+                    chunk_inputs(xw, yc, lens, hb, hs, xr, nv, cta * NT + tx, cta, tx, s, ch, phase_slot(phase, s),
+                                 n_t, n_b, phase == 0)
+                emulated_dot(hs, gs, r, cta, phase)
+                for tx in range(NT):
+                    if phase == 0:
+                        update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
+                    elif phase == 1:
+                        reset_phase(rb, yc, hb, hs, gs, xr, nv, cta * NT + tx, cta, tx, s, ch, n_b)
+                    else:
+                        candidate_phase(rb, y, yc, hb, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
 
     @T.macro
     def cta_program(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, cta, tx):
@@ -434,7 +494,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             for i in T.unroll(KPL // DV):
                 for v in T.unroll(DV):
                     wreg[q * KPL + i * DV + v] = T.Cast(WDT, T.if_then_else(
-                        tx // WS < NG, r[cta // CPD, weight_row(cta, tx, q), col(tx % WS, i, v)], T.float32(0)))
+                        tx // WS < NG, r[dir_of(cta), weight_row(cta, tx, q), col(tx % WS, i, v)], T.float32(0)))
         init_state(hb, h0, yc, c0, cta, tx, n_b)
         if partial_sums:  # ... and the CTA's columns of R_z, R_r, with step 0's partial sums
             load_partial_weights(r, wp, 0, cta, tx)
@@ -447,9 +507,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         if partial_sums:  # one barrier a step: r from every CTA's partials, candidate, h(t), partials
             for s in range(n_t):
                 for ch in range((n_b + BC - 1) // BC):
-                    load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
-                    fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
-                    load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                    chunk_inputs(xw, yc, lens, hb, hs, xr, nv, 0, cta, tx, s, ch, s % 2, n_t, n_b, False)
                     T.tvm_storage_sync("shared")
                     reset_from_partials(xw, rb, lens, hb, hs, rs, sacc, 0, cta, tx, s, ch, n_t, n_b)
                     T.tvm_storage_sync("shared")
@@ -460,24 +518,24 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     publish_partials(hb, hm, wp, sacc, 0, cta, tx, (s + 1) % 2, ch, n_b)
                     T.tvm_storage_sync("shared")
                 step_barrier(ws, cta, barrier_index(s, 1))
-        elif n_b <= BC and phases == 1:  # one chunk: step s+1's inputs are fetched while step s computes
-            load_lengths(lens, nv, 0, cta, tx, 0, n_t, n_b)
-            fetch(xw, yc, xr, nv, 0, cta, tx, 0, 0, n_t, n_b, True)
+        elif one_chunk(n_b) and phases == 1:  # one chunk: step s+1's inputs are fetched while step s computes
+            load_lengths(lens, nv, 0, cta, tx, first_chunk(cta), n_t, n_b)
+            fetch(xw, yc, xr, nv, 0, cta, tx, 0, first_chunk(cta), n_t, n_b, True)
             for s in range(n_t):
                 # 2. h(t-1) into shared memory (a resident CTA already has it there)
                 if not resident or s == 0:
-                    load_h(hs, hb, cta, tx, s % 2, 0, n_b)
+                    load_h(hs, hb, cta, tx, s % 2, first_chunk(cta), n_b)
                 T.tvm_storage_sync("shared")
                 # 3. partial dot products from registers, 4. shuffle reduction within the group
                 dot_and_reduce(hs, gs, wreg, acc, hv, tx, 0)
                 T.tvm_storage_sync("shared")
-                fetch(xw, yc, xn, nv, 0, cta, tx, s + 1, 0, n_t, n_b, False)
+                fetch(xw, yc, xn, nv, 0, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
                 # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
-                update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, 0, n_b)
+                update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, first_chunk(cta), n_b)
                 advance(xr, xn, 0)
                 T.tvm_storage_sync("shared")
                 if resident:
-                    publish(hs, hn, 0, cta, tx, n_b)
+                    publish(hs, hn, 0, cta, tx, first_chunk(cta), n_b)
                     T.tvm_storage_sync("shared")
                 # 6. one barrier per step (a single resident CTA already synced after its update)
                 if not resident:
@@ -485,9 +543,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         elif phases == 1:  # the batch spans chunks: each chunk reloads its lengths, inputs and C(t-1)
             for s in range(n_t):
                 for ch in range((n_b + BC - 1) // BC):
-                    load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
-                    fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, True)
-                    load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                    chunk_inputs(xw, yc, lens, hb, hs, xr, nv, 0, cta, tx, s, ch, s % 2, n_t, n_b, True)
                     T.tvm_storage_sync("shared")
                     dot_and_reduce(hs, gs, wreg, acc, hv, tx, 0)
                     T.tvm_storage_sync("shared")
@@ -497,9 +553,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         else:  # two-phase GRU: z, r * h(t-1) -> barrier -> candidate, h(t) -> barrier
             for s in range(n_t):
                 for ch in range((n_b + BC - 1) // BC):
-                    load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
-                    fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
-                    load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                    chunk_inputs(xw, yc, lens, hb, hs, xr, nv, 0, cta, tx, s, ch, s % 2, n_t, n_b, False)
                     T.tvm_storage_sync("shared")
                     dot_and_reduce(hs, gs, wreg, acc, hv, tx, 1)
                     T.tvm_storage_sync("shared")
@@ -507,9 +561,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     T.tvm_storage_sync("shared")
                 step_barrier(ws, cta, barrier_index(s, 1))
                 for ch in range((n_b + BC - 1) // BC):
-                    load_lengths(lens, nv, 0, cta, tx, ch, n_t, n_b)
-                    fetch(xw, yc, xr, nv, 0, cta, tx, s, ch, n_t, n_b, False)
-                    load_h(hs, hb, cta, tx, 2, ch, n_b)
+                    chunk_inputs(xw, yc, lens, hb, hs, xr, nv, 0, cta, tx, s, ch, 2, n_t, n_b, False)
                     T.tvm_storage_sync("shared")
                     dot_and_reduce(hs, gs, wreg, acc, hv, tx, 2)
                     T.tvm_storage_sync("shared")
@@ -519,69 +571,39 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         final_state(yh, yc, hb, lens, cta, tx, n_t, n_b)
 
 
-    @T.prim_func(private=True)
-    def cuda_kernel(
-        xw_h: T.handle, r: T.Buffer((D, GH, H), "float32"), rb: T.Buffer((D, GH), "float32"),
-        lens_h: T.handle, h0_h: T.handle, c0_h: T.handle, p: T.Buffer((D, 3 * H), "float32"),
-        y_h: T.handle, yh_h: T.handle, yc_h: T.handle, hb_h: T.handle,
-        ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
-    ):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": 8})  # 8: opaque, never fused
-        n_t = T.int64()
-        n_b = T.int64()
-        xw = T.match_buffer(xw_h, (n_t, n_b, D, GH), "float32")
-        lens = T.match_buffer(lens_h, (n_b,), "int32")
-        h0 = T.match_buffer(h0_h, (D, n_b, H), "float32")
-        c0 = T.match_buffer(c0_h, (D, n_b, H), "float32")
-        y = T.match_buffer(y_h, (n_t, D, n_b, H), "float32")
-        yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
-        yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
-        hb = T.match_buffer(hb_h, (SLOTS, D, n_b, H), "float32")
+    @T.macro
+    def cuda_kernel(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b):
+        """The CUDA kernel: per-call counters zeroed, then every CTA's `cta_program`."""
         if grid:
             for _zb in T.thread_binding(1, thread="blockIdx.x"):  # per-call barrier counters start at 0
                 for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
                     ws[zt] = T.uint32(0)
         if cluster:  # each direction is one thread-block cluster, co-scheduled by the hardware
-            for cta in T.thread_binding(NCTA, thread="blockIdx.x"):
+            for cta in T.thread_binding(grid_size(n_b), thread="blockIdx.x"):
                 for _rank in T.thread_binding(CPD, thread="clusterCtaIdx.x"):
                     for tx in T.thread_binding(NT, thread="threadIdx.x"):
                         cta_program(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, cta, tx)
         else:
-            for cta in T.thread_binding(NCTA, thread="blockIdx.x"):
+            for cta in T.thread_binding(grid_size(n_b), thread="blockIdx.x"):
                 for tx in T.thread_binding(NT, thread="threadIdx.x"):
                     cta_program(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, cta, tx)
 
-    @T.prim_func(private=True)
-    def emulated_kernel(
-        xw_h: T.handle, r: T.Buffer((D, GH, H), "float32"), rb: T.Buffer((D, GH), "float32"),
-        lens_h: T.handle, h0_h: T.handle, c0_h: T.handle, p: T.Buffer((D, 3 * H), "float32"),
-        y_h: T.handle, yh_h: T.handle, yc_h: T.handle, hb_h: T.handle,
-        ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
-    ):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": 8})  # 8: opaque, never fused
-        n_t = T.int64()
-        n_b = T.int64()
-        xw = T.match_buffer(xw_h, (n_t, n_b, D, GH), "float32")
-        lens = T.match_buffer(lens_h, (n_b,), "int32")
-        h0 = T.match_buffer(h0_h, (D, n_b, H), "float32")
-        c0 = T.match_buffer(c0_h, (D, n_b, H), "float32")
-        y = T.match_buffer(y_h, (n_t, D, n_b, H), "float32")
-        yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
-        yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
-        hb = T.match_buffer(hb_h, (SLOTS, D, n_b, H), "float32")
+    @T.macro
+    def emulated_kernel(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b):
+        """The llvm-runnable twin: CTAs and threads as serial loops, barriers as phase boundaries."""
         # every thread's registers, one row per (CTA, thread)
-        xr = T.alloc_buffer((NCTA * NT, UPT * XR), "float32")
-        xn = T.alloc_buffer((NCTA * NT, UPT * XR), "float32")
-        nv = T.alloc_buffer((NCTA * NT, UPT), "int64")
-        hn = T.alloc_buffer((NCTA * NT, UPT), "float32")
-        wp = T.alloc_buffer((NCTA * NT, max(PR * TW, 1)), WDT)
-        sacc = T.alloc_buffer((NCTA * NT, 1), "float32")
+        xr = T.alloc_buffer((grid_size(n_b) * NT, UPT * XR), "float32")
+        xn = T.alloc_buffer((grid_size(n_b) * NT, UPT * XR), "float32")
+        nv = T.alloc_buffer((grid_size(n_b) * NT, UPT), "int64")
+        hn = T.alloc_buffer((grid_size(n_b) * NT, UPT), "float32")
+        wp = T.alloc_buffer((grid_size(n_b) * NT, max(PR * TW, 1)), WDT)
+        sacc = T.alloc_buffer((grid_size(n_b) * NT, 1), "float32")
         for i in range(WORKSPACE_WORDS):
             ws[i] = T.uint32(0)
-        for cta, tx in T.grid(NCTA, NT):
+        for cta, tx in T.grid(grid_size(n_b), NT):
             init_state(hb, h0, yc, c0, cta, tx, n_b)
         if partial_sums:
-            for cta in range(NCTA):
+            for cta in range(grid_size(n_b)):
                 for tx in range(NT):
                     load_partial_weights(r, wp, cta * NT + tx, cta, tx)
                 for ch in range((n_b + BC - 1) // BC):
@@ -593,16 +615,14 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         emulated_barrier(ws, 1)
         if partial_sums:
             for s in range(n_t):
-                for cta in range(NCTA):
+                for cta in range(grid_size(n_b)):
                     for ch in range((n_b + BC - 1) // BC):
                         hs = T.alloc_buffer((BC, H), "float32")
                         rs = T.alloc_buffer((BC, H), "float32")
                         gs = T.alloc_buffer((BC, GTW), "float32")
                         hm = T.alloc_buffer((BC, TW), "float32")
                         for tx in range(NT):
-                            load_lengths(lens, nv, cta * NT + tx, cta, tx, ch, n_t, n_b)
-                            fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, s, ch, n_t, n_b, False)
-                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
+                            chunk_inputs(xw, yc, lens, hb, hs, xr, nv, cta * NT + tx, cta, tx, s, ch, s % 2, n_t, n_b, False)
                         for tx in range(NT):
                             reset_from_partials(xw, rb, lens, hb, hs, rs, sacc, cta * NT + tx, cta, tx, s, ch, n_t, n_b)
                         emulated_dot(rs, gs, r, cta, 0)
@@ -611,69 +631,38 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                         for tx in range(NT):
                             publish_partials(hb, hm, wp, sacc, cta * NT + tx, cta, tx, (s + 1) % 2, ch, n_b)
                 emulated_barrier(ws, barrier_index(s, 1))
-        elif n_b <= BC and phases == 1:
-            for cta, tx in T.grid(NCTA, NT):
-                load_lengths(lens, nv, cta * NT + tx, cta, tx, 0, n_t, n_b)
-                fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, 0, 0, n_t, n_b, True)
+        elif one_chunk(n_b) and phases == 1:
+            for cta, tx in T.grid(grid_size(n_b), NT):
+                load_lengths(lens, nv, cta * NT + tx, cta, tx, first_chunk(cta), n_t, n_b)
+                fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, 0, first_chunk(cta), n_t, n_b, True)
             for s in range(n_t):  # a grid barrier sits between two iterations of this loop
-                for cta in range(NCTA):
+                for cta in range(grid_size(n_b)):
                     hs = T.alloc_buffer((BC, H), "float32")
                     gs = T.alloc_buffer((BC, GTW), "float32")
                     for tx in range(NT):
-                        load_h(hs, hb, cta, tx, s % 2, 0, n_b)
+                        load_h(hs, hb, cta, tx, s % 2, first_chunk(cta), n_b)
                     emulated_dot(hs, gs, r, cta, 0)
                     for tx in range(NT):
-                        fetch(xw, yc, xn, nv, cta * NT + tx, cta, tx, s + 1, 0, n_t, n_b, False)
-                        update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, 0, n_b)
+                        fetch(xw, yc, xn, nv, cta * NT + tx, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
+                        update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, first_chunk(cta), n_b)
                         advance(xr, xn, cta * NT + tx)
                     for tx in range(NT):
-                        publish(hs, hn, cta * NT + tx, cta, tx, n_b)
+                        publish(hs, hn, cta * NT + tx, cta, tx, first_chunk(cta), n_b)
                 emulated_barrier(ws, barrier_index(s, 1))
         elif phases == 1:
             for s in range(n_t):
-                for cta in range(NCTA):
-                    for ch in range((n_b + BC - 1) // BC):
-                        hs = T.alloc_buffer((BC, H), "float32")
-                        gs = T.alloc_buffer((BC, GTW), "float32")
-                        for tx in range(NT):
-                            load_lengths(lens, nv, cta * NT + tx, cta, tx, ch, n_t, n_b)
-                            fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, s, ch, n_t, n_b, True)
-                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
-                        emulated_dot(hs, gs, r, cta, 0)
-                        for tx in range(NT):
-                            update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
+                emulated_phase(xw, r, rb, p, lens, y, yc, hb, xr, hn, nv, s, 0, n_t, n_b)
                 emulated_barrier(ws, barrier_index(s, 1))
         else:
             for s in range(n_t):
-                for cta in range(NCTA):
-                    for ch in range((n_b + BC - 1) // BC):
-                        hs = T.alloc_buffer((BC, H), "float32")
-                        gs = T.alloc_buffer((BC, GTW), "float32")
-                        for tx in range(NT):
-                            load_lengths(lens, nv, cta * NT + tx, cta, tx, ch, n_t, n_b)
-                            fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, s, ch, n_t, n_b, False)
-                            load_h(hs, hb, cta, tx, s % 2, ch, n_b)
-                        emulated_dot(hs, gs, r, cta, 1)
-                        for tx in range(NT):
-                            reset_phase(rb, yc, hb, hs, gs, xr, nv, cta * NT + tx, cta, tx, s, ch, n_b)
+                emulated_phase(xw, r, rb, p, lens, y, yc, hb, xr, hn, nv, s, 1, n_t, n_b)
                 emulated_barrier(ws, barrier_index(s, 1))
-                for cta in range(NCTA):
-                    for ch in range((n_b + BC - 1) // BC):
-                        hs = T.alloc_buffer((BC, H), "float32")
-                        gs = T.alloc_buffer((BC, GTW), "float32")
-                        for tx in range(NT):
-                            load_lengths(lens, nv, cta * NT + tx, cta, tx, ch, n_t, n_b)
-                            fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, s, ch, n_t, n_b, False)
-                            load_h(hs, hb, cta, tx, 2, ch, n_b)
-                        emulated_dot(hs, gs, r, cta, 2)
-                        for tx in range(NT):
-                            candidate_phase(rb, y, yc, hb, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
+                emulated_phase(xw, r, rb, p, lens, y, yc, hb, xr, hn, nv, s, 2, n_t, n_b)
                 emulated_barrier(ws, barrier_index(s, 2))
-        for cta, tx in T.grid(NCTA, NT):
+        for cta, tx in T.grid(grid_size(n_b), NT):
             final_state(yh, yc, hb, lens, cta, tx, n_t, n_b)
 
-    func = emulated_kernel if emulate else cuda_kernel
-    return func.with_attr(ATTR_KEY, spec.to_json())
+    return recurrence_func(spec, emulated_kernel if emulate else cuda_kernel, SLOTS)
 
 
 def persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc:

@@ -6,32 +6,17 @@ on CUDA each pair gets one thread block whose threads split the hidden units; on
 pairs run in parallel with one "thread" each. h(t-1) lives in a per-block buffer, and the only
 synchronisation is the block's own barrier. Simple, not fast.
 
-Signature (T and B are runtime variables, everything else comes from the spec):
-    xw   (T, B, D, G*H)  input projection X @ W^T + Wb of every step
-    r    (D, G*H, H)     recurrent weights, ONNX layout
-    rb   (D, G*H)        recurrent bias
-    lens (B,) int32      sequence lengths
-    h0   (D, B, H)       initial hidden state
-    c0   (D, B, H)       initial cell state   (LSTM only)
-    p    (D, 3*H)        peepholes i, o, f    (LSTM only)
-    ->   y (T, D, B, H), yh (D, B, H), yc (D, B, H) (LSTM only),
-         hbuf (3, D, B, H) float32, ws (WORKSPACE_WORDS,) uint32
-The last two outputs are per-call scratch that the reference ignores and the persistent kernels
-use (h exchanged between CTAs, grid-barrier counters), so that every lowering of a layer has
-the same signature and can replace another without touching the call site.
+Signature: `signature.py` (the reference ignores the scratch outputs hbuf and ws).
 """
 from __future__ import annotations
 
 import tvm
 from tvm.script import tirx as T
 
-from . import cells
-from .spec import ATTR_KEY, CellSpec
+from . import cells, signature
+from .signature import recurrence_func
+from .spec import CellSpec
 
-#: size of the per-call scratch output every recurrence kernel takes
-WORKSPACE_WORDS = 32
-#: leading extent of the exchange buffer the importer allocates (a kernel may ask for more)
-EXCHANGE_SLOTS = 3
 #: threads per block of the CUDA variant
 CUDA_THREADS = 128
 
@@ -40,7 +25,6 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
     """Build the reference scan PrimFunc of `spec` for a target kind ("llvm" or "cuda")."""
     gpu = target_kind == "cuda"
     H, D, G = spec.hidden_size, spec.num_directions, spec.num_gates
-    GH = G * H
     lstm, gru = spec.cell == "lstm", spec.cell == "gru"
     gru_two_phase = gru and not spec.linear_before_reset
     NT = CUDA_THREADS if gpu else 1
@@ -48,12 +32,7 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
     scope = "shared" if gpu else "global"
 
     def time_index(d, s, n_valid):
-        """Position read and written at step s: reverse directions walk each sequence backwards."""
-        if spec.direction == "forward":
-            return s
-        if spec.direction == "reverse":
-            return n_valid - 1 - s
-        return T.if_then_else(d == 1, n_valid - 1 - s, s)
+        return signature.time_index(spec, d, s, n_valid)
 
     def block_loop(n):
         return T.thread_binding(n, thread="blockIdx.x") if gpu else T.parallel(n)
@@ -61,23 +40,8 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
     def thread_loop(n):
         return T.thread_binding(n, thread="threadIdx.x") if gpu else T.serial(n)
 
-    @T.prim_func(private=True)
-    def scan(
-        xw_h: T.handle, r: T.Buffer((D, GH, H), "float32"), rb: T.Buffer((D, GH), "float32"),
-        lens_h: T.handle, h0_h: T.handle, c0_h: T.handle, p: T.Buffer((D, 3 * H), "float32"),
-        y_h: T.handle, yh_h: T.handle, yc_h: T.handle, hb_h: T.handle,
-        ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
-    ):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": 8})  # 8: opaque, never fused
-        n_t = T.int64()
-        n_b = T.int64()
-        xw = T.match_buffer(xw_h, (n_t, n_b, D, GH), "float32")
-        lens = T.match_buffer(lens_h, (n_b,), "int32")
-        h0 = T.match_buffer(h0_h, (D, n_b, H), "float32")
-        c0 = T.match_buffer(c0_h, (D, n_b, H), "float32")
-        y = T.match_buffer(y_h, (n_t, D, n_b, H), "float32")
-        yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
-        yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
+    @T.macro
+    def scan(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b):
         for blk in block_loop(D * n_b):
             for tx in thread_loop(NT):
                 hs = T.alloc_buffer((H,), "float32", scope=scope)  # h(t-1) of this (d, b)
@@ -151,4 +115,4 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
                             yh[dd, b, j] = T.float32(0)
                             yc[dd, b, j] = T.float32(0)
 
-    return scan.with_attr(ATTR_KEY, spec.to_json()).with_attr("persist_rnn.lowering", "reference")
+    return recurrence_func(spec, scan).with_attr("persist_rnn.lowering", "reference")

@@ -10,10 +10,10 @@ import re
 import numpy as np
 from tvm import relax
 
-from tir_templates.reference import EXCHANGE_SLOTS, WORKSPACE_WORDS, reference_scan
+from tir_templates.reference import reference_scan
+from tir_templates.signature import EXCHANGE_SLOTS, WORKSPACE_WORDS
 
 from .layer import RecurrentLayer, finish_outputs, input_projection
-
 
 #: the lengths a layer without sequence_lens gets: kernels clamp every length to T
 ALL_STEPS = np.iinfo(np.int32).max

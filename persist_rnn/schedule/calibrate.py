@@ -25,7 +25,7 @@ from tvm.script import tirx as T
 
 from tir_templates.config import MAX_PORTABLE_CLUSTER
 from tir_templates.persistent import GRID_BARRIER
-from tir_templates.reference import WORKSPACE_WORDS
+from tir_templates.signature import WORKSPACE_WORDS
 from tir_templates.spec import CellSpec
 
 from ..errors import PersistRNNError

@@ -29,8 +29,10 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 
 
 def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
-    """What one time step costs, phase by phase, in the units the fitted weights multiply."""
+    """What one time step costs, phase by phase, in the units the fitted weights multiply (of one
+    CTA: with batch tiles, each CTA sees one tile of the batch)."""
     H, G = spec.hidden_size, spec.num_gates
+    batch = min(batch, cfg.batch_tile) if cfg.batch_tile else batch
     nt = cfg.threads(spec)
     warps = nt / 32
     per_scheduler = max(1.0, warps / 4)  # warps sharing one of the SM's four schedulers

@@ -16,7 +16,7 @@ import tvm
 
 from tir_templates.config import Config
 from tir_templates.persistent import persistent_kernel
-from tir_templates.reference import EXCHANGE_SLOTS, WORKSPACE_WORDS
+from tir_templates.signature import EXCHANGE_SLOTS, WORKSPACE_WORDS
 from tir_templates.spec import CellSpec
 
 MEASURE_STEPS = 50

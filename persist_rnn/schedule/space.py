@@ -1,16 +1,16 @@
 """The config space of the persistent kernel, pruned to what can run on a given GPU.
 
 Each config whose direction spans 2 to `max_cluster_ctas` CTAs also comes as a thread-block
-cluster (Hopper). Pruning beyond `problems` (what cannot run): batch chunks are only the smallest chunk for 1 to 4
+cluster (Hopper); each whose direction is one CTA also comes with the batch split into tiles,
+one CTA each (`batch_tiles`). Pruning beyond `problems` (what cannot run): batch chunks are only the smallest chunk for 1 to 4
 passes over the weights (a smaller chunk with the same pass count only wastes lanes; more passes
 multiply the per-chunk latencies), and groups of 1 or 2 lanes only when nothing wider fits.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-
-import dataclasses
 
 from tir_templates.config import Config, problems
 from tir_templates.persistent import two_phase
@@ -45,6 +45,15 @@ def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[
     return []
 
 
+def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUModel) -> list[int]:
+    """Batch tiles worth trying when one CTA holds a direction: powers of two below the batch,
+    as long as every tile's CTA gets an SM of its own."""
+    if batch is None or tile_units != spec.hidden_size:
+        return []
+    tiles = [1 << k for k in range(8) if (1 << k) < batch]
+    return [t for t in tiles if spec.num_directions * math.ceil(batch / t) <= gpu.num_sms]
+
+
 def problems_on(spec: CellSpec, cfg: Config, gpu: GPUModel) -> list[str]:
     """`problems` with the limits of `gpu`."""
     return problems(spec, cfg, gpu.num_sms, gpu.max_shared_bytes, gpu.max_cluster_ctas)
@@ -67,3 +76,5 @@ def _configs(spec, gpu, batch, group_sizes, weight_dtypes):
                         yield cfg
                         if 1 < H // tw <= gpu.max_cluster_ctas:  # the same CTAs as one cluster
                             yield dataclasses.replace(cfg, cluster=True)
+                for tile in batch_tiles(spec, tw, batch, gpu):  # one CTA per tile of batch rows
+                    yield Config(tw, ws, rpg, tile, weight_dtypes[0], barriers, batch_tile=tile)

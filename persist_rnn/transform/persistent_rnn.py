@@ -16,7 +16,8 @@ import json
 import tvm
 from tvm import relax
 
-from tir_templates.reference import EXCHANGE_SLOTS, reference_scan
+from tir_templates.reference import reference_scan
+from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
 
 from ..report import CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR

@@ -15,7 +15,6 @@ from persist_rnn.schedule.cost_model import rank
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.space import candidate_configs
 from persist_rnn.testing import LayerCase, cell_loop_model, max_rel_error, ort_run, reference
-
 from tir_templates.spec import CellSpec
 
 pytestmark = pytest.mark.gpu
@@ -91,6 +90,17 @@ def test_cluster_barrier_matches_onnxruntime(op, hidden, direction):
     spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
     cfg = _model_best(spec, lambda c: c.cluster)
     failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["float32"])
+    assert not failures, f"{cfg}: " + ", ".join(failures)
+
+
+@pytest.mark.parametrize("op,hidden,direction,dtype", [("LSTM", 64, "forward", "float32"), ("GRU", 32, "bidirectional", "float32"),
+                                                       ("RNN", 128, "reverse", "float32"), ("LSTM", 128, "forward", "float16")])
+def test_batch_tiles_match_onnxruntime(op, hidden, direction, dtype):
+    """One CTA per direction and tile of batch rows (opt-in until this test has passed on a GPU)."""
+    case = _layer_case(op, hidden, direction, dtype)
+    spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU", dtype=dtype)
+    cfg = _model_best(spec, lambda c: c.batch_tile > 0)
+    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE[dtype])
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 

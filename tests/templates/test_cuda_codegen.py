@@ -129,3 +129,18 @@ def test_cluster_configs_are_opt_in_and_compile(cell, hidden, batch, tmp_path):
     assert max(nvcc_stats(source, "sm_90", tmp_path)) == 0
     a100 = plan_layer(spec, tvm.target.Target({"kind": "cuda", "arch": "sm_80"}), batch=batch, config=cfg)
     assert a100.kernel is None and "no thread-block clusters" in a100.reason
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_batch_tiles_are_opt_in_and_compile(cell, tmp_path):
+    """H=64, B=20: one CTA per batch row (no barrier at all) is the model's choice once allowed;
+    without unverified=True the planner keeps to verified configs. The grid size follows the
+    runtime batch."""
+    spec = CellSpec(cell, 64, 64, linear_before_reset=True)
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    assert plan_layer(spec, target, batch=20, measure=False).config.batch_tile == 0
+    plan = plan_layer(spec, target, batch=20, measure=False, unverified=True)
+    assert plan.config.batch_tile == 1 and plan.config.barrier(spec) == "cta"
+    source = cuda_source(plan.kernel, "sm_90")
+    assert "prnn_grid_barrier" not in source and "cluster" not in source
+    assert max(nvcc_stats(source, "sm_90", tmp_path)) == 0

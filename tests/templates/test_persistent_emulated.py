@@ -33,6 +33,10 @@ CASES = [
     ("lstm", "reverse", 5, Config(16, 1, 8, 3), dict(input_forget=True)),  # one CTA, two chunks
     ("lstm", "forward", 2, Config(16, 4, 4, 2), {}),  # one resident CTA, one chunk
     ("lstm", "bidirectional", 2, Config(4, 8, 4, 2, cluster=True), {}),  # each direction a cluster
+    # batch tiles: one CTA per direction and tile of batch rows, no barrier between them
+    ("lstm", "bidirectional", 5, Config(16, 4, 4, 2, batch_tile=2), dict(peepholes=True)),  # ragged last tile
+    ("rnn", "reverse", 3, Config(16, 4, 2, 1, batch_tile=1), {}),
+    ("gru", "forward", 4, Config(16, 4, 3, 3, batch_tile=3), {}),
     ("gru", "forward", 5, Config(4, 4, 2, 2), {}),  # three chunks
     ("gru", "bidirectional", 2, Config(8, 4, 3, 2), dict(activations=(Activation("HardSigmoid", 0.2, 0.5),
                                                                      Activation("Softsign"),

@@ -1,0 +1,67 @@
+"""The one signature of every recurrence kernel, reference scan and persistent kernels alike, so
+that a pass can swap one lowering of a layer for another without touching its call site.
+
+T and B are runtime variables, everything else comes from the layer's CellSpec:
+    xw   (T, B, D, G*H)  input projection X @ W^T + Wb of every step
+    r    (D, G*H, H)     recurrent weights, ONNX layout
+    rb   (D, G*H)        recurrent bias
+    lens (B,) int32      sequence lengths
+    h0   (D, B, H)       initial hidden state
+    c0   (D, B, H)       initial cell state   (LSTM only)
+    p    (D, 3*H)        peepholes i, o, f    (LSTM only)
+    ->   y (T, D, B, H), yh (D, B, H), yc (D, B, H) (LSTM only),
+         hbuf (EXCHANGE_SLOTS or more, D, B, H) float32, ws (WORKSPACE_WORDS,) uint32
+The last two outputs are per-call scratch that the reference ignores and the persistent kernels
+use (h exchanged between CTAs, grid-barrier counters); a kernel may want a longer exchange
+buffer, which the pass then writes into the call site.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm.script import tirx as T
+
+from .spec import ATTR_KEY, CellSpec
+
+#: size of the per-call scratch output every recurrence kernel takes
+WORKSPACE_WORDS = 32
+#: leading extent of the exchange buffer the importer allocates (a kernel may ask for more)
+EXCHANGE_SLOTS = 3
+
+
+def time_index(spec: CellSpec, d, s, n_valid):
+    """Position of xw and y that step s of direction d reads and writes: reverse directions walk
+    each sequence backwards from its last valid step (`n_valid`: its length)."""
+    if spec.direction == "forward":
+        return s
+    if spec.direction == "reverse":
+        return n_valid - 1 - s
+    return T.if_then_else(d == 1, n_valid - 1 - s, s)
+
+
+def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS) -> tvm.tirx.PrimFunc:
+    """A PrimFunc with the signature above whose body is the TIR macro `body`, called as
+    body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b); it carries `spec`."""
+    H, D = spec.hidden_size, spec.num_directions
+    GH = spec.num_gates * H
+
+    @T.prim_func(private=True)
+    def kernel(
+        xw_h: T.handle, r: T.Buffer((D, GH, H), "float32"), rb: T.Buffer((D, GH), "float32"),
+        lens_h: T.handle, h0_h: T.handle, c0_h: T.handle, p: T.Buffer((D, 3 * H), "float32"),
+        y_h: T.handle, yh_h: T.handle, yc_h: T.handle, hb_h: T.handle,
+        ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
+    ):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": 8})  # 8: opaque, never fused
+        n_t = T.int64()
+        n_b = T.int64()
+        xw = T.match_buffer(xw_h, (n_t, n_b, D, GH), "float32")
+        lens = T.match_buffer(lens_h, (n_b,), "int32")
+        h0 = T.match_buffer(h0_h, (D, n_b, H), "float32")
+        c0 = T.match_buffer(c0_h, (D, n_b, H), "float32")
+        y = T.match_buffer(y_h, (n_t, D, n_b, H), "float32")
+        yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
+        yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
+        hb = T.match_buffer(hb_h, (slots, D, n_b, H), "float32")
+        body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b)
+
+    return kernel.with_attr(ATTR_KEY, spec.to_json())
