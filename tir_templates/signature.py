@@ -40,7 +40,9 @@ def time_index(spec: CellSpec, d, s, n_valid):
 
 def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS) -> tvm.tirx.PrimFunc:
     """A PrimFunc with the signature above whose body is the TIR macro `body`, called as
-    body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b); it carries `spec`."""
+    body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b); it carries `spec`. The exchange
+    buffer's leading extent stays symbolic (at least `slots`), so that a pass can swap the callee
+    of a call site without changing the callee's type."""
     H, D = spec.hidden_size, spec.num_directions
     GH = spec.num_gates * H
 
@@ -54,6 +56,7 @@ def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS) -> tvm.ti
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": 8})  # 8: opaque, never fused
         n_t = T.int64()
         n_b = T.int64()
+        n_slots = T.int64()  # symbolic, so that every lowering has one type; the kernel needs `slots`
         xw = T.match_buffer(xw_h, (n_t, n_b, D, GH), "float32")
         lens = T.match_buffer(lens_h, (n_b,), "int32")
         h0 = T.match_buffer(h0_h, (D, n_b, H), "float32")
@@ -61,7 +64,8 @@ def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS) -> tvm.ti
         y = T.match_buffer(y_h, (n_t, D, n_b, H), "float32")
         yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
         yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
-        hb = T.match_buffer(hb_h, (slots, D, n_b, H), "float32")
+        hb = T.match_buffer(hb_h, (n_slots, D, n_b, H), "float32")
+        assert n_slots >= slots, "the exchange buffer is shorter than this kernel needs"
         body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b)
 
     return kernel.with_attr(ATTR_KEY, spec.to_json())
