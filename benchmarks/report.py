@@ -31,7 +31,7 @@ def main():
     meta = next(r for r in rows if r["part"] == "meta")
     layers = [r for r in rows if r["part"] == "layer"]
     models = [r for r in rows if r["part"] == "model"]
-    label = f"{meta['gpu']}, {meta['date']}"
+    label = f"{meta['gpu']}, {meta['date']}" + (", kernels not yet verified allowed" if meta.get("unverified") else "")
     os.makedirs(os.path.join(args.docs, "img"), exist_ok=True)
     cols = ["cell", "hidden", "batch", "seq_len", "ours_ms", "cudnn_tf32_graph_ms", "cudnn_fp32_graph_ms",
             "cudnn_tf32_eager_ms", "cudnn_fp32_eager_ms", "cudnn_fp16_graph_ms", "ort_cpu_ms", "tvm_unrolled_ms"]
@@ -57,7 +57,9 @@ def main():
              "persistent kernel, launches). cuDNN *tf32* is torch's default (TF32 tensor-core GEMMs inside "
              "the RNN); *fp32* sets `torch.backends.cudnn.allow_tf32 = False`, the same arithmetic as ours. "
              "Ratios are baseline / ours (>1: persist_rnn is faster). Produced by `benchmarks/bench_suite.py` "
-             "and `benchmarks/report.py`.", "",
+             "and `benchmarks/report.py`."
+             + (" *Ours* was compiled with `unverified=True` (kernel variants not yet verified on a GPU allowed)."
+                if meta.get("unverified") else ""), "",
              "## GRNN's grid (one layer, T=100, input = hidden)", "",
              "| layer | ours ms | cuDNN graph tf32 | cuDNN graph fp32 | cuDNN eager tf32 | ORT CPU | TVM unrolled | vs graph tf32 | vs graph fp32 |",
              "|---|---|---|---|---|---|---|---|---|"]
