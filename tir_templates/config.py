@@ -3,7 +3,8 @@
 Each CTA owns `tile_units` hidden units of one direction and *all* gate rows of them, so the
 gate math and the state update stay inside the CTA. Inside a CTA, work groups of `group_size`
 lanes each own `rows_per_group` gate rows; every lane keeps its strided slice of those rows in
-registers for the whole sequence. Batch rows are processed `batch_chunk` at a time.
+registers for the whole sequence (the last `smem_runs` runs of its columns in shared memory, when
+the registers cannot hold them all). Batch rows are processed `batch_chunk` at a time.
 
 When one CTA holds a whole direction (small H), the batch can also be split into tiles of
 `batch_tile` rows, one CTA each: batch rows never interact, so these CTAs need no barrier at
@@ -34,6 +35,7 @@ class Config:
     gru_barriers: int = 2  # GRU linear_before_reset=0 only: 2 (two phases) or 1 (partial sums)
     cluster: bool = False  # a direction's CTAs form one thread-block cluster (Hopper; at most 8)
     batch_tile: int = 0  # > 0: one CTA holds a direction, and each tile of this many batch rows gets its own
+    smem_runs: int = 0  # of each lane's runs of columns (column_run wide), how many live in shared memory
 
     def partial_sums(self, spec: CellSpec) -> bool:
         """GRNN's one-barrier GRU (see the module docstring)."""
@@ -68,10 +70,18 @@ class Config:
     def cols_per_lane(self, spec: CellSpec) -> int:
         return spec.hidden_size // self.group_size
 
+    def column_run(self, spec: CellSpec) -> int:
+        """A lane's columns come in runs of this many (4: one float4 shared load of h each)."""
+        return 4 if self.cols_per_lane(spec) % 4 == 0 else 1
+
+    def weight_bytes(self) -> int:
+        return 2 if self.weight_dtype == "float16" else 4
+
     def weight_regs(self, spec: CellSpec) -> int:
-        """32-bit registers per thread holding weights (fp16 packs two per register)."""
-        n = self.rows_per_group * self.cols_per_lane(spec)
-        return n // 2 if self.weight_dtype == "float16" else n
+        """32-bit registers per thread holding weights (fp16 packs two per register); the last
+        `smem_runs` runs of each row are in shared memory instead."""
+        n = self.rows_per_group * (self.cols_per_lane(spec) - self.smem_runs * self.column_run(spec))
+        return n * self.weight_bytes() // 4
 
     def registers(self, spec: CellSpec) -> int:
         """Estimated registers per thread: weights, accumulators, prefetched inputs, ~40 of overhead."""
@@ -82,7 +92,8 @@ class Config:
     def shared_bytes(self, spec: CellSpec) -> int:
         h_vectors = 2 if self.partial_sums(spec) else 1  # h(t-1), and r * h(t-1)
         tile = self.row_gates(spec) + (2 if self.partial_sums(spec) else 0)  # dot results (+ z, h(t) of the tile)
-        return 4 * self.batch_chunk * (h_vectors * spec.hidden_size + tile * self.tile_units)
+        smem_weights = self.threads(spec) * self.rows_per_group * self.smem_runs * self.column_run(spec)
+        return 4 * self.batch_chunk * (h_vectors * spec.hidden_size + tile * self.tile_units) + smem_weights * self.weight_bytes()
 
     def barrier(self, spec: CellSpec) -> str:
         """How a direction's CTAs meet each step: "cta" when one CTA holds it (no barrier across
@@ -140,6 +151,8 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"{cfg.num_ctas(spec)} CTAs cannot all be resident on {num_sms} SMs (one CTA per SM)")
     if cfg.weight_dtype not in ("float32", "float16"):
         out.append(f"weight_dtype {cfg.weight_dtype!r} (float32 or float16)")
+    if not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):
+        out.append(f"smem_runs {cfg.smem_runs}: a lane has {cfg.cols_per_lane(spec) // cfg.column_run(spec)} runs of columns")
     if cfg.batch_tile and (cfg.ctas_per_direction(spec) != 1 or cfg.batch_tile != cfg.batch_chunk
                            or cfg.partial_sums(spec) or (spec.cell == "gru" and not spec.linear_before_reset)):
         out.append(f"batch_tile {cfg.batch_tile}: batch tiles need one CTA per direction, batch_chunk equal to the "

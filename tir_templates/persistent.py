@@ -1,23 +1,29 @@
-"""The persistent recurrence kernel: one launch for the whole sequence, weights held in registers.
+"""The persistent recurrence kernel: one launch for the whole sequence, weights held on chip.
 
-Read `cuda_kernel` top to bottom: load this CTA's weight slice once, then per time step
+Read `cta_program` top to bottom: load this CTA's weight slice once (registers, and shared
+memory for the runs of columns that do not fit: `Config.smem_runs`), then per time step
     load h(t-1) -> partial dot products -> warp-shuffle reduction -> gates and state update
-    -> store this CTA's slice of h(t) -> one grid-wide barrier.
+    -> store this CTA's slice of h(t) -> one barrier across the direction's CTAs
+(a counter in global memory, or the thread-block cluster's barrier; none when one CTA holds the
+direction, which may then also split the batch into independent tiles: `Config.batch_tile`).
+
 GRU with linear_before_reset=0 needs r * h(t-1) of *every* unit before the candidate's GEMV.
-Either its step has two phases, each ending in a grid barrier (GRNN Fig. 7a): (1) the z and r
-rows' dot products with h(t-1), z kept, r * h(t-1) published; (2) the candidate rows' dot
-products with r * h(t-1), then h(t). Or (`Config.gru_barriers == 1`, GRNN Fig. 7b) one barrier:
-after h(t), each CTA publishes partial sums R_z[:, tile] h(t)[tile] and R_r[:, tile] h(t)[tile]
-for every unit; after the barrier every CTA sums all CTAs' partials into r of every unit (and z
-of its own), forms r * h(t-1) and runs the candidate rows' dot products.
+Either its step has two phases, each ending in a barrier (GRNN Fig. 7a): (1) the z and r rows'
+dot products with h(t-1), z kept, r * h(t-1) published; (2) the candidate rows' dot products
+with r * h(t-1), then h(t). Or (`Config.gru_barriers == 1`, GRNN Fig. 7b) one barrier: after
+h(t), each CTA publishes partial sums R_z[:, tile] h(t)[tile] and R_r[:, tile] h(t)[tile] for
+every unit; after the barrier every CTA sums all CTAs' partials into r of every unit (and z of
+its own), forms r * h(t-1) and runs the candidate rows' dot products.
+
 The phases are TIR macros shared with `emulated_kernel`, an llvm-runnable twin in which every
 barrier becomes a phase boundary (steps outermost, CTAs and threads as serial loops), so the
-tiling and index arithmetic are checked numerically on a machine without a GPU; it also counts
-barrier arrivals the way the GPU's counter would and flags a target that would not match.
+tiling and index arithmetic are checked numerically on a machine without a GPU; it reads every
+weight where `load_weights` put it, and counts barrier arrivals the way the GPU's counter would,
+flagging a target that would not match.
 
-Signature: the reference scan's (see reference.py), whose `hbuf` (3, D, B, H) is the exchange
-buffer for h between CTAs (slots 0/1 alternate by step parity; slot 2 holds r * h(t-1) of the
-two-phase GRU; the partial sums' slots follow, `Config.exchange_slots`) and whose `ws` holds one barrier counter per direction, zeroed by a one-warp
+Signature: `signature.py`. The exchange buffer `hbuf` carries h between CTAs (slots 0/1 by step
+parity; slot 2 holds r * h(t-1) of the two-phase GRU; the partial sums' slots follow,
+`Config.exchange_slots`); `ws` holds one barrier counter per direction, zeroed by a one-warp
 kernel before each launch, so concurrent launches never share a counter. `yc` (unused by GRU)
 keeps the two-phase GRU's z between its phases.
 """
@@ -67,6 +73,9 @@ def unverified_reason(spec: CellSpec, cfg: Config | None = None) -> str:
     """Why the planner does not pick this template for `spec` (or this config of it) on its own
     (empty when it may): a variant that passes the CPU emulation and nvcc but has not yet run on
     a GPU. `unverified=True` or a config forced by the caller still builds it."""
+    if cfg is not None and cfg.smem_runs:
+        return ("weights partly in shared memory: pass the CPU emulation and nvcc but have not yet been run on a "
+                "GPU; compile with unverified=True to use them")
     if cfg is not None and cfg.batch_tile:
         return ("batch tiles (one CTA per tile of batch rows): pass the CPU emulation and nvcc but have not yet "
                 "been run on a GPU; compile with unverified=True to use them")
@@ -85,6 +94,8 @@ def _check(spec: CellSpec, cfg: Config) -> None:
         raise UnsupportedLayer(f"config {cfg.as_dict()} does not tile hidden_size {spec.hidden_size}")
     if (cfg.row_gates(spec) * cfg.tile_units) % cfg.rows_per_group or cfg.gru_barriers not in (1, 2):
         raise UnsupportedLayer(f"config {cfg.as_dict()} does not map the CTA's gate rows onto work groups")
+    if not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):
+        raise UnsupportedLayer(f"config {cfg.as_dict()}: smem_runs exceeds a lane's runs of columns")
 
 
 def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
@@ -103,7 +114,10 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     NT = cfg.threads(spec)
     NG = cfg.groups(spec)  # work groups; lanes of groups >= NG only pad the last warp
     KPL = H // WS  # columns per lane
-    DV = 4 if KPL % 4 == 0 else 1  # a lane's columns come in runs of DV: one float4 shared load each
+    DV = cfg.column_run(spec)  # a lane's columns come in runs of DV: one float4 shared load each
+    SR = cfg.smem_runs  # the lane's last SR runs live in shared memory (what registers cannot hold)
+    RR = KPL // DV - SR  # runs in registers
+    KR = RR * DV  # register-held columns per row
     WDT = cfg.weight_dtype
     lstm = spec.cell == "lstm"
     phases = 2 if two_phase(spec) and not partial_sums else 1
@@ -382,20 +396,47 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 xr[row, e * XR + g] = xn[row, e * XR + g]
 
     @T.macro
-    def dot_and_reduce(hs, gs, wreg, acc, hv, tx, phase):
-        """Partial dot products of the lane's register-held weights with its columns of h(t-1)
-        (float4 shared loads), then a shuffle-sum over the work group's lanes (outside any branch:
-        every lane reaches it)."""
+    def load_weights(r, wreg, wsm, row, wc, cta, tx):
+        """This lane's slice of its work group's gate rows, for the whole sequence: the first RR
+        runs of columns into registers (`wreg` row `row`), the last SR into shared memory (`wsm`
+        block `wc`, thread-contiguous so that a warp's loads hit distinct banks)."""
+        for q in T.unroll(RPG):
+            for i in T.unroll(RR):
+                for v in T.unroll(DV):
+                    wreg[row, q * KR + i * DV + v] = T.Cast(WDT, T.if_then_else(
+                        tx // WS < NG, r[dir_of(cta), weight_row(cta, tx, q), col(tx % WS, i, v)], T.float32(0)))
+            if SR > 0:
+                for i in T.unroll(SR):
+                    for v in T.unroll(DV):
+                        wsm[wc, (i * RPG + q) * DV + v, tx] = T.Cast(WDT, T.if_then_else(
+                            tx // WS < NG, r[dir_of(cta), weight_row(cta, tx, q), col(tx % WS, RR + i, v)], T.float32(0)))
+
+    @T.macro
+    def dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, phase):
+        """Partial dot products of the lane's weights (registers, then shared memory) with its
+        columns of h(t-1) (float4 shared loads), then a shuffle-sum over the work group's lanes
+        (outside any branch: every lane reaches it)."""
         for a in T.unroll(RPG * BC):
             acc[a] = T.float32(0)
         if group_active((tx // WS) * RPG, phase):
-            for i in T.unroll(KPL // DV):
+            for i in T.unroll(RR):
                 for bi in T.unroll(BC):
                     for v in T.vectorized(DV):
                         hv[v] = hs[bi, col(tx % WS, i, v)]
                     for q in T.unroll(RPG):
                         for v in T.unroll(DV):
-                            acc[q * BC + bi] = acc[q * BC + bi] + T.Cast("float32", wreg[q * KPL + i * DV + v]) * hv[v]
+                            acc[q * BC + bi] = acc[q * BC + bi] + T.Cast("float32", wreg[0, q * KR + i * DV + v]) * hv[v]
+            if SR > 0:
+                for i in T.unroll(SR):
+                    for q in T.unroll(RPG):
+                        for v in T.unroll(DV):
+                            wt[q * DV + v] = wsm[0, (i * RPG + q) * DV + v, tx]
+                    for bi in T.unroll(BC):
+                        for v in T.vectorized(DV):
+                            hv[v] = hs[bi, col(tx % WS, RR + i, v)]
+                        for q in T.unroll(RPG):
+                            for v in T.unroll(DV):
+                                acc[q * BC + bi] = acc[q * BC + bi] + T.Cast("float32", wt[q * DV + v]) * hv[v]
         for q in T.unroll(RPG):
             for bi in T.unroll(BC):
                 if WS > 1:
@@ -404,16 +445,21 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     gs[bi, (tx // WS) * RPG + q] = acc[q * BC + bi]
 
     @T.macro
-    def emulated_dot(hs, gs, r, cta, phase):
-        """The work groups' dot products as the shuffle would sum them, lane by lane; a group that
-        skips this phase leaves NaN, so reading its rows would show."""
+    def emulated_dot(hs, gs, wreg, wsm, cta, phase):
+        """The work groups' dot products as the shuffle would sum them, lane by lane, from the
+        lanes' weights where `load_weights` put them; a group that skips this phase leaves NaN,
+        so reading its rows would show."""
         for grp, q, bi in T.grid(NG, RPG, BC):
             gs[bi, grp * RPG + q] = T.float32(float("nan"))
             if group_active(grp * RPG, phase):
                 gs[bi, grp * RPG + q] = T.float32(0)
-                for lane, i, v in T.grid(WS, KPL // DV, DV):
-                    gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast("float32", T.Cast(
-                        WDT, r[dir_of(cta), weight_row(cta, grp * WS + lane, q), col(lane, i, v)])) * hs[bi, col(lane, i, v)]
+                for lane, i, v in T.grid(WS, RR, DV):
+                    gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast(
+                        "float32", wreg[cta * NT + grp * WS + lane, q * KR + i * DV + v]) * hs[bi, col(lane, i, v)]
+                if SR > 0:
+                    for lane, i, v in T.grid(WS, SR, DV):
+                        gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast(
+                            "float32", wsm[cta, (i * RPG + q) * DV + v, grp * WS + lane]) * hs[bi, col(lane, RR + i, v)]
 
     @T.macro
     def final_state(yh, yc, hb, lens, cta, tx, n_t, n_b):
@@ -454,7 +500,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         return 2 if phase == 2 else s % 2
 
     @T.macro
-    def emulated_phase(xw, r, rb, p, lens, y, yc, hb, xr, hn, nv, s, phase, n_t, n_b):
+    def emulated_phase(xw, wreg, wsm, rb, p, lens, y, yc, hb, xr, hn, nv, s, phase, n_t, n_b):
         """Step s's `phase` for every CTA and chunk (the chunked paths): inputs, dot products, then
         the phase's update (0: the cell's only phase; 1, 2: the two-phase GRU's)."""
         for cta in range(grid_size(n_b)):
@@ -464,7 +510,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 for tx in range(NT):
                     chunk_inputs(xw, yc, lens, hb, hs, xr, nv, cta * NT + tx, cta, tx, s, ch, phase_slot(phase, s),
                                  n_t, n_b, phase == 0)
-                emulated_dot(hs, gs, r, cta, phase)
+                emulated_dot(hs, gs, wreg, wsm, cta, phase)
                 for tx in range(NT):
                     if phase == 0:
                         update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
@@ -478,7 +524,9 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         """One CTA's whole sequence, thread tx's view (the CUDA kernel's body)."""
         hs = T.alloc_buffer((BC, H), "float32", scope=SMEM)
         gs = T.alloc_buffer((BC, GTW), "float32", scope="shared")
-        wreg = T.alloc_buffer((RPG * KPL,), WDT, scope="local")
+        wreg = T.alloc_buffer((1, max(RPG * KR, 1)), WDT, scope="local")
+        wsm = T.alloc_buffer((1, SR * RPG * DV, NT) if SR > 0 else (1, 1, 1), WDT, scope=SMEM if SR > 0 else "local")
+        wt = T.alloc_buffer((RPG * DV if SR > 0 else 1,), WDT, scope="local")
         acc = T.alloc_buffer((RPG * BC,), "float32", scope="local")
         hv = T.alloc_buffer((DV,), "float32", scope="local")
         xr = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
@@ -490,11 +538,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         wp = T.alloc_buffer((1, max(PR * TW, 1)), WDT, scope="local")
         sacc = T.alloc_buffer((1, 1), "float32", scope="local")
         # 1. this lane's slice of its work group's gate rows, in registers for the whole sequence
-        for q in T.unroll(RPG):
-            for i in T.unroll(KPL // DV):
-                for v in T.unroll(DV):
-                    wreg[q * KPL + i * DV + v] = T.Cast(WDT, T.if_then_else(
-                        tx // WS < NG, r[dir_of(cta), weight_row(cta, tx, q), col(tx % WS, i, v)], T.float32(0)))
+        load_weights(r, wreg, wsm, 0, 0, cta, tx)
         init_state(hb, h0, yc, c0, cta, tx, n_b)
         if partial_sums:  # ... and the CTA's columns of R_z, R_r, with step 0's partial sums
             load_partial_weights(r, wp, 0, cta, tx)
@@ -511,7 +555,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     T.tvm_storage_sync("shared")
                     reset_from_partials(xw, rb, lens, hb, hs, rs, sacc, 0, cta, tx, s, ch, n_t, n_b)
                     T.tvm_storage_sync("shared")
-                    dot_and_reduce(rs, gs, wreg, acc, hv, tx, 0)
+                    dot_and_reduce(rs, gs, wreg, wsm, acc, hv, wt, tx, 0)
                     T.tvm_storage_sync("shared")
                     partial_update(rb, y, hb, hs, gs, hm, xr, hn, nv, 0, cta, tx, s, ch, n_b)
                     T.tvm_storage_sync("shared")
@@ -527,7 +571,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     load_h(hs, hb, cta, tx, s % 2, first_chunk(cta), n_b)
                 T.tvm_storage_sync("shared")
                 # 3. partial dot products from registers, 4. shuffle reduction within the group
-                dot_and_reduce(hs, gs, wreg, acc, hv, tx, 0)
+                dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, 0)
                 T.tvm_storage_sync("shared")
                 fetch(xw, yc, xn, nv, 0, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
                 # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
@@ -545,7 +589,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 for ch in range((n_b + BC - 1) // BC):
                     chunk_inputs(xw, yc, lens, hb, hs, xr, nv, 0, cta, tx, s, ch, s % 2, n_t, n_b, True)
                     T.tvm_storage_sync("shared")
-                    dot_and_reduce(hs, gs, wreg, acc, hv, tx, 0)
+                    dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, 0)
                     T.tvm_storage_sync("shared")
                     update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, ch, n_b)
                     T.tvm_storage_sync("shared")
@@ -555,7 +599,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 for ch in range((n_b + BC - 1) // BC):
                     chunk_inputs(xw, yc, lens, hb, hs, xr, nv, 0, cta, tx, s, ch, s % 2, n_t, n_b, False)
                     T.tvm_storage_sync("shared")
-                    dot_and_reduce(hs, gs, wreg, acc, hv, tx, 1)
+                    dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, 1)
                     T.tvm_storage_sync("shared")
                     reset_phase(rb, yc, hb, hs, gs, xr, nv, 0, cta, tx, s, ch, n_b)
                     T.tvm_storage_sync("shared")
@@ -563,7 +607,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 for ch in range((n_b + BC - 1) // BC):
                     chunk_inputs(xw, yc, lens, hb, hs, xr, nv, 0, cta, tx, s, ch, 2, n_t, n_b, False)
                     T.tvm_storage_sync("shared")
-                    dot_and_reduce(hs, gs, wreg, acc, hv, tx, 2)
+                    dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, 2)
                     T.tvm_storage_sync("shared")
                     candidate_phase(rb, y, yc, hb, gs, xr, hn, nv, 0, cta, tx, s, ch, n_b)
                     T.tvm_storage_sync("shared")
@@ -598,9 +642,12 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         hn = T.alloc_buffer((grid_size(n_b) * NT, UPT), "float32")
         wp = T.alloc_buffer((grid_size(n_b) * NT, max(PR * TW, 1)), WDT)
         sacc = T.alloc_buffer((grid_size(n_b) * NT, 1), "float32")
+        wreg = T.alloc_buffer((grid_size(n_b) * NT, max(RPG * KR, 1)), WDT)
+        wsm = T.alloc_buffer((grid_size(n_b), max(SR * RPG * DV, 1), NT), WDT)
         for i in range(WORKSPACE_WORDS):
             ws[i] = T.uint32(0)
         for cta, tx in T.grid(grid_size(n_b), NT):
+            load_weights(r, wreg, wsm, cta * NT + tx, cta, cta, tx)
             init_state(hb, h0, yc, c0, cta, tx, n_b)
         if partial_sums:
             for cta in range(grid_size(n_b)):
@@ -625,7 +672,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                             chunk_inputs(xw, yc, lens, hb, hs, xr, nv, cta * NT + tx, cta, tx, s, ch, s % 2, n_t, n_b, False)
                         for tx in range(NT):
                             reset_from_partials(xw, rb, lens, hb, hs, rs, sacc, cta * NT + tx, cta, tx, s, ch, n_t, n_b)
-                        emulated_dot(rs, gs, r, cta, 0)
+                        emulated_dot(rs, gs, wreg, wsm, cta, 0)
                         for tx in range(NT):
                             partial_update(rb, y, hb, hs, gs, hm, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
                         for tx in range(NT):
@@ -641,7 +688,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     gs = T.alloc_buffer((BC, GTW), "float32")
                     for tx in range(NT):
                         load_h(hs, hb, cta, tx, s % 2, first_chunk(cta), n_b)
-                    emulated_dot(hs, gs, r, cta, 0)
+                    emulated_dot(hs, gs, wreg, wsm, cta, 0)
                     for tx in range(NT):
                         fetch(xw, yc, xn, nv, cta * NT + tx, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
                         update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, first_chunk(cta), n_b)
@@ -651,13 +698,13 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 emulated_barrier(ws, barrier_index(s, 1))
         elif phases == 1:
             for s in range(n_t):
-                emulated_phase(xw, r, rb, p, lens, y, yc, hb, xr, hn, nv, s, 0, n_t, n_b)
+                emulated_phase(xw, wreg, wsm, rb, p, lens, y, yc, hb, xr, hn, nv, s, 0, n_t, n_b)
                 emulated_barrier(ws, barrier_index(s, 1))
         else:
             for s in range(n_t):
-                emulated_phase(xw, r, rb, p, lens, y, yc, hb, xr, hn, nv, s, 1, n_t, n_b)
+                emulated_phase(xw, wreg, wsm, rb, p, lens, y, yc, hb, xr, hn, nv, s, 1, n_t, n_b)
                 emulated_barrier(ws, barrier_index(s, 1))
-                emulated_phase(xw, r, rb, p, lens, y, yc, hb, xr, hn, nv, s, 2, n_t, n_b)
+                emulated_phase(xw, wreg, wsm, rb, p, lens, y, yc, hb, xr, hn, nv, s, 2, n_t, n_b)
                 emulated_barrier(ws, barrier_index(s, 2))
         for cta, tx in T.grid(grid_size(n_b), NT):
             final_state(yh, yc, hb, lens, cta, tx, n_t, n_b)

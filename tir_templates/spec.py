@@ -71,6 +71,10 @@ class CellSpec:
         return NUM_GATES[self.cell]
 
     @property
+    def dtype_bytes(self) -> int:
+        return 2 if self.dtype == "float16" else 4
+
+    @property
     def num_directions(self) -> int:
         return 2 if self.direction == "bidirectional" else 1
 

@@ -47,6 +47,7 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     dots = chunks * (1 if split else phases)  # passes of the dot products over all rows
     vec = 4 if H % 4 == 0 else 1
     unique_bytes = 4 * dv * min(32, cfg.group_size)  # distinct h bytes one warp-wide shared load touches
+    smem_w = cfg.smem_runs * dv * cfg.rows_per_group  # weights a thread reads from shared memory per chunk
     lds_per_thread = kpl // dv * bc
     updates = math.ceil(bc * cfg.tile_units / nt)
     fp16 = 1.25 if cfg.weight_dtype == "float16" else 1.0
@@ -61,8 +62,8 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
         "l2_loads": 0 if resident else phases * chunks,
         "load_issue": 0 if resident else chunks * (phases * math.ceil(bc * H / vec / nt) + partial_loads) * per_scheduler,
         "fma_issue": (dots * fma + chunks * partial_fma) * per_scheduler,
-        "lds_wavefronts": dots * warps * lds_per_thread * math.ceil(unique_bytes / 128),
-        "lds_issue": dots * lds_per_thread * per_scheduler,
+        "lds_wavefronts": dots * warps * (lds_per_thread * math.ceil(unique_bytes / 128) + smem_w),
+        "lds_issue": dots * (lds_per_thread + smem_w) * per_scheduler,
         "shuffle_issue": phases * chunks * cfg.rows_per_group * bc * math.log2(max(cfg.group_size, 1)) * per_scheduler,
         "update_issue": chunks * (updates * UPDATE_INSTR[spec.cell] * (G + 1) / 5
                                   + (math.ceil(bc * H / nt) * UPDATE_INSTR["rnn"] if partial else 0)) * per_scheduler,

@@ -54,12 +54,15 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
         rec = tuning_log.lookup(tuning_log_path, wl)
         if rec is not None and not problems_on(spec, rec.config, gpu):
             return _kernel(spec, rec.config, "tuning_log", rec.time_us)
-    candidates = [c for c in candidate_configs(spec, gpu, batch) if unverified or not unverified_reason(spec, c)]
-    ranked = rank(spec, candidates, gpu, batch or 8)
+    fitting = candidate_configs(spec, gpu, batch)
+    ranked = rank(spec, [c for c in fitting if unverified or not unverified_reason(spec, c)], gpu, batch or 8)
     if not ranked:
-        kib = spec.num_gates * spec.hidden_size ** 2 * spec.num_directions * 4 // 1024
-        return Plan(None, reason=f"no persistent config fits {gpu.name}: {kib} KiB of recurrent weights over at most "
-                                 f"{gpu.num_sms} co-resident CTAs exceed the registers the template can use")
+        kib = spec.num_gates * spec.hidden_size ** 2 * spec.num_directions * spec.dtype_bytes // 1024
+        why = f"{kib} KiB of recurrent weights over at most {gpu.num_sms} co-resident CTAs exceed the registers"
+        if fitting:  # only with a variant not yet run on a GPU
+            return Plan(None, reason=f"no verified persistent config fits {gpu.name}: {why}; "
+                                     + unverified_reason(spec, fitting[0]))
+        return Plan(None, reason=f"no persistent config fits {gpu.name}: {why} and shared memory the template can use")
     dev = present_device() if measure is None or measure else None
     if dev is not None and batch is not None:
         timed = measure_configs(spec, [c for _, c in ranked[:top_k]], target, dev, batch, progress=progress)

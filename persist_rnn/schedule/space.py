@@ -2,7 +2,8 @@
 
 Each config whose direction spans 2 to `max_cluster_ctas` CTAs also comes as a thread-block
 cluster (Hopper); each whose direction is one CTA also comes with the batch split into tiles,
-one CTA each (`batch_tiles`). Pruning beyond `problems` (what cannot run): batch chunks are only the smallest chunk for 1 to 4
+one CTA each (`batch_tiles`). A config that only lacks registers comes with the fewest runs of
+weight columns moved to shared memory that make it fit (`_smem_weights`). Pruning beyond `problems` (what cannot run): batch chunks are only the smallest chunk for 1 to 4
 passes over the weights (a smaller chunk with the same pass count only wastes lanes; more passes
 multiply the per-chunk latencies), and groups of 1 or 2 lanes only when nothing wider fits.
 """
@@ -39,7 +40,8 @@ def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[
     (None: unknown at compile time, chunks of 8)."""
     weight_dtypes = ("float16",) if spec.dtype == "float16" else ("float32",)
     for groups in (GROUP_SIZES, NARROW_GROUPS):
-        out = [cfg for cfg in _configs(spec, gpu, batch, groups, weight_dtypes) if not problems_on(spec, cfg, gpu)]
+        out = [fit for cfg in _configs(spec, gpu, batch, groups, weight_dtypes)
+               for fit in [cfg if not problems_on(spec, cfg, gpu) else _smem_weights(spec, cfg, gpu)] if fit is not None]
         if out:
             return out
     return []
@@ -52,6 +54,18 @@ def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUMode
         return []
     tiles = [1 << k for k in range(8) if (1 << k) < batch]
     return [t for t in tiles if spec.num_directions * math.ceil(batch / t) <= gpu.num_sms]
+
+
+def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
+    """`cfg` with the fewest runs of weight columns moved to shared memory that make it fit, if
+    the registers were what it lacked (None otherwise)."""
+    if not any("register" in p for p in problems_on(spec, cfg, gpu)):
+        return None
+    for runs in range(1, cfg.cols_per_lane(spec) // cfg.column_run(spec) + 1):
+        moved = dataclasses.replace(cfg, smem_runs=runs)
+        if not problems_on(spec, moved, gpu):
+            return moved
+    return None
 
 
 def problems_on(spec: CellSpec, cfg: Config, gpu: GPUModel) -> list[str]:

@@ -33,6 +33,10 @@ CASES = [
     ("lstm", "reverse", 5, Config(16, 1, 8, 3), dict(input_forget=True)),  # one CTA, two chunks
     ("lstm", "forward", 2, Config(16, 4, 4, 2), {}),  # one resident CTA, one chunk
     ("lstm", "bidirectional", 2, Config(4, 8, 4, 2, cluster=True), {}),  # each direction a cluster
+    # weights partly in shared memory: the last runs of each lane's columns
+    ("lstm", "bidirectional", 3, Config(4, 1, 2, 3, smem_runs=2), {}),  # 4 float4 runs, 2 in shared memory
+    ("gru", "forward", 5, Config(8, 4, 3, 2, "float16", smem_runs=1), {}),
+    ("gru0", "forward", 3, Config(4, 4, 2, 3, gru_barriers=1, smem_runs=1), {}),
     # batch tiles: one CTA per direction and tile of batch rows, no barrier between them
     ("lstm", "bidirectional", 5, Config(16, 4, 4, 2, batch_tile=2), dict(peepholes=True)),  # ragged last tile
     ("rnn", "reverse", 3, Config(16, 4, 2, 1, batch_tile=1), {}),
