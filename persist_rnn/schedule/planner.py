@@ -1,7 +1,7 @@
 """Choose how one recurrent layer is lowered: tuning log, else cost model (+ measurement).
 
 Kernel variants not yet run on a GPU are only built when asked for (`unverified`, or a forced
-config). Order of preference: a forced config; a matching tuning-log record; the cost model's ranking of
+config), also when a tuning log holds one. Order of preference: a forced config; a matching tuning-log record; the cost model's ranking of
 the pruned space, whose top-K are measured when a GPU is present. Whatever cannot be made
 persistent returns no kernel and the reason, and keeps the reference scan.
 """
@@ -52,7 +52,8 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
     wl = tuning_log.workload(spec, batch, gpu.arch)
     if tuning_log_path:
         rec = tuning_log.lookup(tuning_log_path, wl)
-        if rec is not None and not problems_on(spec, rec.config, gpu):
+        usable = rec is not None and (unverified or not unverified_reason(spec, rec.config))
+        if usable and not problems_on(spec, rec.config, gpu):
             return _kernel(spec, rec.config, "tuning_log", rec.time_us)
     fitting = candidate_configs(spec, gpu, batch)
     ranked = rank(spec, [c for c in fitting if unverified or not unverified_reason(spec, c)], gpu, batch or 8)
@@ -60,8 +61,9 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
         kib = spec.num_gates * spec.hidden_size ** 2 * spec.num_directions * spec.dtype_bytes // 1024
         why = f"{kib} KiB of recurrent weights over at most {gpu.num_sms} co-resident CTAs exceed the registers"
         if fitting:  # only with a variant not yet run on a GPU
+            example = next((c for c in fitting if c.smem_runs), fitting[0])
             return Plan(None, reason=f"no verified persistent config fits {gpu.name}: {why}; "
-                                     + unverified_reason(spec, fitting[0]))
+                                     + unverified_reason(spec, example))
         return Plan(None, reason=f"no persistent config fits {gpu.name}: {why} and shared memory the template can use")
     dev = present_device() if measure is None or measure else None
     if dev is not None and batch is not None:

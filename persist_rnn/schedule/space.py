@@ -3,7 +3,8 @@
 Each config whose direction spans 2 to `max_cluster_ctas` CTAs also comes as a thread-block
 cluster (Hopper); each whose direction is one CTA also comes with the batch split into tiles,
 one CTA each (`batch_tiles`). A config that only lacks registers comes with the fewest runs of
-weight columns moved to shared memory that make it fit (`_smem_weights`). Pruning beyond `problems` (what cannot run): batch chunks are only the smallest chunk for 1 to 4
+weight columns moved to shared memory that make it fit (`_smem_weights`).
+Pruning beyond `problems` (what cannot run): batch chunks are only the smallest chunk for 1 to 4
 passes over the weights (a smaller chunk with the same pass count only wastes lanes; more passes
 multiply the per-chunk latencies), and groups of 1 or 2 lanes only when nothing wider fits.
 """
@@ -40,8 +41,11 @@ def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[
     (None: unknown at compile time, chunks of 8)."""
     weight_dtypes = ("float16",) if spec.dtype == "float16" else ("float32",)
     for groups in (GROUP_SIZES, NARROW_GROUPS):
-        out = [fit for cfg in _configs(spec, gpu, batch, groups, weight_dtypes)
-               for fit in [cfg if not problems_on(spec, cfg, gpu) else _smem_weights(spec, cfg, gpu)] if fit is not None]
+        out = []
+        for cfg in _configs(spec, gpu, batch, groups, weight_dtypes):
+            fit = cfg if not problems_on(spec, cfg, gpu) else _smem_weights(spec, cfg, gpu)
+            if fit is not None:
+                out.append(fit)
         if out:
             return out
     return []

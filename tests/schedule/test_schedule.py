@@ -169,3 +169,14 @@ def test_merge_keeps_the_fastest(tmp_path):
     assert tuning_log.merge([a, b], out) == 2
     recs = tuning_log.read(out)
     assert {r.time_us for r in recs} == {2.0, 1.0}
+
+
+def test_unverified_configs_in_a_tuning_log_need_the_flag(tmp_path):
+    """A record written by an unverified=True compile is not reused by a default one."""
+    log = str(tmp_path / "t.jsonl")
+    spec = CellSpec("lstm", 64, 64)
+    tiled = plan_layer(spec, TARGET, batch=20, measure=False, unverified=True, tuning_log_path=log)
+    assert tiled.config.batch_tile > 0
+    again = plan_layer(spec, TARGET, batch=20, measure=False, tuning_log_path=log)
+    assert again.config.batch_tile == 0 and again.source == "cost_model"
+    assert plan_layer(spec, TARGET, batch=20, measure=False, unverified=True, tuning_log_path=log).source == "tuning_log"
