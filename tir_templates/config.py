@@ -78,16 +78,18 @@ class Config:
         return 2 if self.weight_dtype == "float16" else 4
 
     def weight_regs(self, spec: CellSpec) -> int:
-        """32-bit registers per thread holding weights (fp16 packs two per register); the last
-        `smem_runs` runs of each row are in shared memory instead."""
-        n = self.rows_per_group * (self.cols_per_lane(spec) - self.smem_runs * self.column_run(spec))
-        return n * self.weight_bytes() // 4
+        """32-bit registers per thread holding weights: one per weight, fp16 too (ptxas gives each
+        half of a local array a register of its own: with two per register the fp16 configs the
+        planner picked spilled); the last `smem_runs` runs of each row are in shared memory."""
+        return self.rows_per_group * (self.cols_per_lane(spec) - self.smem_runs * self.column_run(spec))
 
     def registers(self, spec: CellSpec) -> int:
         """Estimated registers per thread: weights, accumulators, prefetched inputs, ~40 of overhead."""
         updates = -(-self.batch_chunk * self.tile_units // self.threads(spec))
-        partial = self.partial_rows(spec) * self.tile_units // (2 if self.weight_dtype == "float16" else 1)
-        return self.weight_regs(spec) + partial + self.rows_per_group * self.batch_chunk + updates * (spec.num_gates + 2) + 40
+        partial = self.partial_rows(spec) * self.tile_units
+        staged = self.rows_per_group * self.column_run(spec) if self.smem_runs else 0  # a run from shared memory
+        return (self.weight_regs(spec) + partial + staged + self.rows_per_group * self.batch_chunk
+                + updates * (spec.num_gates + 2) + 40)
 
     def shared_bytes(self, spec: CellSpec) -> int:
         h_vectors = 2 if self.partial_sums(spec) else 1  # h(t-1), and r * h(t-1)

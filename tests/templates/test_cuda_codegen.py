@@ -42,13 +42,16 @@ def nvcc_stats(source, arch, tmp_path):
     return spills
 
 
-WORKLOADS = [("lstm", 512, 10), ("gru", 256, 20), ("lstm", 64, 1), ("rnn", 128, 5)]
+WORKLOADS = [("lstm", 512, 10, "float32"), ("gru", 256, 20, "float32"), ("lstm", 64, 1, "float32"),
+             ("rnn", 128, 5, "float32"), ("lstm", 512, 1, "float16"), ("lstm", 128, 1, "float16")]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("cell,hidden,batch", WORKLOADS, ids=lambda v: str(v))
-def test_planned_kernel_compiles_without_spills(cell, hidden, batch, arch, tmp_path):
-    spec = CellSpec(cell, hidden, hidden, "bidirectional" if cell == "rnn" else "forward",
+@pytest.mark.parametrize("cell,hidden,batch,dtype", WORKLOADS, ids=lambda v: str(v))
+def test_planned_kernel_compiles_without_spills(cell, hidden, batch, dtype, arch, tmp_path):
+    """The planner's register estimate keeps its picks spill-free (fp16 weights too: one register
+    each, as ptxas allocates them)."""
+    spec = CellSpec(cell, hidden, hidden, "bidirectional" if cell == "rnn" else "forward", dtype=dtype,
                     linear_before_reset=(cell == "gru"), peepholes=(cell == "lstm" and hidden == 64))
     plan = plan_layer(spec, tvm.target.Target({"kind": "cuda", "arch": arch}), batch=batch, measure=False)
     assert plan.kernel is not None, plan.reason
