@@ -17,6 +17,14 @@ def geomean(xs):
     return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
 
 
+def _finish(fig, ax, title, path, legend_size=8):
+    """Title, legend and layout of a figure, saved as a PNG at `path`."""
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
@@ -90,10 +98,7 @@ def main():
     ax.set_xticks(xs, names, rotation=60, fontsize=7)
     ax.set_ylabel("ms per layer (T=100)")
     ax.set_yscale("log")
-    ax.set_title(f"GRNN grid: LSTM (L) / GRU (G) hidden/batch — {label}", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.docs, "img", "grid.png"), dpi=120)
+    _finish(fig, ax, f"GRNN grid: LSTM (L) / GRU (G) hidden/batch — {label}", os.path.join(args.docs, "img", "grid.png"))
     lines += ["", "![grid](img/grid.png)"]
 
     for part, xkey, title, fname in (("batch", "batch", "LSTM H=256, T=100: latency against batch", "batch.png"),
@@ -111,10 +116,7 @@ def main():
             ax.plot([r[xkey] for r in sel], [r[key] for r in sel], "o-", label=lab)
         ax.set_xlabel(xkey)
         ax.set_ylabel("ms")
-        ax.set_title(f"{title}\n{label}", fontsize=9)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.docs, "img", fname), dpi=120)
+        _finish(fig, ax, f"{title}\n{label}", os.path.join(args.docs, "img", fname))
         lines += ["", f"## {title}", "", "| " + xkey + " | ours ms | cuDNN graph tf32 | cuDNN graph fp32 |", "|---|---|---|---|"]
         lines += [f"| {r[xkey]} | {r['ours_ms']:.3f} | {r['cudnn_tf32_graph_ms']:.3f} | {r['cudnn_fp32_graph_ms']:.3f} |" for r in sel]
         lines += ["", f"![{part}](img/{fname})"]
@@ -133,10 +135,7 @@ def main():
         ax.set_yscale("log")
         ax.set_xlabel("batch")
         ax.set_ylabel("ms")
-        ax.set_title(f"Real models — {label}", fontsize=9)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.docs, "img", "models.png"), dpi=120)
+        _finish(fig, ax, f"Real models — {label}", os.path.join(args.docs, "img", "models.png"), legend_size=7)
         lines += ["", "![models](img/models.png)"]
     with open(os.path.join(args.docs, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -156,7 +156,7 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
     if not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):
         out.append(f"smem_runs {cfg.smem_runs}: a lane has {cfg.cols_per_lane(spec) // cfg.column_run(spec)} runs of columns")
     if cfg.batch_tile and (cfg.ctas_per_direction(spec) != 1 or cfg.batch_tile != cfg.batch_chunk
-                           or cfg.partial_sums(spec) or (spec.cell == "gru" and not spec.linear_before_reset)):
+                           or (spec.cell == "gru" and not spec.linear_before_reset)):
         out.append(f"batch_tile {cfg.batch_tile}: batch tiles need one CTA per direction, batch_chunk equal to the "
                    "tile, and a cell with one phase a step (not GRU with linear_before_reset=0)")
     if cfg.cluster and not 1 < cfg.ctas_per_direction(spec) <= max_cluster:

@@ -8,8 +8,8 @@ barrier's cost against the number of CTAs, and the cost model's weights. On a GP
   cluster barrier at 2, 4 and 8 CTAs;
 - a sample of the pruned config space of a few workloads is compiled and timed (the persistent
   kernel itself), and the weights are fitted to it (`fit.fit_weights`).
-Without a GPU, `from_sweeps` fits recorded sweeps instead: the shipped H100 calibration is
-reproduced that way from `docs/data/sweep-h100-*.jsonl`.
+Without a GPU, recorded sweeps are fitted instead (`read_sweeps`, `fit_and_write`): the shipped
+H100 calibration is reproduced that way from `docs/data/sweep-h100-*.jsonl`.
 """
 from __future__ import annotations
 
@@ -104,12 +104,17 @@ def sweep_rows(spec: CellSpec, configs, gpu: GPUModel, target, dev, batch: int) 
     return rows
 
 
+def device_arch(dev) -> str:
+    """"sm_90" for a device of compute capability 9.0."""
+    return "sm_" + str(dev.compute_version).replace(".", "")
+
+
 def device_model(dev, base: GPUModel) -> GPUModel:
     """`base` with the facts of the present device."""
-    major, minor = str(dev.compute_version).split(".")
-    return dataclasses.replace(base, name=str(dev.device_name), arch=f"sm_{major}{minor}",
+    hopper_or_later = int(str(dev.compute_version).split(".")[0]) >= 9  # thread-block clusters
+    return dataclasses.replace(base, name=str(dev.device_name), arch=device_arch(dev),
                                num_sms=int(dev.multi_processor_count), clock_ghz=float(dev.max_clock_rate) / 1e6,
-                               max_cluster_ctas=MAX_PORTABLE_CLUSTER if int(major) >= 9 else 0)
+                               max_cluster_ctas=MAX_PORTABLE_CLUSTER if hopper_or_later else 0)
 
 
 def measure_device(configs_per_workload: int = 40, log=print, sweep_out: str | None = None) -> tuple[GPUModel, list]:
@@ -118,8 +123,7 @@ def measure_device(configs_per_workload: int = 40, log=print, sweep_out: str | N
     if dev is None:
         raise PersistRNNError("calibrate needs a CUDA GPU to measure; without one, pass recorded sweeps "
                               "(persist-rnn calibrate SWEEP.jsonl ...) to fit them")
-    major, minor = str(dev.compute_version).split(".")
-    gpu = device_model(dev, gpu_model(f"sm_{major}{minor}"))
+    gpu = device_model(dev, gpu_model(device_arch(dev)))
     target = tvm.target.Target({"kind": "cuda", "arch": gpu.arch})
     n = gpu.num_sms
     clusters = [c for c in (2, 4, 8) if c <= gpu.max_cluster_ctas]
