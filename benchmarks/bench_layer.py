@@ -22,8 +22,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
-import persist_rnn  # noqa: E402
-from persist_rnn.bench import cuda_ms, cudnn_ms, onnx_from_torch, torch_layer  # noqa: E402
+import persist_rnn
+from persist_rnn.bench import cuda_ms, cudnn_ms, onnx_from_torch, torch_layer
 
 
 def bench_one(op, hidden, batch, seq_len, tuning_log, top_k):

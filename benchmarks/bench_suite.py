@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from persist_rnn.cli import main  # noqa: E402
+from persist_rnn.cli import main
 
 if __name__ == "__main__":
     main(["bench", *sys.argv[1:]])

@@ -42,7 +42,8 @@ def main():
     label = f"{meta['gpu']}, {meta['date']}" + (", kernels not yet verified allowed" if meta.get("unverified") else "")
     os.makedirs(os.path.join(args.docs, "img"), exist_ok=True)
     cols = ["cell", "hidden", "batch", "seq_len", "ours_ms", "cudnn_tf32_graph_ms", "cudnn_fp32_graph_ms",
-            "cudnn_tf32_eager_ms", "cudnn_fp32_eager_ms", "cudnn_fp16_graph_ms", "ort_cpu_ms", "tvm_unrolled_ms"]
+            "cudnn_tf32_eager_ms", "cudnn_fp32_eager_ms", "cudnn_fp16_graph_ms", "cudnn_fp16_eager_ms", "ort_cpu_ms",
+            "tvm_unrolled_ms"]
     with open(os.path.join(args.docs, "data", "benchmarks.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
@@ -58,22 +59,25 @@ def main():
             seen.add(k)
             grid_unique.append(r)
     grid = grid_unique
-    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else "—"  # noqa: E731
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else "—"
     lines = ["# Benchmarks", "", f"Measured on {label}; torch {meta['torch']}, cuDNN {meta['cudnn']}, TVM {meta['tvm']}, "
              f"driver {meta['driver']}. Medians of CUDA-event timings of back-to-back calls, inputs on the device, "
              "warm-up excluded. *Ours* is the whole compiled layer through TVM's VM (input-projection GEMM, "
              "persistent kernel, launches). cuDNN *tf32* is torch's default (TF32 tensor-core GEMMs inside "
-             "the RNN); *fp32* sets `torch.backends.cudnn.allow_tf32 = False`, the same arithmetic as ours. "
+             "the RNN); *fp32* sets `torch.backends.cudnn.allow_tf32 = False`, the same arithmetic as ours; "
+             "*fp16* runs the layer in half precision (tensor cores), shown for reference against our fp32 layer. "
              "Ratios are baseline / ours (>1: persist_rnn is faster). Produced by `benchmarks/bench_suite.py` "
              "and `benchmarks/report.py`."
              + (" *Ours* was compiled with `unverified=True` (kernel variants not yet verified on a GPU allowed)."
                 if meta.get("unverified") else ""), "",
              "## GRNN's grid (one layer, T=100, input = hidden)", "",
-             "| layer | ours ms | cuDNN graph tf32 | cuDNN graph fp32 | cuDNN eager tf32 | ORT CPU | TVM unrolled | vs graph tf32 | vs graph fp32 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             ("| layer | ours ms | cuDNN graph tf32 | cuDNN graph fp32 | cuDNN eager tf32 | cuDNN eager fp32 | "
+              "cuDNN graph fp16 | ORT CPU | TVM unrolled | vs graph tf32 | vs graph fp32 |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in grid:
         lines.append(f"| {r['cell']} H={r['hidden']} B={r['batch']} | {fmt(r['ours_ms'])} | {fmt(r['cudnn_tf32_graph_ms'])} | "
-                     f"{fmt(r['cudnn_fp32_graph_ms'])} | {fmt(r['cudnn_tf32_eager_ms'])} | {fmt(r.get('ort_cpu_ms'))} | "
+                     f"{fmt(r['cudnn_fp32_graph_ms'])} | {fmt(r['cudnn_tf32_eager_ms'])} | {fmt(r.get('cudnn_fp32_eager_ms'))} | "
+                     f"{fmt(r.get('cudnn_fp16_graph_ms'))} | {fmt(r.get('ort_cpu_ms'))} | "
                      f"{fmt(r.get('tvm_unrolled_ms'))} | {r['cudnn_tf32_graph_ms'] / r['ours_ms']:.2f}x | "
                      f"{r['cudnn_fp32_graph_ms'] / r['ours_ms']:.2f}x |")
     summary = {}

@@ -10,8 +10,7 @@ import numpy as np
 
 from .errors import PersistRNNError
 
-UNVERIFIED_HELP = ("also use kernel variants not yet run on a GPU (batch tiles, thread-block clusters, GRU with "
-                   "linear_before_reset=0)")
+UNVERIFIED_HELP = "also use kernel variants not yet run on a GPU (today: fp16/bf16 weights partly in shared memory)"
 TARGET_HELP = 'a name ("llvm", "cuda") or a JSON target, e.g. \'{"kind": "cuda", "arch": "sm_80"}\''
 
 

@@ -182,7 +182,7 @@ def cell_loop_model(cell: str, steps: int = 4, batch: int = 2, input_size: int =
     h(t) and the last h."""
     rng = np.random.default_rng(seed)
     G = {"rnn": 1, "lstm": 4, "gru0": 3}[cell]
-    rnd = lambda *s: (rng.standard_normal(s) * 0.4).astype("float32")  # noqa: E731
+    rnd = lambda *s: (rng.standard_normal(s) * 0.4).astype("float32")
     w_ih, w_hh, b_ih, b_hh = rnd(G * hidden, input_size), rnd(G * hidden, hidden), rnd(G * hidden), rnd(G * hidden)
     if cell == "gru0":  # Keras: a kernel per gate (z, r, n), one bias, and a constant one
         weights = {"one": np.array(1.0, "float32")}

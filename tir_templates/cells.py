@@ -35,7 +35,7 @@ def gru_blend(spec: CellSpec, d, z, x_n, rec_n, h_prev):
 def lstm_cell_state(spec: CellSpec, d, x, rec, c_prev, peep):
     """LSTM's C(t) from C(t-1); `peep` lists P_i, P_o, P_f of the unit."""
     one = T.float32(1.0)
-    cl = lambda v: activations.clip(spec.clip, v)  # noqa: E731
+    cl = lambda v: activations.clip(spec.clip, v)
     pi, pf = (peep[0], peep[2]) if spec.peepholes else (T.float32(0.0), T.float32(0.0))
     i = activation(spec, d, 0, cl(x[0] + rec[0] + pi * c_prev))
     fg = one - i if spec.input_forget else activation(spec, d, 0, cl(x[2] + rec[2] + pf * c_prev))
@@ -44,8 +44,8 @@ def lstm_cell_state(spec: CellSpec, d, x, rec, c_prev, peep):
 
 def hidden(spec: CellSpec, d, x, rec, h_prev, c_new=None, peep=None):
     """A unit's H(t). LSTM needs its C(t) (`c_new`, computed first by lstm_cell_state)."""
-    cl = lambda v: activations.clip(spec.clip, v)  # noqa: E731
-    f = lambda k, v: activation(spec, d, k, v)  # noqa: E731
+    cl = lambda v: activations.clip(spec.clip, v)
+    f = lambda k, v: activation(spec, d, k, v)
     if spec.cell == "rnn":
         return f(0, cl(x[0] + rec[0]))
     if spec.cell == "gru":

@@ -71,21 +71,13 @@ def two_phase(spec: CellSpec) -> bool:
 
 def unverified_reason(spec: CellSpec, cfg: Config | None = None) -> str:
     """Why the planner does not pick this template for `spec` (or this config of it) on its own
-    (empty when it may): a variant that passes the CPU emulation and nvcc but has not yet run on
-    a GPU. `unverified=True` or a config forced by the caller still builds it."""
-    if cfg is not None and cfg.smem_runs:
-        return ("weights partly in shared memory: pass the CPU emulation and nvcc but have not yet been run on a "
-                "GPU; compile with unverified=True to use them")
-    if cfg is not None and cfg.batch_tile:
-        return ("batch tiles (one CTA per tile of batch rows): pass the CPU emulation and nvcc but have not yet "
+    (empty when it may): a variant that passes the CPU emulation and nvcc but has not run on a GPU.
+    `unverified=True` or a config forced by the caller still builds it. Batch tiles, clusters, both
+    GRU linear_before_reset=0 kernels and fp32 shared-memory weights passed on the H100
+    (docs/data/gpu_variants.log); fp16 weights in shared memory have not (and spill registers)."""
+    if cfg is not None and cfg.smem_runs and spec.dtype != "float32":
+        return ("fp16/bf16 weights partly in shared memory: pass the CPU emulation and nvcc but have not yet "
                 "been run on a GPU; compile with unverified=True to use them")
-    if cfg is not None and cfg.barrier(spec) == "cluster":
-        return ("thread-block cluster barrier: passes the CPU emulation and nvcc but has not yet been run on a "
-                "GPU; compile with unverified=True to use it")
-    if two_phase(spec):
-        return ("GRU linear_before_reset=0: its persistent kernels (two barriers a step, or GRNN's partial sums) "
-                "pass the CPU emulation and nvcc but have not yet been run on a GPU; compile with unverified=True "
-                "to use them")
     return ""
 
 

@@ -90,7 +90,7 @@ class CellSpec:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "CellSpec":
+    def from_json(cls, text: str) -> CellSpec:
         d = json.loads(text)
         d["activations"] = tuple(Activation(**a) for a in d["activations"])
         return cls(**d)

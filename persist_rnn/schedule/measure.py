@@ -27,7 +27,7 @@ def kernel_arrays(spec: CellSpec, batch: int, seq_len: int, seed: int = 0, slots
     the exchange buffer's, `Config.exchange_slots`)."""
     rng = np.random.default_rng(seed)
     D, H, G = spec.num_directions, spec.hidden_size, spec.num_gates
-    f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype("float32")  # noqa: E731
+    f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype("float32")
     return [f(seq_len, batch, D, G * H), f(D, G * H, H), f(D, G * H), np.full(batch, seq_len, "int32"),
             f(D, batch, H), f(D, batch, H), f(D, 3 * H), np.zeros((seq_len, D, batch, H), "float32"),
             np.zeros((D, batch, H), "float32"), np.zeros((D, batch, H), "float32"),

@@ -12,14 +12,18 @@ import dataclasses
 import tvm
 
 from tir_templates.config import Config
-from tir_templates.persistent import UnsupportedLayer, persistent_kernel, unverified_reason
+from tir_templates.persistent import (
+    UnsupportedLayer,
+    persistent_kernel,
+    unverified_reason,
+)
 from tir_templates.spec import CellSpec
 
 from . import tuning_log
 from .cost_model import rank
 from .gpu import gpu_model, present_device
 from .measure import measure_configs
-from .space import candidate_configs, problems_on
+from .space import candidate_configs, most_common_problem, problems_on
 
 
 @dataclasses.dataclass
@@ -64,7 +68,9 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
             example = next((c for c in fitting if c.smem_runs), fitting[0])
             return Plan(None, reason=f"no verified persistent config fits {gpu.name}: {why}; "
                                      + unverified_reason(spec, example))
-        return Plan(None, reason=f"no persistent config fits {gpu.name}: {why} and shared memory the template can use")
+        return Plan(None, reason=f"no persistent config fits {gpu.name} ({kib} KiB of recurrent weights, at most "
+                                 f"{gpu.num_sms} co-resident CTAs): every config of the space is pruned, most often "
+                                 f"because {most_common_problem(spec, gpu, batch)}")
     dev = present_device() if measure is None or measure else None
     if dev is not None and batch is not None:
         timed = measure_configs(spec, [c for _, c in ranked[:top_k]], target, dev, batch, progress=progress)

@@ -10,6 +10,7 @@ multiply the per-chunk latencies), and groups of 1 or 2 lanes only when nothing 
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import math
@@ -39,16 +40,27 @@ def batch_chunks(batch: int | None) -> list[int]:
 def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[Config]:
     """Every config that passes `problems` for `spec` on `gpu` at batch size `batch`
     (None: unknown at compile time, chunks of 8)."""
-    weight_dtypes = ("float16",) if spec.dtype == "float16" else ("float32",)
     for groups in (GROUP_SIZES, NARROW_GROUPS):
         out = []
-        for cfg in _configs(spec, gpu, batch, groups, weight_dtypes):
+        for cfg in _configs(spec, gpu, batch, groups, _weight_dtypes(spec)):
             fit = cfg if not problems_on(spec, cfg, gpu) else _smem_weights(spec, cfg, gpu)
             if fit is not None:
                 out.append(fit)
         if out:
             return out
     return []
+
+
+def _weight_dtypes(spec: CellSpec) -> tuple[str, ...]:
+    return ("float16",) if spec.dtype == "float16" else ("float32",)
+
+
+def most_common_problem(spec: CellSpec, gpu: GPUModel, batch: int | None) -> str:
+    """Why the space holds no config for `spec`: the problem that pruned the most configs."""
+    counts = collections.Counter(p for groups in (GROUP_SIZES, NARROW_GROUPS)
+                                 for cfg in _configs(spec, gpu, batch, groups, _weight_dtypes(spec))
+                                 for p in problems_on(spec, cfg, gpu))
+    return counts.most_common(1)[0][0] if counts else f"no tiling of hidden_size {spec.hidden_size} exists"
 
 
 def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUModel) -> list[int]:

@@ -14,7 +14,13 @@ import persist_rnn
 from persist_rnn.schedule.cost_model import rank
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.space import candidate_configs
-from persist_rnn.testing import LayerCase, cell_loop_model, max_rel_error, ort_run, reference
+from persist_rnn.testing import (
+    LayerCase,
+    cell_loop_model,
+    max_rel_error,
+    ort_run,
+    reference,
+)
 from tir_templates.spec import CellSpec
 
 pytestmark = pytest.mark.gpu
@@ -62,24 +68,24 @@ def test_persistent_matches_onnxruntime(op, hidden, direction, dtype):
     layer = compiled.report()[0]
     failures = _failures(compiled, case, TOLERANCE[dtype])
     assert not failures, f"{layer.lowering} {layer.config}: " + ", ".join(failures)
-    # the only layers of this grid allowed to keep the reference scan by default: bidirectional
-    # H=1024, whose weights (32 MiB fp32, 16 MiB fp16 at one register a weight) need shared memory
-    # too, a variant not yet verified; the report must say so
+    # the only layers of this grid allowed to keep the reference scan by default: fp16
+    # bidirectional H=1024, whose weights (16 MiB at one register a weight) need shared memory
+    # too, a variant not yet run on a GPU for fp16; the report must say so
     if layer.lowering != "persistent":
-        assert (hidden, direction) == (1024, "bidirectional"), layer.reason
+        assert (hidden, direction, dtype) == (1024, "bidirectional", "float16"), layer.reason
         assert "persistent config fits" in layer.reason
 
 
 @pytest.mark.parametrize("barriers", [2, 1], ids=["two-barriers", "partial-sums"])
-@pytest.mark.parametrize("hidden,direction", [(32, "forward"), (64, "bidirectional"), (256, "forward"),
-                                              (256, "reverse"), (1024, "forward")])
-def test_gru_reset_before_matches_onnxruntime(hidden, direction, barriers):
-    """GRU linear_before_reset=0, both kernel variants, each at the cost model's best config for
-    B=20 (opt-in until this test has passed on a GPU)."""
-    case = _layer_case("GRU", hidden, direction, lbr=0)
-    spec = CellSpec("gru", hidden, hidden, direction, linear_before_reset=False)
+@pytest.mark.parametrize("hidden,direction,dtype", [(32, "forward", "float32"), (64, "bidirectional", "float32"),
+                                                    (256, "forward", "float32"), (256, "reverse", "float32"),
+                                                    (1024, "forward", "float32"), (128, "bidirectional", "float16")])
+def test_gru_reset_before_matches_onnxruntime(hidden, direction, dtype, barriers):
+    """GRU linear_before_reset=0, both kernel variants, each at the cost model's best config for B=20."""
+    case = _layer_case("GRU", hidden, direction, dtype, lbr=0)
+    spec = CellSpec("gru", hidden, hidden, direction, linear_before_reset=False, dtype=dtype)
     cfg = _model_best(spec, lambda c: c.gru_barriers == barriers and not c.cluster)
-    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["float32"])
+    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE[dtype])
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 

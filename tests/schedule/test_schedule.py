@@ -51,11 +51,13 @@ def test_cost_model_is_plain_arithmetic_and_monotone_in_batch():
     assert [t for t, _ in ranked] == sorted(t for t, _ in ranked)
 
 
-def _sweep_rows():
-    import glob
+def _sweep_rows(*names):
+    """Measured configs from docs/data: by default the exhaustive sweeps of GRNN's 18 workloads
+    (before the cluster, batch-tile and shared-memory variants existed)."""
     import os
 
-    paths = glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "data", "sweep-h100-*.jsonl"))
+    paths = [os.path.join(os.path.dirname(__file__), "..", "..", "docs", "data", f"sweep-h100-{n}.jsonl")
+             for n in names or ("lstm", "gru")]
     return [json.loads(line) for p in paths for line in open(p)]
 
 
@@ -76,6 +78,18 @@ def test_shipped_weights_rank_the_measured_sweep_well():
     _judge(ranking_quality(rows, H100))
 
 
+def test_shipped_weights_put_the_best_variant_in_the_top_5():
+    """A sample of 10 configs per workload measured on the H100 with every variant allowed (batch
+    tiles, clusters, shared-memory weights): the top 5 the tuner measures hold the best one, and
+    top-1 stays within 1.10x on average (its worst, GRU H=1024 B=20, is 1.32x: docs/cost-model.md)."""
+    from persist_rnn.schedule.fit import ranking_quality
+
+    quality = ranking_quality(_sweep_rows("variants"), H100)
+    assert len(quality) == 18
+    assert max(q["top5_ratio"] for q in quality) <= 1.0 + 1e-9
+    assert sum(q["top1_ratio"] for q in quality) / len(quality) <= 1.10
+
+
 def test_fitted_weights_rank_held_out_workloads_well():
     """Fitted without a cell (or a hidden size), the model still ranks that cell's configs."""
     from persist_rnn.schedule.fit import held_out_quality
@@ -89,9 +103,18 @@ def test_without_gpu_the_cost_model_decides():
     assert plan.kernel is not None and plan.source == "cost_model" and plan.time_us is None
 
 
-def test_gru_linear_before_reset_0_keeps_reference_with_reason():
+def test_gru_linear_before_reset_0_is_persistent():
     plan = plan_layer(CellSpec("gru", 64, 64, linear_before_reset=False), TARGET, batch=1, measure=False)
-    assert plan.kernel is None and "linear_before_reset=0" in plan.reason
+    assert plan.kernel is not None and plan.config.gru_barriers in (1, 2)
+
+
+FP16_BIDIRECTIONAL_1024 = CellSpec("lstm", 1024, 1024, "bidirectional", dtype="float16")
+
+
+def test_fp16_weights_in_shared_memory_keep_reference_with_reason():
+    """16 MiB of fp16 weights need shared memory too, a variant not yet run on a GPU for fp16."""
+    plan = plan_layer(FP16_BIDIRECTIONAL_1024, TARGET, batch=1, measure=False)
+    assert plan.kernel is None and "shared memory" in plan.reason and "unverified=True" in plan.reason
 
 
 def test_forced_config_is_checked():
@@ -174,9 +197,9 @@ def test_merge_keeps_the_fastest(tmp_path):
 def test_unverified_configs_in_a_tuning_log_need_the_flag(tmp_path):
     """A record written by an unverified=True compile is not reused by a default one."""
     log = str(tmp_path / "t.jsonl")
-    spec = CellSpec("lstm", 64, 64)
-    tiled = plan_layer(spec, TARGET, batch=20, measure=False, unverified=True, tuning_log_path=log)
-    assert tiled.config.batch_tile > 0
+    spec = FP16_BIDIRECTIONAL_1024
+    split = plan_layer(spec, TARGET, batch=20, measure=False, unverified=True, tuning_log_path=log)
+    assert split.config.smem_runs > 0
     again = plan_layer(spec, TARGET, batch=20, measure=False, tuning_log_path=log)
-    assert again.config.batch_tile == 0 and again.source == "cost_model"
+    assert again.kernel is None and "shared memory" in again.reason
     assert plan_layer(spec, TARGET, batch=20, measure=False, unverified=True, tuning_log_path=log).source == "tuning_log"

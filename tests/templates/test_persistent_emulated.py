@@ -13,7 +13,11 @@ import tvm
 
 from persist_rnn.schedule.measure import kernel_arrays
 from tir_templates.config import Config
-from tir_templates.persistent import BARRIER_FLAG_WORD, emulated_persistent_kernel, two_phase
+from tir_templates.persistent import (
+    BARRIER_FLAG_WORD,
+    emulated_persistent_kernel,
+    two_phase,
+)
 from tir_templates.reference import reference_scan
 from tir_templates.spec import Activation, CellSpec
 

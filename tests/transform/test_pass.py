@@ -54,9 +54,11 @@ def test_each_stacked_layer_gets_its_own_kernel_and_report_entry():
 
 
 def test_fallbacks_keep_the_reference_and_say_why():
-    model, _ = make_model(LayerCase(op="GRU", linear_before_reset=0))
+    """H=7 leaves most lanes of any work group idle: the space prunes every config, and the
+    report names that rather than some generic limit."""
+    model, _ = make_model(LayerCase(op="RNN", hidden_size=7, input_size=3))
     [layer] = persist_rnn.compile(model, CUDA, measure=False).report()
-    assert layer.lowering == "reference" and "linear_before_reset=0" in layer.reason
+    assert layer.lowering == "reference" and "busy lanes waste most of 32 threads" in layer.reason
     [layer] = persist_rnn.compile(model, "llvm").report()
     assert layer.lowering == "reference" and "CUDA only" in layer.reason
 
