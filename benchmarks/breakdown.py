@@ -64,7 +64,7 @@ def main():
         dev = tvm.cuda(0)
         vm = relax.VirtualMachine(compiled.executable, dev)
         feeds = [tvm.runtime.tensor(x.cpu().numpy(), dev)]
-        whole = cuda_ms(lambda: vm["main"](*feeds))
+        whole = cuda_ms(lambda vm=vm, feeds=feeds: vm["main"](*feeds))
         gates = {"LSTM": 4, "GRU": 3}[op]
         gemm = gemm_ms(100 * batch, hidden, gates * hidden)
         print(f"{op} H={hidden} B={batch} | {whole:.4f} | {gemm:.4f} | {whole - gemm:.4f} | {cudnn:.4f}", flush=True)
