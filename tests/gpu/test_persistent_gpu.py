@@ -92,7 +92,7 @@ def test_gru_reset_before_matches_onnxruntime(hidden, direction, dtype, barriers
 @pytest.mark.parametrize("op,hidden,direction", [("LSTM", 64, "forward"), ("GRU", 128, "bidirectional"),
                                                  ("RNN", 256, "reverse")])
 def test_cluster_barrier_matches_onnxruntime(op, hidden, direction):
-    """A direction's CTAs as one thread-block cluster (opt-in until this test has passed on a GPU)."""
+    """A direction's CTAs as one thread-block cluster (the model's best such config)."""
     case = _layer_case(op, hidden, direction)
     spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
     cfg = _model_best(spec, lambda c: c.cluster)
@@ -103,7 +103,7 @@ def test_cluster_barrier_matches_onnxruntime(op, hidden, direction):
 @pytest.mark.parametrize("op,hidden,direction,dtype", [("LSTM", 64, "forward", "float32"), ("GRU", 32, "bidirectional", "float32"),
                                                        ("RNN", 128, "reverse", "float32"), ("LSTM", 128, "forward", "float16")])
 def test_batch_tiles_match_onnxruntime(op, hidden, direction, dtype):
-    """One CTA per direction and tile of batch rows (opt-in until this test has passed on a GPU)."""
+    """One CTA per direction and tile of batch rows (the model's best such config)."""
     case = _layer_case(op, hidden, direction, dtype)
     spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU", dtype=dtype)
     cfg = _model_best(spec, lambda c: c.batch_tile > 0)
@@ -113,7 +113,7 @@ def test_batch_tiles_match_onnxruntime(op, hidden, direction, dtype):
 
 @pytest.mark.parametrize("op,hidden,direction", [("LSTM", 1024, "bidirectional"), ("GRU", 512, "forward")])
 def test_shared_memory_weights_match_onnxruntime(op, hidden, direction):
-    """Weights partly in shared memory (opt-in until this test has passed on a GPU): the model's
+    """Weights partly in shared memory: the model's
     best such config, which for bidirectional fp32 H=1024 is the only persistent one."""
     case = _layer_case(op, hidden, direction)
     spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
