@@ -72,8 +72,8 @@ def test_config_grid_compiles(cfg, tmp_path):
 
 def test_too_large_for_the_chip_says_why(tmp_path):
     """fp32 LSTM H=1024 needs 128 CTAs of 8 units in registers: the A100's 108 SMs cannot hold
-    them; with part of the weights in shared memory 64 CTAs can. fp16 weights in shared memory
-    have not run on a GPU, so fp16 bidirectional H=1024 keeps the reference and says why."""
+    them; with part of the weights in shared memory 64 CTAs can. fp16 bidirectional H=1024 fits
+    the A100 in no way, and the reason names what pruned its configs."""
     spec = CellSpec("lstm", 1024, 1024)
     a100 = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
     plan = plan_layer(spec, a100, batch=10, measure=False)
