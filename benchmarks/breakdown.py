@@ -17,7 +17,13 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn
-from persist_rnn.bench import cuda_ms, cudnn_ms, onnx_from_torch, torch_layer
+from persist_rnn.bench import (
+    compiled_ms,
+    cuda_ms,
+    cudnn_ms,
+    onnx_from_torch,
+    torch_layer,
+)
 
 
 def gemm_ms(rows: int, cols_in: int, cols_out: int) -> float:
@@ -48,8 +54,6 @@ def gemm_ms(rows: int, cols_in: int, cols_out: int) -> float:
 
 def main():
     import torch
-    import tvm
-    from tvm import relax
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tuning-log")
@@ -61,10 +65,7 @@ def main():
         torch.backends.cudnn.allow_tf32 = False
         cudnn = cudnn_ms(layer, x)[1]
         compiled = persist_rnn.compile(onnx_from_torch(op, layer, 100, batch), "cuda", tuning_log=args.tuning_log)
-        dev = tvm.cuda(0)
-        vm = relax.VirtualMachine(compiled.executable, dev)
-        feeds = [tvm.runtime.tensor(x.cpu().numpy(), dev)]
-        whole = cuda_ms(lambda vm=vm, feeds=feeds: vm["main"](*feeds))
+        whole = compiled_ms(compiled, {"X": x.cpu().numpy()})
         gates = {"LSTM": 4, "GRU": 3}[op]
         gemm = gemm_ms(100 * batch, hidden, gates * hidden)
         print(f"{op} H={hidden} B={batch} | {whole:.4f} | {gemm:.4f} | {whole - gemm:.4f} | {cudnn:.4f}", flush=True)

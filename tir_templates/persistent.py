@@ -69,13 +69,13 @@ def two_phase(spec: CellSpec) -> bool:
     return spec.cell == "gru" and not spec.linear_before_reset
 
 
-def unverified_reason(spec: CellSpec, cfg: Config | None = None) -> str:
-    """Why the planner does not pick this template for `spec` (or this config of it) on its own
-    (empty when it may): a variant that passes the CPU emulation and nvcc but has not run on a GPU.
-    `unverified=True` or a config forced by the caller still builds it. Batch tiles, clusters, both
+def unverified_reason(spec: CellSpec, cfg: Config) -> str:
+    """Why the planner does not pick this config for `spec` on its own (empty when it may): a
+    variant that passes the CPU emulation and nvcc but has not run on a GPU. `unverified=True` or
+    a config forced by the caller still builds it. Batch tiles, clusters, both
     GRU linear_before_reset=0 kernels and fp32 shared-memory weights passed on the H100
     (docs/data/gpu_variants.log); fp16 weights in shared memory have not (and spill registers)."""
-    if cfg is not None and cfg.smem_runs and spec.dtype != "float32":
+    if cfg.smem_runs and spec.dtype != "float32":
         return ("fp16/bf16 weights partly in shared memory: pass the CPU emulation and nvcc but have not yet "
                 "been run on a GPU; compile with unverified=True to use them")
     return ""

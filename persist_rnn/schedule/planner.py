@@ -45,8 +45,6 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
     if target.kind.name != "cuda":
         return Plan(None, reason=f"target {target.kind.name}: the persistent kernel is CUDA only")
     gpu = gpu_model(target_arch(target))
-    if config is None and not unverified and unverified_reason(spec):
-        return Plan(None, reason=unverified_reason(spec))
     if config is not None:
         cfg = config if isinstance(config, Config) else Config.from_dict(config)
         bad = problems_on(spec, cfg, gpu)
