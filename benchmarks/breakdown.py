@@ -1,7 +1,7 @@
 """Where a compiled layer's time goes: the input-projection GEMM (TVM's default GPU schedule)
 against the whole layer, for the small layers where cuDNN is close (needs torch and a GPU).
 
-    python benchmarks/breakdown.py --tuning-log docs/data/tune-h100-variants.jsonl
+    python benchmarks/breakdown.py --tuning-log docs/data/tune-h100.jsonl
 
 Prints, per layer: whole layer ms (persist_rnn's VM call), GEMM-alone ms (the same matmul + bias
 built by itself), their difference (persistent kernel, launches) and cuDNN fp32 graph ms.

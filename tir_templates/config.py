@@ -15,6 +15,11 @@ ending in a barrier (GRNN Fig. 7a); 1, GRNN's partial sums (Fig. 7b): the work g
 the candidate rows, and each thread also holds whole rows of the CTA's columns of R_z and R_r, so
 that after h(t) the CTA can publish its partial sums of every unit's z and r pre-activations,
 which all CTAs reduce after the step's one barrier.
+
+When a work group holds *all* gate rows of its units (`rows_per_group` a multiple of the gates)
+and has a lane for each (unit, batch row) pair it owns, its lanes apply the cell straight from
+the shuffle's sums (`lane_updates`): the gate sums never go through shared memory, and the step
+saves a `__syncthreads` (one per step in all for a CTA that holds its direction).
 """
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ import dataclasses
 
 from .spec import CellSpec
 
-TEMPLATE_VERSION = 1
+#: 2: lane updates, shared-memory h double-buffered in a resident CTA, fast sigmoid
+TEMPLATE_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +46,26 @@ class Config:
     def partial_sums(self, spec: CellSpec) -> bool:
         """GRNN's one-barrier GRU (see the module docstring)."""
         return spec.cell == "gru" and not spec.linear_before_reset and self.gru_barriers == 1
+
+    def lane_updates(self, spec: CellSpec) -> bool:
+        """Whether the work groups' lanes apply the cell themselves (see the module docstring): the
+        group holds whole units, at most one (unit, batch row) pair per lane, one phase a step."""
+        units = self.rows_per_group // spec.num_gates
+        two_phase = spec.cell == "gru" and not spec.linear_before_reset
+        return (not two_phase and self.rows_per_group % spec.num_gates == 0
+                and units * self.batch_chunk <= self.group_size)
+
+    def updates_per_thread(self, spec: CellSpec) -> int:
+        """(batch row, unit) pairs one thread updates per chunk: spread over the CTA's threads, or
+        one per lane with lane updates."""
+        if self.lane_updates(spec):
+            return 1
+        return -(-self.batch_chunk * self.tile_units // self.threads(spec))
+
+    def resident(self, spec: CellSpec) -> bool:
+        """One CTA holds the direction and the step has one phase: h stays in shared memory,
+        double-buffered by step parity (when the CTA's batch rows fit one chunk)."""
+        return self.barrier(spec) == "cta" and not (spec.cell == "gru" and not spec.linear_before_reset)
 
     def row_gates(self, spec: CellSpec) -> int:
         """Gates whose rows the work groups hold: all, or only the candidate's with partial sums."""
@@ -84,18 +110,26 @@ class Config:
         return self.rows_per_group * (self.cols_per_lane(spec) - self.smem_runs * self.column_run(spec))
 
     def registers(self, spec: CellSpec) -> int:
-        """Estimated registers per thread: weights, accumulators, prefetched inputs, ~40 of overhead."""
-        updates = -(-self.batch_chunk * self.tile_units // self.threads(spec))
+        """Estimated registers per thread: weights, accumulators, prefetched inputs and recurrent
+        biases, ~40 of overhead."""
+        updates = self.updates_per_thread(spec)
         partial = self.partial_rows(spec) * self.tile_units
         staged = self.rows_per_group * self.column_run(spec) if self.smem_runs else 0  # a run from shared memory
         return (self.weight_regs(spec) + partial + staged + self.rows_per_group * self.batch_chunk
-                + updates * (spec.num_gates + 2) + 40)
+                + updates * (2 * spec.num_gates + 2) + 40)
 
     def shared_bytes(self, spec: CellSpec) -> int:
-        h_vectors = 2 if self.partial_sums(spec) else 1  # h(t-1), and r * h(t-1)
-        tile = self.row_gates(spec) + (2 if self.partial_sums(spec) else 0)  # dot results (+ z, h(t) of the tile)
+        h_vectors = 2 if self.partial_sums(spec) or self.resident(spec) else 1  # h(t-1), and r * h(t-1) or h(t)
+        tile = 0 if self.lane_updates(spec) else self.row_gates(spec)  # dot results
+        tile += 2 if self.partial_sums(spec) else 0  # z and h(t) of the tile
         smem_weights = self.threads(spec) * self.rows_per_group * self.smem_runs * self.column_run(spec)
         return 4 * self.batch_chunk * (h_vectors * spec.hidden_size + tile * self.tile_units) + smem_weights * self.weight_bytes()
+
+    def static_shared_bytes(self, spec: CellSpec) -> int:
+        """Shared memory outside the dynamic allocation: a resident CTA's copies of h (kept apart so
+        that TVM's sync planner sees them as two buffers) and the dot results."""
+        tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.tile_units
+        return 4 * self.batch_chunk * (2 * spec.hidden_size + tile) if self.resident(spec) else 0
 
     def barrier(self, spec: CellSpec) -> str:
         """How a direction's CTAs meet each step: "cta" when one CTA holds it (no barrier across
@@ -149,6 +183,9 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"{nt} threads x ~{regs} registers (+8 slack) exceed the 64K register file")
     if cfg.shared_bytes(spec) > shared_limit:
         out.append(f"{cfg.shared_bytes(spec)} bytes of shared memory (at most {shared_limit // 1024} KiB)")
+    if cfg.resident(spec) and cfg.static_shared_bytes(spec) > STATIC_SHARED_BYTES:
+        out.append(f"{cfg.static_shared_bytes(spec)} bytes of static shared memory for a resident CTA's two copies of h "
+                   f"(at most {STATIC_SHARED_BYTES // 1024} KiB)")
     if cfg.num_ctas(spec) > num_sms:
         out.append(f"{cfg.num_ctas(spec)} CTAs cannot all be resident on {num_sms} SMs (one CTA per SM)")
     if cfg.weight_dtype not in ("float32", "float16"):

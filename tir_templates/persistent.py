@@ -6,6 +6,11 @@ memory for the runs of columns that do not fit: `Config.smem_runs`), then per ti
     -> store this CTA's slice of h(t) -> one barrier across the direction's CTAs
 (a counter in global memory, or the thread-block cluster's barrier; none when one CTA holds the
 direction, which may then also split the batch into independent tiles: `Config.batch_tile`).
+Such a resident CTA keeps h in shared memory, two copies by step parity, so that h(t) can be
+written while others still read h(t-1). With `Config.lane_updates` the lanes that summed a unit's
+gate rows update it from their registers; otherwise the sums meet in shared memory (`gs`) and
+the CTA's threads share the updates out. Step s+1's input projections are fetched at the top of
+step s, and the recurrent biases of a thread's units live in registers.
 
 GRU with linear_before_reset=0 needs r * h(t-1) of *every* unit before the candidate's GEMV.
 Either its step has two phases, each ending in a barrier (GRNN Fig. 7a): (1) the z and r rows'
@@ -40,7 +45,7 @@ from .spec import CellSpec
 GRID_BARRIER = r"""
 __device__ __forceinline__ void prnn_grid_barrier(unsigned int* counter, unsigned int target) {
   // Monotonic counter: one release-add per CTA, spin on acquire loads until every CTA arrived.
-  __syncthreads();
+  // The caller has just run __syncthreads (a TIR storage sync, which TVM's sync planner sees).
   if (threadIdx.x == 0) {
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(counter) : "memory");
     unsigned int seen;
@@ -116,27 +121,49 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     grid = cfg.barrier(spec) == "grid"  # CTAs of a direction meet at a counter in global memory
     cluster = cfg.barrier(spec) == "cluster"  # ... or at the thread-block cluster's hardware barrier
     VEC = 4 if H % 4 == 0 else 1  # float4 copies of h
-    # one CTA holds the whole direction: h(t) can stay in shared memory (not when r * h takes its place)
-    resident = cfg.barrier(spec) == "cta" and phases == 1 and not partial_sums
+    # one CTA holds the whole direction: h stays in shared memory, two copies by step parity
+    resident = cfg.resident(spec)
     # past 48 KiB, h(t-1) goes to dynamic shared memory (TVM's runtime raises the kernel's limit)
     SMEM = "global" if emulate else ("shared.dyn" if cfg.shared_bytes(spec) > STATIC_SHARED_BYTES else "shared")
-    UPT = (BC * TW + NT - 1) // NT  # (batch row, unit) pairs each thread updates per chunk
+    LANE = cfg.lane_updates(spec)  # lanes update their units from their own sums
+    UG = RPG // G if LANE else 0  # units per work group (lane updates)
+    UPT = cfg.updates_per_thread(spec)  # (batch row, unit) pairs each thread updates per chunk
+    FAST = not emulate  # CUDA's fast sigmoid (the llvm twin keeps expf and division)
     XR = G + 1  # per pair, in registers: the gates' input projections and C(t-1)
 
     def time_index(d, s, n_valid):
         return signature.time_index(spec, d, s, n_valid)
 
     def weight_row(cta, tx, q):
-        """Row of R (within direction) that register row q of thread tx holds."""
-        rr = (tx // WS) * RPG + q
-        return (GATE0 + rr // TW) * H + (cta % CPD) * TW + rr % TW
+        """Row of R (within direction) that register row q of thread tx holds: the group's rows
+        are gate-major, or (lane updates) unit-major, each unit's G gates together."""
+        if LANE:
+            gate, unit = q % G, (tx // WS) * UG + q // G
+        else:
+            gate, unit = ((tx // WS) * RPG + q) // TW, ((tx // WS) * RPG + q) % TW
+        return (GATE0 + gate) * H + (cta % CPD) * TW + unit
+
+    def gate_pos(g, jl):
+        """Where gate g of the CTA's unit jl sits in the dot results (`gs`, in work-group order)."""
+        return (jl // UG) * RPG + (jl % UG) * G + g if LANE else g * TW + jl
 
     def col(lane, i, v):
         """Column of R (and unit of h) that lane `lane` multiplies in its i-th run, element v."""
         return DV * (lane + WS * i) + v
 
-    def recurrent_parts(gs, rb, bi, d, jl, j):
-        return [gs[bi, g * TW + jl] + rb[d, g * H + j] for g in range(G)]
+    def recurrent_parts(gs, acc, rbr, row, tx, e, bi, jl):
+        """A pair's gate sums plus its recurrent biases. Lane updates on the GPU read the lane's
+        own accumulators (every lane holds the group's sums after the shuffle), picked by lane."""
+        if LANE and not emulate:
+            sums = []
+            for g in range(G):
+                v = acc[g * BC]
+                for p in range(1, UG * BC):  # lane p owns unit p % UG of batch row p // UG
+                    v = T.Select(tx % WS == p, acc[((p % UG) * G + g) * BC + p // UG], v)
+                sums.append(v)
+        else:
+            sums = [gs[bi, gate_pos(g, jl)] for g in range(G)]
+        return [sums[g] + rbr[row, e * G + g] for g in range(G)]
 
     def grid_size(n_b):
         """CTAs of the launch: a direction's tiles of units, times the batch tiles (if any)."""
@@ -169,11 +196,25 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
 
     def pair(cta, tx, e, ch):
         """(batch row, unit) that thread tx updates in its e-th slot of chunk ch."""
+        if LANE:
+            return ch * BC + chunk_row(tx, e), (cta % CPD) * TW + (tx // WS) * UG + tx % WS % UG
         q = e * NT + tx
         return ch * BC + q // TW, (cta % CPD) * TW + q % TW
 
+    def chunk_row(tx, e):
+        """The batch row (within its chunk) of thread tx's e-th pair."""
+        return tx % WS // UG if LANE else (e * NT + tx) // TW
+
     def owns(cta, tx, e, ch, n_b):
+        if LANE:
+            return T.And(T.And(tx // WS < NG, tx % WS < UG * BC), pair(cta, tx, e, ch)[0] < n_b)
         return T.And(e * NT + tx < BC * TW, pair(cta, tx, e, ch)[0] < n_b)
+
+    def owns_unit(cta, tx, e):
+        """Whether thread tx's e-th slot is a pair of some batch row (its unit exists)."""
+        if LANE:
+            return T.And(tx // WS < NG, tx % WS < UG * BC)
+        return e * NT + tx < BC * TW
 
     def valid_steps(lens, b, n_t):
         """Batch row b's sequence length, clamped to [0, T]."""
@@ -204,14 +245,22 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     @T.macro
     def load_h(hs, hb, cta, tx, slot, ch, n_b):
         """Exchange-buffer `slot` (h(t-1), or r * h(t-1)) of batch rows ch*BC .. ch*BC+BC-1 (all H
-        units) into shared memory: the rows are contiguous, so this is a flat, VEC-wide copy."""
-        hsf = T.decl_buffer((BC * H,), "float32", data=hs.data, scope=SMEM)
-        hbf = T.decl_buffer((SLOTS * D * n_b * H,), "float32", data=hb.data)
+        units) into shared memory, VEC-wide. Through `hb` itself, never a second view of it: nvcc
+        turns loads through a pointer the kernel never stores to into non-coherent (ld.global.nc)
+        loads, which may return what another thread or CTA overwrote earlier in the launch."""
         for e in range((BC * H // VEC + NT - 1) // NT):
             if T.Cast("int64", (e * NT + tx) * VEC) < T.min(n_b - ch * BC, T.int64(BC)) * H:
                 for v in T.vectorized(VEC):
-                    hsf[(e * NT + tx) * VEC + v] = hbf[((slot * D + dir_of(cta)) * n_b + ch * BC) * H
-                                                       + (e * NT + tx) * VEC + v]
+                    hs[(e * NT + tx) * VEC // H, (e * NT + tx) * VEC % H + v] = hb[
+                        slot, dir_of(cta), ch * BC + (e * NT + tx) * VEC // H, (e * NT + tx) * VEC % H + v]
+
+    @T.macro
+    def load_biases(rb, rbr, row, cta, tx):
+        """The recurrent biases of each pair's unit into registers, for the whole sequence."""
+        for e in T.unroll(UPT):
+            if owns_unit(cta, tx, e):
+                for g in T.unroll(G):
+                    rbr[row, e * G + g] = rb[dir_of(cta), g * H + pair(cta, tx, e, 0)[1]]
 
     @T.macro
     def load_lengths(lens, nv, row, cta, tx, ch, n_t, n_b):
@@ -240,31 +289,33 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         load_h(hs, hb, cta, tx, slot, ch, n_b)
 
     @T.macro
-    def update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, row, cta, tx, s, ch, n_b):
+    def update(rbr, p, y, yc, hb, hs, gs, acc, xr, hn, nv, row, cta, tx, s, ch, n_b, hs_next):
         """Each (batch row, unit) of the chunk has one owner thread: it applies the cell, keeps
-        C(t) in its register and yc, and stores h(t) into the exchange buffer, Y and `hn`."""
+        C(t) in its register and yc, and stores h(t) into the exchange buffer, Y, `hn` and, when
+        `hs_next` is not None (a resident CTA), into that shared copy of h."""
         for e in T.unroll(UPT):
             if owns(cta, tx, e, ch, n_b):
                 b, j = pair(cta, tx, e, ch)
-                bi = (e * NT + tx) // TW
+                bi = chunk_row(tx, e)
                 d = dir_of(cta)
                 if s < nv[row, e]:
                     if lstm:
                         xr[row, e * XR + G] = cells.lstm_cell_state(
                             spec, d, cells.gate_slice(xr, (row,), e * XR, 1, G),
-                            recurrent_parts(gs, rb, bi, d, j % TW, j), xr[row, e * XR + G],
-                            cells.gate_slice(p, (d,), j, H, 3))
+                            recurrent_parts(gs, acc, rbr, row, tx, e, bi, j % TW), xr[row, e * XR + G],
+                            cells.gate_slice(p, (d,), j, H, 3), FAST)
                         yc[d, b, j] = xr[row, e * XR + G]
-                    hb[(s + 1) % 2, d, b, j] = cells.hidden(
+                    hn[row, e] = cells.hidden(
                         spec, d, cells.gate_slice(xr, (row,), e * XR, 1, G),
-                        recurrent_parts(gs, rb, bi, d, j % TW, j), hs[bi, j], xr[row, e * XR + G],
-                        cells.gate_slice(p, (d,), j, H, 3))
-                    hn[row, e] = hb[(s + 1) % 2, d, b, j]
+                        recurrent_parts(gs, acc, rbr, row, tx, e, bi, j % TW), hs[bi, j], xr[row, e * XR + G],
+                        cells.gate_slice(p, (d,), j, H, 3), FAST)
                     y[time_index(d, s, nv[row, e]), d, b, j] = hn[row, e]
                 else:  # past this sequence's end: state carried, output zero
                     hn[row, e] = hs[bi, j]
-                    hb[(s + 1) % 2, d, b, j] = hn[row, e]
                     y[s, d, b, j] = T.float32(0)
+                hb[(s + 1) % 2, d, b, j] = hn[row, e]
+                if hs_next is not None:
+                    hs_next[bi, j] = hn[row, e]
 
     @T.macro
     def reset_phase(rb, yc, hb, hs, gs, xr, nv, row, cta, tx, s, ch, n_b):
@@ -374,13 +425,6 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 hm[bi, j % TW] = hn[row, e]
 
     @T.macro
-    def publish(hs, hn, row, cta, tx, ch, n_b):
-        """A resident CTA keeps h in shared memory: after everyone read h(t-1), h(t) replaces it."""
-        for e in T.unroll(UPT):
-            if owns(cta, tx, e, ch, n_b):
-                hs[(e * NT + tx) // TW, pair(cta, tx, e, ch)[1]] = hn[row, e]
-
-    @T.macro
     def advance(xr, xn, row):
         """Next step's prefetched input projections become this step's (C(t) stays)."""
         for e in T.unroll(UPT):
@@ -406,8 +450,9 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     @T.macro
     def dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, phase):
         """Partial dot products of the lane's weights (registers, then shared memory) with its
-        columns of h(t-1) (float4 shared loads), then a shuffle-sum over the work group's lanes
-        (outside any branch: every lane reaches it)."""
+        columns of h(t-1) (float4 shared loads), then a shuffle-sum over the
+        work group's lanes (outside any branch: every lane reaches it; every lane gets the sums),
+        into `gs` unless the lanes update their units themselves."""
         for a in T.unroll(RPG * BC):
             acc[a] = T.float32(0)
         if group_active((tx // WS) * RPG, phase):
@@ -433,7 +478,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             for bi in T.unroll(BC):
                 if WS > 1:
                     acc[q * BC + bi] = T.cuda.warp_sum(acc[q * BC + bi], WS)
-                if tx % WS == 0 and tx // WS < NG:
+                if not LANE and tx % WS == 0 and tx // WS < NG:
                     gs[bi, (tx // WS) * RPG + q] = acc[q * BC + bi]
 
     @T.macro
@@ -467,14 +512,15 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
 
     @T.macro
     def step_barrier(ws, cta, k):
-        """The one synchronisation per step: CTAs of one direction wait for each other."""
+        """The one synchronisation per step: CTAs of one direction wait for each other. It starts
+        with the CTA's own __syncthreads: every thread's h(t) is written, and every read of shared
+        memory done, before the next step overwrites it."""
+        T.tvm_storage_sync("shared")
         if grid:
             T.cuda.func_call("prnn_grid_barrier", T.address_of(ws[dir_of(cta)]),
                              T.Cast("uint32", k * CPD), source_code=GRID_BARRIER)
         elif cluster:  # barrier.cluster arrive (release) + wait (acquire): h(t) in global memory is visible
             T.cuda.cluster_sync()
-        else:
-            T.tvm_storage_sync("shared")
 
     @T.macro
     def emulated_barrier(ws, k):
@@ -492,7 +538,18 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         return 2 if phase == 2 else s % 2
 
     @T.macro
-    def emulated_phase(xw, wreg, wsm, rb, p, lens, y, yc, hb, xr, hn, nv, s, phase, n_t, n_b):
+    def emulated_step(xw, wreg, wsm, rbr, p, y, yc, hb, hs, hs_next, xr, xn, hn, nv, cta, s, n_t, n_b):
+        """`one_step` of one CTA (the one-chunk path), h(t-1) already in `hs`."""
+        gs = T.alloc_buffer((BC, GTW), "float32")
+        emulated_dot(hs, gs, wreg, wsm, cta, 0)
+        for tx in range(NT):
+            fetch(xw, None, xn, nv, cta * NT + tx, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
+            update(rbr, p, y, yc, hb, hs, gs, None, xr, hn, nv, cta * NT + tx, cta, tx, s, first_chunk(cta), n_b,
+                   hs_next)
+            advance(xr, xn, cta * NT + tx)
+
+    @T.macro
+    def emulated_phase(xw, wreg, wsm, rb, rbr, p, lens, y, yc, hb, xr, hn, nv, s, phase, n_t, n_b):
         """Step s's `phase` for every CTA and chunk (the chunked paths): inputs, dot products, then
         the phase's update (0: the cell's only phase; 1, 2: the two-phase GRU's)."""
         for cta in range(grid_size(n_b)):
@@ -505,17 +562,43 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 emulated_dot(hs, gs, wreg, wsm, cta, phase)
                 for tx in range(NT):
                     if phase == 0:
-                        update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
+                        update(rbr, p, y, yc, hb, hs, gs, None, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b, None)
                     elif phase == 1:
                         reset_phase(rb, yc, hb, hs, gs, xr, nv, cta * NT + tx, cta, tx, s, ch, n_b)
                     else:
                         candidate_phase(rb, y, yc, hb, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
 
     @T.macro
+    def one_step(xw, rbr, p, lens, y, yc, hb, ws, hs, hs_next, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+                 cta, tx, s, n_t, n_b):
+        """Step s when the CTA's batch rows are one chunk. A resident CTA (`hs_next` not None) reads
+        h(t-1) from `hs` and writes h(t) to `hs_next`; otherwise h(t-1) comes from the exchange buffer."""
+        fetch(xw, None, xn, nv, 0, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)  # in flight all step
+        # 2. h(t-1) into shared memory (a resident CTA already has it there)
+        if hs_next is None:
+            load_h(hs, hb, cta, tx, s % 2, first_chunk(cta), n_b)
+            T.tvm_storage_sync("shared")
+        # 3. partial dot products from registers, 4. shuffle reduction within the group
+        dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, 0)
+        if not LANE:
+            T.tvm_storage_sync("shared")
+        # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
+        update(rbr, p, y, yc, hb, hs, gs, acc, xr, hn, nv, 0, cta, tx, s, first_chunk(cta), n_b, hs_next)
+        advance(xr, xn, 0)
+        # 6. one barrier per step (it starts with a __syncthreads; a resident CTA needs only that)
+        if hs_next is not None:
+            T.tvm_storage_sync("shared")
+        else:
+            step_barrier(ws, cta, barrier_index(s, 1))
+
+    @T.macro
     def cta_program(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, cta, tx):
         """One CTA's whole sequence, thread tx's view (the CUDA kernel's body)."""
-        hs = T.alloc_buffer((BC, H), "float32", scope=SMEM)
-        gs = T.alloc_buffer((BC, GTW), "float32", scope="shared")
+        # a resident CTA's two copies of h stay in static shared memory: TVM merges dynamic shared
+        # allocations into one buffer, and its sync planner would then see the copies overlap
+        hs = T.alloc_buffer((BC, H), "float32", scope="shared" if resident else SMEM)
+        hs2 = T.alloc_buffer((BC, H) if resident else (1, 1), "float32", scope="shared")
+        gs = T.alloc_buffer((1, 1) if LANE else (BC, GTW), "float32", scope="shared")
         wreg = T.alloc_buffer((1, max(RPG * KR, 1)), WDT, scope="local")
         wsm = T.alloc_buffer((1, SR * RPG * DV, NT) if SR > 0 else (1, 1, 1), WDT, scope=SMEM if SR > 0 else "local")
         wt = T.alloc_buffer((RPG * DV if SR > 0 else 1,), WDT, scope="local")
@@ -523,6 +606,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         hv = T.alloc_buffer((DV,), "float32", scope="local")
         xr = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
         xn = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
+        rbr = T.alloc_buffer((1, UPT * G), "float32", scope="local")
         nv = T.alloc_buffer((1, UPT), "int64", scope="local")
         hn = T.alloc_buffer((1, UPT), "float32", scope="local")
         rs = T.alloc_buffer((BC, H) if partial_sums else (1, 1), "float32", scope=SMEM)
@@ -531,6 +615,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         sacc = T.alloc_buffer((1, 1), "float32", scope="local")
         # 1. this lane's slice of its work group's gate rows, in registers for the whole sequence
         load_weights(r, wreg, wsm, 0, 0, cta, tx)
+        load_biases(rb, rbr, 0, cta, tx)
         init_state(hb, h0, yc, c0, cta, tx, n_b)
         if partial_sums:  # ... and the CTA's columns of R_z, R_r, with step 0's partial sums
             load_partial_weights(r, wp, 0, cta, tx)
@@ -557,33 +642,28 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         elif one_chunk(n_b) and phases == 1:  # one chunk: step s+1's inputs are fetched while step s computes
             load_lengths(lens, nv, 0, cta, tx, first_chunk(cta), n_t, n_b)
             fetch(xw, yc, xr, nv, 0, cta, tx, 0, first_chunk(cta), n_t, n_b, True)
-            for s in range(n_t):
-                # 2. h(t-1) into shared memory (a resident CTA already has it there)
-                if not resident or s == 0:
-                    load_h(hs, hb, cta, tx, s % 2, first_chunk(cta), n_b)
+            if resident:  # h in shared memory for the whole sequence: steps in pairs, hs -> hs2 -> hs
+                load_h(hs, hb, cta, tx, 0, first_chunk(cta), n_b)
                 T.tvm_storage_sync("shared")
-                # 3. partial dot products from registers, 4. shuffle reduction within the group
-                dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, 0)
-                T.tvm_storage_sync("shared")
-                fetch(xw, yc, xn, nv, 0, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
-                # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
-                update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, first_chunk(cta), n_b)
-                advance(xr, xn, 0)
-                T.tvm_storage_sync("shared")
-                if resident:
-                    publish(hs, hn, 0, cta, tx, first_chunk(cta), n_b)
-                    T.tvm_storage_sync("shared")
-                # 6. one barrier per step (a single resident CTA already synced after its update)
-                if not resident:
-                    step_barrier(ws, cta, barrier_index(s, 1))
+                for s2 in range((n_t + 1) // 2):
+                    one_step(xw, rbr, p, lens, y, yc, hb, ws, hs, hs2, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+                             cta, tx, 2 * s2, n_t, n_b)
+                    if 2 * s2 + 1 < n_t:
+                        one_step(xw, rbr, p, lens, y, yc, hb, ws, hs2, hs, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+                                 cta, tx, 2 * s2 + 1, n_t, n_b)
+            else:
+                for s in range(n_t):
+                    one_step(xw, rbr, p, lens, y, yc, hb, ws, hs, None, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+                             cta, tx, s, n_t, n_b)
         elif phases == 1:  # the batch spans chunks: each chunk reloads its lengths, inputs and C(t-1)
             for s in range(n_t):
                 for ch in range((n_b + BC - 1) // BC):
                     chunk_inputs(xw, yc, lens, hb, hs, xr, nv, 0, cta, tx, s, ch, s % 2, n_t, n_b, True)
                     T.tvm_storage_sync("shared")
                     dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, 0)
-                    T.tvm_storage_sync("shared")
-                    update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, 0, cta, tx, s, ch, n_b)
+                    if not LANE:
+                        T.tvm_storage_sync("shared")
+                    update(rbr, p, y, yc, hb, hs, gs, acc, xr, hn, nv, 0, cta, tx, s, ch, n_b, None)
                     T.tvm_storage_sync("shared")
                 step_barrier(ws, cta, barrier_index(s, 1))
         else:  # two-phase GRU: z, r * h(t-1) -> barrier -> candidate, h(t) -> barrier
@@ -634,12 +714,14 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         hn = T.alloc_buffer((grid_size(n_b) * NT, UPT), "float32")
         wp = T.alloc_buffer((grid_size(n_b) * NT, max(PR * TW, 1)), WDT)
         sacc = T.alloc_buffer((grid_size(n_b) * NT, 1), "float32")
+        rbr = T.alloc_buffer((grid_size(n_b) * NT, UPT * G), "float32")
         wreg = T.alloc_buffer((grid_size(n_b) * NT, max(RPG * KR, 1)), WDT)
         wsm = T.alloc_buffer((grid_size(n_b), max(SR * RPG * DV, 1), NT), WDT)
         for i in range(WORKSPACE_WORDS):
             ws[i] = T.uint32(0)
         for cta, tx in T.grid(grid_size(n_b), NT):
             load_weights(r, wreg, wsm, cta * NT + tx, cta, cta, tx)
+            load_biases(rb, rbr, cta * NT + tx, cta, tx)
             init_state(hb, h0, yc, c0, cta, tx, n_b)
         if partial_sums:
             for cta in range(grid_size(n_b)):
@@ -674,29 +756,34 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             for cta, tx in T.grid(grid_size(n_b), NT):
                 load_lengths(lens, nv, cta * NT + tx, cta, tx, first_chunk(cta), n_t, n_b)
                 fetch(xw, yc, xr, nv, cta * NT + tx, cta, tx, 0, first_chunk(cta), n_t, n_b, True)
-            for s in range(n_t):  # a grid barrier sits between two iterations of this loop
+            if resident:  # CTAs never meet: each runs its steps in pairs, h kept in its two copies
                 for cta in range(grid_size(n_b)):
                     hs = T.alloc_buffer((BC, H), "float32")
-                    gs = T.alloc_buffer((BC, GTW), "float32")
+                    hs2 = T.alloc_buffer((BC, H), "float32")
                     for tx in range(NT):
-                        load_h(hs, hb, cta, tx, s % 2, first_chunk(cta), n_b)
-                    emulated_dot(hs, gs, wreg, wsm, cta, 0)
-                    for tx in range(NT):
-                        fetch(xw, yc, xn, nv, cta * NT + tx, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
-                        update(rb, p, y, yc, hb, hs, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, first_chunk(cta), n_b)
-                        advance(xr, xn, cta * NT + tx)
-                    for tx in range(NT):
-                        publish(hs, hn, cta * NT + tx, cta, tx, first_chunk(cta), n_b)
-                emulated_barrier(ws, barrier_index(s, 1))
+                        load_h(hs, hb, cta, tx, 0, first_chunk(cta), n_b)
+                    for s2 in range((n_t + 1) // 2):
+                        emulated_step(xw, wreg, wsm, rbr, p, y, yc, hb, hs, hs2, xr, xn, hn, nv, cta, 2 * s2, n_t, n_b)
+                        if 2 * s2 + 1 < n_t:
+                            emulated_step(xw, wreg, wsm, rbr, p, y, yc, hb, hs2, hs, xr, xn, hn, nv, cta, 2 * s2 + 1,
+                                          n_t, n_b)
+            else:
+                for s in range(n_t):  # a grid barrier sits between two iterations of this loop
+                    for cta in range(grid_size(n_b)):
+                        hs = T.alloc_buffer((BC, H), "float32")
+                        for tx in range(NT):
+                            load_h(hs, hb, cta, tx, s % 2, first_chunk(cta), n_b)
+                        emulated_step(xw, wreg, wsm, rbr, p, y, yc, hb, hs, None, xr, xn, hn, nv, cta, s, n_t, n_b)
+                    emulated_barrier(ws, barrier_index(s, 1))
         elif phases == 1:
             for s in range(n_t):
-                emulated_phase(xw, wreg, wsm, rb, p, lens, y, yc, hb, xr, hn, nv, s, 0, n_t, n_b)
+                emulated_phase(xw, wreg, wsm, rb, rbr, p, lens, y, yc, hb, xr, hn, nv, s, 0, n_t, n_b)
                 emulated_barrier(ws, barrier_index(s, 1))
         else:
             for s in range(n_t):
-                emulated_phase(xw, wreg, wsm, rb, p, lens, y, yc, hb, xr, hn, nv, s, 1, n_t, n_b)
+                emulated_phase(xw, wreg, wsm, rb, rbr, p, lens, y, yc, hb, xr, hn, nv, s, 1, n_t, n_b)
                 emulated_barrier(ws, barrier_index(s, 1))
-                emulated_phase(xw, wreg, wsm, rb, p, lens, y, yc, hb, xr, hn, nv, s, 2, n_t, n_b)
+                emulated_phase(xw, wreg, wsm, rb, rbr, p, lens, y, yc, hb, xr, hn, nv, s, 2, n_t, n_b)
                 emulated_barrier(ws, barrier_index(s, 2))
         for cta, tx in T.grid(grid_size(n_b), NT):
             final_state(yh, yc, hb, lens, cta, tx, n_t, n_b)

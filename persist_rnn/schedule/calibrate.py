@@ -54,6 +54,7 @@ def barrier_kernel(ctas: int, steps: int = BARRIER_STEPS, cluster: bool = False)
         for _cta in T.thread_binding(ctas, thread="blockIdx.x"):
             for _tx in T.thread_binding(BARRIER_THREADS, thread="threadIdx.x"):
                 for k in range(steps):
+                    T.tvm_storage_sync("shared")  # as the kernels' step barrier starts
                     T.cuda.func_call("prnn_grid_barrier", T.address_of(ws[0]), T.Cast("uint32", (k + 1) * ctas),
                                      source_code=GRID_BARRIER)
 

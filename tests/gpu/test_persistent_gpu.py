@@ -21,6 +21,7 @@ from persist_rnn.testing import (
     ort_run,
     reference,
 )
+from tir_templates.config import Config
 from tir_templates.spec import CellSpec
 
 pytestmark = pytest.mark.gpu
@@ -130,3 +131,18 @@ def test_matched_cell_loops_on_gpu(cell):
     compiled = persist_rnn.compile(model, "cuda", measure=False, unverified=True)
     assert [r.lowering for r in compiled.report()] == ["persistent"], compiled.report()
     assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= TOLERANCE["float32"]
+
+
+@pytest.mark.parametrize("op,direction,cfg", [
+    ("RNN", "reverse", Config(128, 4, 4, 1, batch_tile=1)),  # every lane of a group updates a unit
+    ("LSTM", "forward", Config(128, 4, 8, 1, batch_tile=1, smem_runs=4)),  # ... with weights in shared memory
+], ids=str)
+def test_resident_lane_updates_repeat_exactly(op, direction, cfg):
+    """A resident CTA whose lanes update their units, each (B, T) run three times: a stale read of
+    h would show as a run that differs (this is how reading h through a read-only view showed)."""
+    case = _layer_case(op, cfg.tile_units, direction)
+    compiled = persist_rnn.compile(reference(case)[0], "cuda", config=cfg)
+    for batch, steps in itertools.product(BATCHES, STEPS):
+        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
+        errors = [max_rel_error(compiled.run(feeds), want) for _ in range(3)]
+        assert max(errors) <= TOLERANCE["float32"], f"B={batch} T={steps}: {errors}"

@@ -161,3 +161,18 @@ def test_bidirectional_h1024_fits_with_shared_memory_weights(tmp_path):
     plan = plan_layer(spec, target, batch=20, measure=False)
     assert plan.config.smem_runs > 0 and plan.config.shared_bytes(spec) > 48 * 1024
     assert max(nvcc_stats(cuda_source(plan.kernel, "sm_90"), "sm_90", tmp_path)) == 0
+
+
+@pytest.mark.parametrize("cfg", [Config(32, 4, 2, 1), Config(16, 4, 4, 2, batch_tile=2)], ids=str)
+def test_exchange_buffer_loads_are_coherent(cfg, tmp_path):
+    """h(t-1) is read where other threads and CTAs wrote it in the same launch: never through a
+    read-only view that nvcc may turn into non-coherent ld.global.nc loads (a resident CTA's
+    copy went stale that way on the H100). Weights and inputs, read-only, may use them."""
+    hidden = cfg.tile_units if cfg.batch_tile else 2 * cfg.tile_units  # a resident CTA, or two behind a grid barrier
+    spec = CellSpec("lstm", hidden, hidden)
+    source = cuda_source(persistent_kernel(spec, cfg), "sm_90")
+    (tmp_path / "k.cu").write_text(source)
+    subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-o", str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")], check=True,
+                   capture_output=True)
+    ptx = (tmp_path / "k.ptx").read_text()
+    assert "ld.global.v4" in ptx and "ld.global.nc.v4" not in ptx  # h is the only float4 global load

@@ -4,6 +4,8 @@
 every barrier a phase boundary; it must agree with the reference scan for configs that split
 units across CTAs, rows across work groups, lanes across columns and batches across chunks, and
 its count of barrier arrivals must match every barrier's target (else the GPU would hang).
+Configs whose work groups hold whole units (rows_per_group a multiple of the gates, one pair per
+lane) take the lane-update path (`Config.lane_updates`); the others meet in shared memory.
 """
 from __future__ import annotations
 
@@ -60,7 +62,16 @@ CASES = [
     ("gru0", "reverse", 3, Config(16, 4, 4, 3, gru_barriers=1), {}),  # one CTA
     ("gru0", "forward", 3, Config(2, 8, 1, 4, gru_barriers=1), {}),  # 8 CTAs of 2 units
     ("gru0", "bidirectional", 3, Config(4, 16, 2, 3, "float16", gru_barriers=1), {}),  # fp16 weights
+    # lane updates beyond the ones above: three chunks over a grid, and every lane of a group busy
+    ("lstm", "forward", 5, Config(4, 4, 4, 2), dict(peepholes=True)),
+    ("lstm", "reverse", 3, Config(16, 4, 8, 2, batch_tile=2), {}),  # 2 units x 2 rows on 4 lanes
 ]
+
+
+def test_lane_updates_are_covered():
+    """Both update paths appear above: lanes updating their own units, and the shared-memory meet."""
+    lanes = [cfg.lane_updates(CellSpec(c.rstrip("0"), I, H, linear_before_reset=(c == "gru"))) for c, _, _, cfg, _ in CASES]
+    assert 6 <= sum(lanes) < len(lanes)
 
 
 @pytest.mark.parametrize("cell,direction,batch,cfg,flags", CASES, ids=lambda v: str(v))
