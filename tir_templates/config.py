@@ -31,6 +31,12 @@ from .spec import CellSpec
 TEMPLATE_VERSION = 2
 
 
+def two_phase(spec: CellSpec) -> bool:
+    """GRU with linear_before_reset=0: r * h(t-1) of every unit is needed before the candidate's
+    GEMV, so a step has two phases (or GRNN's partial sums)."""
+    return spec.cell == "gru" and not spec.linear_before_reset
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     tile_units: int  # TW: hidden units per CTA
@@ -45,14 +51,13 @@ class Config:
 
     def partial_sums(self, spec: CellSpec) -> bool:
         """GRNN's one-barrier GRU (see the module docstring)."""
-        return spec.cell == "gru" and not spec.linear_before_reset and self.gru_barriers == 1
+        return two_phase(spec) and self.gru_barriers == 1
 
     def lane_updates(self, spec: CellSpec) -> bool:
         """Whether the work groups' lanes apply the cell themselves (see the module docstring): the
         group holds whole units, at most one (unit, batch row) pair per lane, one phase a step."""
         units = self.rows_per_group // spec.num_gates
-        two_phase = spec.cell == "gru" and not spec.linear_before_reset
-        return (not two_phase and self.rows_per_group % spec.num_gates == 0
+        return (not two_phase(spec) and self.rows_per_group % spec.num_gates == 0
                 and units * self.batch_chunk <= self.group_size)
 
     def updates_per_thread(self, spec: CellSpec) -> int:
@@ -65,7 +70,7 @@ class Config:
     def resident(self, spec: CellSpec) -> bool:
         """One CTA holds the direction and the step has one phase: h stays in shared memory,
         double-buffered by step parity (when the CTA's batch rows fit one chunk)."""
-        return self.barrier(spec) == "cta" and not (spec.cell == "gru" and not spec.linear_before_reset)
+        return self.barrier(spec) == "cta" and not two_phase(spec)
 
     def row_gates(self, spec: CellSpec) -> int:
         """Gates whose rows the work groups hold: all, or only the candidate's with partial sums."""
@@ -183,7 +188,7 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"{nt} threads x ~{regs} registers (+8 slack) exceed the 64K register file")
     if cfg.shared_bytes(spec) > shared_limit:
         out.append(f"{cfg.shared_bytes(spec)} bytes of shared memory (at most {shared_limit // 1024} KiB)")
-    if cfg.resident(spec) and cfg.static_shared_bytes(spec) > STATIC_SHARED_BYTES:
+    if cfg.static_shared_bytes(spec) > STATIC_SHARED_BYTES:
         out.append(f"{cfg.static_shared_bytes(spec)} bytes of static shared memory for a resident CTA's two copies of h "
                    f"(at most {STATIC_SHARED_BYTES // 1024} KiB)")
     if cfg.num_ctas(spec) > num_sms:
@@ -193,7 +198,7 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
     if not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):
         out.append(f"smem_runs {cfg.smem_runs}: a lane has {cfg.cols_per_lane(spec) // cfg.column_run(spec)} runs of columns")
     if cfg.batch_tile and (cfg.ctas_per_direction(spec) != 1 or cfg.batch_tile != cfg.batch_chunk
-                           or (spec.cell == "gru" and not spec.linear_before_reset)):
+                           or two_phase(spec)):
         out.append(f"batch_tile {cfg.batch_tile}: batch tiles need one CTA per direction, batch_chunk equal to the "
                    "tile, and a cell with one phase a step (not GRU with linear_before_reset=0)")
     if cfg.cluster and not 1 < cfg.ctas_per_direction(spec) <= max_cluster:

@@ -38,7 +38,7 @@ import tvm
 from tvm.script import tirx as T
 
 from . import cells, signature
-from .config import STATIC_SHARED_BYTES, Config
+from .config import STATIC_SHARED_BYTES, Config, two_phase
 from .signature import WORKSPACE_WORDS, recurrence_func
 from .spec import CellSpec
 
@@ -67,11 +67,6 @@ class UnsupportedLayer(Exception):
 
 #: where the barrier-check flag lives in the emulated kernel's workspace
 BARRIER_FLAG_WORD = WORKSPACE_WORDS - 1
-
-
-def two_phase(spec: CellSpec) -> bool:
-    """GRU with linear_before_reset=0: two barriers per step (see the module docstring)."""
-    return spec.cell == "gru" and not spec.linear_before_reset
 
 
 def unverified_reason(spec: CellSpec, cfg: Config) -> str:
@@ -205,16 +200,15 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         """The batch row (within its chunk) of thread tx's e-th pair."""
         return tx % WS // UG if LANE else (e * NT + tx) // TW
 
-    def owns(cta, tx, e, ch, n_b):
-        if LANE:
-            return T.And(T.And(tx // WS < NG, tx % WS < UG * BC), pair(cta, tx, e, ch)[0] < n_b)
-        return T.And(e * NT + tx < BC * TW, pair(cta, tx, e, ch)[0] < n_b)
-
-    def owns_unit(cta, tx, e):
+    def owns_unit(tx, e):
         """Whether thread tx's e-th slot is a pair of some batch row (its unit exists)."""
         if LANE:
             return T.And(tx // WS < NG, tx % WS < UG * BC)
         return e * NT + tx < BC * TW
+
+    def owns(cta, tx, e, ch, n_b):
+        """Whether thread tx's e-th slot is a pair of chunk ch whose batch row exists."""
+        return T.And(owns_unit(tx, e), pair(cta, tx, e, ch)[0] < n_b)
 
     def valid_steps(lens, b, n_t):
         """Batch row b's sequence length, clamped to [0, T]."""
@@ -258,7 +252,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     def load_biases(rb, rbr, row, cta, tx):
         """The recurrent biases of each pair's unit into registers, for the whole sequence."""
         for e in T.unroll(UPT):
-            if owns_unit(cta, tx, e):
+            if owns_unit(tx, e):
                 for g in T.unroll(G):
                     rbr[row, e * G + g] = rb[dir_of(cta), g * H + pair(cta, tx, e, 0)[1]]
 
@@ -569,7 +563,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                         candidate_phase(rb, y, yc, hb, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
 
     @T.macro
-    def one_step(xw, rbr, p, lens, y, yc, hb, ws, hs, hs_next, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+    def one_step(xw, rbr, p, y, yc, hb, ws, hs, hs_next, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
                  cta, tx, s, n_t, n_b):
         """Step s when the CTA's batch rows are one chunk. A resident CTA (`hs_next` not None) reads
         h(t-1) from `hs` and writes h(t) to `hs_next`; otherwise h(t-1) comes from the exchange buffer."""
@@ -646,14 +640,14 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 load_h(hs, hb, cta, tx, 0, first_chunk(cta), n_b)
                 T.tvm_storage_sync("shared")
                 for s2 in range((n_t + 1) // 2):
-                    one_step(xw, rbr, p, lens, y, yc, hb, ws, hs, hs2, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+                    one_step(xw, rbr, p, y, yc, hb, ws, hs, hs2, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
                              cta, tx, 2 * s2, n_t, n_b)
                     if 2 * s2 + 1 < n_t:
-                        one_step(xw, rbr, p, lens, y, yc, hb, ws, hs2, hs, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+                        one_step(xw, rbr, p, y, yc, hb, ws, hs2, hs, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
                                  cta, tx, 2 * s2 + 1, n_t, n_b)
             else:
                 for s in range(n_t):
-                    one_step(xw, rbr, p, lens, y, yc, hb, ws, hs, None, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+                    one_step(xw, rbr, p, y, yc, hb, ws, hs, None, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
                              cta, tx, s, n_t, n_b)
         elif phases == 1:  # the batch spans chunks: each chunk reloads its lengths, inputs and C(t-1)
             for s in range(n_t):
