@@ -1,14 +1,17 @@
-"""Where a compiled layer's time goes: the input-projection GEMM (TVM's default GPU schedule)
-against the whole layer, for the small layers where cuDNN is close (needs torch and a GPU).
+"""Where a compiled layer's time goes, on GRNN's grid (needs torch and a GPU).
 
-    python benchmarks/breakdown.py --tuning-log docs/data/tune-h100.jsonl
+    python benchmarks/breakdown.py --tuning-log docs/data/tune-h100.jsonl [--cells LSTM --hidden 64]
 
-Prints, per layer: whole layer ms (persist_rnn's VM call), GEMM-alone ms (the same matmul + bias
-built by itself), their difference (persistent kernel, launches) and cuDNN fp32 graph ms.
+Prints one JSON line per layer (T=100, input = hidden): `whole_ms`, the compiled layer through
+TVM's VM; `default_gemm_ms`, the input projection alone as TVM's default schedule builds it (what
+persist_rnn's tiled GEMM replaces); `kernel_ms`, the
+persistent kernel alone with the layer's config; and cuDNN fp32 in a CUDA graph. What is left of
+`whole_ms` after the GEMM and the kernel is launches, gaps and the graph's other operators.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -52,23 +55,48 @@ def gemm_ms(rows: int, cols_in: int, cols_out: int) -> float:
     return cuda_ms(lambda: vm["main"](*args))
 
 
+def kernel_ms(cell: str, hidden: int, batch: int, config: dict, seq_len: int = 100) -> float:
+    """The persistent kernel alone, on random inputs, with `config`."""
+    import tvm
+
+    from persist_rnn.schedule.measure import build_kernel, kernel_arrays
+    from tir_templates.config import Config
+    from tir_templates.persistent import persistent_kernel
+    from tir_templates.spec import CellSpec
+
+    spec = CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU")  # as torch's GRU
+    cfg = Config.from_dict(config)
+    lib = build_kernel(persistent_kernel(spec, cfg), tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    dev = tvm.cuda(0)
+    args = [tvm.runtime.tensor(a, dev) for a in kernel_arrays(spec, batch, seq_len, slots=cfg.exchange_slots(spec))]
+    return cuda_ms(lambda: lib["main"](*args))
+
+
 def main():
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tuning-log")
+    ap.add_argument("--cells", nargs="+", default=["LSTM", "GRU"])
+    ap.add_argument("--hidden", nargs="+", type=int, default=[64, 256, 1024])
+    ap.add_argument("--batch", nargs="+", type=int, default=[1, 10, 20])
     args = ap.parse_args()
-    print("layer | whole ms | GEMM ms | rest ms | cuDNN fp32 graph ms")
-    for op, hidden, batch in (("LSTM", 64, 1), ("LSTM", 64, 10), ("LSTM", 64, 20), ("GRU", 64, 10)):
-        layer = torch_layer(op, hidden, seed=hidden + batch)
-        x = torch.randn(100, batch, hidden, device="cuda")
-        torch.backends.cudnn.allow_tf32 = False
-        cudnn = cudnn_ms(layer, x)[1]
-        compiled = persist_rnn.compile(onnx_from_torch(op, layer, 100, batch), "cuda", tuning_log=args.tuning_log)
-        whole = compiled_ms(compiled, {"X": x.cpu().numpy()})
-        gates = {"LSTM": 4, "GRU": 3}[op]
-        gemm = gemm_ms(100 * batch, hidden, gates * hidden)
-        print(f"{op} H={hidden} B={batch} | {whole:.4f} | {gemm:.4f} | {whole - gemm:.4f} | {cudnn:.4f}", flush=True)
+    for op in args.cells:
+        for hidden in args.hidden:
+            for batch in args.batch:
+                layer = torch_layer(op, hidden, seed=hidden + batch)
+                x = torch.randn(100, batch, hidden, device="cuda")
+                torch.backends.cudnn.allow_tf32 = False
+                model = onnx_from_torch(op, layer, 100, batch)
+                feeds = {"X": x.cpu().numpy()}
+                compiled = persist_rnn.compile(model, "cuda", tuning_log=args.tuning_log)
+                config = compiled.report()[0].config
+                gates = {"LSTM": 4, "GRU": 3}[op]
+                row = {"cell": op, "hidden": hidden, "batch": batch, "whole_ms": compiled_ms(compiled, feeds),
+                       "default_gemm_ms": gemm_ms(100 * batch, hidden, gates * hidden),
+                       "kernel_ms": kernel_ms(op, hidden, batch, config), "cudnn_fp32_graph_ms": cudnn_ms(layer, x)[1],
+                       "config": config}
+                print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

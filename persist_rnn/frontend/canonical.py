@@ -1,4 +1,5 @@
-"""The canonical recurrent form: one input-projection GEMM, then one call to the reference scan.
+"""The canonical recurrent form: one input-projection GEMM (a call to the projection reference),
+then one call to the reference scan.
 
 The scan's PrimFunc carries the layer's CellSpec as a function attribute; this is the shape the
 PersistentRNN pass looks for.

@@ -12,6 +12,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
+from tir_templates.projection import projection_reference
 from tir_templates.spec import CellSpec
 
 from ..errors import node_error
@@ -141,12 +142,15 @@ def read_layer(bb, op: str, inputs, attr: dict) -> RecurrentLayer:
 
 
 def input_projection(bb, layer: RecurrentLayer):
-    """X @ W^T + Wb for every step and direction as one GEMM: (T, B, D, G*H), off the critical path."""
+    """X @ W^T + Wb for every step and direction as one GEMM: (T, B, D, G*H), off the critical path.
+    A call to the projection reference, which the PersistentRNN pass swaps for a tiled CUDA GEMM."""
     spec = layer.spec
     D, GH, I = spec.num_directions, spec.num_gates * spec.hidden_size, spec.input_size
     w_t = bb.emit(relax.op.permute_dims(relax.op.reshape(layer.w, (D * GH, I)), [1, 0]))
     x2 = bb.emit(relax.op.reshape(layer.x, (layer.seq_len * layer.batch, I)))
-    xw = bb.emit(relax.op.add(relax.op.matmul(x2, w_t), relax.op.reshape(layer.wb, (D * GH,))))
+    b = bb.emit(relax.op.reshape(layer.wb, (D * GH,)))
+    gvar = bb.add_func(projection_reference(I, D * GH), "persist_rnn_projection")
+    xw = bb.emit(relax.call_tir(gvar, [x2, w_t, b], relax.TensorType((layer.seq_len * layer.batch, D * GH), "float32")))
     return bb.emit(relax.op.reshape(xw, (layer.seq_len, layer.batch, D, GH)))
 
 

@@ -8,6 +8,8 @@ except that a kernel may want a longer exchange buffer (GRU's partial sums: `exc
 which is then written into its call sites.
 What cannot be made persistent keeps the reference scan (re-targeted to the target's variant),
 and the reason is recorded where `report()` reads it.
+On CUDA the layers' input projections (the importer's projection reference) become the tiled
+GEMM of tir_templates.projection, tiled for the call site's rows when they are static.
 """
 from __future__ import annotations
 
@@ -16,11 +18,13 @@ import json
 import tvm
 from tvm import relax
 
+from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
 
 from ..report import CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR
+from ..schedule.gpu import gpu_model
 from ..schedule.planner import plan_layer
 from .match_cells import MatchCells
 
@@ -31,20 +35,45 @@ def recurrences(mod: tvm.IRModule):
             yield gv, func, CellSpec.from_json(str(func.attrs[ATTR_KEY]))
 
 
-def call_site_batches(mod: tvm.IRModule) -> dict:
-    """GlobalVar name -> static batch size seen at its call_tir sites (None if symbolic)."""
+def projections(mod: tvm.IRModule):
+    """(GlobalVar, K, N) of each input projection still in its reference form."""
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and PROJECTION_ATTR in func.attrs:
+            shape = json.loads(str(func.attrs[PROJECTION_ATTR]))
+            if "tile" not in shape:
+                yield gv, shape["K"], shape["N"]
+
+
+def _call_tir_sites(mod: tvm.IRModule):
     call_tir = tvm.ir.Op.get("relax.call_tir")
-    out = {}
-    for _, func in mod.functions.items():
+    for func in mod.functions.values():
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
             continue
         for block in func.body.blocks:
             for binding in block.bindings:
                 v = binding.value
                 if isinstance(v, relax.Call) and v.op.same_as(call_tir):
-                    xw = v.args[1].fields[0]
-                    b = xw.ty.shape[1] if isinstance(xw.ty, relax.TensorType) and xw.ty.shape is not None else None
-                    out[v.args[0].name_hint] = int(b) if isinstance(b, tvm.tirx.IntImm) else None
+                    yield v
+
+
+def _static_dim(ty, axis: int):
+    d = ty.shape[axis] if isinstance(ty, relax.TensorType) and ty.shape is not None else None
+    return int(d) if isinstance(d, tvm.tirx.IntImm) else None
+
+
+def call_site_batches(mod: tvm.IRModule) -> dict:
+    """GlobalVar name -> static batch size seen at its call_tir sites (None if symbolic)."""
+    return {v.args[0].name_hint: _static_dim(v.args[1].fields[0].ty, 1) for v in _call_tir_sites(mod)}
+
+
+def call_site_rows(mod: tvm.IRModule) -> dict:
+    """GlobalVar name -> static row count of its first argument at its call_tir sites (None if
+    symbolic, or if two sites differ)."""
+    out = {}
+    for v in _call_tir_sites(mod):
+        rows = _static_dim(v.args[1].fields[0].ty, 0)
+        name = v.args[0].name_hint
+        out[name] = rows if out.get(name, rows) == rows else None
     return out
 
 
@@ -113,6 +142,11 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 if plan.config.exchange_slots(spec) != EXCHANGE_SLOTS:
                     slots[gv.name_hint] = plan.config.exchange_slots(spec)
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
+        if target.kind.name == "cuda":  # input projections: the tiled GEMM
+            rows = call_site_rows(mod)
+            num_sms = gpu_model(str(target.attrs.get("arch", "sm_90"))).num_sms
+            for gv, K, N in list(projections(mod)):
+                mod[gv] = projection_kernel(K, N, choose_tile(rows.get(gv.name_hint), N, num_sms))
         return _resize_exchange(mod, slots) if slots else mod
 
     return _pass

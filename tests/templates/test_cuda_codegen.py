@@ -20,6 +20,7 @@ from persist_rnn.schedule.planner import plan_layer
 from persist_rnn.schedule.space import candidate_configs
 from tir_templates.config import Config
 from tir_templates.persistent import persistent_kernel
+from tir_templates.projection import projection_kernel
 from tir_templates.reference import reference_scan
 from tir_templates.spec import CellSpec
 
@@ -176,3 +177,11 @@ def test_exchange_buffer_loads_are_coherent(cfg, tmp_path):
                    capture_output=True)
     ptx = (tmp_path / "k.ptx").read_text()
     assert "ld.global.v4" in ptx and "ld.global.nc.v4" not in ptx  # h is the only float4 global load
+
+
+@pytest.mark.parametrize("K,N,tile", [(1024, 4096, (128, 128)), (64, 192, (64, 64)), (6, 18, (128, 128))], ids=str)
+def test_projection_kernel_compiles_without_spills(K, N, tile, tmp_path):
+    """The tiled GEMM: float4 loads where K and N allow them, its 8 x 8 accumulators in registers."""
+    source = cuda_source(projection_kernel(K, N, tile), "sm_90")
+    assert ("*(float4*)(x_ptr" in source) == (K % 4 == 0)  # global loads of x; shared reads are float4 always
+    assert max(nvcc_stats(source, "sm_90", tmp_path)) == 0

@@ -1,0 +1,86 @@
+"""The input projection: the tiled GEMM's CPU twin against numpy, the reference through TVM's
+default pipelines, the tile rule, and the PersistentRNN pass swapping it in on CUDA only."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from persist_rnn.frontend import from_onnx
+from persist_rnn.testing import LayerCase, make_model
+from persist_rnn.transform import PersistentRNN
+from tir_templates.projection import (
+    PROJECTION_ATTR,
+    choose_tile,
+    emulated_projection_kernel,
+    projection_reference,
+)
+
+#: (M, K, N, tile): ragged M; N not a multiple of a tile (GRU's 192); K and N not multiples of 4 (scalar loads)
+SHAPES = [(100, 64, 256, (128, 128)), (65, 40, 192, (64, 64)), (37, 12, 20, (64, 64)), (130, 6, 18, (128, 128))]
+
+
+def operands(M, K, N):
+    rng = np.random.default_rng(M + K + N)
+    return [rng.standard_normal(s).astype("float32") for s in ((M, K), (K, N), (N,))]
+
+
+def projection_module(func, M, K, N):
+    """A Relax function calling `func` as the importer does: out = call_tir(func, [x, w_t, b])."""
+    bb = relax.BlockBuilder()
+    x, w, b = (relax.Var(n, relax.TensorType(s, "float32")) for n, s in (("x", (M, K)), ("w", (K, N)), ("b", (N,))))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            gv = bb.add_func(func, "projection")
+            out = bb.emit_output(relax.call_tir(gv, [x, w, b], relax.TensorType((M, N), "float32")))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("M,K,N,tile", SHAPES, ids=str)
+def test_emulated_projection_matches_numpy(M, K, N, tile):
+    """Every thread's loads, shared-memory staging and 8 x 8 outer products, run serially."""
+    x, w, b = operands(M, K, N)
+    func = emulated_projection_kernel(K, N, tile).with_attr("global_symbol", "main")
+    lib = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
+    out = tvm.runtime.tensor(np.full((M, N), np.nan, "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), tvm.runtime.tensor(b), out)
+    np.testing.assert_allclose(out.numpy(), x.astype("float64") @ w + b, rtol=0, atol=1e-4 * np.abs(x @ w).max())
+
+
+def test_reference_projection_runs_on_cpu_and_builds_for_cuda():
+    """The importer's form: TVM's default llvm pipeline runs it, its default CUDA one (dlight) builds it."""
+    M, K, N = 37, 12, 20
+    x, w, b = operands(M, K, N)
+    mod = projection_module(projection_reference(K, N), M, K, N)
+    with tvm.transform.PassContext(opt_level=3):
+        vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+        tvm.compile(mod, target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    got = vm["main"](*(tvm.runtime.tensor(a) for a in (x, w, b))).numpy()
+    np.testing.assert_allclose(got, x @ w + b, rtol=1e-5, atol=1e-5)
+
+
+def test_tile_rule():
+    """Whole waves of 128 x 128 CTAs (two an SM) take the big tile; ragged or small grids the small one."""
+    assert choose_tile(1000, 4096, 132) == (128, 128)  # 256 CTAs of 264 slots
+    assert choose_tile(1000, 3072, 132) == (64, 64)  # 192: three quarters of a wave
+    assert choose_tile(100, 4096, 132) == (64, 64)
+    assert choose_tile(None, 256, 132) == (128, 128)
+
+
+@pytest.mark.parametrize("kind", ["cuda", "llvm"])
+def test_pass_swaps_projection_on_cuda_only(kind):
+    """PersistentRNN replaces the projection reference by the tiled kernel for CUDA, with the
+    tile of the call site's static rows; an llvm build keeps the reference."""
+    case = LayerCase(op="GRU", hidden_size=16, input_size=12, seq_len=10, batch=10, linear_before_reset=1)
+    model, _ = make_model(case)
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"} if kind == "cuda" else {"kind": "llvm"})
+    mod = PersistentRNN(target, config={"tile_units": 16, "group_size": 4, "rows_per_group": 3, "batch_chunk": 10})(
+        from_onnx(model, target_kind=kind))
+    shapes = [json.loads(str(f.attrs[PROJECTION_ATTR])) for _, f in mod.functions.items()
+              if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and PROJECTION_ATTR in f.attrs]
+    want = {"K": 12, "N": 48, "tile": [64, 64]} if kind == "cuda" else {"K": 12, "N": 48}
+    assert shapes == [want]
