@@ -237,3 +237,17 @@ def _keras_gru_step(mk, x_t, h):
     z, r = gate("z", "Sigmoid", h), gate("r", "Sigmoid", h)
     n = gate("n", "Tanh", mk("Mul", [r, h], "rh"))
     return mk("Add", [mk("Mul", [z, h], "zh"), mk("Mul", [mk("Sub", ["one", z], "omz"), n], "zn")], "h")
+
+
+def projection_module(func, M, K, N):
+    """A Relax function calling `func` as the importer does: out = call_tir(func, [x, w_t, b])."""
+    from tvm import relax  # here: the ONNX builders above need no TVM
+
+    bb = relax.BlockBuilder()
+    x, w, b = (relax.Var(n, relax.TensorType(s, "float32")) for n, s in (("x", (M, K)), ("w", (K, N)), ("b", (N,))))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            gv = bb.add_func(func, "projection")
+            out = bb.emit_output(relax.call_tir(gv, [x, w, b], relax.TensorType((M, N), "float32")))
+        bb.emit_func_output(out)
+    return bb.get()

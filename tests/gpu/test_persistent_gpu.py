@@ -153,9 +153,10 @@ def test_projection_matches_numpy_on_gpu(tile):
     """The tiled input-projection GEMM (both tiles; None: the reference through TVM's default CUDA
     schedule, what persistent=False builds) on ragged shapes against numpy."""
     import tvm
-    from templates.test_projection import operands, projection_module
+    from templates.test_projection import operands
     from tvm import relax
 
+    from persist_rnn.testing import projection_module
     from tir_templates.projection import projection_kernel, projection_reference
 
     for M, K, N in ((1000, 64, 256), (130, 6, 18), (65, 40, 192), (300, 1024, 4096)):

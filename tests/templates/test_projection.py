@@ -10,7 +10,7 @@ import tvm
 from tvm import relax
 
 from persist_rnn.frontend import from_onnx
-from persist_rnn.testing import LayerCase, make_model
+from persist_rnn.testing import LayerCase, make_model, projection_module
 from persist_rnn.transform import PersistentRNN
 from tir_templates.projection import (
     PROJECTION_ATTR,
@@ -26,18 +26,6 @@ SHAPES = [(100, 64, 256, (128, 128)), (65, 40, 192, (64, 64)), (37, 12, 20, (64,
 def operands(M, K, N):
     rng = np.random.default_rng(M + K + N)
     return [rng.standard_normal(s).astype("float32") for s in ((M, K), (K, N), (N,))]
-
-
-def projection_module(func, M, K, N):
-    """A Relax function calling `func` as the importer does: out = call_tir(func, [x, w_t, b])."""
-    bb = relax.BlockBuilder()
-    x, w, b = (relax.Var(n, relax.TensorType(s, "float32")) for n, s in (("x", (M, K)), ("w", (K, N)), ("b", (N,))))
-    with bb.function("main", [x, w, b]):
-        with bb.dataflow():
-            gv = bb.add_func(func, "projection")
-            out = bb.emit_output(relax.call_tir(gv, [x, w, b], relax.TensorType((M, N), "float32")))
-        bb.emit_func_output(out)
-    return bb.get()
 
 
 @pytest.mark.parametrize("M,K,N,tile", SHAPES, ids=str)

@@ -1,0 +1,57 @@
+"""The input-projection GEMM alone on the GPU: TVM's default schedule of the projection reference
+against the tiled template with each tile, on the grid's shapes (M = T*B, K = I, N = G*H).
+
+    python benchmarks/projection_sweep.py > docs/data/projection-sweep-h100.jsonl
+
+One JSON line per shape: microseconds per call through TVM's VM (key "None": the default
+schedule; else the tile) and each one's max error relative to a float64 numpy product. Needs
+torch (CUDA events) and a GPU.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from persist_rnn.bench import cuda_ms
+from persist_rnn.testing import projection_module
+from tir_templates.projection import TILES, projection_kernel, projection_reference
+
+SHAPES = [(100, 64, 256), (1000, 64, 256), (2000, 64, 256), (1000, 64, 192), (100, 256, 1024), (1000, 256, 1024),
+          (2000, 256, 1024), (100, 1024, 4096), (1000, 1024, 4096), (2000, 1024, 4096), (1000, 1024, 3072),
+          (2000, 1024, 3072), (2000, 256, 768)]
+
+
+def time_variant(M, K, N, tile, operands):
+    """(microseconds per call, relative error) of one variant on `operands`."""
+    import tvm
+    from tvm import relax
+
+    func = projection_reference(K, N) if tile is None else projection_kernel(K, N, tile)
+    with tvm.transform.PassContext(opt_level=3):
+        ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    dev = tvm.cuda(0)
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(a, dev) for a in operands]
+    want = operands[0].astype("float64") @ operands[1] + operands[2]
+    err = float(np.abs(vm["main"](*args).numpy() - want).max() / np.abs(want).max())
+    return cuda_ms(lambda: vm["main"](*args)) * 1000, err
+
+
+def main():
+    for M, K, N in SHAPES:
+        rng = np.random.default_rng(0)
+        operands = [rng.standard_normal(s).astype("float32") for s in ((M, K), (K, N), (N,))]
+        row = {"shape": [M, K, N]}
+        for tile in (None, *TILES):
+            us, err = time_variant(M, K, N, tile, operands)
+            row[str(tile)], row[str(tile) + "_err"] = round(us, 1), err
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
