@@ -4,9 +4,9 @@
 
 Prints one JSON line per layer (T=100, input = hidden): `whole_ms`, the compiled layer through
 TVM's VM; `default_gemm_ms`, the input projection alone as TVM's default schedule builds it (what
-persist_rnn's tiled GEMM replaces); `kernel_ms`, the
-persistent kernel alone with the layer's config; and cuDNN fp32 in a CUDA graph. What is left of
-`whole_ms` after the GEMM and the kernel is launches, gaps and the graph's other operators.
+persist_rnn's tiled GEMM replaces); `kernel_ms`, the persistent kernel alone with the layer's
+config; and cuDNN fp32 in a CUDA graph. What is left of `whole_ms` after the projection and the
+kernel is launches, gaps and the graph's other operators.
 """
 from __future__ import annotations
 

@@ -71,21 +71,29 @@ def _build(K: int, N: int, tile: tuple[int, int], emulate: bool) -> tvm.tirx.Pri
     def cols(t, j):
         return (j // 4) * (BN // 2) + (t % NTX) * 4 + j % 4
 
+    def x_vector(e, t):
+        """(row, k) within the tile of thread t's e-th vector of x: VK consecutive k of one row."""
+        return (e * NT + t) // (BK // VK), (e * NT + t) % (BK // VK) * VK
+
+    def w_vector(e, t):
+        """(k, column) within the tile of thread t's e-th vector of w_t: VN consecutive columns."""
+        return (e * NT + t) // (BN // VN), (e * NT + t) % (BN // VN) * VN
+
     @T.macro
     def fetch(x, w, ra, rb, reg, by, bx, t, kt, n_m):
         """Thread t's share of k-tile kt of x and w_t into its registers (zeros outside). A vector
         is wholly inside or outside: VK divides K and VN divides N."""
         for e in T.unroll(A_LOADS):
-            if T.And(by * BM + (e * NT + t) // (BK // VK) < n_m, kt * BK + (e * NT + t) % (BK // VK) * VK < K):
+            if T.And(by * BM + x_vector(e, t)[0] < n_m, kt * BK + x_vector(e, t)[1] < K):
                 for v in T.vectorized(VK):
-                    ra[reg, e * VK + v] = x[by * BM + (e * NT + t) // (BK // VK), kt * BK + (e * NT + t) % (BK // VK) * VK + v]
+                    ra[reg, e * VK + v] = x[by * BM + x_vector(e, t)[0], kt * BK + x_vector(e, t)[1] + v]
             else:
                 for v in T.vectorized(VK):
                     ra[reg, e * VK + v] = T.float32(0)
         for e in T.unroll(B_LOADS):
-            if T.And(kt * BK + (e * NT + t) // (BN // VN) < K, bx * BN + (e * NT + t) % (BN // VN) * VN < N):
+            if T.And(kt * BK + w_vector(e, t)[0] < K, bx * BN + w_vector(e, t)[1] < N):
                 for v in T.vectorized(VN):
-                    rb[reg, e * VN + v] = w[kt * BK + (e * NT + t) // (BN // VN), bx * BN + (e * NT + t) % (BN // VN) * VN + v]
+                    rb[reg, e * VN + v] = w[kt * BK + w_vector(e, t)[0], bx * BN + w_vector(e, t)[1] + v]
             else:
                 for v in T.vectorized(VN):
                     rb[reg, e * VN + v] = T.float32(0)
@@ -95,10 +103,10 @@ def _build(K: int, N: int, tile: tuple[int, int], emulate: bool) -> tvm.tirx.Pri
         """Registers into shared memory: x transposed (k-major), w_t as it is."""
         for e in T.unroll(A_LOADS):
             for v in T.unroll(VK):
-                a_s[(e * NT + t) % (BK // VK) * VK + v, (e * NT + t) // (BK // VK)] = ra[reg, e * VK + v]
+                a_s[x_vector(e, t)[1] + v, x_vector(e, t)[0]] = ra[reg, e * VK + v]
         for e in T.unroll(B_LOADS):
             for v in T.vectorized(VN):
-                b_s[(e * NT + t) // (BN // VN), (e * NT + t) % (BN // VN) * VN + v] = rb[reg, e * VN + v]
+                b_s[w_vector(e, t)[0], w_vector(e, t)[1] + v] = rb[reg, e * VN + v]
 
     @T.macro
     def outer_products(a_s, b_s, acc, av, bv, reg, t):
