@@ -20,6 +20,15 @@ When a work group holds *all* gate rows of its units (`rows_per_group` a multipl
 and has a lane for each (unit, batch row) pair it owns, its lanes apply the cell straight from
 the shuffle's sums (`lane_updates`): the gate sums never go through shared memory, and the step
 saves a `__syncthreads` (one per step in all for a CTA that holds its direction).
+
+With `mma_k_split` > 0 the dot products run on the tensor cores instead, with fp32 accuracy
+(3xTF32: each operand split into a TF32 high part and the TF32 remainder, three `mma.sync`
+m16n8k8 products, the remainders' product dropped): each warp holds one 16-row tile of the
+CTA's gate rows over 1/`mma_k_split` of the columns as mma A fragments in registers, h(t-1) of
+the chunk is the B operand (batch rows padded to 8), and the `mma_k_split` warps of a row tile
+leave partial sums in shared memory that the updating threads add. The tensor cores pay off at
+larger batches, where the FMA units' version is bound by shared-memory loads of h;
+`group_size` and `rows_per_group` are then 32 and 16 (a warp, a row tile) and unused otherwise.
 """
 from __future__ import annotations
 
@@ -27,8 +36,9 @@ import dataclasses
 
 from .spec import CellSpec
 
-#: 2: lane updates, shared-memory h double-buffered in a resident CTA, fast sigmoid
-TEMPLATE_VERSION = 2
+#: 2: lane updates, shared-memory h double-buffered in a resident CTA, fast sigmoid;
+#: 3: tensor-core configs (`mma_k_split`), the FMA-unit kernels unchanged
+TEMPLATE_VERSION = 3
 
 
 def two_phase(spec: CellSpec) -> bool:
@@ -48,6 +58,31 @@ class Config:
     cluster: bool = False  # a direction's CTAs form one thread-block cluster (Hopper; at most 8)
     batch_tile: int = 0  # > 0: one CTA holds a direction, and each tile of this many batch rows gets its own
     smem_runs: int = 0  # of each lane's runs of columns (column_run wide), how many live in shared memory
+    mma_k_split: int = 0  # > 0: tensor-core dot products, this many warps splitting the columns of a row tile
+
+    def tensor_cores(self) -> bool:
+        return self.mma_k_split > 0
+
+    def row_tiles(self, spec: CellSpec) -> int:
+        """16-row tiles of the CTA's gate rows (tensor cores: one per warp of a column split)."""
+        return self.row_gates(spec) * self.tile_units // MMA_M
+
+    def k_tiles_per_warp(self, spec: CellSpec) -> int:
+        """8-column k-tiles of R each warp holds (tensor cores)."""
+        return spec.hidden_size // MMA_K // self.mma_k_split
+
+    def n_tiles(self) -> int:
+        """8-wide tiles of the batch chunk (tensor cores: the mma's N, padded)."""
+        return -(-self.batch_chunk // MMA_N)
+
+    def h_rows(self) -> int:
+        """Rows of the shared copy of h: the chunk, padded to whole n-tiles with tensor cores."""
+        return self.n_tiles() * MMA_N if self.tensor_cores() else self.batch_chunk
+
+    def h_stride(self, spec: CellSpec) -> int:
+        """Row stride of the shared copy of h: with tensor cores 4 floats of padding, so that the
+        8 batch rows a B fragment reads fall into different banks."""
+        return spec.hidden_size + (4 if self.tensor_cores() else 0)
 
     def partial_sums(self, spec: CellSpec) -> bool:
         """GRNN's one-barrier GRU (see the module docstring)."""
@@ -57,7 +92,7 @@ class Config:
         """Whether the work groups' lanes apply the cell themselves (see the module docstring): the
         group holds whole units, at most one (unit, batch row) pair per lane, one phase a step."""
         units = self.rows_per_group // spec.num_gates
-        return (not two_phase(spec) and self.rows_per_group % spec.num_gates == 0
+        return (not self.tensor_cores() and not two_phase(spec) and self.rows_per_group % spec.num_gates == 0
                 and units * self.batch_chunk <= self.group_size)
 
     def updates_per_thread(self, spec: CellSpec) -> int:
@@ -95,7 +130,10 @@ class Config:
         return self.row_gates(spec) * self.tile_units // self.rows_per_group
 
     def threads(self, spec: CellSpec) -> int:
-        """Work-group lanes rounded up to whole warps (padding lanes hold zero weights)."""
+        """Work-group lanes rounded up to whole warps (padding lanes hold zero weights); with tensor
+        cores, a warp per (row tile, column split)."""
+        if self.tensor_cores():
+            return self.row_tiles(spec) * self.mma_k_split * 32
         return -(-self.groups(spec) * self.group_size // 32) * 32
 
     def cols_per_lane(self, spec: CellSpec) -> int:
@@ -112,6 +150,8 @@ class Config:
         """32-bit registers per thread holding weights: one per weight, fp16 too (ptxas gives each
         half of a local array a register of its own: with two per register the fp16 configs the
         planner picked spilled); the last `smem_runs` runs of each row are in shared memory."""
+        if self.tensor_cores():
+            return 4 * self.k_tiles_per_warp(spec)  # an A fragment (4 registers) per k-tile
         return self.rows_per_group * (self.cols_per_lane(spec) - self.smem_runs * self.column_run(spec))
 
     def registers(self, spec: CellSpec) -> int:
@@ -120,21 +160,24 @@ class Config:
         updates = self.updates_per_thread(spec)
         partial = self.partial_rows(spec) * self.tile_units
         staged = self.rows_per_group * self.column_run(spec) if self.smem_runs else 0  # a run from shared memory
+        if self.tensor_cores():  # C fragments, and the split A and B fragments of one k-tile
+            return self.weight_regs(spec) + 4 * self.n_tiles() + 16 + updates * (2 * spec.num_gates + 2) + 40
         return (self.weight_regs(spec) + partial + staged + self.rows_per_group * self.batch_chunk
                 + updates * (2 * spec.num_gates + 2) + 40)
 
     def shared_bytes(self, spec: CellSpec) -> int:
         h_vectors = 2 if self.partial_sums(spec) or self.resident(spec) else 1  # h(t-1), and r * h(t-1) or h(t)
-        tile = 0 if self.lane_updates(spec) else self.row_gates(spec)  # dot results
+        tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * max(1, self.mma_k_split)  # dot results
         tile += 2 if self.partial_sums(spec) else 0  # z and h(t) of the tile
         smem_weights = self.threads(spec) * self.rows_per_group * self.smem_runs * self.column_run(spec)
-        return 4 * self.batch_chunk * (h_vectors * spec.hidden_size + tile * self.tile_units) + smem_weights * self.weight_bytes()
+        return (4 * (h_vectors * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile * self.tile_units)
+                + smem_weights * self.weight_bytes())
 
     def static_shared_bytes(self, spec: CellSpec) -> int:
         """Shared memory outside the dynamic allocation: a resident CTA's copies of h (kept apart so
         that TVM's sync planner sees them as two buffers) and the dot results."""
-        tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.tile_units
-        return 4 * self.batch_chunk * (2 * spec.hidden_size + tile) if self.resident(spec) else 0
+        tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.tile_units * max(1, self.mma_k_split)
+        return 4 * (2 * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile) if self.resident(spec) else 0
 
     def barrier(self, spec: CellSpec) -> str:
         """How a direction's CTAs meet each step: "cta" when one CTA holds it (no barrier across
@@ -150,6 +193,9 @@ class Config:
     def from_dict(cls, d: dict) -> Config:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
+
+#: the tensor cores' mma shape (m16n8k8, TF32 operands, fp32 accumulators)
+MMA_M, MMA_N, MMA_K = 16, 8, 8
 
 #: shared memory a CTA may use without opting in to more (dynamic shared memory beyond it)
 STATIC_SHARED_BYTES = 48 * 1024
@@ -168,16 +214,21 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
     if cfg.tile_units <= 0 or H % cfg.tile_units:
         out.append(f"tile_units {cfg.tile_units} does not divide hidden_size {H}")
         return out
-    if cfg.group_size not in (1, 2, 4, 8, 16, 32) or H % cfg.group_size:
+    if cfg.tensor_cores():
+        out += tensor_core_problems(spec, cfg)
+        if out:
+            return out
+    elif cfg.group_size not in (1, 2, 4, 8, 16, 32) or H % cfg.group_size:
         out.append(f"group_size {cfg.group_size} must be a power of two <= 32 dividing {H}")
         return out
-    if cfg.rows_per_group <= 0 or (G * cfg.tile_units) % cfg.rows_per_group:
+    elif cfg.rows_per_group <= 0 or (G * cfg.tile_units) % cfg.rows_per_group:
         out.append(f"rows_per_group {cfg.rows_per_group} does not divide the CTA's {G * cfg.tile_units} gate rows")
         return out
     nt = cfg.threads(spec)
     if nt > 1024:
         out.append(f"{nt} threads per CTA (at most 1024)")
-    if nt - cfg.groups(spec) * cfg.group_size >= 32 or nt > 2 * cfg.groups(spec) * cfg.group_size:
+    if not cfg.tensor_cores() and (nt - cfg.groups(spec) * cfg.group_size >= 32
+                                   or nt > 2 * cfg.groups(spec) * cfg.group_size):
         out.append(f"{cfg.groups(spec) * cfg.group_size} busy lanes waste most of {nt} threads")
     if cfg.batch_chunk * cfg.tile_units > nt:
         out.append(f"batch_chunk x tile_units = {cfg.batch_chunk * cfg.tile_units} exceeds {nt} threads")
@@ -195,7 +246,7 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"{cfg.num_ctas(spec)} CTAs cannot all be resident on {num_sms} SMs (one CTA per SM)")
     if cfg.weight_dtype not in ("float32", "float16"):
         out.append(f"weight_dtype {cfg.weight_dtype!r} (float32 or float16)")
-    if not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):
+    if not cfg.tensor_cores() and not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):
         out.append(f"smem_runs {cfg.smem_runs}: a lane has {cfg.cols_per_lane(spec) // cfg.column_run(spec)} runs of columns")
     if cfg.batch_tile and (cfg.ctas_per_direction(spec) != 1 or cfg.batch_tile != cfg.batch_chunk
                            or two_phase(spec)):
@@ -207,4 +258,22 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
     if cfg.gru_barriers not in (1, 2) or (cfg.gru_barriers == 1 and not cfg.partial_sums(spec)):
         out.append(f"gru_barriers {cfg.gru_barriers}: 1 (partial sums) is for GRU with linear_before_reset=0 only; "
                    "else 2")
+    return out
+
+
+def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
+    """What the tensor-core dot products need: one phase a step, fp32 weights in registers, whole
+    16-row tiles of gate rows and 8-column k-tiles split evenly over the warps of a row tile."""
+    out = []
+    if two_phase(spec):
+        out.append("tensor cores: GRU with linear_before_reset=0 has two phases a step (FMA units only)")
+    if cfg.weight_dtype != "float32" or spec.dtype != "float32":
+        out.append("tensor cores: fp32 layers only (3xTF32)")
+    if cfg.smem_runs or cfg.batch_tile or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
+        out.append("tensor cores: weights all in registers, no batch tiles, group_size 32 and rows_per_group 16")
+    if (cfg.row_gates(spec) * cfg.tile_units) % MMA_M:
+        out.append(f"tensor cores: the CTA's {cfg.row_gates(spec) * cfg.tile_units} gate rows are not whole 16-row tiles")
+    if spec.hidden_size % MMA_K or (spec.hidden_size // MMA_K) % cfg.mma_k_split:
+        out.append(f"tensor cores: {spec.hidden_size // MMA_K} k-tiles of 8 columns do not split over "
+                   f"{cfg.mma_k_split} warps")
     return out

@@ -38,7 +38,7 @@ import tvm
 from tvm.script import tirx as T
 
 from . import cells, signature
-from .config import STATIC_SHARED_BYTES, Config, two_phase
+from .config import STATIC_SHARED_BYTES, Config, tensor_core_problems, two_phase
 from .signature import WORKSPACE_WORDS, recurrence_func
 from .spec import CellSpec
 
@@ -59,6 +59,10 @@ __device__ __forceinline__ void prnn_grid_barrier(unsigned int* counter, unsigne
   __syncthreads();
 }
 """
+
+
+#: the tensor cores' instruction: D = A B + C, m16n8k8, TF32 operands, fp32 accumulators
+MMA_TF32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 
 
 class UnsupportedLayer(Exception):
@@ -82,6 +86,12 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
 
 
 def _check(spec: CellSpec, cfg: Config) -> None:
+    if cfg.tensor_cores():
+        bad = tensor_core_problems(spec, cfg)
+        if spec.hidden_size % cfg.tile_units or bad:
+            raise UnsupportedLayer(f"config {cfg.as_dict()} cannot use the tensor cores for hidden_size "
+                                   f"{spec.hidden_size}: " + "; ".join(bad or ["tile_units does not divide it"]))
+        return
     if spec.hidden_size % cfg.tile_units or spec.hidden_size % cfg.group_size:
         raise UnsupportedLayer(f"config {cfg.as_dict()} does not tile hidden_size {spec.hidden_size}")
     if (cfg.row_gates(spec) * cfg.tile_units) % cfg.rows_per_group or cfg.gru_barriers not in (1, 2):
@@ -125,6 +135,12 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     UPT = cfg.updates_per_thread(spec)  # (batch row, unit) pairs each thread updates per chunk
     FAST = not emulate  # CUDA's fast sigmoid (the llvm twin keeps expf and division)
     XR = G + 1  # per pair, in registers: the gates' input projections and C(t-1)
+    MMA = cfg.tensor_cores()  # 3xTF32 mma dot products (config.py); else FMA units and shuffles
+    KS = max(cfg.mma_k_split, 1)  # warps splitting a row tile's columns; their partial sums meet in `gs`
+    RT = cfg.row_tiles(spec) if MMA else 0  # 16-row tiles of the CTA's gate rows
+    KPW = cfg.k_tiles_per_warp(spec) if MMA else 0  # 8-column k-tiles of R per warp
+    NTL = cfg.n_tiles() if MMA else 0  # 8-row tiles of the batch chunk (the mma's N)
+    HS_SHAPE = (cfg.h_rows(), cfg.h_stride(spec))  # the shared copy of h (padded with tensor cores)
 
     def time_index(d, s, n_valid):
         return signature.time_index(spec, d, s, n_valid)
@@ -156,8 +172,10 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 for p in range(1, UG * BC):  # lane p owns unit p % UG of batch row p // UG
                     v = T.Select(tx % WS == p, acc[((p % UG) * G + g) * BC + p // UG], v)
                 sums.append(v)
-        else:
+        else:  # with tensor cores, the column split's partial sums
             sums = [gs[bi, gate_pos(g, jl)] for g in range(G)]
+            for k in range(1, KS):
+                sums = [sums[g] + gs[k * BC + bi, gate_pos(g, jl)] for g in range(G)]
         return [sums[g] + rbr[row, e * G + g] for g in range(G)]
 
     def grid_size(n_b):
@@ -492,6 +510,94 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                         gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast(
                             "float32", wsm[cta, (i * RPG + q) * DV + v, grp * WS + lane]) * hs[bi, col(lane, RR + i, v)]
 
+    def tf32_high(x):
+        """x with the low 13 mantissa bits cleared: a TF32 value, and x - tf32_high(x) the rest."""
+        return T.reinterpret("float32", T.bitwise_and(T.reinterpret("uint32", x), T.uint32(0xFFFFE000)))
+
+    def mma_rows(cta, tx, j):
+        """Row of R (within direction) of A-fragment register j of thread tx: its warp's row tile
+        (warps cycle over row tiles first), fragment row lane / 4, +8 for registers 1 and 3."""
+        lr = (tx // 32 % RT) * 16 + tx % 32 // 4 + 8 * (j % 2)
+        return (lr // TW) * H + (cta % CPD) * TW + lr % TW
+
+    def mma_col(tx, i, j):
+        """Column of R of A-fragment register j in the warp's i-th k-tile: lane % 4, +4 for 2 and 3."""
+        return ((tx // 32 // RT) * KPW + i) * 8 + tx % 4 + 4 * (j // 2)
+
+    @T.macro
+    def mma_load_weights(r, wreg, row, cta, tx):
+        """Tensor cores: the warp's row tile over its k-tiles, as mma A fragments in registers."""
+        for i in T.unroll(KPW):
+            for j in T.unroll(4):
+                wreg[row, i * 4 + j] = r[dir_of(cta), mma_rows(cta, tx, j), mma_col(tx, i, j)]
+
+    @T.macro
+    def mma(acc, nt, a, b):
+        """acc's n-tile nt += a b on the tensor cores (fp32 operands enter as their TF32 bits)."""
+        T.ptx[MMA_TF32](acc[nt * 4], acc[nt * 4 + 1], acc[nt * 4 + 2], acc[nt * 4 + 3],
+                        *[T.reinterpret("uint32", v) for v in a], *[T.reinterpret("uint32", v) for v in b],
+                        acc[nt * 4], acc[nt * 4 + 1], acc[nt * 4 + 2], acc[nt * 4 + 3])
+
+    @T.macro
+    def mma_dot(hs, gs, wreg, acc, bv, tx):
+        """Tensor cores: each warp's row tile times h(t-1) over its k-tiles, 3xTF32 (the high parts'
+        product plus both cross products, fp32 accumulation), then its C fragments into `gs` block
+        `tx // 32 // RT` (the warp's column split) for the updating threads to add."""
+        for a in T.unroll(NTL * 4):
+            acc[a] = T.float32(0)
+        for i in T.unroll(KPW):
+            for nt in T.unroll(NTL):
+                for j in T.unroll(2):  # B fragment: batch row lane / 4, column lane % 4 (+4)
+                    bv[j] = hs[nt * 8 + tx % 32 // 4, ((tx // 32 // RT) * KPW + i) * 8 + tx % 4 + 4 * j]
+                a_hi = [tf32_high(wreg[0, i * 4 + j]) for j in range(4)]
+                b_hi = [tf32_high(bv[j]) for j in range(2)]
+                a_lo = [wreg[0, i * 4 + j] - a_hi[j] for j in range(4)]
+                b_lo = [bv[j] - b_hi[j] for j in range(2)]
+                mma(acc, nt, a_lo, b_hi)  # the small terms first
+                mma(acc, nt, a_hi, b_lo)
+                mma(acc, nt, a_hi, b_hi)
+        for nt in T.unroll(NTL):
+            for j in T.unroll(4):  # C fragment: row lane / 4 (+8 for 2, 3), batch row 2 * (lane % 4) (+1 for 1, 3)
+                if nt * 8 + tx % 4 * 2 + j % 2 < BC:
+                    gs[(tx // 32 // RT) * BC + nt * 8 + tx % 4 * 2 + j % 2,
+                       (tx // 32 % RT) * 16 + tx % 32 // 4 + 8 * (j // 2)] = acc[nt * 4 + j]
+
+    @T.macro
+    def emulated_mma_dot(hs, gs, wreg, cta):
+        """The mma's product as PTX defines it (C[m, n] = sum over k of A[m, k] B[k, n]), with A
+        read back from where `mma_load_weights` put it: element (m, k) of a warp's 16 x 8 tile sits
+        in lane 4 * (m % 8) + k % 4, register m // 8 + 2 * (k // 4)."""
+        for w, nt, m, nn in T.grid(RT * KS, NTL, 16, 8):
+            if nt * 8 + nn < BC:
+                gs[(w // RT) * BC + nt * 8 + nn, (w % RT) * 16 + m] = T.float32(0)
+                for i, k in T.grid(KPW, 8):
+                    gs[(w // RT) * BC + nt * 8 + nn, (w % RT) * 16 + m] = (
+                        gs[(w // RT) * BC + nt * 8 + nn, (w % RT) * 16 + m]
+                        + wreg[cta * NT + w * 32 + 4 * (m % 8) + k % 4, i * 4 + m // 8 + 2 * (k // 4)]
+                        * hs[nt * 8 + nn, ((w // RT) * KPW + i) * 8 + k])
+
+    @T.macro
+    def weights_in(r, wreg, wsm, row, wc, cta, tx):
+        if MMA:
+            mma_load_weights(r, wreg, row, cta, tx)
+        else:
+            load_weights(r, wreg, wsm, row, wc, cta, tx)
+
+    @T.macro
+    def dot_products(hs, gs, wreg, wsm, acc, hv, wt, bv, tx, phase):
+        """Step 3-4: the CTA's gate rows times h(t-1), on the tensor cores or the FMA units."""
+        if MMA:
+            mma_dot(hs, gs, wreg, acc, bv, tx)
+        else:
+            dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, phase)
+
+    @T.macro
+    def emulated_dot_products(hs, gs, wreg, wsm, cta, phase):
+        if MMA:
+            emulated_mma_dot(hs, gs, wreg, cta)
+        else:
+            emulated_dot(hs, gs, wreg, wsm, cta, phase)
+
     @T.macro
     def final_state(yh, yc, hb, lens, cta, tx, n_t, n_b):
         """Y_h from the exchange buffer; an empty sequence has zero final states (as ONNX Runtime)."""
@@ -534,8 +640,8 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     @T.macro
     def emulated_step(xw, wreg, wsm, rbr, p, y, yc, hb, hs, hs_next, xr, xn, hn, nv, cta, s, n_t, n_b):
         """`one_step` of one CTA (the one-chunk path), h(t-1) already in `hs`."""
-        gs = T.alloc_buffer((BC, GTW), "float32")
-        emulated_dot(hs, gs, wreg, wsm, cta, 0)
+        gs = T.alloc_buffer((KS * BC, GTW), "float32")
+        emulated_dot_products(hs, gs, wreg, wsm, cta, 0)
         for tx in range(NT):
             fetch(xw, None, xn, nv, cta * NT + tx, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
             update(rbr, p, y, yc, hb, hs, gs, None, xr, hn, nv, cta * NT + tx, cta, tx, s, first_chunk(cta), n_b,
@@ -549,11 +655,11 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         for cta in range(grid_size(n_b)):
             for ch in range((n_b + BC - 1) // BC):
                 hs = T.alloc_buffer((BC, H), "float32")
-                gs = T.alloc_buffer((BC, GTW), "float32")
+                gs = T.alloc_buffer((KS * BC, GTW), "float32")
                 for tx in range(NT):
                     chunk_inputs(xw, yc, lens, hb, hs, xr, nv, cta * NT + tx, cta, tx, s, ch, phase_slot(phase, s),
                                  n_t, n_b, phase == 0)
-                emulated_dot(hs, gs, wreg, wsm, cta, phase)
+                emulated_dot_products(hs, gs, wreg, wsm, cta, phase)
                 for tx in range(NT):
                     if phase == 0:
                         update(rbr, p, y, yc, hb, hs, gs, None, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b, None)
@@ -563,7 +669,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                         candidate_phase(rb, y, yc, hb, gs, xr, hn, nv, cta * NT + tx, cta, tx, s, ch, n_b)
 
     @T.macro
-    def one_step(xw, rbr, p, y, yc, hb, ws, hs, hs_next, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+    def one_step(xw, rbr, p, y, yc, hb, ws, hs, hs_next, gs, wreg, wsm, acc, hv, wt, bv, xr, xn, hn, nv,
                  cta, tx, s, n_t, n_b):
         """Step s when the CTA's batch rows are one chunk. A resident CTA (`hs_next` not None) reads
         h(t-1) from `hs` and writes h(t) to `hs_next`; otherwise h(t-1) comes from the exchange buffer."""
@@ -573,7 +679,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             load_h(hs, hb, cta, tx, s % 2, first_chunk(cta), n_b)
             T.tvm_storage_sync("shared")
         # 3. partial dot products from registers, 4. shuffle reduction within the group
-        dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, 0)
+        dot_products(hs, gs, wreg, wsm, acc, hv, wt, bv, tx, 0)
         if not LANE:
             T.tvm_storage_sync("shared")
         # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
@@ -590,14 +696,15 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         """One CTA's whole sequence, thread tx's view (the CUDA kernel's body)."""
         # a resident CTA's two copies of h stay in static shared memory: TVM merges dynamic shared
         # allocations into one buffer, and its sync planner would then see the copies overlap
-        hs = T.alloc_buffer((BC, H), "float32", scope="shared" if resident else SMEM)
-        hs2 = T.alloc_buffer((BC, H) if resident else (1, 1), "float32", scope="shared")
-        gs = T.alloc_buffer((1, 1) if LANE else (BC, GTW), "float32", scope="shared")
-        wreg = T.alloc_buffer((1, max(RPG * KR, 1)), WDT, scope="local")
+        hs = T.alloc_buffer(HS_SHAPE, "float32", scope="shared" if resident else SMEM)
+        hs2 = T.alloc_buffer(HS_SHAPE if resident else (1, 1), "float32", scope="shared")
+        gs = T.alloc_buffer((1, 1) if LANE else (KS * BC, GTW), "float32", scope="shared")
+        wreg = T.alloc_buffer((1, max(cfg.weight_regs(spec), 1)), WDT, scope="local")
         wsm = T.alloc_buffer((1, SR * RPG * DV, NT) if SR > 0 else (1, 1, 1), WDT, scope=SMEM if SR > 0 else "local")
         wt = T.alloc_buffer((RPG * DV if SR > 0 else 1,), WDT, scope="local")
-        acc = T.alloc_buffer((RPG * BC,), "float32", scope="local")
+        acc = T.alloc_buffer((max(RPG * BC, NTL * 4),), "float32", scope="local")
         hv = T.alloc_buffer((DV,), "float32", scope="local")
+        bv = T.alloc_buffer((2,), "float32", scope="local")
         xr = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
         xn = T.alloc_buffer((1, UPT * XR), "float32", scope="local")
         rbr = T.alloc_buffer((1, UPT * G), "float32", scope="local")
@@ -608,7 +715,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         wp = T.alloc_buffer((1, max(PR * TW, 1)), WDT, scope="local")
         sacc = T.alloc_buffer((1, 1), "float32", scope="local")
         # 1. this lane's slice of its work group's gate rows, in registers for the whole sequence
-        load_weights(r, wreg, wsm, 0, 0, cta, tx)
+        weights_in(r, wreg, wsm, 0, 0, cta, tx)
         load_biases(rb, rbr, 0, cta, tx)
         init_state(hb, h0, yc, c0, cta, tx, n_b)
         if partial_sums:  # ... and the CTA's columns of R_z, R_r, with step 0's partial sums
@@ -640,21 +747,21 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 load_h(hs, hb, cta, tx, 0, first_chunk(cta), n_b)
                 T.tvm_storage_sync("shared")
                 for s2 in range((n_t + 1) // 2):
-                    one_step(xw, rbr, p, y, yc, hb, ws, hs, hs2, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+                    one_step(xw, rbr, p, y, yc, hb, ws, hs, hs2, gs, wreg, wsm, acc, hv, wt, bv, xr, xn, hn, nv,
                              cta, tx, 2 * s2, n_t, n_b)
                     if 2 * s2 + 1 < n_t:
-                        one_step(xw, rbr, p, y, yc, hb, ws, hs2, hs, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+                        one_step(xw, rbr, p, y, yc, hb, ws, hs2, hs, gs, wreg, wsm, acc, hv, wt, bv, xr, xn, hn, nv,
                                  cta, tx, 2 * s2 + 1, n_t, n_b)
             else:
                 for s in range(n_t):
-                    one_step(xw, rbr, p, y, yc, hb, ws, hs, None, gs, wreg, wsm, acc, hv, wt, xr, xn, hn, nv,
+                    one_step(xw, rbr, p, y, yc, hb, ws, hs, None, gs, wreg, wsm, acc, hv, wt, bv, xr, xn, hn, nv,
                              cta, tx, s, n_t, n_b)
         elif phases == 1:  # the batch spans chunks: each chunk reloads its lengths, inputs and C(t-1)
             for s in range(n_t):
                 for ch in range((n_b + BC - 1) // BC):
                     chunk_inputs(xw, yc, lens, hb, hs, xr, nv, 0, cta, tx, s, ch, s % 2, n_t, n_b, True)
                     T.tvm_storage_sync("shared")
-                    dot_and_reduce(hs, gs, wreg, wsm, acc, hv, wt, tx, 0)
+                    dot_products(hs, gs, wreg, wsm, acc, hv, wt, bv, tx, 0)
                     if not LANE:
                         T.tvm_storage_sync("shared")
                     update(rbr, p, y, yc, hb, hs, gs, acc, xr, hn, nv, 0, cta, tx, s, ch, n_b, None)
@@ -709,12 +816,12 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         wp = T.alloc_buffer((grid_size(n_b) * NT, max(PR * TW, 1)), WDT)
         sacc = T.alloc_buffer((grid_size(n_b) * NT, 1), "float32")
         rbr = T.alloc_buffer((grid_size(n_b) * NT, UPT * G), "float32")
-        wreg = T.alloc_buffer((grid_size(n_b) * NT, max(RPG * KR, 1)), WDT)
+        wreg = T.alloc_buffer((grid_size(n_b) * NT, max(cfg.weight_regs(spec), 1)), WDT)
         wsm = T.alloc_buffer((grid_size(n_b), max(SR * RPG * DV, 1), NT), WDT)
         for i in range(WORKSPACE_WORDS):
             ws[i] = T.uint32(0)
         for cta, tx in T.grid(grid_size(n_b), NT):
-            load_weights(r, wreg, wsm, cta * NT + tx, cta, cta, tx)
+            weights_in(r, wreg, wsm, cta * NT + tx, cta, cta, tx)
             load_biases(rb, rbr, cta * NT + tx, cta, tx)
             init_state(hb, h0, yc, c0, cta, tx, n_b)
         if partial_sums:

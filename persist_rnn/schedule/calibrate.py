@@ -98,7 +98,7 @@ def sweep_rows(spec: CellSpec, configs, gpu: GPUModel, target, dev, batch: int) 
         if lib is None:
             continue
         arrays = kernel_arrays(spec, batch, MEASURE_STEPS, slots=cfg.exchange_slots(spec))
-        us = time_kernel(lib, dev, arrays, repeats=10) / MEASURE_STEPS
+        us = time_kernel(lib, dev, arrays) / MEASURE_STEPS
         rows.append({"cell": spec.cell, "hidden": spec.hidden_size, "batch": batch, "config": cfg.as_dict(),
                      "measured_us": us, "model_us": step_us(spec, cfg, gpu, batch),
                      "features": features(spec, cfg, gpu, batch)})

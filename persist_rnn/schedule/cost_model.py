@@ -24,6 +24,9 @@ from .gpu import GPUModel
 
 #: instructions of one (batch row, unit) gate update, per cell (transcendentals included)
 UPDATE_INSTR = {"lstm": 110, "gru": 90, "rnn": 40}
+#: FMA-issue slots one warp's m16n8k8 TF32 mma is priced at (not fitted: no tensor-core configs
+#: were in the sweeps; the planner measures tensor-core configs rather than trusting this)
+MMA_ISSUE_SLOTS = 8
 FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_wavefronts", "lds_issue",
             "shuffle_issue", "update_issue")
 
@@ -55,6 +58,11 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     # partial sums: per thread, the summed partials of r (all units) and z, and its rows of R_z, R_r
     partial_loads = math.ceil(bc * (H + cfg.tile_units) / nt) * cfg.ctas_per_direction(spec) if partial else 0
     partial_fma = cfg.partial_rows(spec) * cfg.tile_units * bc * fp16
+    if cfg.tensor_cores():  # per warp and chunk: 3 mma per (k-tile, n-tile), 2 shared loads, the splits
+        mmas = 3 * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
+        fma = mmas * MMA_ISSUE_SLOTS + cfg.k_tiles_per_warp(spec) * (8 + 4 * cfg.n_tiles())
+        lds_per_thread = 2 * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
+        unique_bytes, smem_w = 128, 0
     return {
         "barrier_us": 0.0 if cfg.barrier(spec) == "cta" else phases * gpu.barrier_us(cfg.ctas_per_direction(spec),
                                                                                       cfg.barrier(spec)),
@@ -64,7 +72,8 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
         "fma_issue": (dots * fma + chunks * partial_fma) * per_scheduler,
         "lds_wavefronts": dots * warps * (lds_per_thread * math.ceil(unique_bytes / 128) + smem_w),
         "lds_issue": dots * (lds_per_thread + smem_w) * per_scheduler,
-        "shuffle_issue": phases * chunks * cfg.rows_per_group * bc * math.log2(max(cfg.group_size, 1)) * per_scheduler,
+        "shuffle_issue": 0 if cfg.tensor_cores() else (phases * chunks * cfg.rows_per_group * bc
+                                                        * math.log2(max(cfg.group_size, 1)) * per_scheduler),
         "update_issue": chunks * (updates * UPDATE_INSTR[spec.cell] * (G + 1) / 5
                                   + (math.ceil(bc * H / nt) * UPDATE_INSTR["rnn"] if partial else 0)) * per_scheduler,
     }

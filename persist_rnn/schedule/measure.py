@@ -9,7 +9,6 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 import tempfile
-import time
 
 import numpy as np
 import tvm
@@ -76,18 +75,14 @@ def _target_dict(target) -> dict:
     return json.loads(str(target))
 
 
-def time_kernel(lib, dev, arrays, repeats: int = 20) -> float:
-    """Median microseconds of one launch."""
+def time_kernel(lib, dev, arrays, repeats: int = 5, number: int = 5) -> float:
+    """Median microseconds of one launch: the device's own timer (CUDA events on a GPU) around
+    `number` back-to-back launches, `repeats` times. Host-side clocks would add the launch and
+    synchronisation latency, several microseconds of noise on a 50-step kernel."""
+    mod = getattr(lib, "mod", lib)  # tvm.compile's Executable or a loaded runtime Module
     args = [tvm.runtime.tensor(a, dev) for a in arrays]
-    lib["main"](*args)  # warm-up (and module load)
-    dev.sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        lib["main"](*args)
-        dev.sync()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return float(np.median(times))
+    result = mod.time_evaluator("main", dev, number=number, repeat=repeats)(*args)
+    return float(result.median * 1e6)
 
 
 def measure_configs(spec: CellSpec, configs: list[Config], target, dev, batch: int,

@@ -71,14 +71,26 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
                                  f"because {most_common_problem(spec, gpu, batch)}")
     dev = present_device() if measure is None or measure else None
     if dev is not None and batch is not None:
-        timed = measure_configs(spec, [c for _, c in ranked[:top_k]], target, dev, batch, progress=progress)
+        timed = measure_configs(spec, to_measure(ranked, top_k), target, dev, batch, progress=progress)
         best_us, best = timed[0]
         plan = _kernel(spec, best, "measured", best_us)
-    else:
-        plan = _kernel(spec, ranked[0][1], "cost_model", None)
+    else:  # the model has no fitted term for the tensor cores: without measurements, FMA units only
+        plan = _kernel(spec, next((c for _, c in ranked if not c.tensor_cores()), ranked[0][1]), "cost_model", None)
     if tuning_log_path:
         tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source))
     return plan
+
+
+def to_measure(ranked: list[tuple[float, Config]], top_k: int) -> list[Config]:
+    """The model's top K of the FMA-unit configs, plus its best TENSOR_CORE_CANDIDATES tensor-core
+    configs: the model prices those without fitted weights, so they are measured, never trusted."""
+    simt = [c for _, c in ranked if not c.tensor_cores()][:top_k]
+    tensor = [c for _, c in ranked if c.tensor_cores()][:TENSOR_CORE_CANDIDATES]
+    return simt + tensor
+
+
+#: tensor-core configs measured besides the model's top K (when the space has any)
+TENSOR_CORE_CANDIDATES = 2
 
 
 def _kernel(spec: CellSpec, cfg: Config, source: str, time_us) -> Plan:

@@ -4,7 +4,8 @@ Each config whose direction spans 2 to `max_cluster_ctas` CTAs also comes as a t
 cluster (Hopper); each whose direction is one CTA also comes with the batch split into tiles,
 one CTA each (`batch_tiles`). A config that only lacks registers comes with the fewest runs of
 weight columns moved to shared memory that make it fit (`_smem_weights`).
-Pruning beyond `problems` (what cannot run): batch chunks are only the smallest chunk for 1 to 4
+Tensor-core configs (`Config.mma_k_split`, fp32 one-phase cells) split each row tile's columns
+over 1 to 16 warps. Pruning beyond `problems` (what cannot run): batch chunks are only the smallest chunk for 1 to 4
 passes over the weights (a smaller chunk with the same pass count only wastes lanes; more passes
 multiply the per-chunk latencies), and groups of 1 or 2 lanes only when nothing wider fits.
 """
@@ -24,6 +25,7 @@ from .gpu import GPUModel
 GROUP_SIZES = (4, 8, 16, 32)
 NARROW_GROUPS = (1, 2)
 MAX_PASSES = 4
+TENSOR_CORE_SPLITS = (1, 2, 4, 8, 16)
 UNKNOWN_BATCH_CHUNK = 8
 
 
@@ -108,3 +110,15 @@ def _configs(spec, gpu, batch, group_sizes, weight_dtypes):
                             yield dataclasses.replace(cfg, cluster=True)
                 for tile in batch_tiles(spec, tw, batch, gpu):  # one CTA per tile of batch rows
                     yield Config(tw, ws, rpg, tile, weight_dtypes[0], barriers, batch_tile=tile)
+        if group_sizes is GROUP_SIZES and weight_dtypes == ("float32",):
+            yield from _tensor_core_configs(spec, tw, barriers, batch, gpu)
+
+
+def _tensor_core_configs(spec, tw, barriers, batch, gpu):
+    """The tensor-core twins of tile width `tw`: each column split, batch chunk and cluster choice
+    (`problems` prunes what the cell, the tile or the registers rule out)."""
+    for ks, bc in itertools.product(TENSOR_CORE_SPLITS, batch_chunks(batch)):
+        cfg = Config(tw, 32, 16, bc, "float32", barriers, mma_k_split=ks)
+        yield cfg
+        if 1 < spec.hidden_size // tw <= gpu.max_cluster_ctas:
+            yield dataclasses.replace(cfg, cluster=True)

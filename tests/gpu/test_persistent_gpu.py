@@ -123,6 +123,24 @@ def test_shared_memory_weights_match_onnxruntime(op, hidden, direction):
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 
+@pytest.mark.parametrize("op,hidden,direction,keep", [
+    ("LSTM", 1024, "forward", lambda c: True),  # 128 CTAs, grid barrier, 4 warps per row tile
+    ("LSTM", 256, "bidirectional", lambda c: True),
+    ("GRU", 256, "forward", lambda c: True),
+    ("RNN", 128, "reverse", lambda c: not c.cluster),
+    ("LSTM", 64, "forward", lambda c: c.cluster),
+    ("GRU", 64, "bidirectional", lambda c: c.barrier(CellSpec("gru", 64, 64)) == "cta"),  # one resident CTA
+], ids=["lstm1024", "lstm256-bidir", "gru256", "rnn128", "lstm64-cluster", "gru64-one-cta"])
+def test_tensor_cores_match_onnxruntime(op, hidden, direction, keep):
+    """3xTF32 mma dot products (the model's best tensor-core config of each kind) keep fp32's
+    tolerance over the whole (B, T) matrix, odd batches padding the mma's 8-row n-tiles."""
+    case = _layer_case(op, hidden, direction)
+    spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
+    cfg = _model_best(spec, lambda c: c.tensor_cores() and keep(c))
+    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["float32"])
+    assert not failures, f"{cfg}: " + ", ".join(failures)
+
+
 @pytest.mark.parametrize("cell", ["rnn", "lstm", "gru0"])
 def test_matched_cell_loops_on_gpu(cell):
     """Cells written as primitive ops (torch RNNCell/LSTMCell loops, Keras-style GRU with

@@ -71,6 +71,23 @@ def test_config_grid_compiles(cfg, tmp_path):
         nvcc_stats(cuda_source(persistent_kernel(spec, cfg), arch), arch, tmp_path)
 
 
+@pytest.mark.parametrize("cell,hidden,batch,arches", [("lstm", 1024, 20, ("sm_90",)), ("lstm", 256, 10, ("sm_80", "sm_90")),
+                                                      ("gru", 64, 1, ("sm_80", "sm_90"))], ids=str)
+def test_tensor_core_configs_compile(cell, hidden, batch, arches, tmp_path):
+    """The model's best tensor-core config: mma.sync with TF32 operands, no spills (LSTM H=1024's
+    128 CTAs exceed the A100's SMs); without a GPU to measure it, the planner keeps to the FMA units."""
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=True)
+    for arch in arches:
+        target = tvm.target.Target({"kind": "cuda", "arch": arch})
+        gpu = gpu_model(arch)
+        ranked = rank(spec, candidate_configs(spec, gpu, batch), gpu, batch)
+        cfg = next(c for _, c in ranked if c.tensor_cores())
+        source = cuda_source(plan_layer(spec, target, batch=batch, config=cfg).kernel, arch)
+        assert source.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 1  # the helper
+        assert max(nvcc_stats(source, arch, tmp_path)) == 0, cfg
+        assert not plan_layer(spec, target, batch=batch, measure=False).config.tensor_cores()
+
+
 def test_too_large_for_the_chip_says_why(tmp_path):
     """fp32 LSTM H=1024 needs 128 CTAs of 8 units in registers: the A100's 108 SMs cannot hold
     them; with part of the weights in shared memory 64 CTAs can. fp16 bidirectional H=1024 fits

@@ -5,7 +5,9 @@ every barrier a phase boundary; it must agree with the reference scan for config
 units across CTAs, rows across work groups, lanes across columns and batches across chunks, and
 its count of barrier arrivals must match every barrier's target (else the GPU would hang).
 Configs whose work groups hold whole units (rows_per_group a multiple of the gates, one pair per
-lane) take the lane-update path (`Config.lane_updates`); the others meet in shared memory.
+lane) take the lane-update path (`Config.lane_updates`); the others meet in shared memory. The
+tensor-core configs (`Config.mma_k_split`) are emulated as PTX defines the mma, reading each
+weight back from the fragment register the kernel loaded it into.
 """
 from __future__ import annotations
 
@@ -65,6 +67,11 @@ CASES = [
     # lane updates beyond the ones above: three chunks over a grid, and every lane of a group busy
     ("lstm", "forward", 5, Config(4, 4, 4, 2), dict(peepholes=True)),
     ("lstm", "reverse", 3, Config(16, 4, 8, 2, batch_tile=2), {}),  # 2 units x 2 rows on 4 lanes
+    # tensor cores (3xTF32 mma): row tiles x column splits of warps, batch padded to 8-row n-tiles
+    ("lstm", "bidirectional", 3, Config(4, 32, 16, 3, mma_k_split=2), dict(peepholes=True)),  # grid, 2 splits
+    ("lstm", "forward", 10, Config(4, 32, 16, 10, mma_k_split=2), {}),  # two n-tiles, the second ragged
+    ("gru", "forward", 5, Config(16, 32, 16, 2, mma_k_split=1), {}),  # 3 row tiles, one CTA, three chunks
+    ("rnn", "reverse", 3, Config(16, 32, 16, 3, mma_k_split=2), dict(clip=1.0)),  # one resident CTA
 ]
 
 
