@@ -510,9 +510,13 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                         gs[bi, grp * RPG + q] = gs[bi, grp * RPG + q] + T.Cast(
                             "float32", wsm[cta, (i * RPG + q) * DV + v, grp * WS + lane]) * hs[bi, col(lane, RR + i, v)]
 
-    def tf32_high(x):
-        """x with the low 13 mantissa bits cleared: a TF32 value, and x - tf32_high(x) the rest."""
-        return T.reinterpret("float32", T.bitwise_and(T.reinterpret("uint32", x), T.uint32(0xFFFFE000)))
+    @T.macro
+    def tf32_split(hi, lo, j, x):
+        """x as TF32 `hi[j]` (rounded to nearest; a volatile cvt, so that the compiler cannot hoist
+        the weights' splits out of the time loop and hold twice the registers) and the fp32 `lo[j]`
+        = x - hi (exact), whose TF32 bits the mma reads."""
+        T.ptx.cvt.rna.tf32.f32(hi[j], x)
+        lo[j] = x - T.reinterpret("float32", hi[j])
 
     def mma_rows(cta, tx, j):
         """Row of R (within direction) of A-fragment register j of thread tx: its warp's row tile
@@ -533,13 +537,16 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
 
     @T.macro
     def mma(acc, nt, a, b):
-        """acc's n-tile nt += a b on the tensor cores (fp32 operands enter as their TF32 bits)."""
-        T.ptx[MMA_TF32](acc[nt * 4], acc[nt * 4 + 1], acc[nt * 4 + 2], acc[nt * 4 + 3],
-                        *[T.reinterpret("uint32", v) for v in a], *[T.reinterpret("uint32", v) for v in b],
+        """acc's n-tile nt += a b on the tensor cores (operands: TF32 bits in 32-bit registers)."""
+        T.ptx[MMA_TF32](acc[nt * 4], acc[nt * 4 + 1], acc[nt * 4 + 2], acc[nt * 4 + 3], *a, *b,
                         acc[nt * 4], acc[nt * 4 + 1], acc[nt * 4 + 2], acc[nt * 4 + 3])
 
     @T.macro
     def mma_dot(hs, gs, wreg, acc, bv, tx):
+        ah = T.alloc_buffer((4,), "uint32", scope="local")
+        al = T.alloc_buffer((4,), "float32", scope="local")
+        bh = T.alloc_buffer((2,), "uint32", scope="local")
+        bl = T.alloc_buffer((2,), "float32", scope="local")
         """Tensor cores: each warp's row tile times h(t-1) over its k-tiles, 3xTF32 (the high parts'
         product plus both cross products, fp32 accumulation), then its C fragments into `gs` block
         `tx // 32 // RT` (the warp's column split) for the updating threads to add."""
@@ -549,10 +556,14 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             for nt in T.unroll(NTL):
                 for j in T.unroll(2):  # B fragment: batch row lane / 4, column lane % 4 (+4)
                     bv[j] = hs[nt * 8 + tx % 32 // 4, ((tx // 32 // RT) * KPW + i) * 8 + tx % 4 + 4 * j]
-                a_hi = [tf32_high(wreg[0, i * 4 + j]) for j in range(4)]
-                b_hi = [tf32_high(bv[j]) for j in range(2)]
-                a_lo = [wreg[0, i * 4 + j] - a_hi[j] for j in range(4)]
-                b_lo = [bv[j] - b_hi[j] for j in range(2)]
+                for j in T.unroll(4):
+                    tf32_split(ah, al, j, wreg[0, i * 4 + j])
+                for j in T.unroll(2):
+                    tf32_split(bh, bl, j, bv[j])
+                a_hi = [ah[j] for j in range(4)]
+                b_hi = [bh[j] for j in range(2)]
+                a_lo = [T.reinterpret("uint32", al[j]) for j in range(4)]
+                b_lo = [T.reinterpret("uint32", bl[j]) for j in range(2)]
                 mma(acc, nt, a_lo, b_hi)  # the small terms first
                 mma(acc, nt, a_hi, b_lo)
                 mma(acc, nt, a_hi, b_hi)
