@@ -60,6 +60,7 @@ def main():
             grid_unique.append(r)
     grid = grid_unique
     fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else "—"
+    mark = lambda r: " †" if r.get("carried_from") else ""  # measured in an earlier run, kept
     lines = ["# Benchmarks", "", f"Measured on {label}; torch {meta['torch']}, cuDNN {meta['cudnn']}, TVM {meta['tvm']}, "
              f"driver {meta['driver']}. Medians of CUDA-event timings of back-to-back calls, inputs on the device, "
              "warm-up excluded. *Ours* is the whole compiled layer through TVM's VM (input-projection GEMM, "
@@ -75,11 +76,15 @@ def main():
               "cuDNN graph fp16 | ORT CPU | TVM unrolled | vs graph tf32 | vs graph fp32 |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in grid:
-        lines.append(f"| {r['cell']} H={r['hidden']} B={r['batch']} | {fmt(r['ours_ms'])} | {fmt(r['cudnn_tf32_graph_ms'])} | "
+        lines.append(f"| {r['cell']} H={r['hidden']} B={r['batch']}{mark(r)} | {fmt(r['ours_ms'])} | {fmt(r['cudnn_tf32_graph_ms'])} | "
                      f"{fmt(r['cudnn_fp32_graph_ms'])} | {fmt(r['cudnn_tf32_eager_ms'])} | {fmt(r.get('cudnn_fp32_eager_ms'))} | "
                      f"{fmt(r.get('cudnn_fp16_graph_ms'))} | {fmt(r.get('ort_cpu_ms'))} | "
                      f"{fmt(r.get('tvm_unrolled_ms'))} | {r['cudnn_tf32_graph_ms'] / r['ours_ms']:.2f}x | "
                      f"{r['cudnn_fp32_graph_ms'] / r['ours_ms']:.2f}x |")
+    carried = sorted({r["carried_from"] for r in layers + models if r.get("carried_from")})
+    if carried:
+        lines += ["", "† measured in an earlier run of this suite, kept here: " + "; ".join(carried)
+                  + (f". {meta['note']}." if meta.get("note") else "")]
     summary = {}
     for key in ("cudnn_tf32_graph_ms", "cudnn_fp32_graph_ms", "cudnn_fp16_graph_ms", "cudnn_tf32_eager_ms",
                 "ort_cpu_ms", "tvm_unrolled_ms"):
@@ -122,13 +127,13 @@ def main():
         ax.set_ylabel("ms")
         _finish(fig, ax, f"{title}\n{label}", os.path.join(args.docs, "img", fname))
         lines += ["", f"## {title}", "", "| " + xkey + " | ours ms | cuDNN graph tf32 | cuDNN graph fp32 |", "|---|---|---|---|"]
-        lines += [f"| {r[xkey]} | {r['ours_ms']:.3f} | {r['cudnn_tf32_graph_ms']:.3f} | {r['cudnn_fp32_graph_ms']:.3f} |" for r in sel]
+        lines += [f"| {r[xkey]}{mark(r)} | {r['ours_ms']:.3f} | {r['cudnn_tf32_graph_ms']:.3f} | {r['cudnn_fp32_graph_ms']:.3f} |" for r in sel]
         lines += ["", f"![{part}](img/{fname})"]
 
     if models:
         lines += ["", "## Real models end to end (examples/), latency against batch", "",
                   "| model | batch | T | ours ms | ORT CPU ms | lowerings |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['model']} | {r['batch']} | {r['seq_len']} | {r['ours_ms']:.3f} | {fmt(r.get('ort_cpu_ms'))} | "
+        lines += [f"| {r['model']}{mark(r)} | {r['batch']} | {r['seq_len']} | {r['ours_ms']:.3f} | {fmt(r.get('ort_cpu_ms'))} | "
                   f"{', '.join(r['lowerings'])} |" for r in models]
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for name in sorted({r["model"] for r in models}):
