@@ -10,7 +10,9 @@ Such a resident CTA keeps h in shared memory, two copies by step parity, so that
 written while others still read h(t-1). With `Config.lane_updates` the lanes that summed a unit's
 gate rows update it from their registers; otherwise the sums meet in shared memory (`gs`) and
 the CTA's threads share the updates out. Step s+1's input projections are fetched at the top of
-step s, and the recurrent biases of a thread's units live in registers.
+step s, and the recurrent biases of a thread's units live in registers. With tensor cores
+(`Config.mma_k_split`) the dot products are 3xTF32 `mma.sync` instead (`mma_dot`), and the
+partial sums of a row tile's column splits meet in shared memory.
 
 GRU with linear_before_reset=0 needs r * h(t-1) of *every* unit before the candidate's GEMV.
 Either its step has two phases, each ending in a barrier (GRNN Fig. 7a): (1) the z and r rows'
@@ -543,13 +545,13 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
 
     @T.macro
     def mma_dot(hs, gs, wreg, acc, bv, tx):
-        ah = T.alloc_buffer((4,), "uint32", scope="local")
-        al = T.alloc_buffer((4,), "float32", scope="local")
-        bh = T.alloc_buffer((2,), "uint32", scope="local")
-        bl = T.alloc_buffer((2,), "float32", scope="local")
         """Tensor cores: each warp's row tile times h(t-1) over its k-tiles, 3xTF32 (the high parts'
         product plus both cross products, fp32 accumulation), then its C fragments into `gs` block
         `tx // 32 // RT` (the warp's column split) for the updating threads to add."""
+        ah = T.alloc_buffer((4,), "uint32", scope="local")  # one k-tile's A fragment, split
+        al = T.alloc_buffer((4,), "float32", scope="local")
+        bh = T.alloc_buffer((2,), "uint32", scope="local")  # ... and one n-tile's B fragment
+        bl = T.alloc_buffer((2,), "float32", scope="local")
         for a in T.unroll(NTL * 4):
             acc[a] = T.float32(0)
         for i in T.unroll(KPW):
@@ -589,6 +591,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
 
     @T.macro
     def weights_in(r, wreg, wsm, row, wc, cta, tx):
+        """Step 1: the thread's weights, as mma fragments or as the FMA units' runs of columns."""
         if MMA:
             mma_load_weights(r, wreg, row, cta, tx)
         else:
@@ -604,6 +607,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
 
     @T.macro
     def emulated_dot_products(hs, gs, wreg, wsm, cta, phase):
+        """`dot_products` of one CTA in the CPU twin."""
         if MMA:
             emulated_mma_dot(hs, gs, wreg, cta)
         else:
