@@ -61,6 +61,7 @@ def most_common_problem(spec: CellSpec, gpu: GPUModel, batch: int | None) -> str
     """Why the space holds no config for `spec`: the problem that pruned the most configs."""
     counts = collections.Counter(p for groups in (GROUP_SIZES, NARROW_GROUPS)
                                  for cfg in _configs(spec, gpu, batch, groups, _weight_dtypes(spec))
+                                 if not cfg.tensor_cores()  # the FMA-unit space speaks for the layer
                                  for p in problems_on(spec, cfg, gpu))
     return counts.most_common(1)[0][0] if counts else f"no tiling of hidden_size {spec.hidden_size} exists"
 

@@ -96,7 +96,7 @@ def test_cluster_barrier_matches_onnxruntime(op, hidden, direction):
     """A direction's CTAs as one thread-block cluster (the model's best such config)."""
     case = _layer_case(op, hidden, direction)
     spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
-    cfg = _model_best(spec, lambda c: c.cluster)
+    cfg = _model_best(spec, lambda c: c.cluster and not c.tensor_cores())
     failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["float32"])
     assert not failures, f"{cfg}: " + ", ".join(failures)
 

@@ -151,7 +151,8 @@ def test_cluster_configs_compile(cell, hidden, batch, tmp_path):
     spec = CellSpec(cell, hidden, hidden, linear_before_reset=True)
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
     gpu = gpu_model("sm_90")
-    cfg = next(c for _, c in rank(spec, candidate_configs(spec, gpu, batch), gpu, batch) if c.cluster)
+    cfg = next(c for _, c in rank(spec, candidate_configs(spec, gpu, batch), gpu, batch)
+               if c.cluster and not c.tensor_cores())
     source = cuda_source(plan_layer(spec, target, batch=batch, config=cfg).kernel, "sm_90")
     assert "barrier.cluster.arrive" in source and "prnn_grid_barrier" not in source
     assert max(nvcc_stats(source, "sm_90", tmp_path)) == 0
