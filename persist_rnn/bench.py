@@ -164,9 +164,10 @@ def model_rows(name, batches, options, examples_dir):
 
 
 def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), examples_dir="examples", log=print,
-              unverified=False):
+              unverified=False, layers=()):
     """Measure `parts` and append JSON lines to `out` (the first one describes the machine and
-    whether kernels not yet verified on a GPU were allowed)."""
+    whether kernels not yet verified on a GPU were allowed); `layers`, (cell, hidden, batch)
+    triples, keeps only those layers of the parts."""
     options = {"tuning_log": tuning_log, "unverified": unverified}
     try:
         import torch
@@ -190,6 +191,8 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
         jobs += [("LSTM", 256, b, 100, False) for b in (2, 4, 8, 32, 64)]
     if "seq" in parts:
         jobs += [("LSTM", 256, 10, t, False) for t in (10, 50, 200, 400)]
+    if layers:
+        jobs = [job for job in jobs if tuple(job[:3]) in set(layers)]
     with open(out, "a") as f:
         f.write(json.dumps(meta) + "\n")
         for op, h, b, t, unrolled in jobs:

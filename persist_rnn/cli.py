@@ -181,12 +181,26 @@ def calibrate(out_dir, sweeps, arch, configs, sweep_out):
 @click.option("--examples", "examples_dir", default="examples", show_default=True, type=click.Path(file_okay=False),
               help="where char_rnn.onnx and text_classifier.onnx are")
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
-def bench(out, parts, tuning_log, unrolled_hidden, examples_dir, unverified):
+@click.option("--layer", "layers", multiple=True, callback=lambda ctx, param, v: tuple(_layer_key(s) for s in v),
+              help="only this layer of the parts, as CELL:HIDDEN:BATCH, e.g. GRU:1024:20 (repeatable)")
+def bench(out, parts, tuning_log, unrolled_hidden, examples_dir, unverified, layers):
     """Benchmark against cuDNN, ONNX Runtime and unrolled TVM (needs torch and a CUDA GPU);
     `python benchmarks/report.py OUT` makes the tables and plots."""
     from .bench import PARTS, run_suite
 
-    run_suite(out, parts or PARTS, tuning_log, unrolled_hidden, examples_dir, log=click.echo, unverified=unverified)
+    run_suite(out, parts or PARTS, tuning_log, unrolled_hidden, examples_dir, log=click.echo, unverified=unverified,
+              layers=layers)
+
+
+def _layer_key(text: str) -> tuple[str, int, int]:
+    """CELL:HIDDEN:BATCH as the suite's (cell, hidden, batch) key."""
+    try:
+        cell, hidden, batch = text.split(":")
+        if cell.upper() not in ("LSTM", "GRU"):
+            raise ValueError
+        return cell.upper(), int(hidden), int(batch)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected CELL:HIDDEN:BATCH with CELL LSTM or GRU, e.g. GRU:1024:20")
 
 
 @main.group()

@@ -65,6 +65,13 @@ def test_bench_without_gpu_skips_with_a_message(tmp_path):
     assert res.exit_code == 0 and res.output.startswith("skip:")
 
 
+def test_bench_layer_filter_is_checked(tmp_path):
+    res = _run("bench", "--out", str(tmp_path / "r.jsonl"), "--layer", "LSTM:256")
+    assert res.exit_code == 2 and "expected CELL:HIDDEN:BATCH" in res.output
+    res = _run("bench", "--out", str(tmp_path / "r.jsonl"), "--layer", "gru:1024:20", "--parts", "grid")
+    assert res.exit_code == 0
+
+
 SWEEPS = [os.path.join(os.path.dirname(__file__), "..", "docs", "data", f"sweep-h100-{c}.jsonl") for c in ("lstm", "gru")]
 
 
