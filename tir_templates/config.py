@@ -22,12 +22,12 @@ the shuffle's sums (`lane_updates`): the gate sums never go through shared memor
 saves a `__syncthreads` (one per step in all for a CTA that holds its direction).
 
 With `mma_k_split` > 0 the dot products run on the tensor cores instead, with fp32 accuracy
-(3xTF32: each operand split into a TF32 high part and the TF32 remainder, three `mma.sync`
-m16n8k8 products, the remainders' product dropped): each warp holds one 16-row tile of the
+(3xTF32: each operand split into a TF32 high part and the fp32 remainder, read as TF32 by the
+mma; three `mma.sync` m16n8k8 products, the remainders' product dropped): each warp holds one 16-row tile of the
 CTA's gate rows over 1/`mma_k_split` of the columns as mma A fragments in registers, h(t-1) of
 the chunk is the B operand (batch rows padded to 8), and the `mma_k_split` warps of a row tile
 leave partial sums in shared memory that the updating threads add. The tensor cores pay off at
-larger batches, where the FMA units' version is bound by shared-memory loads of h;
+larger batches (on the H100 from B=20), where the FMA units' version waits on shared-memory loads of h;
 `group_size` and `rows_per_group` are then 32 and 16 (a warp, a row tile) and unused otherwise.
 """
 from __future__ import annotations
