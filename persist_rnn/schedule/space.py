@@ -6,9 +6,9 @@ one CTA each (`batch_tiles`). A config that only lacks registers comes with the 
 weight columns moved to shared memory that make it fit (`_smem_weights`).
 Tensor-core configs (`Config.mma_k_split`, fp32 one-phase cells) split each row tile's columns
 over 1 to 16 warps. Pruning beyond `problems` (what cannot run): batch chunks are only the
-smallest chunk for 1 to 4
-passes over the weights (a smaller chunk with the same pass count only wastes lanes; more passes
-multiply the per-chunk latencies), and groups of 1 or 2 lanes only when nothing wider fits.
+smallest chunk for 1 to 4 passes over the weights (a smaller chunk with the same pass count only
+wastes lanes; more passes multiply the per-chunk latencies), and groups of 1 or 2 lanes only when
+nothing wider fits.
 """
 from __future__ import annotations
 
