@@ -10,7 +10,8 @@ import numpy as np
 
 from .errors import PersistRNNError
 
-UNVERIFIED_HELP = "also use kernel variants not yet run on a GPU (today: fp16/bf16 weights partly in shared memory)"
+UNVERIFIED_HELP = ("also use kernel variants not yet run on a GPU (today: fp16/bf16 weights partly in shared memory, "
+                   "tensor cores with a padded row tile)")
 TARGET_HELP = 'a name ("llvm", "cuda") or a JSON target, e.g. \'{"kind": "cuda", "arch": "sm_80"}\''
 
 

@@ -29,6 +29,8 @@ the chunk is the B operand (batch rows padded to 8), and the `mma_k_split` warps
 leave partial sums in shared memory that the updating threads add. The tensor cores pay off at
 larger batches (on the H100 from B=20), where the FMA units' version waits on shared-memory loads of h;
 `group_size` and `rows_per_group` are then 32 and 16 (a warp, a row tile) and unused otherwise.
+When the CTA's gate rows are not whole 16-row tiles (GRU: 3 x `tile_units`), the last tile is
+padded with zero rows.
 """
 from __future__ import annotations
 
@@ -64,8 +66,9 @@ class Config:
         return self.mma_k_split > 0
 
     def row_tiles(self, spec: CellSpec) -> int:
-        """16-row tiles of the CTA's gate rows (tensor cores: one per warp of a column split)."""
-        return self.row_gates(spec) * self.tile_units // MMA_M
+        """16-row tiles of the CTA's gate rows, the last one padded with zero rows when they are not
+        whole tiles (GRU's 3 x 8 rows; tensor cores: one warp per tile and column split)."""
+        return -(-self.row_gates(spec) * self.tile_units // MMA_M)
 
     def k_tiles_per_warp(self, spec: CellSpec) -> int:
         """8-column k-tiles of R each warp holds (tensor cores)."""
@@ -262,8 +265,8 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
 
 
 def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
-    """What the tensor-core dot products need: one phase a step, fp32 weights in registers, whole
-    16-row tiles of gate rows and 8-column k-tiles split evenly over the warps of a row tile."""
+    """What the tensor-core dot products need: one phase a step, fp32 weights in registers and
+    8-column k-tiles split evenly over the warps of a row tile."""
     out = []
     if two_phase(spec):
         out.append("tensor cores: GRU with linear_before_reset=0 has two phases a step (FMA units only)")
@@ -271,8 +274,6 @@ def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
         out.append("tensor cores: fp32 layers only (3xTF32)")
     if cfg.smem_runs or cfg.batch_tile or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
         out.append("tensor cores: weights all in registers, no batch tiles, group_size 32 and rows_per_group 16")
-    if (cfg.row_gates(spec) * cfg.tile_units) % MMA_M:
-        out.append(f"tensor cores: the CTA's {cfg.row_gates(spec) * cfg.tile_units} gate rows are not whole 16-row tiles")
     if spec.hidden_size % MMA_K or (spec.hidden_size // MMA_K) % cfg.mma_k_split:
         out.append(f"tensor cores: {spec.hidden_size // MMA_K} k-tiles of 8 columns do not split over "
                    f"{cfg.mma_k_split} warps")

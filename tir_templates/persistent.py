@@ -80,10 +80,15 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     variant that passes the CPU emulation and nvcc but has not run on a GPU. `unverified=True` or
     a config forced by the caller still builds it. Batch tiles, clusters, both
     GRU linear_before_reset=0 kernels and fp32 shared-memory weights passed on the H100
-    (docs/data/gpu_variants.log); fp16 weights in shared memory have not (and spill registers)."""
+    (docs/data/gpu_variants.log), tensor cores with whole row tiles too
+    (docs/data/gpu-v4-tensor-cores.log); fp16 weights in shared memory (which spill registers) and
+    tensor cores with a padded row tile have not."""
     if cfg.smem_runs and spec.dtype != "float32":
         return ("fp16/bf16 weights partly in shared memory: pass the CPU emulation and nvcc but have not yet "
                 "been run on a GPU; compile with unverified=True to use them")
+    if cfg.tensor_cores() and (cfg.row_gates(spec) * cfg.tile_units) % 16:
+        return ("tensor cores with a padded row tile (the CTA's gate rows are not whole 16-row tiles): pass the "
+                "CPU emulation and nvcc but have not yet been run on a GPU; compile with unverified=True to use them")
     return ""
 
 
@@ -139,7 +144,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     XR = G + 1  # per pair, in registers: the gates' input projections and C(t-1)
     MMA = cfg.tensor_cores()  # 3xTF32 mma dot products (config.py); else FMA units and shuffles
     KS = max(cfg.mma_k_split, 1)  # warps splitting a row tile's columns; their partial sums meet in `gs`
-    RT = cfg.row_tiles(spec) if MMA else 0  # 16-row tiles of the CTA's gate rows
+    RT = cfg.row_tiles(spec) if MMA else 0  # 16-row tiles of the CTA's gate rows (the last one padded)
     KPW = cfg.k_tiles_per_warp(spec) if MMA else 0  # 8-column k-tiles of R per warp
     NTL = cfg.n_tiles() if MMA else 0  # 8-row tiles of the batch chunk (the mma's N)
     HS_SHAPE = (cfg.h_rows(), cfg.h_stride(spec))  # the shared copy of h (padded with tensor cores)
@@ -520,10 +525,14 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         T.ptx.cvt.rna.tf32.f32(hi[j], x)
         lo[j] = x - T.reinterpret("float32", hi[j])
 
+    def mma_row_in_tile(tx, j):
+        """The CTA's gate row (gate-major) of A-fragment register j of thread tx: its warp's row
+        tile (warps cycle over row tiles first), fragment row lane / 4, +8 for registers 1 and 3."""
+        return (tx // 32 % RT) * 16 + tx % 32 // 4 + 8 * (j % 2)
+
     def mma_rows(cta, tx, j):
-        """Row of R (within direction) of A-fragment register j of thread tx: its warp's row tile
-        (warps cycle over row tiles first), fragment row lane / 4, +8 for registers 1 and 3."""
-        lr = (tx // 32 % RT) * 16 + tx % 32 // 4 + 8 * (j % 2)
+        """Row of R (within direction) of A-fragment register j of thread tx."""
+        lr = mma_row_in_tile(tx, j)
         return (lr // TW) * H + (cta % CPD) * TW + lr % TW
 
     def mma_col(tx, i, j):
@@ -535,7 +544,9 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         """Tensor cores: the warp's row tile over its k-tiles, as mma A fragments in registers."""
         for i in T.unroll(KPW):
             for j in T.unroll(4):
-                wreg[row, i * 4 + j] = r[dir_of(cta), mma_rows(cta, tx, j), mma_col(tx, i, j)]
+                wreg[row, i * 4 + j] = T.if_then_else(mma_row_in_tile(tx, j) < GTW,
+                                                      r[dir_of(cta), mma_rows(cta, tx, j), mma_col(tx, i, j)],
+                                                      T.float32(0))  # a padded tile's zero rows
 
     @T.macro
     def mma(acc, nt, a, b):
@@ -571,7 +582,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 mma(acc, nt, a_hi, b_hi)
         for nt in T.unroll(NTL):
             for j in T.unroll(4):  # C fragment: row lane / 4 (+8 for 2, 3), batch row 2 * (lane % 4) (+1 for 1, 3)
-                if nt * 8 + tx % 4 * 2 + j % 2 < BC:
+                if nt * 8 + tx % 4 * 2 + j % 2 < BC and mma_row_in_tile(tx, j // 2) < GTW:
                     gs[(tx // 32 // RT) * BC + nt * 8 + tx % 4 * 2 + j % 2,
                        (tx // 32 % RT) * 16 + tx % 32 // 4 + 8 * (j // 2)] = acc[nt * 4 + j]
 
@@ -581,7 +592,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         read back from where `mma_load_weights` put it: element (m, k) of a warp's 16 x 8 tile sits
         in lane 4 * (m % 8) + k % 4, register m // 8 + 2 * (k // 4)."""
         for w, nt, m, nn in T.grid(RT * KS, NTL, 16, 8):
-            if nt * 8 + nn < BC:
+            if nt * 8 + nn < BC and (w % RT) * 16 + m < GTW:
                 gs[(w // RT) * BC + nt * 8 + nn, (w % RT) * 16 + m] = T.float32(0)
                 for i, k in T.grid(KPW, 8):
                     gs[(w // RT) * BC + nt * 8 + nn, (w % RT) * 16 + m] = (

@@ -123,20 +123,26 @@ def test_shared_memory_weights_match_onnxruntime(op, hidden, direction):
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 
+def _whole_tiles(spec, c):
+    return c.row_gates(spec) * c.tile_units % 16 == 0
+
+
 @pytest.mark.parametrize("op,hidden,direction,keep", [
-    ("LSTM", 1024, "forward", lambda c: True),  # 128 CTAs, grid barrier, 4 warps per row tile
-    ("LSTM", 256, "bidirectional", lambda c: True),
-    ("GRU", 256, "forward", lambda c: True),
-    ("RNN", 128, "reverse", lambda c: not c.cluster),
-    ("LSTM", 64, "forward", lambda c: c.cluster),
-    ("GRU", 64, "bidirectional", lambda c: c.barrier(CellSpec("gru", 64, 64)) == "cta"),  # one resident CTA
-], ids=["lstm1024", "lstm256-bidir", "gru256", "rnn128", "lstm64-cluster", "gru64-one-cta"])
+    ("LSTM", 1024, "forward", _whole_tiles),  # 128 CTAs, grid barrier, 4 warps per row tile
+    ("LSTM", 256, "bidirectional", _whole_tiles),
+    ("GRU", 256, "forward", _whole_tiles),
+    ("RNN", 128, "reverse", lambda s, c: _whole_tiles(s, c) and not c.cluster),
+    ("LSTM", 64, "forward", lambda s, c: c.cluster),
+    ("GRU", 64, "bidirectional", lambda s, c: c.barrier(s) == "cta" and _whole_tiles(s, c)),  # one resident CTA
+    ("GRU", 1024, "forward", lambda s, c: not _whole_tiles(s, c)),  # 3 x 8 rows: the second tile padded
+], ids=["lstm1024", "lstm256-bidir", "gru256", "rnn128", "lstm64-cluster", "gru64-one-cta", "gru1024-padded"])
 def test_tensor_cores_match_onnxruntime(op, hidden, direction, keep):
     """3xTF32 mma dot products (the model's best tensor-core config of each kind) keep fp32's
-    tolerance over the whole (B, T) matrix, odd batches padding the mma's 8-row n-tiles."""
+    tolerance over the whole (B, T) matrix, odd batches padding the mma's 8-row n-tiles. The
+    first six passed on the H100 on 2026-11-23; padded row tiles have not run on a GPU yet."""
     case = _layer_case(op, hidden, direction)
     spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
-    cfg = _model_best(spec, lambda c: c.tensor_cores() and keep(c))
+    cfg = _model_best(spec, lambda c: c.tensor_cores() and keep(spec, c))
     failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["float32"])
     assert not failures, f"{cfg}: " + ", ".join(failures)
 

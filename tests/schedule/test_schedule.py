@@ -131,6 +131,23 @@ def test_fp16_weights_in_shared_memory_keep_reference_with_reason():
     assert plan.kernel is None and "shared memory" in plan.reason and "unverified=True" in plan.reason
 
 
+def test_tensor_cores_are_measured_never_trusted():
+    """With a GPU the tuner measures the model's best two tensor-core configs beside its top 5;
+    padded row tiles (GRU H=1024: 24 rows a CTA) only when unverified variants are allowed."""
+    from persist_rnn.schedule.planner import to_measure
+    from tir_templates.persistent import unverified_reason
+
+    lstm = CellSpec("lstm", 1024, 1024)
+    measured = to_measure(rank(lstm, candidate_configs(lstm, H100, 20), H100, 20), 5)
+    assert len(measured) == 7 and sum(c.tensor_cores() for c in measured) == 2
+    gru = CellSpec("gru", 1024, 1024, linear_before_reset=True)
+    configs = candidate_configs(gru, H100, 20)
+    padded = [c for c in configs if c.tensor_cores()]
+    assert padded and all("padded row tile" in unverified_reason(gru, c) for c in padded)
+    verified = [c for c in configs if not unverified_reason(gru, c)]
+    assert not any(c.tensor_cores() for c in to_measure(rank(gru, verified, H100, 20), 5))
+
+
 def test_forced_config_is_checked():
     spec = CellSpec("rnn", 64, 64)
     assert plan_layer(spec, TARGET, batch=1, config={"tile_units": 64, "group_size": 8, "rows_per_group": 2,

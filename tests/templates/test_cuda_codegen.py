@@ -72,10 +72,12 @@ def test_config_grid_compiles(cfg, tmp_path):
 
 
 @pytest.mark.parametrize("cell,hidden,batch,arches", [("lstm", 1024, 20, ("sm_90",)), ("lstm", 256, 10, ("sm_80", "sm_90")),
-                                                      ("gru", 64, 1, ("sm_80", "sm_90"))], ids=str)
+                                                      ("gru", 64, 1, ("sm_80", "sm_90")), ("gru", 1024, 20, ("sm_90",))],
+                         ids=str)
 def test_tensor_core_configs_compile(cell, hidden, batch, arches, tmp_path):
-    """The model's best tensor-core config: mma.sync with TF32 operands, no spills (LSTM H=1024's
-    128 CTAs exceed the A100's SMs); without a GPU to measure it, the planner keeps to the FMA units."""
+    """The model's best tensor-core config: mma.sync with TF32 operands, no spills (H=1024's 128
+    CTAs exceed the A100's SMs; GRU's 24 rows a CTA pad their second row tile); without a GPU to
+    measure it, the planner keeps to the FMA units."""
     spec = CellSpec(cell, hidden, hidden, linear_before_reset=True)
     for arch in arches:
         target = tvm.target.Target({"kind": "cuda", "arch": arch})

@@ -72,6 +72,8 @@ CASES = [
     ("lstm", "forward", 10, Config(4, 32, 16, 10, mma_k_split=2), {}),  # two n-tiles, the second ragged
     ("gru", "forward", 5, Config(16, 32, 16, 2, mma_k_split=1), {}),  # 3 row tiles, one CTA, three chunks
     ("rnn", "reverse", 3, Config(16, 32, 16, 3, mma_k_split=2), dict(clip=1.0)),  # one resident CTA
+    ("gru", "bidirectional", 3, Config(8, 32, 16, 3, mma_k_split=2), {}),  # 24 rows: the second tile padded
+    ("rnn", "forward", 10, Config(4, 32, 16, 10, mma_k_split=2), {}),  # 4 rows in a 16-row tile, two n-tiles
 ]
 
 
