@@ -65,6 +65,11 @@ class Config:
     def tensor_cores(self) -> bool:
         return self.mma_k_split > 0
 
+    def k_splits(self) -> int:
+        """Blocks of dot results a chunk leaves in shared memory: one per column split of a row
+        tile with tensor cores (the updating threads add them), else one."""
+        return max(1, self.mma_k_split)
+
     def row_tiles(self, spec: CellSpec) -> int:
         """16-row tiles of the CTA's gate rows, the last one padded with zero rows when they are not
         whole tiles (GRU's 3 x 8 rows; tensor cores: one warp per tile and column split)."""
@@ -170,7 +175,7 @@ class Config:
 
     def shared_bytes(self, spec: CellSpec) -> int:
         h_vectors = 2 if self.partial_sums(spec) or self.resident(spec) else 1  # h(t-1), and r * h(t-1) or h(t)
-        tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * max(1, self.mma_k_split)  # dot results
+        tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.k_splits()  # dot results
         tile += 2 if self.partial_sums(spec) else 0  # z and h(t) of the tile
         smem_weights = self.threads(spec) * self.rows_per_group * self.smem_runs * self.column_run(spec)
         return (4 * (h_vectors * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile * self.tile_units)
@@ -179,7 +184,7 @@ class Config:
     def static_shared_bytes(self, spec: CellSpec) -> int:
         """Shared memory outside the dynamic allocation: a resident CTA's copies of h (kept apart so
         that TVM's sync planner sees them as two buffers) and the dot results."""
-        tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.tile_units * max(1, self.mma_k_split)
+        tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.tile_units * self.k_splits()
         return 4 * (2 * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile) if self.resident(spec) else 0
 
     def barrier(self, spec: CellSpec) -> str:

@@ -143,7 +143,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     FAST = not emulate  # CUDA's fast sigmoid (the llvm twin keeps expf and division)
     XR = G + 1  # per pair, in registers: the gates' input projections and C(t-1)
     MMA = cfg.tensor_cores()  # 3xTF32 mma dot products (config.py); else FMA units and shuffles
-    KS = max(cfg.mma_k_split, 1)  # warps splitting a row tile's columns; their partial sums meet in `gs`
+    KS = cfg.k_splits()  # warps splitting a row tile's columns; their partial sums meet in `gs`
     RT = cfg.row_tiles(spec) if MMA else 0  # 16-row tiles of the CTA's gate rows (the last one padded)
     KPW = cfg.k_tiles_per_warp(spec) if MMA else 0  # 8-column k-tiles of R per warp
     NTL = cfg.n_tiles() if MMA else 0  # 8-row tiles of the batch chunk (the mma's N)

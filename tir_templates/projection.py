@@ -80,23 +80,23 @@ def _build(K: int, N: int, tile: tuple[int, int], emulate: bool) -> tvm.tirx.Pri
         return (e * NT + t) // (BN // VN), (e * NT + t) % (BN // VN) * VN
 
     @T.macro
+    def fetch_vectors(src, dst, reg, loads, vec, vector, row0, col0, n_rows, n_cols, t):
+        """Thread t's `loads` vectors of one operand's tile at (row0, col0) into registers (zeros
+        outside n_rows x n_cols): `vector(e, t)` places the e-th, `vec` wide along the columns."""
+        for e in T.unroll(loads):
+            if T.And(row0 + vector(e, t)[0] < n_rows, col0 + vector(e, t)[1] < n_cols):
+                for v in T.vectorized(vec):
+                    dst[reg, e * vec + v] = src[row0 + vector(e, t)[0], col0 + vector(e, t)[1] + v]
+            else:
+                for v in T.vectorized(vec):
+                    dst[reg, e * vec + v] = T.float32(0)
+
+    @T.macro
     def fetch(x, w, ra, rb, reg, by, bx, t, kt, n_m):
         """Thread t's share of k-tile kt of x and w_t into its registers (zeros outside). A vector
         is wholly inside or outside: VK divides K and VN divides N."""
-        for e in T.unroll(A_LOADS):
-            if T.And(by * BM + x_vector(e, t)[0] < n_m, kt * BK + x_vector(e, t)[1] < K):
-                for v in T.vectorized(VK):
-                    ra[reg, e * VK + v] = x[by * BM + x_vector(e, t)[0], kt * BK + x_vector(e, t)[1] + v]
-            else:
-                for v in T.vectorized(VK):
-                    ra[reg, e * VK + v] = T.float32(0)
-        for e in T.unroll(B_LOADS):
-            if T.And(kt * BK + w_vector(e, t)[0] < K, bx * BN + w_vector(e, t)[1] < N):
-                for v in T.vectorized(VN):
-                    rb[reg, e * VN + v] = w[kt * BK + w_vector(e, t)[0], bx * BN + w_vector(e, t)[1] + v]
-            else:
-                for v in T.vectorized(VN):
-                    rb[reg, e * VN + v] = T.float32(0)
+        fetch_vectors(x, ra, reg, A_LOADS, VK, x_vector, by * BM, kt * BK, n_m, K, t)
+        fetch_vectors(w, rb, reg, B_LOADS, VN, w_vector, kt * BK, bx * BN, K, N, t)
 
     @T.macro
     def stage(a_s, b_s, ra, rb, reg, t):
