@@ -39,8 +39,11 @@ import dataclasses
 from .spec import CellSpec
 
 #: 2: lane updates, shared-memory h double-buffered in a resident CTA, fast sigmoid;
-#: 3: tensor-core configs (`mma_k_split`), the FMA-unit kernels unchanged
-TEMPLATE_VERSION = 3
+#: 3: tensor-core configs (`mma_k_split`), the FMA-unit kernels unchanged;
+#: 4: a resident CTA keeps h(t) and C(t) on chip until its last step, its inputs alternate
+#: between two register sets; sigmoid and tanh from ex2/rcp.approx.ftz; weights loaded 16 bytes
+#: at a time
+TEMPLATE_VERSION = 4
 
 
 def two_phase(spec: CellSpec) -> bool:

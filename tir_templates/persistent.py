@@ -7,7 +7,9 @@ memory for the runs of columns that do not fit: `Config.smem_runs`), then per ti
 (a counter in global memory, or the thread-block cluster's barrier; none when one CTA holds the
 direction, which may then also split the batch into independent tiles: `Config.batch_tile`).
 Such a resident CTA keeps h in shared memory, two copies by step parity, so that h(t) can be
-written while others still read h(t-1). With `Config.lane_updates` the lanes that summed a unit's
+written while others still read h(t-1); it writes h(t) and C(t) to global memory only for Y and
+after its last step, and its next step's inputs land in the register set of that step's parity
+(a copy between sets would wait for the loads at the top of the step). With `Config.lane_updates` the lanes that summed a unit's
 gate rows update it from their registers; otherwise the sums meet in shared memory (`gs`) and
 the CTA's threads share the updates out. Step s+1's input projections are fetched at the top of
 step s, and the recurrent biases of a thread's units live in registers. With tensor cores
@@ -301,6 +303,17 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     xr[row, e * XR + G] = yc[dir_of(cta), pair(cta, tx, e, ch)[0], pair(cta, tx, e, ch)[1]]
 
     @T.macro
+    def fetch_valid(xw, xr, nv, row, cta, tx, s, n_b):
+        """`fetch` for a resident CTA: only the pairs whose sequence reaches step s load, so the
+        time index needs no clamp (fewer instructions on a step that is all latency)."""
+        for e in T.unroll(UPT):
+            if owns(cta, tx, e, first_chunk(cta), n_b):
+                if s < nv[row, e]:
+                    for g in T.unroll(G):
+                        xr[row, e * XR + g] = xw[time_index(dir_of(cta), s, nv[row, e]), pair(cta, tx, e, first_chunk(cta))[0],
+                                                 dir_of(cta), g * H + pair(cta, tx, e, first_chunk(cta))[1]]
+
+    @T.macro
     def chunk_inputs(xw, yc, lens, hb, hs, xr, nv, row, cta, tx, s, ch, slot, n_t, n_b, with_c):
         """A chunk's lengths and step-s inputs into registers, exchange `slot` into `hs`."""
         load_lengths(lens, nv, row, cta, tx, ch, n_t, n_b)
@@ -310,8 +323,9 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     @T.macro
     def update(rbr, p, y, yc, hb, hs, gs, acc, xr, hn, nv, row, cta, tx, s, ch, n_b, hs_next):
         """Each (batch row, unit) of the chunk has one owner thread: it applies the cell, keeps
-        C(t) in its register and yc, and stores h(t) into the exchange buffer, Y, `hn` and, when
-        `hs_next` is not None (a resident CTA), into that shared copy of h."""
+        C(t) in its register and stores h(t) into Y and `hn`; then into the exchange buffer (and
+        C(t) into yc), or, when `hs_next` is not None (a resident CTA, which needs neither until
+        its last step: `resident_states_out`), into that shared copy of h."""
         for e in T.unroll(UPT):
             if owns(cta, tx, e, ch, n_b):
                 b, j = pair(cta, tx, e, ch)
@@ -323,7 +337,8 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                             spec, d, cells.gate_slice(xr, (row,), e * XR, 1, G),
                             recurrent_parts(gs, acc, rbr, row, tx, e, bi, j % TW), xr[row, e * XR + G],
                             cells.gate_slice(p, (d,), j, H, 3), FAST)
-                        yc[d, b, j] = xr[row, e * XR + G]
+                        if hs_next is None:
+                            yc[d, b, j] = xr[row, e * XR + G]
                     hn[row, e] = cells.hidden(
                         spec, d, cells.gate_slice(xr, (row,), e * XR, 1, G),
                         recurrent_parts(gs, acc, rbr, row, tx, e, bi, j % TW), hs[bi, j], xr[row, e * XR + G],
@@ -332,9 +347,22 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 else:  # past this sequence's end: state carried, output zero
                     hn[row, e] = hs[bi, j]
                     y[s, d, b, j] = T.float32(0)
-                hb[(s + 1) % 2, d, b, j] = hn[row, e]
-                if hs_next is not None:
+                if hs_next is None:
+                    hb[(s + 1) % 2, d, b, j] = hn[row, e]
+                else:
                     hs_next[bi, j] = hn[row, e]
+
+    @T.macro
+    def resident_states_out(yc, hb, xr, hn, row, cta, tx, n_t, n_b):
+        """A resident CTA after its last step: each owner's h(t) into the exchange slot that
+        `final_state` reads, and C(t) into yc (steps left both on chip)."""
+        if n_t > 0:
+            for e in T.unroll(UPT):
+                if owns(cta, tx, e, first_chunk(cta), n_b):
+                    b, j = pair(cta, tx, e, first_chunk(cta))
+                    hb[n_t % 2, dir_of(cta), b, j] = hn[row, e]
+                    if lstm:
+                        yc[dir_of(cta), b, j] = xr[row, e * XR + G]
 
     @T.macro
     def reset_phase(rb, yc, hb, hs, gs, xr, nv, row, cta, tx, s, ch, n_b):
@@ -444,11 +472,17 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                 hm[bi, j % TW] = hn[row, e]
 
     @T.macro
-    def advance(xr, xn, row):
-        """Next step's prefetched input projections become this step's (C(t) stays)."""
+    def advance(xr, xn, row, resident_step):
+        """Next step's prefetched input projections become this step's (C(t) stays). A resident
+        CTA swaps the two register sets by step parity instead (no copy, which would wait for
+        the loads at the next step's top): only C(t) moves."""
         for e in T.unroll(UPT):
-            for g in T.unroll(G):
-                xr[row, e * XR + g] = xn[row, e * XR + g]
+            if resident_step:
+                if lstm:
+                    xn[row, e * XR + G] = xr[row, e * XR + G]
+            else:
+                for g in T.unroll(G):
+                    xr[row, e * XR + g] = xn[row, e * XR + g]
 
     @T.macro
     def load_weights(r, wreg, wsm, row, wc, cta, tx):
@@ -457,7 +491,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         block `wc`, thread-contiguous so that a warp's loads hit distinct banks)."""
         for q in T.unroll(RPG):
             for i in T.unroll(RR):
-                for v in T.unroll(DV):
+                for v in (T.vectorized if SR == 0 else T.unroll)(DV):  # a run: one 16-byte load (spilled with SR)
                     wreg[row, q * KR + i * DV + v] = T.Cast(WDT, T.if_then_else(
                         tx // WS < NG, r[dir_of(cta), weight_row(cta, tx, q), col(tx % WS, i, v)], T.float32(0)))
             if SR > 0:
@@ -669,10 +703,13 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         gs = T.alloc_buffer((KS * BC, GTW), "float32")
         emulated_dot_products(hs, gs, wreg, wsm, cta, 0)
         for tx in range(NT):
-            fetch(xw, None, xn, nv, cta * NT + tx, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
+            if hs_next is None:
+                fetch(xw, None, xn, nv, cta * NT + tx, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
+            else:
+                fetch_valid(xw, xn, nv, cta * NT + tx, cta, tx, s + 1, n_b)
             update(rbr, p, y, yc, hb, hs, gs, None, xr, hn, nv, cta * NT + tx, cta, tx, s, first_chunk(cta), n_b,
                    hs_next)
-            advance(xr, xn, cta * NT + tx)
+            advance(xr, xn, cta * NT + tx, hs_next is not None)
 
     @T.macro
     def emulated_phase(xw, wreg, wsm, rb, rbr, p, lens, y, yc, hb, xr, hn, nv, s, phase, n_t, n_b):
@@ -699,7 +736,10 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                  cta, tx, s, n_t, n_b):
         """Step s when the CTA's batch rows are one chunk. A resident CTA (`hs_next` not None) reads
         h(t-1) from `hs` and writes h(t) to `hs_next`; otherwise h(t-1) comes from the exchange buffer."""
-        fetch(xw, None, xn, nv, 0, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)  # in flight all step
+        if hs_next is None:  # step s+1's inputs, in flight all step
+            fetch(xw, None, xn, nv, 0, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
+        else:
+            fetch_valid(xw, xn, nv, 0, cta, tx, s + 1, n_b)
         # 2. h(t-1) into shared memory (a resident CTA already has it there)
         if hs_next is None:
             load_h(hs, hb, cta, tx, s % 2, first_chunk(cta), n_b)
@@ -710,7 +750,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             T.tvm_storage_sync("shared")
         # 5. gates and state update, h(t) of this CTA's units to the exchange buffer
         update(rbr, p, y, yc, hb, hs, gs, acc, xr, hn, nv, 0, cta, tx, s, first_chunk(cta), n_b, hs_next)
-        advance(xr, xn, 0)
+        advance(xr, xn, 0, hs_next is not None)
         # 6. one barrier per step (it starts with a __syncthreads; a resident CTA needs only that)
         if hs_next is not None:
             T.tvm_storage_sync("shared")
@@ -776,8 +816,10 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     one_step(xw, rbr, p, y, yc, hb, ws, hs, hs2, gs, wreg, wsm, acc, hv, wt, bv, xr, xn, hn, nv,
                              cta, tx, 2 * s2, n_t, n_b)
                     if 2 * s2 + 1 < n_t:
-                        one_step(xw, rbr, p, y, yc, hb, ws, hs2, hs, gs, wreg, wsm, acc, hv, wt, bv, xr, xn, hn, nv,
+                        one_step(xw, rbr, p, y, yc, hb, ws, hs2, hs, gs, wreg, wsm, acc, hv, wt, bv, xn, xr, hn, nv,
                                  cta, tx, 2 * s2 + 1, n_t, n_b)
+                resident_states_out(yc, hb, xr, hn, 0, cta, tx, n_t, n_b)
+                T.tvm_storage_sync("shared")  # final_state reads other threads' states
             else:
                 for s in range(n_t):
                     one_step(xw, rbr, p, y, yc, hb, ws, hs, None, gs, wreg, wsm, acc, hv, wt, bv, xr, xn, hn, nv,
@@ -892,8 +934,10 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                     for s2 in range((n_t + 1) // 2):
                         emulated_step(xw, wreg, wsm, rbr, p, y, yc, hb, hs, hs2, xr, xn, hn, nv, cta, 2 * s2, n_t, n_b)
                         if 2 * s2 + 1 < n_t:
-                            emulated_step(xw, wreg, wsm, rbr, p, y, yc, hb, hs2, hs, xr, xn, hn, nv, cta, 2 * s2 + 1,
+                            emulated_step(xw, wreg, wsm, rbr, p, y, yc, hb, hs2, hs, xn, xr, hn, nv, cta, 2 * s2 + 1,
                                           n_t, n_b)
+                    for tx in range(NT):
+                        resident_states_out(yc, hb, xr, hn, cta * NT + tx, cta, tx, n_t, n_b)
             else:
                 for s in range(n_t):  # a grid barrier sits between two iterations of this loop
                     for cta in range(grid_size(n_b)):
