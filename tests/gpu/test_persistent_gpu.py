@@ -172,6 +172,25 @@ def test_resident_lane_updates_repeat_exactly(op, direction, cfg):
         assert max(errors) <= TOLERANCE["float32"], f"B={batch} T={steps}: {errors}"
 
 
+@pytest.mark.parametrize("op,hidden,direction,cfg", [
+    ("LSTM", 64, "bidirectional", Config(64, 2, 4, 1, batch_tile=1)),  # narrow groups, one CTA per batch row
+    ("GRU", 64, "reverse", Config(64, 4, 6, 1, batch_tile=1)),
+    ("LSTM", 64, "forward", Config(64, 8, 4, 5)),  # one resident CTA, the whole batch one chunk
+    ("RNN", 256, "forward", Config(32, 16, 2, 5)),  # 8 CTAs behind the grid barrier
+], ids=str)
+def test_ragged_lengths_match_onnxruntime(op, hidden, direction, cfg):
+    """Sequences of different lengths (one empty) with initial states: a resident CTA loads only
+    the inputs of sequences that reach the next step and writes h(t), C(t) out after its last
+    step (template version 4), so carried states and zero outputs past each end must hold."""
+    case = LayerCase(op=op, hidden_size=hidden, input_size=hidden, direction=direction, dynamic=True, seq_len=9, batch=5,
+                     seq_lens=[9, 4, 0, 7, 1], initial_h=True, initial_c=op == "LSTM", weight_scale=1.0 / np.sqrt(hidden),
+                     linear_before_reset=1 if op == "GRU" else None)
+    model, feeds, want = reference(case)
+    compiled = persist_rnn.compile(model, "cuda", config=cfg)
+    assert compiled.report()[0].lowering == "persistent", compiled.report()[0].reason
+    assert max_rel_error(compiled.run(feeds), want) <= TOLERANCE["float32"]
+
+
 @pytest.mark.parametrize("tile", [(128, 128), (64, 64), None], ids=str)
 def test_projection_matches_numpy_on_gpu(tile):
     """The tiled input-projection GEMM (both tiles; None: the reference through TVM's default CUDA
