@@ -9,8 +9,8 @@ direction, which may then also split the batch into independent tiles: `Config.b
 Such a resident CTA keeps h in shared memory, two copies by step parity, so that h(t) can be
 written while others still read h(t-1); it writes h(t) and C(t) to global memory only for Y and
 after its last step, and its next step's inputs land in the register set of that step's parity
-(a copy between sets would wait for the loads at the top of the step). With `Config.lane_updates` the lanes that summed a unit's
-gate rows update it from their registers; otherwise the sums meet in shared memory (`gs`) and
+(a copy between sets would wait for the loads at the top of the step). With
+`Config.lane_updates` the lanes that summed a unit's gate rows update it from their registers; otherwise the sums meet in shared memory (`gs`) and
 the CTA's threads share the updates out. Step s+1's input projections are fetched at the top of
 step s, and the recurrent biases of a thread's units live in registers. With tensor cores
 (`Config.mma_k_split`) the dot products are 3xTF32 `mma.sync` instead (`mma_dot`), and the
@@ -290,6 +290,10 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             if owns(cta, tx, e, ch, n_b):
                 nv[row, e] = valid_steps(lens, pair(cta, tx, e, ch)[0], n_t)
 
+    def input_at(xw, cta, tx, e, g, ch, t):
+        """Gate g's input projection of thread tx's e-th pair of chunk ch at time index t."""
+        return xw[t, pair(cta, tx, e, ch)[0], dir_of(cta), g * H + pair(cta, tx, e, ch)[1]]
+
     @T.macro
     def fetch(xw, yc, xr, nv, row, cta, tx, s, ch, n_t, n_b, with_c):
         """Load step s's input projection of each owned pair (and C(t-1) when `with_c`) into
@@ -297,8 +301,8 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         for e in T.unroll(UPT):
             if owns(cta, tx, e, ch, n_b):
                 for g in T.unroll(G):
-                    xr[row, e * XR + g] = xw[T.max(T.min(time_index(dir_of(cta), s, nv[row, e]), n_t - 1), T.int64(0)),
-                                             pair(cta, tx, e, ch)[0], dir_of(cta), g * H + pair(cta, tx, e, ch)[1]]
+                    xr[row, e * XR + g] = input_at(xw, cta, tx, e, g, ch, T.max(
+                        T.min(time_index(dir_of(cta), s, nv[row, e]), n_t - 1), T.int64(0)))
                 if lstm and with_c:
                     xr[row, e * XR + G] = yc[dir_of(cta), pair(cta, tx, e, ch)[0], pair(cta, tx, e, ch)[1]]
 
@@ -310,8 +314,8 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
             if owns(cta, tx, e, first_chunk(cta), n_b):
                 if s < nv[row, e]:
                     for g in T.unroll(G):
-                        xr[row, e * XR + g] = xw[time_index(dir_of(cta), s, nv[row, e]), pair(cta, tx, e, first_chunk(cta))[0],
-                                                 dir_of(cta), g * H + pair(cta, tx, e, first_chunk(cta))[1]]
+                        xr[row, e * XR + g] = input_at(xw, cta, tx, e, g, first_chunk(cta),
+                                                       time_index(dir_of(cta), s, nv[row, e]))
 
     @T.macro
     def chunk_inputs(xw, yc, lens, hb, hs, xr, nv, row, cta, tx, s, ch, slot, n_t, n_b, with_c):
@@ -736,14 +740,13 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
                  cta, tx, s, n_t, n_b):
         """Step s when the CTA's batch rows are one chunk. A resident CTA (`hs_next` not None) reads
         h(t-1) from `hs` and writes h(t) to `hs_next`; otherwise h(t-1) comes from the exchange buffer."""
-        if hs_next is None:  # step s+1's inputs, in flight all step
-            fetch(xw, None, xn, nv, 0, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
-        else:
-            fetch_valid(xw, xn, nv, 0, cta, tx, s + 1, n_b)
-        # 2. h(t-1) into shared memory (a resident CTA already has it there)
+        # 2. step s+1's inputs (in flight all step), h(t-1) into shared memory (a resident CTA has it there)
         if hs_next is None:
+            fetch(xw, None, xn, nv, 0, cta, tx, s + 1, first_chunk(cta), n_t, n_b, False)
             load_h(hs, hb, cta, tx, s % 2, first_chunk(cta), n_b)
             T.tvm_storage_sync("shared")
+        else:
+            fetch_valid(xw, xn, nv, 0, cta, tx, s + 1, n_b)
         # 3. partial dot products from registers, 4. shuffle reduction within the group
         dot_products(hs, gs, wreg, wsm, acc, hv, wt, bv, tx, 0)
         if not LANE:

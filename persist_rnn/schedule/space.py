@@ -8,7 +8,7 @@ Tensor-core configs (`Config.mma_k_split`, fp32 one-phase cells) split each row 
 over 1 to 16 warps. Pruning beyond `problems` (what cannot run): batch chunks are only the
 smallest chunk for 1 to 4 passes over the weights (a smaller chunk with the same pass count only
 wastes lanes; more passes multiply the per-chunk latencies), and groups of 1 or 2 lanes only when
-nothing wider fits.
+nothing wider fits or the direction's CTA is resident (`Config.resident`).
 """
 from __future__ import annotations
 
@@ -43,15 +43,24 @@ def batch_chunks(batch: int | None) -> list[int]:
 def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[Config]:
     """Every config that passes `problems` for `spec` on `gpu` at batch size `batch`
     (None: unknown at compile time, chunks of 8)."""
-    for groups in (GROUP_SIZES, NARROW_GROUPS):
-        out = []
-        for cfg in _configs(spec, gpu, batch, groups, _weight_dtypes(spec)):
-            fit = cfg if not problems_on(spec, cfg, gpu) else _smem_weights(spec, cfg, gpu)
-            if fit is not None:
-                out.append(fit)
-        if out:
-            return out
-    return []
+    wide, narrow = (_fitting(spec, gpu, batch, groups) for groups in (GROUP_SIZES, NARROW_GROUPS))
+    if not wide:
+        return narrow
+    # a resident CTA's step is all latency, and one shuffle level fewer pays there: on the H100
+    # (template 4) LSTM H=64 ran 0.278 us a step with groups of 2 lanes, 0.293 with 4 (weights in
+    # registers, the lanes updating their units; other narrow configs were not measured so)
+    return wide + [c for c in narrow if c.group_size == 2 and c.resident(spec) and c.lane_updates(spec) and not c.smem_runs]
+
+
+def _fitting(spec: CellSpec, gpu: GPUModel, batch: int | None, groups) -> list[Config]:
+    """The configs with work groups of `groups` lanes that fit, weights moved to shared memory
+    where registers alone cannot hold them."""
+    out = []
+    for cfg in _configs(spec, gpu, batch, groups, _weight_dtypes(spec)):
+        fit = cfg if not problems_on(spec, cfg, gpu) else _smem_weights(spec, cfg, gpu)
+        if fit is not None:
+            out.append(fit)
+    return out
 
 
 def _weight_dtypes(spec: CellSpec) -> tuple[str, ...]:
