@@ -8,7 +8,8 @@ Tensor-core configs (`Config.mma_k_split`, fp32 one-phase cells) split each row 
 over 1 to 16 warps. Pruning beyond `problems` (what cannot run): batch chunks are only the
 smallest chunk for 1 to 4 passes over the weights (a smaller chunk with the same pass count only
 wastes lanes; more passes multiply the per-chunk latencies), and groups of 1 or 2 lanes only when
-nothing wider fits or the direction's CTA is resident (`Config.resident`).
+nothing wider fits (and groups of 2 for a resident CTA whose lanes update their units from weights
+in registers, `candidate_configs`).
 """
 from __future__ import annotations
 
