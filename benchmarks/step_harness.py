@@ -63,14 +63,15 @@ def kernel_source(cell: str, hidden: int, cfg, batch: int) -> tuple[str, int, in
     """The kernel's CUDA source, its grid and its block size."""
     import tvm
 
+    from persist_rnn.schedule.measure import build_kernel
+    from tir_templates.config import STATIC_SHARED_BYTES
     from tir_templates.persistent import persistent_kernel
     from tir_templates.spec import CellSpec
 
     spec = CellSpec(cell, hidden, hidden, linear_before_reset=(cell == "gru"))
-    if cfg.barrier(spec) != "cta" or cfg.shared_bytes(spec) > 48 * 1024:
+    if cfg.barrier(spec) != "cta" or cfg.shared_bytes(spec) > STATIC_SHARED_BYTES:
         raise SystemExit(f"{cfg.as_dict()}: the harness times configs whose direction is one CTA, in static shared memory")
-    func = persistent_kernel(spec, cfg).with_attr("global_symbol", "main")
-    lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    lib = build_kernel(persistent_kernel(spec, cfg), tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
     grid = spec.num_directions * (-(-batch // cfg.batch_tile) if cfg.batch_tile else 1)
     return lib.mod.imports[0].inspect_source(), grid, cfg.threads(spec)
 
