@@ -13,8 +13,9 @@ after its last step, and its next step's inputs land in the register set of that
 `Config.lane_updates` the lanes that summed a unit's gate rows update it from their registers;
 otherwise the sums meet in shared memory (`gs`) and the CTA's threads share the updates out.
 Step s+1's input projections are fetched at the top of step s, and the recurrent biases of a
-thread's units live in registers. With tensor cores (`Config.mma_k_split`) the dot products are 3xTF32 `mma.sync` instead (`mma_dot`), and the
-partial sums of a row tile's column splits meet in shared memory.
+thread's units live in registers. With tensor cores (`Config.mma_k_split`) the dot products
+are 3xTF32 `mma.sync` instead (`mma_dot`), and the partial sums of a row tile's column splits
+meet in shared memory.
 
 GRU with linear_before_reset=0 needs r * h(t-1) of *every* unit before the candidate's GEMV.
 Either its step has two phases, each ending in a barrier (GRNN Fig. 7a): (1) the z and r rows'
