@@ -44,6 +44,7 @@ from tvm.script import tirx as T
 
 from . import cells, signature
 from .config import STATIC_SHARED_BYTES, Config, tensor_core_problems, two_phase
+from .early_launch import allow_next_kernel, wait_for_previous_kernel
 from .signature import WORKSPACE_WORDS, recurrence_func
 from .spec import CellSpec
 
@@ -787,6 +788,8 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         # 1. this lane's slice of its work group's gate rows, in registers for the whole sequence
         weights_in(r, wreg, wsm, 0, 0, cta, tx)
         load_biases(rb, rbr, 0, cta, tx)
+        if not emulate:  # launched early (PDL): the kernel before this one has now finished
+            T.evaluate(wait_for_previous_kernel())
         init_state(hb, h0, yc, c0, cta, tx, n_b)
         if partial_sums:  # ... and the CTA's columns of R_z, R_r, with step 0's partial sums
             load_partial_weights(r, wp, 0, cta, tx)
@@ -866,6 +869,8 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         if grid:
             for _zb in T.thread_binding(1, thread="blockIdx.x"):  # per-call barrier counters start at 0
                 for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
+                    T.evaluate(allow_next_kernel())  # the main kernel may start now ...
+                    T.evaluate(wait_for_previous_kernel())  # ... and its wait then covers the GEMM too
                     ws[zt] = T.uint32(0)
         if cluster:  # each direction is one thread-block cluster, co-scheduled by the hardware
             for cta in T.thread_binding(grid_size(n_b), thread="blockIdx.x"):

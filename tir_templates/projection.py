@@ -21,6 +21,8 @@ import tvm
 from tvm import te
 from tvm.script import tirx as T
 
+from .early_launch import allow_next_kernel
+
 #: function attribute of a projection, reference or kernel: {"K": ..., "N": ...}
 PROJECTION_ATTR = "persist_rnn.projection"
 #: k-slice of a tile per shared-memory round
@@ -142,6 +144,7 @@ def _build(K: int, N: int, tile: tuple[int, int], emulate: bool) -> tvm.tirx.Pri
         rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
         av = T.alloc_buffer((1, 8), "float32", scope="local")
         bv = T.alloc_buffer((1, 8), "float32", scope="local")
+        T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
         for a in T.unroll(64):
             acc[0, a] = T.float32(0)
         fetch(x, w, ra, rb, 0, by, bx, t, 0, n_m)

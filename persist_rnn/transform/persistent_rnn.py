@@ -9,7 +9,9 @@ which is then written into its call sites.
 What cannot be made persistent keeps the reference scan (re-targeted to the target's variant),
 and the reason is recorded where `report()` reads it.
 On CUDA the layers' input projections (the importer's projection reference) become the tiled
-GEMM of tir_templates.projection, tiled for the call site's rows when they are static.
+GEMM of tir_templates.projection, tiled for the call site's rows when they are static, and from
+sm_90 on a persistent kernel whose weights are constants or parameters launches early, while the
+GEMM before it still runs (tir_templates.early_launch).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import json
 import tvm
 from tvm import relax
 
+from tir_templates.early_launch import EARLY_LAUNCH, supports_early_launch
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
@@ -107,6 +110,31 @@ def _resize_exchange(mod: tvm.IRModule, slots: dict) -> tvm.IRModule:
     return mod
 
 
+def _made_before_the_call(arg, params) -> bool:
+    """Whether `arg` exists before the function's first kernel runs: a constant or a parameter."""
+    return isinstance(arg, tvm.ir.expr.Constant) or any(arg.same_as(p) for p in params)
+
+
+def early_launch_safe(mod: tvm.IRModule) -> set:
+    """Names of recurrence kernels that may launch early (tir_templates.early_launch): at every
+    call site their weights and biases (arguments 1 and 2, read before `griddepcontrol.wait`)
+    are constants or parameters, never the output of a kernel of the same call, which might still
+    be running."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    safe, unsafe = set(), set()
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                v = binding.value
+                if isinstance(v, relax.Call) and v.op.same_as(call_tir):
+                    args = v.args[1].fields
+                    ok = len(args) > 2 and all(_made_before_the_call(a, func.params) for a in args[1:3])
+                    (safe if ok else unsafe).add(v.args[0].name_hint)
+    return safe - unsafe
+
+
 def _as_target(target) -> tvm.target.Target:
     if isinstance(target, tvm.target.Target):
         return target
@@ -144,9 +172,15 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
         if target.kind.name == "cuda":  # input projections: the tiled GEMM
             rows = call_site_rows(mod)
-            num_sms = gpu_model(str(target.attrs.get("arch", "sm_90"))).num_sms
+            arch = str(target.attrs.get("arch", "sm_90"))
+            num_sms = gpu_model(arch).num_sms
             for gv, K, N in list(projections(mod)):
                 mod[gv] = projection_kernel(K, N, choose_tile(rows.get(gv.name_hint), N, num_sms))
+            if supports_early_launch(arch):
+                early = early_launch_safe(mod)
+                for gv, func, _spec in list(recurrences(mod)):
+                    if gv.name_hint in early and str(func.attrs.get(LOWERING_ATTR)) == "persistent":
+                        mod[gv] = func.with_attr(*EARLY_LAUNCH)
         return _resize_exchange(mod, slots) if slots else mod
 
     return _pass
