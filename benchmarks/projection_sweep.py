@@ -1,14 +1,17 @@
 """The input-projection GEMM alone on the GPU: TVM's default schedule of the projection reference
 against the tiled template with each tile, on the grid's shapes (M = T*B, K = I, N = G*H).
 
-    python benchmarks/projection_sweep.py > docs/data/projection-sweep-h100.jsonl
+    python benchmarks/projection_sweep.py [--tiles 64x64x4 ...] [--no-default] > docs/data/projection-sweep-h100.jsonl
 
 One JSON line per shape: microseconds per call through TVM's VM (key "None": the default
-schedule; else the tile) and each one's max error relative to a float64 numpy product. Needs
+schedule; else the tile, BM x BN x thread tile), the kernel's own median duration in a CUPTI
+trace (key + "_gpu"; a short GEMM's VM call is bound by the VM's dispatch) and each one's max
+error relative to a float64 numpy product. Needs
 torch (CUDA events) and a GPU.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -18,6 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from persist_rnn.bench import cuda_ms
+from timeline import kernel_trace
 from persist_rnn.testing import projection_module
 from tir_templates.projection import TILES, projection_kernel, projection_reference
 
@@ -27,7 +31,7 @@ SHAPES = [(100, 64, 256), (1000, 64, 256), (2000, 64, 256), (1000, 64, 192), (10
 
 
 def time_variant(M, K, N, tile, operands):
-    """(microseconds per call, relative error) of one variant on `operands`."""
+    """(µs per VM call, µs of the kernel alone, relative error) of one variant on `operands`."""
     import tvm
     from tvm import relax
 
@@ -39,17 +43,24 @@ def time_variant(M, K, N, tile, operands):
     args = [tvm.runtime.tensor(a, dev) for a in operands]
     want = operands[0].astype("float64") @ operands[1] + operands[2]
     err = float(np.abs(vm["main"](*args).numpy() - want).max() / np.abs(want).max())
-    return cuda_ms(lambda: vm["main"](*args)) * 1000, err
+    call = lambda: vm["main"](*args)
+    gpu_us = float(np.median([e["dur"] for e in kernel_trace(call, 20, dev.sync)]))
+    return cuda_ms(call) * 1000, gpu_us, err
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiles", nargs="+", default=["x".join(map(str, t)) for t in TILES])
+    ap.add_argument("--no-default", action="store_true", help="skip TVM's default schedule")
+    args = ap.parse_args()
+    tiles = ([] if args.no_default else [None]) + [tuple(int(v) for v in t.split("x")) for t in args.tiles]
     for M, K, N in SHAPES:
         rng = np.random.default_rng(0)
         operands = [rng.standard_normal(s).astype("float32") for s in ((M, K), (K, N), (N,))]
         row = {"shape": [M, K, N]}
-        for tile in (None, *TILES):
-            us, err = time_variant(M, K, N, tile, operands)
-            row[str(tile)], row[str(tile) + "_err"] = round(us, 1), err
+        for tile in tiles:
+            us, gpu_us, err = time_variant(M, K, N, tile, operands)
+            row[str(tile)], row[str(tile) + "_gpu"], row[str(tile) + "_err"] = round(us, 1), round(gpu_us, 1), err
         print(json.dumps(row), flush=True)
 
 

@@ -22,6 +22,21 @@ import persist_rnn
 from persist_rnn.bench import cuda_ms, onnx_from_torch, torch_layer
 
 
+def kernel_trace(call, calls: int, sync) -> list[dict]:
+    """The CUDA kernels (chrome-trace events: name, ts, dur in µs) that `calls` calls of `call` ran."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        sync()
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    return sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+
+
 def main():
     import torch
     import tvm
@@ -51,15 +66,7 @@ def main():
         call()
     row["host_us_per_call"] = (time.perf_counter() - t0) / 200 * 1e6
     dev.sync()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(args.calls):
-            call()
-        dev.sync()
-    path = os.path.join(tempfile.mkdtemp(), "trace.json")
-    prof.export_chrome_trace(path)
-    with open(path) as f:
-        events = json.load(f)["traceEvents"]
-    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    kernels = kernel_trace(call, args.calls, dev.sync)
     t_first, end = kernels[0]["ts"] if kernels else 0, None
     row["kernels"] = []
     for e in kernels:

@@ -4,10 +4,12 @@
 handles on any target); on CUDA the PersistentRNN pass swaps in `projection_kernel`, a tiled GEMM
 read top to bottom in `block_program`:
     per k-tile: registers -> shared memory (x transposed), sync, next tile's global loads issued,
-    8 x 8 outer products per thread from float4 shared reads, sync
+    TT x TT outer products per thread from float4 shared reads, sync
     then out = acc + b.
-Each CTA computes a BM x BN tile of out, each thread an 8 x 8 block of it, as four 4 x 4 quarters
-half a tile apart (so that a warp's float4 shared reads are contiguous). TVM's default CUDA
+Each CTA computes a BM x BN tile of out, each thread a TT x TT block of it (TT = 8: four 4 x 4
+quarters half a tile apart, so that a warp's float4 shared reads are contiguous; TT = 4: one).
+The 4 x 4 thread tile is for small GEMMs, whose few CTAs would otherwise leave each warp a long
+serial chain of FMAs (`choose_tile`). TVM's default CUDA
 schedule gives a thread 4 x 4 of a 32 x 64 tile and ran at ~18 TFLOP/s on the H100, half of an
 H=1024 layer's time. `emulated_projection_kernel` runs the same macros serially on the CPU.
 
@@ -25,10 +27,8 @@ from .early_launch import allow_next_kernel
 
 #: function attribute of a projection, reference or kernel: {"K": ..., "N": ...}
 PROJECTION_ATTR = "persist_rnn.projection"
-#: k-slice of a tile per shared-memory round
-BK = 8
-#: (BM, BN) the kernel can be built with
-TILES = ((128, 128), (64, 64))
+#: (BM, BN, TT) the kernel can be built with: CTA tile BM x BN, thread tile TT x TT
+TILES = ((128, 128, 8), (64, 64, 8), (64, 64, 4))
 
 
 def projection_reference(K: int, N: int) -> tvm.tirx.PrimFunc:
@@ -45,20 +45,28 @@ def projection_reference(K: int, N: int) -> tvm.tirx.PrimFunc:
     return func.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N}))
 
 
-def choose_tile(M: int | None, N: int, num_sms: int) -> tuple[int, int]:
+def choose_tile(M: int | None, N: int, num_sms: int) -> tuple[int, int, int]:
     """128 x 128 tiles when their CTAs fill whole waves (two CTAs an SM) to 90% or more, or M is
-    unknown; else 64 x 64, whose many small CTAs balance well. On the H100, 64 x 64 was the faster
-    of the two for every grid GEMM but (1000, 1024) x (1024, 4096) (218 against 254 us), where 256
-    CTAs of 128 x 128 fill the 264 slots."""
+    unknown; else 64 x 64, whose many small CTAs balance well, with 4 x 4 thread tiles when even
+    those CTAs would not give every SM one. On the H100 (kernel alone,
+    docs/data/projection-tiles-h100.jsonl), 64 x 64 beat 128 x 128 for every grid GEMM but
+    (1000, 1024) x (1024, 4096) (252 against 215 us), where 256 CTAs of 128 x 128 fill the 264
+    slots; 4 x 4 thread tiles won exactly where the 64 x 64 grid has fewer CTAs than SMs
+    ((100, 1024) x (1024, 4096): 46.9 against 51.8 us; (100, 64) x (64, 256): 4.2 against 4.6)
+    and lost everywhere else (by up to 1.4x)."""
     if M is None:
         return TILES[0]
     waves = -(-M // 128) * -(-N // 128) / (2 * num_sms)
-    return TILES[0] if waves >= 0.9 and waves / -(-waves // 1) >= 0.9 else TILES[1]
+    if waves >= 0.9 and waves / -(-waves // 1) >= 0.9:
+        return TILES[0]
+    return TILES[2] if -(-M // 64) * -(-N // 64) < num_sms else TILES[1]
 
 
-def _build(K: int, N: int, tile: tuple[int, int], emulate: bool) -> tvm.tirx.PrimFunc:
-    BM, BN = tile
-    NTX, NTY = BN // 8, BM // 8  # threads across a tile's columns and rows
+def _build(K: int, N: int, tile: tuple[int, int, int], emulate: bool) -> tvm.tirx.PrimFunc:
+    BM, BN, TT = tile
+    Q = TT // 4  # 4 x 4 quarters of a thread's block along each side
+    BK = 64 // TT  # k-slice per shared-memory round: one x and one w_t vector per thread at TT = 4
+    NTX, NTY = BN // TT, BM // TT  # threads across a tile's columns and rows
     NT = NTX * NTY
     VK = 4 if K % 4 == 0 else 1  # x loads along K, float4 when rows stay 16-byte aligned
     VN = 4 if N % 4 == 0 else 1  # w_t loads and out stores along N
@@ -67,11 +75,11 @@ def _build(K: int, N: int, tile: tuple[int, int], emulate: bool) -> tvm.tirx.Pri
     KT = (K + BK - 1) // BK
 
     def rows(t, i):
-        """Row of the tile that thread t's i-th accumulator row is (two quarters BM/2 apart)."""
-        return (i // 4) * (BM // 2) + (t // NTX) * 4 + i % 4
+        """Row of the tile that thread t's i-th accumulator row is (Q quarters BM/Q apart)."""
+        return (i // 4) * (BM // Q) + (t // NTX) * 4 + i % 4
 
     def cols(t, j):
-        return (j // 4) * (BN // 2) + (t % NTX) * 4 + j % 4
+        return (j // 4) * (BN // Q) + (t % NTX) * 4 + j % 4
 
     def x_vector(e, t):
         """(row, k) within the tile of thread t's e-th vector of x: VK consecutive k of one row."""
@@ -112,40 +120,40 @@ def _build(K: int, N: int, tile: tuple[int, int], emulate: bool) -> tvm.tirx.Pri
 
     @T.macro
     def outer_products(a_s, b_s, acc, av, bv, reg, t):
-        """BK rank-1 updates of thread t's 8 x 8 accumulators, float4 reads of shared memory."""
+        """BK rank-1 updates of thread t's TT x TT accumulators, float4 reads of shared memory."""
         for kk in T.unroll(BK):
-            for h in T.unroll(2):
+            for h in T.unroll(Q):
                 for v in T.vectorized(4):
                     av[reg, h * 4 + v] = a_s[kk, rows(t, h * 4 + v)]
                 for v in T.vectorized(4):
                     bv[reg, h * 4 + v] = b_s[kk, cols(t, h * 4 + v)]
-            for i in T.unroll(8):
-                for j in T.unroll(8):
-                    acc[reg, i * 8 + j] = acc[reg, i * 8 + j] + av[reg, i] * bv[reg, j]
+            for i in T.unroll(TT):
+                for j in T.unroll(TT):
+                    acc[reg, i * TT + j] = acc[reg, i * TT + j] + av[reg, i] * bv[reg, j]
 
     @T.macro
     def store(out, b, acc, reg, by, bx, t, n_m):
         """out = acc + b, for the rows and columns that exist."""
-        for i in T.unroll(8):
+        for i in T.unroll(TT):
             if by * BM + rows(t, i) < n_m:
-                for jv in T.unroll(8 // VN):
+                for jv in T.unroll(TT // VN):
                     if bx * BN + cols(t, jv * VN) < N:
                         for v in T.vectorized(VN):
                             out[by * BM + rows(t, i), bx * BN + cols(t, jv * VN + v)] = (
-                                acc[reg, i * 8 + jv * VN + v] + b[bx * BN + cols(t, jv * VN + v)])
+                                acc[reg, i * TT + jv * VN + v] + b[bx * BN + cols(t, jv * VN + v)])
 
     @T.macro
     def block_program(x, w, b, out, by, bx, t, n_m):
         """One CTA's tile, thread t's view (the CUDA kernel's body)."""
         a_s = T.alloc_buffer((BK, BM), "float32", scope="shared")
         b_s = T.alloc_buffer((BK, BN), "float32", scope="shared")
-        acc = T.alloc_buffer((1, 64), "float32", scope="local")
+        acc = T.alloc_buffer((1, TT * TT), "float32", scope="local")
         ra = T.alloc_buffer((1, A_LOADS * VK), "float32", scope="local")
         rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
-        av = T.alloc_buffer((1, 8), "float32", scope="local")
-        bv = T.alloc_buffer((1, 8), "float32", scope="local")
+        av = T.alloc_buffer((1, TT), "float32", scope="local")
+        bv = T.alloc_buffer((1, TT), "float32", scope="local")
         T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
-        for a in T.unroll(64):
+        for a in T.unroll(TT * TT):
             acc[0, a] = T.float32(0)
         fetch(x, w, ra, rb, 0, by, bx, t, 0, n_m)
         for kt in range(KT):
@@ -164,12 +172,12 @@ def _build(K: int, N: int, tile: tuple[int, int], emulate: bool) -> tvm.tirx.Pri
             for bx in range((N + BN - 1) // BN):
                 a_s = T.alloc_buffer((BK, BM), "float32")
                 b_s = T.alloc_buffer((BK, BN), "float32")
-                acc = T.alloc_buffer((NT, 64), "float32")
+                acc = T.alloc_buffer((NT, TT * TT), "float32")
                 ra = T.alloc_buffer((NT, A_LOADS * VK), "float32")
                 rb = T.alloc_buffer((NT, B_LOADS * VN), "float32")
-                av = T.alloc_buffer((NT, 8), "float32")
-                bv = T.alloc_buffer((NT, 8), "float32")
-                for t, a in T.grid(NT, 64):
+                av = T.alloc_buffer((NT, TT), "float32")
+                bv = T.alloc_buffer((NT, TT), "float32")
+                for t, a in T.grid(NT, TT * TT):
                     acc[t, a] = T.float32(0)
                 for kt in range(KT):
                     for t in range(NT):

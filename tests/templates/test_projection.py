@@ -20,7 +20,8 @@ from tir_templates.projection import (
 )
 
 #: (M, K, N, tile): ragged M; N not a multiple of a tile (GRU's 192); K and N not multiples of 4 (scalar loads)
-SHAPES = [(100, 64, 256, (128, 128)), (65, 40, 192, (64, 64)), (37, 12, 20, (64, 64)), (130, 6, 18, (128, 128))]
+SHAPES = [(100, 64, 256, (128, 128, 8)), (65, 40, 192, (64, 64, 8)), (37, 12, 20, (64, 64, 8)),
+          (130, 6, 18, (128, 128, 8)), (100, 64, 256, (64, 64, 4)), (65, 40, 192, (64, 64, 4)), (37, 6, 18, (64, 64, 4))]
 
 
 def operands(M, K, N):
@@ -30,7 +31,7 @@ def operands(M, K, N):
 
 @pytest.mark.parametrize("M,K,N,tile", SHAPES, ids=str)
 def test_emulated_projection_matches_numpy(M, K, N, tile):
-    """Every thread's loads, shared-memory staging and 8 x 8 outer products, run serially."""
+    """Every thread's loads, shared-memory staging and outer products (8 x 8 and 4 x 4), run serially."""
     x, w, b = operands(M, K, N)
     func = emulated_projection_kernel(K, N, tile).with_attr("global_symbol", "main")
     lib = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
@@ -52,11 +53,14 @@ def test_reference_projection_runs_on_cpu_and_builds_for_cuda():
 
 
 def test_tile_rule():
-    """Whole waves of 128 x 128 CTAs (two an SM) take the big tile; ragged or small grids the small one."""
-    assert choose_tile(1000, 4096, 132) == (128, 128)  # 256 CTAs of 264 slots
-    assert choose_tile(1000, 3072, 132) == (64, 64)  # 192: three quarters of a wave
-    assert choose_tile(100, 4096, 132) == (64, 64)
-    assert choose_tile(None, 256, 132) == (128, 128)
+    """Whole waves of 128 x 128 CTAs (two an SM) take the big tile; ragged grids the small one,
+    with 4 x 4 thread tiles when its CTAs are fewer than the SMs."""
+    assert choose_tile(1000, 4096, 132) == (128, 128, 8)  # 256 CTAs of 264 slots
+    assert choose_tile(1000, 3072, 132) == (64, 64, 8)  # 192: three quarters of a wave
+    assert choose_tile(2000, 1024, 132) == (64, 64, 8)
+    assert choose_tile(100, 4096, 132) == (64, 64, 4)  # 128 CTAs of 64 x 64
+    assert choose_tile(2000, 256, 132) == (64, 64, 4)
+    assert choose_tile(None, 256, 132) == (128, 128, 8)
 
 
 @pytest.mark.parametrize("kind", ["cuda", "llvm"])
@@ -70,5 +74,5 @@ def test_pass_swaps_projection_on_cuda_only(kind):
         from_onnx(model, target_kind=kind))
     shapes = [json.loads(str(f.attrs[PROJECTION_ATTR])) for _, f in mod.functions.items()
               if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and PROJECTION_ATTR in f.attrs]
-    want = {"K": 12, "N": 48, "tile": [64, 64]} if kind == "cuda" else {"K": 12, "N": 48}
+    want = {"K": 12, "N": 48, "tile": [64, 64, 4]} if kind == "cuda" else {"K": 12, "N": 48}
     assert shapes == [want]
