@@ -99,3 +99,52 @@ def test_partial_sums_kernel_gets_its_longer_exchange_buffer():
     [call] = calls
     assert [int(d) for d in call.ty_args[0].fields[3].shape] == [19, 2, 2, 32]
     tvm.compile(out, target=CUDA)
+
+
+def _early(mod) -> dict:
+    """Kernel name -> whether it asks TVM's runtime for the early launch."""
+    return {name: "tirx.use_programtic_dependent_launch" in list(f.attrs.get("tirx.kernel_launch_params", []))
+            for name, f in _kernels(mod).items()}
+
+
+def _computed_weights(model):
+    """The same model with R computed in the graph (R = Ra + Rb, Ra a graph input): a kernel of
+    the same call writes it, so the recurrence must not read it before griddepcontrol.wait."""
+    from onnx import helper, numpy_helper
+
+    r = next(t for t in model.graph.initializer if t.name == "R")
+    r.name = "Rb"
+    model.graph.input.append(helper.make_tensor_value_info("Ra", r.data_type, list(r.dims)))
+    model.graph.node.insert(0, helper.make_node("Add", ["Ra", "Rb"], ["R"]))
+    assert numpy_helper.to_array(r).shape == tuple(r.dims)
+    return model
+
+
+def _device_source(module) -> str:
+    """The CUDA source of a built module (the host module imports it)."""
+    stack = [module]
+    while stack:
+        m = stack.pop()
+        if m.kind == "cuda":
+            return m.inspect_source()
+        stack += list(m.imports)
+    raise AssertionError("no CUDA module")
+
+
+def test_early_launch_only_where_safe():
+    """Programmatic dependent launch from sm_90 on, for kernels whose CTAs never meet and whose
+    weights and biases are constants or parameters (read before griddepcontrol.wait); the built
+    module has the wait in the recurrence and the trigger in the GEMM (helpers defined once)."""
+    case = LayerCase(op="LSTM", hidden_size=32, input_size=16, batch=1)
+    model, _ = make_model(case)
+    resident = Config(32, 4, 8, 1)  # one CTA holds the direction
+    assert list(_early(PersistentRNN(CUDA, config=resident)(from_onnx(model))).values()) == [True]
+    sm80 = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
+    assert list(_early(PersistentRNN(sm80, config=resident)(from_onnx(model))).values()) == [False]
+    grid = Config(8, 8, 4, 1)  # four CTAs meet at a barrier every step
+    assert list(_early(PersistentRNN(CUDA, config=grid)(from_onnx(model))).values()) == [False]
+    computed = _computed_weights(make_model(case)[0])
+    assert list(_early(PersistentRNN(CUDA, config=resident)(from_onnx(computed))).values()) == [False]
+    out = PersistentRNN(CUDA, config=resident)(from_onnx(model))
+    source = _device_source(tvm.compile(out, target=CUDA).mod)
+    assert source.count("griddepcontrol.wait") == 1 and source.count("griddepcontrol.launch_dependents") == 1
