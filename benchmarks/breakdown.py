@@ -24,8 +24,9 @@ from persist_rnn.bench import (
     compiled_ms,
     cuda_ms,
     cudnn_ms,
+    grid_arguments,
+    grid_layers,
     onnx_from_torch,
-    torch_layer,
 )
 
 
@@ -75,28 +76,19 @@ def kernel_ms(cell: str, hidden: int, batch: int, config: dict, seq_len: int = 1
 def main():
     import torch
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tuning-log")
-    ap.add_argument("--cells", nargs="+", default=["LSTM", "GRU"])
-    ap.add_argument("--hidden", nargs="+", type=int, default=[64, 256, 1024])
-    ap.add_argument("--batch", nargs="+", type=int, default=[1, 10, 20])
-    args = ap.parse_args()
-    for op in args.cells:
-        for hidden in args.hidden:
-            for batch in args.batch:
-                layer = torch_layer(op, hidden, seed=hidden + batch)
-                x = torch.randn(100, batch, hidden, device="cuda")
-                torch.backends.cudnn.allow_tf32 = False
-                model = onnx_from_torch(op, layer, 100, batch)
-                feeds = {"X": x.cpu().numpy()}
-                compiled = persist_rnn.compile(model, "cuda", tuning_log=args.tuning_log)
-                config = compiled.report()[0].config
-                gates = {"LSTM": 4, "GRU": 3}[op]
-                row = {"cell": op, "hidden": hidden, "batch": batch, "whole_ms": compiled_ms(compiled, feeds),
-                       "default_gemm_ms": gemm_ms(100 * batch, hidden, gates * hidden),
-                       "kernel_ms": kernel_ms(op, hidden, batch, config), "cudnn_fp32_graph_ms": cudnn_ms(layer, x)[1],
-                       "config": config}
-                print(json.dumps(row), flush=True)
+    args = grid_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0])).parse_args()
+    torch.backends.cudnn.allow_tf32 = False
+    for op, hidden, batch, layer, x in grid_layers(args):
+        model = onnx_from_torch(op, layer, 100, batch)
+        feeds = {"X": x.cpu().numpy()}
+        compiled = persist_rnn.compile(model, "cuda", tuning_log=args.tuning_log)
+        config = compiled.report()[0].config
+        gates = {"LSTM": 4, "GRU": 3}[op]
+        row = {"cell": op, "hidden": hidden, "batch": batch, "whole_ms": compiled_ms(compiled, feeds),
+               "default_gemm_ms": gemm_ms(100 * batch, hidden, gates * hidden),
+               "kernel_ms": kernel_ms(op, hidden, batch, config), "cudnn_fp32_graph_ms": cudnn_ms(layer, x)[1],
+               "config": config}
+        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

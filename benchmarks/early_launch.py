@@ -19,39 +19,29 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn
-from persist_rnn.bench import compiled_ms, cudnn_ms, onnx_from_torch, torch_layer
+from persist_rnn.bench import compiled_ms, cudnn_ms, grid_arguments, grid_layers, onnx_from_torch
 
 
 def main():
     import torch
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tuning-log")
-    ap.add_argument("--cells", nargs="+", default=["LSTM", "GRU"])
-    ap.add_argument("--hidden", nargs="+", type=int, default=[64, 256, 1024])
-    ap.add_argument("--batch", nargs="+", type=int, default=[1, 10, 20])
-    args = ap.parse_args()
+    args = grid_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0])).parse_args()
     torch.backends.cudnn.allow_tf32 = False
-    for op in args.cells:
-        for hidden in args.hidden:
-            for batch in args.batch:
-                layer = torch_layer(op, hidden, seed=hidden + batch)
-                x = torch.randn(100, batch, hidden, device="cuda")
-                with torch.no_grad():
-                    want = layer(x)[0].cpu().numpy()
-                model = onnx_from_torch(op, layer, 100, batch)
-                feeds = {"X": x.cpu().numpy()}
-                row = {"cell": op, "hidden": hidden, "batch": batch}
-                for key, early in (("early", True), ("plain", False)):
-                    with mock.patch("persist_rnn.transform.persistent_rnn.supports_early_launch",
-                                    return_value=early):
-                        compiled = persist_rnn.compile(model, "cuda", tuning_log=args.tuning_log)
-                    got = compiled.run(feeds)[0][:, 0]
-                    row[f"{key}_err"] = float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
-                    row[f"{key}_ms"] = compiled_ms(compiled, feeds)
-                row["cudnn_fp32_graph_ms"] = cudnn_ms(layer, x)[1]
-                row["config"] = compiled.report()[0].config
-                print(json.dumps(row), flush=True)
+    for op, hidden, batch, layer, x in grid_layers(args):
+        with torch.no_grad():
+            want = layer(x)[0].cpu().numpy()
+        model = onnx_from_torch(op, layer, 100, batch)
+        feeds = {"X": x.cpu().numpy()}
+        row = {"cell": op, "hidden": hidden, "batch": batch}
+        for key, early in (("early", True), ("plain", False)):
+            with mock.patch("persist_rnn.transform.persistent_rnn.supports_early_launch", return_value=early):
+                compiled = persist_rnn.compile(model, "cuda", tuning_log=args.tuning_log)
+            got = compiled.run(feeds)[0][:, 0]
+            row[f"{key}_err"] = float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
+            row[f"{key}_ms"] = compiled_ms(compiled, feeds)
+        row["cudnn_fp32_graph_ms"] = cudnn_ms(layer, x)[1]
+        row["config"] = compiled.report()[0].config
+        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

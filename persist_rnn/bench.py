@@ -51,6 +51,28 @@ def onnx_from_torch(op, layer, seq_len, batch):
     return model
 
 
+def grid_arguments(ap):
+    """Options choosing a part of GRNN's grid (benchmarks/ scripts): cells, hidden sizes, batches,
+    and the tuning log to compile with."""
+    ap.add_argument("--tuning-log")
+    ap.add_argument("--cells", nargs="+", default=["LSTM", "GRU"])
+    ap.add_argument("--hidden", nargs="+", type=int, default=[64, 256, 1024])
+    ap.add_argument("--batch", nargs="+", type=int, default=[1, 10, 20])
+    return ap
+
+
+def grid_layers(args, seq_len=100):
+    """(cell, hidden, batch, torch layer, x on the GPU) for each layer `grid_arguments` chose,
+    input size = hidden, seeded as `layer_row` seeds them."""
+    import torch
+
+    for op in args.cells:
+        for hidden in args.hidden:
+            for batch in args.batch:
+                yield op, hidden, batch, torch_layer(op, hidden, seed=hidden + batch), torch.randn(
+                    seq_len, batch, hidden, device="cuda")
+
+
 def cuda_ms(fn, calls=20, repeats=15):
     """Median milliseconds per call, CUDA events around `calls` back-to-back calls."""
     import torch

@@ -34,7 +34,9 @@ flagging a target that would not match.
 Signature: `signature.py`. The exchange buffer `hbuf` carries h between CTAs (slots 0/1 by step
 parity; slot 2 holds r * h(t-1) of the two-phase GRU; the partial sums' slots follow,
 `Config.exchange_slots`); `ws` holds one barrier counter per direction, zeroed by a one-warp
-kernel before each launch, so concurrent launches never share a counter. `yc` (unused by GRU)
+kernel before each launch, so concurrent launches never share a counter. Every CTA loads its
+weights and biases before `griddepcontrol.wait` and touches nothing else before it, so the
+kernel may be launched while the projection GEMM still runs (`early_launch.py`). `yc` (unused by GRU)
 keeps the two-phase GRU's z between its phases.
 """
 from __future__ import annotations
@@ -869,8 +871,10 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
         if grid:
             for _zb in T.thread_binding(1, thread="blockIdx.x"):  # per-call barrier counters start at 0
                 for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
-                    T.evaluate(allow_next_kernel())  # the main kernel may start now ...
-                    T.evaluate(wait_for_previous_kernel())  # ... and its wait then covers the GEMM too
+                    # launched early (the pass asks only for kernels without a grid barrier, but the
+                    # template stays correct): the main kernel may start, and its wait covers the GEMM
+                    T.evaluate(allow_next_kernel())
+                    T.evaluate(wait_for_previous_kernel())
                     ws[zt] = T.uint32(0)
         if cluster:  # each direction is one thread-block cluster, co-scheduled by the hardware
             for cta in T.thread_binding(grid_size(n_b), thread="blockIdx.x"):

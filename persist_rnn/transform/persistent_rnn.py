@@ -49,6 +49,7 @@ def projections(mod: tvm.IRModule):
 
 
 def _call_tir_sites(mod: tvm.IRModule):
+    """(Relax function, call_tir) of every call_tir binding in the module."""
     call_tir = tvm.ir.Op.get("relax.call_tir")
     for func in mod.functions.values():
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
@@ -57,7 +58,7 @@ def _call_tir_sites(mod: tvm.IRModule):
             for binding in block.bindings:
                 v = binding.value
                 if isinstance(v, relax.Call) and v.op.same_as(call_tir):
-                    yield v
+                    yield func, v
 
 
 def _static_dim(ty, axis: int):
@@ -67,14 +68,14 @@ def _static_dim(ty, axis: int):
 
 def call_site_batches(mod: tvm.IRModule) -> dict:
     """GlobalVar name -> static batch size seen at its call_tir sites (None if symbolic)."""
-    return {v.args[0].name_hint: _static_dim(v.args[1].fields[0].ty, 1) for v in _call_tir_sites(mod)}
+    return {v.args[0].name_hint: _static_dim(v.args[1].fields[0].ty, 1) for _, v in _call_tir_sites(mod)}
 
 
 def call_site_rows(mod: tvm.IRModule) -> dict:
     """GlobalVar name -> static row count of its first argument at its call_tir sites (None if
     symbolic, or if two sites differ)."""
     out = {}
-    for v in _call_tir_sites(mod):
+    for _, v in _call_tir_sites(mod):
         rows = _static_dim(v.args[1].fields[0].ty, 0)
         name = v.args[0].name_hint
         out[name] = rows if out.get(name, rows) == rows else None
@@ -121,18 +122,11 @@ def early_launch_safe(mod: tvm.IRModule) -> set:
     call site their weights and biases (arguments 1 and 2, read before `griddepcontrol.wait`)
     are constants or parameters, never the output of a kernel of the same call, which might still
     be running."""
-    call_tir = tvm.ir.Op.get("relax.call_tir")
     safe, unsafe = set(), set()
-    for func in mod.functions.values():
-        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
-            continue
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                v = binding.value
-                if isinstance(v, relax.Call) and v.op.same_as(call_tir):
-                    args = v.args[1].fields
-                    ok = len(args) > 2 and all(_made_before_the_call(a, func.params) for a in args[1:3])
-                    (safe if ok else unsafe).add(v.args[0].name_hint)
+    for func, v in _call_tir_sites(mod):
+        args = v.args[1].fields
+        ok = len(args) > 2 and all(_made_before_the_call(a, func.params) for a in args[1:3])
+        (safe if ok else unsafe).add(v.args[0].name_hint)
     return safe - unsafe
 
 

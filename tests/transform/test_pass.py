@@ -13,6 +13,7 @@ from persist_rnn.report import layer_report
 from persist_rnn.testing import LayerCase, make_model
 from persist_rnn.transform import PersistentRNN
 from tir_templates.config import Config
+from tir_templates.early_launch import supports_early_launch
 from tir_templates.spec import ATTR_KEY
 
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
@@ -146,5 +147,7 @@ def test_early_launch_only_where_safe():
     computed = _computed_weights(make_model(case)[0])
     assert list(_early(PersistentRNN(CUDA, config=resident)(from_onnx(computed))).values()) == [False]
     out = PersistentRNN(CUDA, config=resident)(from_onnx(model))
+    assert [supports_early_launch(a) for a in ("sm_80", "sm_89", "sm_90", "sm_90a", "sm_100a")] == [
+        False, False, True, True, True]
     source = _device_source(tvm.compile(out, target=CUDA).mod)
     assert source.count("griddepcontrol.wait") == 1 and source.count("griddepcontrol.launch_dependents") == 1
