@@ -6,6 +6,7 @@ import json
 
 import tvm
 
+from tir_templates.early_launch import EARLY_LAUNCH
 from tir_templates.spec import ATTR_KEY, CellSpec
 
 from .frontend.importer import UNROLLED_ATTR
@@ -30,6 +31,7 @@ class LayerReport:
     reason: str = ""
     config: dict = dataclasses.field(default_factory=dict)
     source: str = ""  # "tuning_log" | "cost_model" | "measured" | ""
+    early_launch: bool = False  # starts while the input projection runs (tir_templates.early_launch)
 
     def __getitem__(self, key):
         return getattr(self, key)
@@ -40,8 +42,9 @@ class LayerReport:
     def line(self) -> str:
         dirs = {1: "1 direction", 2: "2 directions"}[self.directions]
         why = f" ({self.reason})" if self.reason else ""
+        early = ", early launch" if self.early_launch else ""
         return (f"{self.node}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
-                f"{dirs}: {self.lowering}{why}")
+                f"{dirs}: {self.lowering}{early}{why}")
 
 
 def _entry(spec: CellSpec, lowering: str, **kw) -> LayerReport:
@@ -59,8 +62,10 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
     for _, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
             spec = CellSpec.from_json(str(func.attrs[ATTR_KEY]))
+            launch = func.attrs.get(EARLY_LAUNCH[0], [])
             out.append(_entry(spec, _attr(func, LOWERING_ATTR, "reference"), reason=_attr(func, REASON_ATTR),
-                              config=json.loads(_attr(func, CONFIG_ATTR, "{}")), source=_attr(func, SOURCE_ATTR)))
+                              config=json.loads(_attr(func, CONFIG_ATTR, "{}")), source=_attr(func, SOURCE_ATTR),
+                              early_launch=EARLY_LAUNCH[1][0] in list(launch)))
     if mod.attrs is not None and UNROLLED_ATTR in mod.attrs:
         for text in json.loads(str(mod.attrs[UNROLLED_ATTR])):
             out.append(_entry(CellSpec.from_json(text), "unrolled", reason="unroll=True was asked for"))

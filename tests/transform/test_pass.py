@@ -103,9 +103,12 @@ def test_partial_sums_kernel_gets_its_longer_exchange_buffer():
 
 
 def _early(mod) -> dict:
-    """Kernel name -> whether it asks TVM's runtime for the early launch."""
-    return {name: "tirx.use_programtic_dependent_launch" in list(f.attrs.get("tirx.kernel_launch_params", []))
-            for name, f in _kernels(mod).items()}
+    """Kernel name -> whether it asks TVM's runtime for the early launch (and the report says so)."""
+    early = {name: "tirx.use_programtic_dependent_launch" in list(f.attrs.get("tirx.kernel_launch_params", []))
+             for name, f in _kernels(mod).items()}
+    assert sorted(early.values()) == sorted(r.early_launch for r in layer_report(mod))
+    assert all((", early launch" in r.line()) == r.early_launch for r in layer_report(mod))
+    return early
 
 
 def _computed_weights(model):
