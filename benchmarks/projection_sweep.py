@@ -20,8 +20,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from persist_rnn.bench import cuda_ms
-from timeline import kernel_trace
+from persist_rnn.bench import cuda_ms, kernel_trace
 from persist_rnn.testing import projection_module
 from tir_templates.projection import TILES, projection_kernel, projection_reference
 

@@ -13,28 +13,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn
-from persist_rnn.bench import cuda_ms, onnx_from_torch, torch_layer
-
-
-def kernel_trace(call, calls: int, sync) -> list[dict]:
-    """The CUDA kernels (chrome-trace events: name, ts, dur in µs) that `calls` calls of `call` ran."""
-    import torch
-
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            call()
-        sync()
-    path = os.path.join(tempfile.mkdtemp(), "trace.json")
-    prof.export_chrome_trace(path)
-    with open(path) as f:
-        events = json.load(f)["traceEvents"]
-    return sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+from persist_rnn.bench import cuda_ms, kernel_trace, onnx_from_torch, torch_layer
 
 
 def main():

@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import platform
+import tempfile
 import time
 
 import numpy as np
@@ -89,6 +90,21 @@ def cuda_ms(fn, calls=20, repeats=15):
         end.synchronize()
         times.append(start.elapsed_time(end) / calls)
     return float(np.median(times))
+
+
+def kernel_trace(call, calls: int, sync) -> list[dict]:
+    """The CUDA kernels (chrome-trace events: name, ts, dur in µs) that `calls` calls of `call` ran."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        sync()
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    return sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
 
 
 def cudnn_ms(layer, x):

@@ -29,7 +29,7 @@ from tir_templates.spec import ATTR_KEY, CellSpec
 
 from ..report import CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR
 from ..schedule.gpu import gpu_model
-from ..schedule.planner import plan_layer
+from ..schedule.planner import plan_layer, target_arch
 from .match_cells import MatchCells
 
 
@@ -177,7 +177,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
         if target.kind.name == "cuda":  # input projections: the tiled GEMM
             rows = call_site_rows(mod)
-            arch = str(target.attrs.get("arch", "sm_90"))
+            arch = target_arch(target)
             num_sms = gpu_model(arch).num_sms
             for gv, K, N in list(projections(mod)):
                 mod[gv] = projection_kernel(K, N, choose_tile(rows.get(gv.name_hint), N, num_sms))

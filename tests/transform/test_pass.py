@@ -114,13 +114,12 @@ def _early(mod) -> dict:
 def _computed_weights(model):
     """The same model with R computed in the graph (R = Ra + Rb, Ra a graph input): a kernel of
     the same call writes it, so the recurrence must not read it before griddepcontrol.wait."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     r = next(t for t in model.graph.initializer if t.name == "R")
     r.name = "Rb"
     model.graph.input.append(helper.make_tensor_value_info("Ra", r.data_type, list(r.dims)))
     model.graph.node.insert(0, helper.make_node("Add", ["Ra", "Rb"], ["R"]))
-    assert numpy_helper.to_array(r).shape == tuple(r.dims)
     return model
 
 
