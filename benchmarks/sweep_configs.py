@@ -33,6 +33,8 @@ def main():
     ap.add_argument("--hidden", nargs="+", type=int, default=[64, 256, 1024])
     ap.add_argument("--batch", nargs="+", type=int, default=[1, 10, 20])
     ap.add_argument("--limit", type=int, default=0, help="at most this many configs per workload (0: all)")
+    ap.add_argument("--cluster-tiles-only", action="store_true",
+                    help="only the configs with a cluster per batch tile (added to the space after sweep-h100-v2)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
@@ -41,6 +43,8 @@ def main():
     for cell, hidden, batch in itertools.product(args.cells, args.hidden, args.batch):
         spec = CellSpec(cell, hidden, hidden, linear_before_reset=(cell == "gru"))
         configs = [c for c in candidate_configs(spec, gpu, batch) if not c.tensor_cores()]  # the model ranks these
+        if args.cluster_tiles_only:
+            configs = [c for c in configs if c.batch_tile and c.cluster]
         if args.limit:
             configs = configs[: args.limit]
         t0 = time.perf_counter()

@@ -6,9 +6,11 @@ lanes each own `rows_per_group` gate rows; every lane keeps its strided slice of
 registers for the whole sequence (the last `smem_runs` runs of its columns in shared memory, when
 the registers cannot hold them all). Batch rows are processed `batch_chunk` at a time.
 
-When one CTA holds a whole direction (small H), the batch can also be split into tiles of
-`batch_tile` rows, one CTA each: batch rows never interact, so these CTAs need no barrier at
-all and each runs at the speed of a smaller batch.
+The batch can also be split into tiles of `batch_tile` rows, each with a direction's CTAs of
+its own: batch rows never interact, so tiles never wait for each other and each runs at the
+speed of a smaller batch. When one CTA holds a direction (small H) a tile is one CTA with no
+barrier at all; otherwise a tile's CTAs must form a thread-block cluster, whose hardware barrier
+is the tile's own (a grid counter would be shared by all tiles).
 
 GRU with linear_before_reset=0 has two variants (`gru_barriers`): 2, two phases per step, each
 ending in a barrier (GRNN Fig. 7a); 1, GRNN's partial sums (Fig. 7b): the work groups hold only
@@ -61,7 +63,7 @@ class Config:
     weight_dtype: str = "float32"  # "float32" | "float16" (fp32 accumulation either way)
     gru_barriers: int = 2  # GRU linear_before_reset=0 only: 2 (two phases) or 1 (partial sums)
     cluster: bool = False  # a direction's CTAs form one thread-block cluster (Hopper; at most 8)
-    batch_tile: int = 0  # > 0: one CTA holds a direction, and each tile of this many batch rows gets its own
+    batch_tile: int = 0  # > 0: each tile of this many batch rows gets a direction's CTA (or cluster) of its own
     smem_runs: int = 0  # of each lane's runs of columns (column_run wide), how many live in shared memory
     mma_k_split: int = 0  # > 0: tensor-core dot products, this many warps splitting the columns of a row tile
 
@@ -190,6 +192,16 @@ class Config:
         tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.tile_units * self.k_splits()
         return 4 * (2 * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile) if self.resident(spec) else 0
 
+    def dynamic_shared_bytes(self, spec: CellSpec) -> int:
+        """Shared memory in the kernel's dynamic allocation: once `shared_bytes` passes 48 KiB,
+        the h vectors of a CTA that reloads h each step and the shared-memory weights (the dot
+        results and a resident CTA's copies of h stay static); else none."""
+        if self.shared_bytes(spec) <= STATIC_SHARED_BYTES:
+            return 0
+        h_vectors = 0 if self.resident(spec) else (2 if self.partial_sums(spec) else 1)
+        smem_weights = self.threads(spec) * self.rows_per_group * self.smem_runs * self.column_run(spec)
+        return 4 * h_vectors * self.h_rows() * self.h_stride(spec) + smem_weights * self.weight_bytes()
+
     def barrier(self, spec: CellSpec) -> str:
         """How a direction's CTAs meet each step: "cta" when one CTA holds it (no barrier across
         CTAs at all), "cluster" (the hardware's cluster barrier), else "grid" (a counter in L2)."""
@@ -250,6 +262,10 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"{nt} threads x ~{regs} registers (+8 slack) exceed the 64K register file")
     if cfg.shared_bytes(spec) > shared_limit:
         out.append(f"{cfg.shared_bytes(spec)} bytes of shared memory (at most {shared_limit // 1024} KiB)")
+    if 0 < cfg.dynamic_shared_bytes(spec) < STATIC_SHARED_BYTES:
+        out.append(f"{cfg.dynamic_shared_bytes(spec)} bytes of dynamic shared memory beside "
+                   f"{cfg.shared_bytes(spec) - cfg.dynamic_shared_bytes(spec)} static: TVM's runtime raises a kernel's "
+                   "limit only for 48 KiB or more of dynamic shared memory, so the launch would fail")
     if cfg.static_shared_bytes(spec) > STATIC_SHARED_BYTES:
         out.append(f"{cfg.static_shared_bytes(spec)} bytes of static shared memory for a resident CTA's two copies of h "
                    f"(at most {STATIC_SHARED_BYTES // 1024} KiB)")
@@ -259,10 +275,9 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"weight_dtype {cfg.weight_dtype!r} (float32 or float16)")
     if not cfg.tensor_cores() and not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):
         out.append(f"smem_runs {cfg.smem_runs}: a lane has {cfg.cols_per_lane(spec) // cfg.column_run(spec)} runs of columns")
-    if cfg.batch_tile and (cfg.ctas_per_direction(spec) != 1 or cfg.batch_tile != cfg.batch_chunk
-                           or two_phase(spec)):
-        out.append(f"batch_tile {cfg.batch_tile}: batch tiles need one CTA per direction, batch_chunk equal to the "
-                   "tile, and a cell with one phase a step (not GRU with linear_before_reset=0)")
+    if cfg.batch_tile and (cfg.barrier(spec) == "grid" or cfg.batch_tile != cfg.batch_chunk or two_phase(spec)):
+        out.append(f"batch_tile {cfg.batch_tile}: batch tiles need one CTA or one cluster per direction, batch_chunk "
+                   "equal to the tile, and a cell with one phase a step (not GRU with linear_before_reset=0)")
     if cfg.cluster and not 1 < cfg.ctas_per_direction(spec) <= max_cluster:
         out.append(f"a cluster of {cfg.ctas_per_direction(spec)} CTAs (this GPU: "
                    + (f"2 to {max_cluster})" if max_cluster else "no thread-block clusters)"))

@@ -5,7 +5,8 @@ memory for the runs of columns that do not fit: `Config.smem_runs`), then per ti
     load h(t-1) -> partial dot products -> warp-shuffle reduction -> gates and state update
     -> store this CTA's slice of h(t) -> one barrier across the direction's CTAs
 (a counter in global memory, or the thread-block cluster's barrier; none when one CTA holds the
-direction, which may then also split the batch into independent tiles: `Config.batch_tile`).
+direction). The batch may also be split into independent tiles (`Config.batch_tile`), one CTA
+or one cluster of CTAs each: batch rows never interact, so tiles never wait for each other.
 Such a resident CTA keeps h in shared memory, two copies by step parity, so that h(t) can be
 written while others still read h(t-1); it writes h(t) and C(t) to global memory only for Y and
 after its last step, and its next step's inputs land in the register set of that step's parity
@@ -193,15 +194,15 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
 
     def grid_size(n_b):
         """CTAs of the launch: a direction's tiles of units, times the batch tiles (if any)."""
-        return D * ((n_b + TH - 1) // TH) if tiled else NCTA
+        return NCTA * ((n_b + TH - 1) // TH) if tiled else NCTA
 
     def dir_of(cta):
-        """Direction of a CTA (batch tiles: CTA = tile * D + direction, one CTA per direction)."""
-        return cta % D if tiled else cta // CPD
+        """Direction of a CTA: CTA = (batch tile * D + direction) * CPD + its tile of units."""
+        return (cta // CPD) % D if tiled else cta // CPD
 
     def first_chunk(cta):
         """The chunk of batch rows a batch-tiled CTA owns (its whole tile); else 0."""
-        return cta // D if tiled else 0
+        return cta // NCTA if tiled else 0
 
     def one_chunk(n_b):
         """Whether each CTA's batch rows fit one chunk (then the next step's inputs are prefetched)."""

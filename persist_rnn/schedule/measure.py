@@ -9,6 +9,7 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 import tempfile
+import warnings
 
 import numpy as np
 import tvm
@@ -87,13 +88,21 @@ def time_kernel(lib, dev, arrays, repeats: int = 5, number: int = 5) -> float:
 
 def measure_configs(spec: CellSpec, configs: list[Config], target, dev, batch: int,
                     seq_len: int = MEASURE_STEPS, progress=None) -> list[tuple[float, Config]]:
-    """(microseconds per step, config) for each config, fastest first."""
+    """(microseconds per step, config) for each config that runs, fastest first. A candidate the
+    GPU refuses to launch is left out with a warning naming it and the error (the others are
+    still worth choosing from); if none runs, the first error is raised."""
     libs = build_many(spec, configs, target)
-    out = []
+    out, errors = [], []
     for cfg, lib in zip(configs, libs):
         arrays = kernel_arrays(spec, batch, seq_len, slots=cfg.exchange_slots(spec))
-        out.append((time_kernel(lib, dev, arrays) / seq_len, cfg))
+        try:
+            out.append((time_kernel(lib, dev, arrays) / seq_len, cfg))
+        except RuntimeError as err:  # what TVM raises for a refused launch (tvm.error.InternalError)
+            warnings.warn(f"candidate {cfg.as_dict()} failed on {dev} and is left out: {str(err).strip()}")
+            errors.append(err)
         if progress is not None:
             progress(cfg)
+    if not out and errors:
+        raise errors[0]
     out.sort(key=lambda x: x[0])
     return out

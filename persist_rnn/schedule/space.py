@@ -1,8 +1,8 @@
 """The config space of the persistent kernel, pruned to what can run on a given GPU.
 
 Each config whose direction spans 2 to `max_cluster_ctas` CTAs also comes as a thread-block
-cluster (Hopper); each whose direction is one CTA also comes with the batch split into tiles,
-one CTA each (`batch_tiles`). A config that only lacks registers comes with the fewest runs of
+cluster (Hopper); each whose direction is one CTA or one cluster also comes with the batch split
+into tiles, one CTA or cluster each (`batch_tiles`). A config that only lacks registers comes with the fewest runs of
 weight columns moved to shared memory that make it fit (`_smem_weights`).
 Tensor-core configs (`Config.mma_k_split`, fp32 one-phase cells) split each row tile's columns
 over 1 to 16 warps. Pruning beyond `problems` (what cannot run): batch chunks are only the
@@ -78,12 +78,13 @@ def most_common_problem(spec: CellSpec, gpu: GPUModel, batch: int | None) -> str
 
 
 def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUModel) -> list[int]:
-    """Batch tiles worth trying when one CTA holds a direction: powers of two below the batch,
-    as long as every tile's CTA gets an SM of its own."""
-    if batch is None or tile_units != spec.hidden_size:
+    """Batch tiles worth trying when one CTA or one cluster holds a direction: powers of two
+    below the batch, as long as every CTA of every tile gets an SM of its own."""
+    per_direction = spec.hidden_size // tile_units
+    if batch is None or per_direction > gpu.max_cluster_ctas and per_direction > 1:
         return []
     tiles = [1 << k for k in range(8) if (1 << k) < batch]
-    return [t for t in tiles if spec.num_directions * math.ceil(batch / t) <= gpu.num_sms]
+    return [t for t in tiles if spec.num_directions * math.ceil(batch / t) * per_direction <= gpu.num_sms]
 
 
 def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
@@ -120,8 +121,8 @@ def _configs(spec, gpu, batch, group_sizes, weight_dtypes):
                         yield cfg
                         if 1 < H // tw <= gpu.max_cluster_ctas:  # the same CTAs as one cluster
                             yield dataclasses.replace(cfg, cluster=True)
-                for tile in batch_tiles(spec, tw, batch, gpu):  # one CTA per tile of batch rows
-                    yield Config(tw, ws, rpg, tile, weight_dtypes[0], barriers, batch_tile=tile)
+                for tile in batch_tiles(spec, tw, batch, gpu):  # one CTA (or cluster) per tile of batch rows
+                    yield Config(tw, ws, rpg, tile, weight_dtypes[0], barriers, cluster=H // tw > 1, batch_tile=tile)
         if group_sizes is GROUP_SIZES and weight_dtypes == ("float32",):
             yield from _tensor_core_configs(spec, tw, barriers, batch, gpu)
 

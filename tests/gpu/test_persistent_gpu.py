@@ -112,6 +112,18 @@ def test_batch_tiles_match_onnxruntime(op, hidden, direction, dtype):
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 
+@pytest.mark.parametrize("op,hidden,direction", [("LSTM", 256, "bidirectional"), ("GRU", 256, "forward"),
+                                                 ("RNN", 128, "reverse")])
+def test_cluster_batch_tiles_match_onnxruntime(op, hidden, direction):
+    """One thread-block cluster per direction and tile of batch rows (the model's best such
+    config): tiles never wait for each other, the cluster barrier is each tile's own."""
+    case = _layer_case(op, hidden, direction)
+    spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
+    cfg = _model_best(spec, lambda c: c.batch_tile > 0 and c.cluster)
+    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["float32"])
+    assert not failures, f"{cfg}: " + ", ".join(failures)
+
+
 @pytest.mark.parametrize("op,hidden,direction", [("LSTM", 1024, "bidirectional"), ("GRU", 512, "forward")])
 def test_shared_memory_weights_match_onnxruntime(op, hidden, direction):
     """Weights partly in shared memory: the model's
@@ -177,6 +189,7 @@ def test_resident_lane_updates_repeat_exactly(op, direction, cfg):
     ("GRU", 64, "reverse", Config(64, 4, 6, 1, batch_tile=1)),
     ("LSTM", 64, "forward", Config(64, 8, 4, 5)),  # one resident CTA, the whole batch one chunk
     ("RNN", 256, "forward", Config(32, 16, 2, 5)),  # 8 CTAs behind the grid barrier
+    ("LSTM", 256, "forward", Config(32, 8, 4, 2, cluster=True, batch_tile=2)),  # a cluster a tile, the last ragged
 ], ids=str)
 def test_ragged_lengths_match_onnxruntime(op, hidden, direction, cfg):
     """Sequences of different lengths (one empty) with initial states: a resident CTA loads only

@@ -36,6 +36,9 @@ def test_every_candidate_is_runnable_and_within_the_chip():
     (Config(8, 8, 1, 64), "shared memory"),
     (Config(8, 8, 1, 1, cluster=True), "a cluster of 32 CTAs"),
     (Config(32, 8, 1, 1, gru_barriers=1), "gru_barriers 1"),
+    # h (32 rows) in 33 KB of dynamic shared memory beside 16 KB of static dot results: TVM raises
+    # the limit only from 48 KB of dynamic memory, and the H100 refused this launch (B=32)
+    (Config(4, 32, 16, 32, mma_k_split=8), "dynamic shared memory beside"),
 ])
 def test_problems_name_the_limit(cfg, why):
     assert any(why in p for p in problems(CellSpec("lstm", 256, 256), cfg, H100.num_sms))
@@ -102,6 +105,27 @@ def test_shipped_weights_put_the_best_variant_in_the_top_5():
     assert len(quality) == 18
     assert max(q["top5_ratio"] for q in quality) <= 1.0 + 1e-9
     assert sum(q["top1_ratio"] for q in quality) / len(quality) <= 1.10
+
+
+def test_cluster_tiles_rank_first_and_beat_the_rest_of_the_space():
+    """H=256 at B=10/20: every config with a cluster per batch tile, measured on the H100 (the
+    configs added after the v2 sweep): the model ranks them within the bounds, and its top-1 of
+    the whole space is one of them and faster than the best of the v2 sweep's configs."""
+    from persist_rnn.schedule.fit import ranking_quality
+
+    rows = _sweep_rows("cluster-tiles")
+    quality = ranking_quality(rows, H100)
+    assert len(quality) == 4 and max(q["top1_ratio"] for q in quality) <= 1.02
+    _judge(quality)
+    older = _sweep_rows("v2")
+    for q in quality:
+        spec = CellSpec(q["cell"], 256, 256, linear_before_reset=q["cell"] == "gru")
+        top1 = rank(spec, candidate_configs(spec, H100, q["batch"]), H100, q["batch"])[0][1]
+        measured = {json.dumps(r["config"], sort_keys=True): r["measured_us"] for r in rows
+                    if (r["cell"], r["batch"]) == (q["cell"], q["batch"])}
+        assert top1.batch_tile and top1.cluster
+        assert measured[json.dumps(top1.as_dict(), sort_keys=True)] < min(
+            r["measured_us"] for r in older if (r["cell"], r["hidden"], r["batch"]) == (q["cell"], 256, q["batch"]))
 
 
 def test_fitted_weights_rank_held_out_workloads_well():
@@ -234,3 +258,25 @@ def test_unverified_configs_in_a_tuning_log_need_the_flag(tmp_path):
     again = plan_layer(spec, TARGET, batch=20, measure=False, tuning_log_path=log)
     assert again.kernel is None and "shared memory" in again.reason
     assert plan_layer(spec, TARGET, batch=20, measure=False, unverified=True, tuning_log_path=log).source == "tuning_log"
+
+
+def test_a_candidate_the_gpu_refuses_is_left_out_with_a_warning(monkeypatch):
+    """Tuning goes on without a candidate whose launch fails, and says which one; if every
+    candidate fails, the error is raised."""
+    from persist_rnn.schedule import measure
+
+    spec = CellSpec("lstm", 64, 64)
+    good, bad = Config(64, 4, 4, 1), Config(32, 4, 4, 1)
+    monkeypatch.setattr(measure, "build_many", lambda spec, configs, target: list(configs))
+    monkeypatch.setattr(measure, "kernel_arrays", lambda *a, **k: None)
+
+    def time_kernel(lib, dev, arrays):
+        if lib is bad:
+            raise tvm.error.InternalError("CUDALaunch Error: CUDA_ERROR_INVALID_VALUE")
+        return 50.0
+
+    monkeypatch.setattr(measure, "time_kernel", time_kernel)
+    with pytest.warns(UserWarning, match="CUDA_ERROR_INVALID_VALUE"):
+        assert measure.measure_configs(spec, [bad, good], TARGET, "cuda(0)", 1) == [(1.0, good)]
+    with pytest.raises(tvm.error.InternalError):
+        measure.measure_configs(spec, [bad], TARGET, "cuda(0)", 1)

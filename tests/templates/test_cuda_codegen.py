@@ -162,16 +162,18 @@ def test_cluster_configs_compile(cell, hidden, batch, tmp_path):
     assert a100.kernel is None and "no thread-block clusters" in a100.reason
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_batch_tiles_are_chosen_and_compile(cell, tmp_path):
-    """H=64, B=20: one CTA per batch row (no barrier at all) is the model's choice. The grid size
-    follows the runtime batch."""
-    spec = CellSpec(cell, 64, 64, linear_before_reset=True)
+@pytest.mark.parametrize("cell,hidden,batch,barrier", [("lstm", 64, 20, "cta"), ("gru", 64, 20, "cta"),
+                                                        ("lstm", 256, 10, "cluster"), ("gru", 256, 20, "cluster")],
+                         ids=str)
+def test_batch_tiles_are_chosen_and_compile(cell, hidden, batch, barrier, tmp_path):
+    """The model's choice at H=64: one CTA per batch row (no barrier at all); at H=256: one
+    cluster per tile of batch rows, never a grid barrier. The grid size follows the runtime batch."""
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=True)
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
-    plan = plan_layer(spec, target, batch=20, measure=False)
-    assert plan.config.batch_tile == 1 and plan.config.barrier(spec) == "cta"
+    plan = plan_layer(spec, target, batch=batch, measure=False)
+    assert plan.config.batch_tile > 0 and plan.config.barrier(spec) == barrier
     source = cuda_source(plan.kernel, "sm_90")
-    assert "prnn_grid_barrier" not in source and "cluster" not in source
+    assert "prnn_grid_barrier" not in source and ("barrier.cluster.arrive" in source) == (barrier == "cluster")
     assert max(nvcc_stats(source, "sm_90", tmp_path)) == 0
 
 

@@ -49,6 +49,9 @@ CASES = [
     ("lstm", "bidirectional", 5, Config(16, 4, 4, 2, batch_tile=2), dict(peepholes=True)),  # ragged last tile
     ("rnn", "reverse", 3, Config(16, 4, 2, 1, batch_tile=1), {}),
     ("gru", "forward", 4, Config(16, 4, 3, 3, batch_tile=3), {}),
+    # ... or one cluster per direction and tile: h of the tile's rows through the exchange buffer
+    ("lstm", "bidirectional", 5, Config(8, 4, 4, 2, cluster=True, batch_tile=2), dict(peepholes=True)),
+    ("gru", "reverse", 3, Config(4, 4, 3, 1, cluster=True, batch_tile=1), {}),  # 4 CTAs a tile, shared-memory meet
     ("gru", "forward", 5, Config(4, 4, 2, 2), {}),  # three chunks
     ("gru", "bidirectional", 2, Config(8, 4, 3, 2), dict(activations=(Activation("HardSigmoid", 0.2, 0.5),
                                                                      Activation("Softsign"),
