@@ -7,9 +7,9 @@ memory for the runs of columns that do not fit: `Config.smem_runs`), then per ti
 (a counter in global memory, or the thread-block cluster's barrier; none when one CTA holds the
 direction). The batch may also be split into independent tiles (`Config.batch_tile`), one CTA
 or one cluster of CTAs each: batch rows never interact, so tiles never wait for each other.
-Such a resident CTA keeps h in shared memory, two copies by step parity, so that h(t) can be
-written while others still read h(t-1); it writes h(t) and C(t) to global memory only for Y and
-after its last step, and its next step's inputs land in the register set of that step's parity
+A CTA that holds its direction (resident) keeps h in shared memory, two copies by step parity,
+so that h(t) can be written while others still read h(t-1); it writes h(t) and C(t) to global
+memory only for Y and after its last step, and its next step's inputs land in the register set of that step's parity
 (a copy between sets would wait for the loads at the top of the step). With
 `Config.lane_updates` the lanes that summed a unit's gate rows update it from their registers;
 otherwise the sums meet in shared memory (`gs`) and the CTA's threads share the updates out.

@@ -2,8 +2,8 @@
 
 Each config whose direction spans 2 to `max_cluster_ctas` CTAs also comes as a thread-block
 cluster (Hopper); each whose direction is one CTA or one cluster also comes with the batch split
-into tiles, one CTA or cluster each (`batch_tiles`). A config that only lacks registers comes with the fewest runs of
-weight columns moved to shared memory that make it fit (`_smem_weights`).
+into tiles, one CTA or cluster each (`batch_tiles`). A config that only lacks registers comes
+with the fewest runs of weight columns moved to shared memory that make it fit (`_smem_weights`).
 Tensor-core configs (`Config.mma_k_split`, fp32 one-phase cells) split each row tile's columns
 over 1 to 16 warps. Pruning beyond `problems` (what cannot run): batch chunks are only the
 smallest chunk for 1 to 4 passes over the weights (a smaller chunk with the same pass count only
