@@ -119,7 +119,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     H, D, G = spec.hidden_size, spec.num_directions, spec.num_gates
     TW, WS, RPG, BC = cfg.tile_units, cfg.group_size, cfg.rows_per_group, cfg.batch_chunk
     partial_sums = cfg.partial_sums(spec)  # GRNN's one-barrier GRU (config.py)
-    TH = cfg.batch_tile  # > 0: one CTA per direction and tile of TH batch rows, independent of each other
+    TH = cfg.batch_tile  # > 0: a direction's CTAs (one, or a cluster) per tile of TH batch rows, independent of each other
     tiled = TH > 0
     GATE0 = 2 if partial_sums else 0  # the first gate whose rows the work groups hold
     GTW = cfg.row_gates(spec) * TW  # gate rows per CTA in the work groups
