@@ -182,9 +182,12 @@ class Config:
         h_vectors = 2 if self.partial_sums(spec) or self.resident(spec) else 1  # h(t-1), and r * h(t-1) or h(t)
         tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.k_splits()  # dot results
         tile += 2 if self.partial_sums(spec) else 0  # z and h(t) of the tile
-        smem_weights = self.threads(spec) * self.rows_per_group * self.smem_runs * self.column_run(spec)
         return (4 * (h_vectors * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile * self.tile_units)
-                + smem_weights * self.weight_bytes())
+                + self.smem_weight_bytes(spec))
+
+    def smem_weight_bytes(self, spec: CellSpec) -> int:
+        """Bytes of the weights moved to shared memory (`smem_runs` runs of every lane's rows)."""
+        return self.threads(spec) * self.rows_per_group * self.smem_runs * self.column_run(spec) * self.weight_bytes()
 
     def static_shared_bytes(self, spec: CellSpec) -> int:
         """Shared memory outside the dynamic allocation: a resident CTA's copies of h (kept apart so
@@ -199,8 +202,7 @@ class Config:
         if self.shared_bytes(spec) <= STATIC_SHARED_BYTES:
             return 0
         h_vectors = 0 if self.resident(spec) else (2 if self.partial_sums(spec) else 1)
-        smem_weights = self.threads(spec) * self.rows_per_group * self.smem_runs * self.column_run(spec)
-        return 4 * h_vectors * self.h_rows() * self.h_stride(spec) + smem_weights * self.weight_bytes()
+        return 4 * h_vectors * self.h_rows() * self.h_stride(spec) + self.smem_weight_bytes(spec)
 
     def barrier(self, spec: CellSpec) -> str:
         """How a direction's CTAs meet each step: "cta" when one CTA holds it (no barrier across
@@ -262,10 +264,11 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"{nt} threads x ~{regs} registers (+8 slack) exceed the 64K register file")
     if cfg.shared_bytes(spec) > shared_limit:
         out.append(f"{cfg.shared_bytes(spec)} bytes of shared memory (at most {shared_limit // 1024} KiB)")
-    if 0 < cfg.dynamic_shared_bytes(spec) < STATIC_SHARED_BYTES:
-        out.append(f"{cfg.dynamic_shared_bytes(spec)} bytes of dynamic shared memory beside "
-                   f"{cfg.shared_bytes(spec) - cfg.dynamic_shared_bytes(spec)} static: TVM's runtime raises a kernel's "
-                   "limit only for 48 KiB or more of dynamic shared memory, so the launch would fail")
+    dynamic = cfg.dynamic_shared_bytes(spec)
+    if 0 < dynamic < STATIC_SHARED_BYTES:
+        out.append(f"{dynamic} bytes of dynamic shared memory beside {cfg.shared_bytes(spec) - dynamic} static: TVM's "
+                   "runtime raises a kernel's limit only for 48 KiB or more of dynamic shared memory, so the launch "
+                   "would fail")
     if cfg.static_shared_bytes(spec) > STATIC_SHARED_BYTES:
         out.append(f"{cfg.static_shared_bytes(spec)} bytes of static shared memory for a resident CTA's two copies of h "
                    f"(at most {STATIC_SHARED_BYTES // 1024} KiB)")

@@ -9,8 +9,8 @@ direction). The batch may also be split into independent tiles (`Config.batch_ti
 or one cluster of CTAs each: batch rows never interact, so tiles never wait for each other.
 A CTA that holds its direction (resident) keeps h in shared memory, two copies by step parity,
 so that h(t) can be written while others still read h(t-1); it writes h(t) and C(t) to global
-memory only for Y and after its last step, and its next step's inputs land in the register set of that step's parity
-(a copy between sets would wait for the loads at the top of the step). With
+memory only for Y and after its last step, and its next step's inputs land in the register set
+of that step's parity (a copy between sets would wait for the loads at the top of the step). With
 `Config.lane_updates` the lanes that summed a unit's gate rows update it from their registers;
 otherwise the sums meet in shared memory (`gs`) and the CTA's threads share the updates out.
 Step s+1's input projections are fetched at the top of step s, and the recurrent biases of a
@@ -37,8 +37,8 @@ parity; slot 2 holds r * h(t-1) of the two-phase GRU; the partial sums' slots fo
 `Config.exchange_slots`); `ws` holds one barrier counter per direction, zeroed by a one-warp
 kernel before each launch, so concurrent launches never share a counter. Every CTA loads its
 weights and biases before `griddepcontrol.wait` and touches nothing else before it, so the
-kernel may be launched while the projection GEMM still runs (`early_launch.py`). `yc` (unused by GRU)
-keeps the two-phase GRU's z between its phases.
+kernel may be launched while the projection GEMM still runs (`early_launch.py`). `yc` (unused
+by GRU) keeps the two-phase GRU's z between its phases.
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def _build(spec: CellSpec, cfg: Config, emulate: bool) -> tvm.tirx.PrimFunc:
     H, D, G = spec.hidden_size, spec.num_directions, spec.num_gates
     TW, WS, RPG, BC = cfg.tile_units, cfg.group_size, cfg.rows_per_group, cfg.batch_chunk
     partial_sums = cfg.partial_sums(spec)  # GRNN's one-barrier GRU (config.py)
-    TH = cfg.batch_tile  # > 0: a direction's CTAs (one, or a cluster) per tile of TH batch rows, independent of each other
+    TH = cfg.batch_tile  # > 0: a direction's CTAs (one, or a cluster) per tile of TH batch rows
     tiled = TH > 0
     GATE0 = 2 if partial_sums else 0  # the first gate whose rows the work groups hold
     GTW = cfg.row_gates(spec) * TW  # gate rows per CTA in the work groups
