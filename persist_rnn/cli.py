@@ -94,7 +94,7 @@ def run(model, inputs_path, target, tuning_log, check, save, unverified):
 @click.option("--tuning-log", type=click.Path(dir_okay=False))
 def inspect(model, target, tuning_log):
     """One line per recurrent layer: cell, sizes, directions, how it will be lowered and why."""
-    from .compile import as_target
+    from .targets import as_target
     from .frontend import from_onnx, load_model
     from .report import layer_report
     from .transform import PersistentRNN
@@ -122,17 +122,18 @@ def tune(model, target, top_k, log_path):
     """Measure the cost model's top-K configs of every recurrent layer and log the fastest."""
     from tqdm import tqdm
 
-    from .compile import as_target
+    from .targets import as_target
     from .frontend import from_onnx, load_model
     from .schedule.gpu import present_device
     from .schedule.planner import plan_layer
-    from .transform.persistent_rnn import call_site_batches, recurrences
+    from .transform.call_sites import call_site_batches
+    from .transform.persistent_rnn import recurrences
 
     if present_device() is None:
         _fail(PersistRNNError("tune needs a CUDA GPU; without one, compile uses the cost model's choice"))
     tgt = as_target(target)
     mod = from_onnx(load_model(model), target_kind=tgt.kind.name)
-    batches = call_site_batches(mod)
+    batches = call_site_batches(mod, {gv.name_hint for gv, _, _ in recurrences(mod)})
     for gv, _, spec in recurrences(mod):
         with tqdm(total=top_k, desc=f"{spec.node} ({spec.cell})", unit="config") as bar:
             plan = plan_layer(spec, tgt, batch=batches.get(gv.name_hint), tuning_log_path=log_path,

@@ -1,9 +1,13 @@
 """The one exception users see for bad models and bad inputs."""
 from __future__ import annotations
 
+import tvm_ffi
 
+
+@tvm_ffi.register_error
 class PersistRNNError(ValueError):
-    """A model, attribute or input persist_rnn cannot accept; the message says which and why."""
+    """A model, attribute or input persist_rnn cannot accept; the message says which and why.
+    Registered with TVM's FFI so that raised inside a pass it reaches the caller as itself."""
 
 
 def node_error(node: str, op: str, what: str, problem: str, expected: str) -> PersistRNNError:

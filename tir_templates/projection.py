@@ -27,6 +27,9 @@ from .early_launch import allow_next_kernel
 
 #: function attribute of a projection, reference or kernel: {"K": ..., "N": ...}
 PROJECTION_ATTR = "persist_rnn.projection"
+#: TVM's op pattern "opaque": FuseOps leaves the projection whole in any pipeline position, so
+#: that PersistentRNN still finds it (reference) and no fused kernel swallows it (tiled GEMM)
+OPAQUE = 8
 #: (BM, BN, TT) the kernel can be built with: CTA tile BM x BN, thread tile TT x TT
 TILES = ((128, 128, 8), (64, 64, 8), (64, 64, 4))
 
@@ -42,7 +45,7 @@ def projection_reference(K: int, N: int) -> tvm.tirx.PrimFunc:
     mm = te.compute((m, n_), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="mm")
     out = te.compute((m, n_), lambda i, j: mm[i, j] + b[j], name="xw")
     func = te.create_prim_func([x, w, b, out]).without_attr("global_symbol")  # private, as the kernels
-    return func.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N}))
+    return func.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N})).with_attr("op_pattern", OPAQUE)
 
 
 def choose_tile(M: int | None, N: int, num_sms: int) -> tuple[int, int, int]:
@@ -190,7 +193,7 @@ def _build(K: int, N: int, tile: tuple[int, int, int], emulate: bool) -> tvm.tir
 
     @T.prim_func(private=True)
     def kernel(x_h: T.handle, w: T.Buffer((K, N), "float32"), b: T.Buffer((N,), "float32"), out_h: T.handle):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
         n_m = T.int64()
         x = T.match_buffer(x_h, (n_m, K), "float32")
         out = T.match_buffer(out_h, (n_m, N), "float32")

@@ -64,24 +64,56 @@ class _Block:
             return v
         return None
 
+    def through_reshape(self, e):
+        """`e` with reshapes that only add or drop unit axes looked through: torch's decomposed
+        cells keep states as (1, B, H) and reshape them to (B, H) around each matmul."""
+        for name in ("reshape", "squeeze", "expand_dims"):
+            call = self.op(e, name)
+            if call is not None and _drops_unit_axes(call.args[0], e):
+                return self.through_reshape(call.args[0])
+        return e
+
     def add_terms(self, e):
-        """Leaves of a tree of `add` calls."""
-        call = self.op(e, "add")
+        """Leaves of a tree of `add` calls (looked at through unit reshapes)."""
+        call = self.op(self.through_reshape(e), "add")
         return self.add_terms(call.args[0]) + self.add_terms(call.args[1]) if call is not None else [e]
 
     def gate_slice(self, e, width):
         """(packed gates, slice index) when `e` is an equal-width slice of the last axis."""
         v = self.value.get(e, e) if isinstance(e, relax.Var) else e
+        last = (-1, _rank(e) - 1)
         if isinstance(v, relax.TupleGetItem):
             split = self.op(v.tuple_value, "split")
-            if split is not None and int(split.attrs.axis) in (-1, 1):
+            if split is not None and int(split.attrs.axis) in last:
                 return split.args[0], int(v.index)
         sl = self.op(e, "strided_slice")
         if sl is not None and len(sl.args) == 4:  # data, axes, begin, end (no strides)
-            axes, begin, end = ([int(f.value) if hasattr(f, "value") else int(f) for f in a.fields] for a in sl.args[1:])
-            if axes in ([1], [-1]) and end[0] - begin[0] == width and begin[0] % width == 0:
+            axes, begin, end = ([int(f.value) if hasattr(f, "value") else int(f) for f in a.fields] for a in sl.args[1:4])
+            if len(axes) == 1 and axes[0] in last and end[0] - begin[0] == width and begin[0] % width == 0:
                 return sl.args[0], begin[0] // width
         return None
+
+
+def _rank(e) -> int:
+    return e.ty.ndim if isinstance(e.ty, relax.TensorType) else -1
+
+
+def _shape(e):
+    ty = e.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in ty.shape]
+
+
+def _drops_unit_axes(src, dst) -> bool:
+    """Whether dst's shape is src's with unit axes added or dropped (same extents otherwise)."""
+    a, b = _shape(src), _shape(dst)
+    if a is None or b is None:
+        return False
+    rest = lambda shape: [d for d in shape if not (isinstance(d, int) and d == 1)]
+    return all(isinstance(x, int) and isinstance(y, int) and x == y or
+               not isinstance(x, int) and not isinstance(y, int) and tvm.ir.structural_equal(x, y)
+               for x, y in zip(rest(a), rest(b))) and len(rest(a)) == len(rest(b))
 
 
 def _const_array(e):
@@ -89,11 +121,13 @@ def _const_array(e):
 
 
 def _width(h_var) -> int | None:
-    """H of a (B, H) state with a static H."""
-    ty = h_var.ty
-    if not isinstance(ty, relax.TensorType) or ty.ndim != 2 or not isinstance(ty.shape[1], tvm.tirx.IntImm):
+    """H of a (B, H) or (1, B, H) state with a static H."""
+    shape = _shape(h_var)
+    if shape is None or len(shape) not in (2, 3) or not isinstance(shape[-1], int):
         return None
-    return int(ty.shape[1])
+    if len(shape) == 3 and shape[0] != 1:
+        return None
+    return shape[-1]
 
 
 def _match_lstm(blk: _Block, h_var) -> list:
@@ -148,10 +182,11 @@ def _recurrent_readings(blk, gates, shape) -> list:
     terms = blk.add_terms(gates)
     out = []
     for k, term in enumerate(terms):
-        mm = blk.op(term, "matmul")
+        mm = blk.op(blk.through_reshape(term), "matmul")
         w = _const_array(mm.args[1]) if mm is not None else None
-        if w is not None and w.shape == shape and isinstance(mm.args[0], relax.Var) and len(terms) > 1:
-            out.append((mm.args[0], w, terms[:k] + terms[k + 1:]))
+        h_prev = blk.through_reshape(mm.args[0]) if mm is not None else None
+        if w is not None and w.shape == shape and isinstance(h_prev, relax.Var) and len(terms) > 1:
+            out.append((h_prev, w, terms[:k] + terms[k + 1:]))
     return out
 
 
@@ -252,6 +287,7 @@ def _match_gru(blk: _Block, h_var):
     if found is None:
         return None
     z, n, h_prev = found
+    h_prev = blk.through_reshape(h_prev)  # as _recurrent_readings reads it
     zs, ns = blk.op(z, "sigmoid"), blk.op(n, "tanh")
     if zs is None or ns is None:
         return None
@@ -259,44 +295,63 @@ def _match_gru(blk: _Block, h_var):
         _gru_reset_before(blk, h_var, h_prev, zs.args[0], ns.args[0], H)
 
 
+def _linear_in(blk, e, h_prev, shape):
+    """(W, b) when `e` is h(t-1) @ W + b: one matmul of h(t-1) by a constant W of `shape`, and
+    constant terms that do not vary over the batch (None otherwise)."""
+    recurrent, consts = [], []
+    for term in blk.add_terms(e):
+        mm = blk.op(blk.through_reshape(term), "matmul")
+        w = _const_array(mm.args[1]) if mm is not None else None
+        if w is not None and w.shape == shape and blk.through_reshape(mm.args[0]).same_as(h_prev):
+            recurrent.append(w)
+        elif _const_array(term) is not None and _const_array(term).size == shape[1]:
+            consts.append(_const_array(term).reshape(shape[1]))
+        else:
+            return None
+    if len(recurrent) != 1:
+        return None
+    return recurrent[0], sum(consts, np.zeros(shape[1], "float32")).astype("float32")
+
+
 def _gru_reset_after(blk, h_var, h_prev, z_pre, n_pre, H):
-    """linear_before_reset=1: n_pre = x_n + r * slice_n(h(t-1) @ R + b), z and r from the same R."""
+    """linear_before_reset=1: n_pre = x_n + r * (h(t-1) @ R_n + b_n), with R_n either slice n of
+    one packed R (H, 3H) that z and r are slices of too (ONNX, torch's decomposition), or a
+    matrix of its own, as z's and r's are (TVM's PyTorch frontend)."""
     def candidate(a, b):  # a = x_n, b = r * n_h
         return _either(blk, b, "multiply", lambda r, nh: (a, r, nh) if blk.op(r, "sigmoid") is not None else None)
     parts = _either(blk, n_pre, "add", candidate)
     if parts is None:
         return None
     x_n, r, n_h = parts
+    r_pre = blk.op(r, "sigmoid").args[0]
     sl = blk.gate_slice(n_h, H)
     if sl is None:
-        return None
+        return _gru_reset_after_per_gate(blk, h_var, h_prev, z_pre, r_pre, x_n, n_h, H)
     rec, k_n = sl
-    recurrent, consts = [], []
-    for term in blk.add_terms(rec):
-        mm = blk.op(term, "matmul")
-        w = _const_array(mm.args[1]) if mm is not None else None
-        if w is not None and w.shape == (H, 3 * H) and mm.args[0].same_as(h_prev):
-            recurrent.append(w)
-        elif _const_array(term) is not None:
-            consts.append(_const_array(term))
-        else:
-            return None
-    if len(recurrent) != 1:
+    packed = _linear_in(blk, rec, h_prev, (H, 3 * H))
+    if packed is None:
         return None
-    if any(c.size != 3 * H for c in consts):  # a bias that varies over the batch is not R's
-        return None
-    bias = sum((c.reshape(3 * H) for c in consts), np.zeros(3 * H, "float32"))
 
     def split(pre):  # (x part, slice index of the recurrent part)
         def pick(a, b):
             got = blk.gate_slice(b, H)
             return (a, got[1]) if got is not None and got[0].same_as(rec) else None
         return _either(blk, pre, "add", pick)
-    zx, rx = split(z_pre), split(blk.op(r, "sigmoid").args[0])
+    zx, rx = split(z_pre), split(r_pre)
     if zx is None or rx is None or sorted([zx[1], rx[1], k_n]) != [0, 1, 2]:
         return None
-    return _GRUCell(h_var, h_prev, recurrent[0], bias.astype("float32"),
-                    (zx[1], rx[1], k_n), [zx[0], rx[0], x_n])
+    return _GRUCell(h_var, h_prev, packed[0], packed[1], (zx[1], rx[1], k_n), [zx[0], rx[0], x_n])
+
+
+def _gru_reset_after_per_gate(blk, h_var, h_prev, z_pre, r_pre, x_n, n_h, H):
+    """The per-gate form: z = sigmoid(<terms> + h(t-1) @ R_z), r likewise, n_h = h(t-1) @ R_n + b_n."""
+    n_part = _linear_in(blk, n_h, h_prev, (H, H))
+    gates = [_gate_reading(blk, pre, h_prev, H) for pre in (z_pre, r_pre)]
+    if n_part is None or any(g is None for g in gates):
+        return None
+    weight = np.concatenate([gates[0][0], gates[1][0], n_part[0]], axis=1)
+    bias = np.concatenate([np.zeros(2 * H, "float32"), n_part[1]])
+    return _GRUCell(h_var, h_prev, weight, bias, (0, 1, 2), [gates[0][1], gates[1][1], x_n])
 
 
 def _gru_reset_before(blk, h_var, h_prev, z_pre, n_pre, H):
@@ -307,8 +362,8 @@ def _gru_reset_before(blk, h_var, h_prev, z_pre, n_pre, H):
         w = _const_array(mm.args[1]) if mm is not None else None
         if w is None or w.shape != (H, H):
             return None
-        return _either(blk, mm.args[0], "multiply",
-                       lambda r, h: (r, w) if h.same_as(h_prev) and blk.op(r, "sigmoid") is not None else None)
+        return _either(blk, mm.args[0], "multiply", lambda r, h: (r, w) if blk.through_reshape(h).same_as(h_prev)
+                       and blk.op(r, "sigmoid") is not None else None)
     n_terms = blk.add_terms(n_pre)
     hits = [(k, got) for k, got in enumerate(map(reset_matmul, n_terms)) if got is not None]
     if len(hits) != 1 or len(n_terms) < 2:
@@ -337,7 +392,7 @@ def _gate_reading(blk, pre, h_prev, H):
         found = [(w, rest) for hp, w, rest in _recurrent_readings(blk, packed, (H, width * H)) if hp.same_as(h_prev)]
         if len(found) == 1:
             w, rest = found[0]
-            return w[:, k * H:(k + 1) * H], relax.op.strided_slice(_sum_expr(rest), [1], [k * H], [(k + 1) * H])
+            return w[:, k * H:(k + 1) * H], relax.op.strided_slice(_sum_expr(rest), [-1], [k * H], [(k + 1) * H])
     return None
 
 
@@ -373,40 +428,48 @@ def _chains(blk: _Block, readings: dict):
     return out
 
 
-def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index):
-    """The chain as input terms stacked over time + one reference scan; returns (Y, Y_c) vars."""
+def _rows(e, batch, width):
+    """`e` ((B, W), (1, B, W) or a broadcastable constant) as (B, W) rows."""
+    return relax.op.reshape(relax.op.broadcast_to(e, (1, batch, width)), (batch, width))
+
+
+def _emit_canonical(bb: relax.BlockBuilder, chain, target_kind, index, remap):
+    """The chain as input terms stacked over time + one reference scan; returns (Y, Y_c) vars.
+    `remap` maps an expression of the original bindings to the rewritten ones (an earlier chain's
+    h(t) feeding this one's inputs, in stacked layers)."""
     first = chain[0]
     H = first.weight.shape[0]
+    batch = first.h_new.ty.shape[-2]
     gru = isinstance(first, _GRUCell)
     acts = ()
     if isinstance(first, _RNNCell):
         slots = [0]
-        steps = [bb.emit(_sum_expr(cell.inputs)) for cell in chain]
+        steps = [bb.emit(_rows(remap(_sum_expr(cell.inputs)), batch, H)) for cell in chain]
         rb = np.zeros((1, H), "float32")
         acts = (Activation(first.activation),)
     elif gru:  # ONNX order z, r, h; the input terms are already one per gate
         slots = list(first.order)
-        steps = [bb.emit(relax.op.concat(cell.x_parts, axis=1)) for cell in chain]
+        steps = [bb.emit(relax.op.concat([_rows(remap(x), batch, H) for x in cell.x_parts], axis=1)) for cell in chain]
         rb = first.bias.reshape(3, H)[slots].reshape(1, 3 * H)
     else:  # where i, f, g, o sit; ONNX wants i, o, f, c
         order = first.order
         slots = [order[0], order[3], order[1], order[2]]
         steps = []
         for cell in chain:
-            x = bb.emit(_sum_expr(cell.inputs))
+            x = bb.emit(_rows(remap(_sum_expr(cell.inputs)), batch, 4 * H))
             parts = [relax.op.strided_slice(x, [1], [k * H], [(k + 1) * H]) for k in slots]
             steps.append(bb.emit(relax.op.concat(parts, axis=1)))
         rb = np.zeros((1, 4 * H), "float32")
     G = len(slots)
     n_t = len(chain)
-    batch = first.h_new.ty.shape[0]
     xw = bb.emit(relax.op.reshape(relax.op.stack(steps, axis=0), (n_t, batch, 1, G * H)))
     r = first.weight.T.reshape(G, H, H)[slots].reshape(1, G * H, H)
     cell_kind = {_Cell: "lstm", _GRUCell: "gru", _RNNCell: "rnn"}[type(first)]
     lbr = gru and first.linear_before_reset
     spec = CellSpec(cell_kind, H, H, activations=acts, linear_before_reset=lbr, node=f"matched_{cell_kind}_{index}")
-    h0 = bb.emit(relax.op.expand_dims(first.h_prev, [0]))
-    c0 = bb.emit(relax.op.zeros_like(h0)) if first.c_prev is None else bb.emit(relax.op.expand_dims(first.c_prev, [0]))
+    h0 = bb.emit(relax.op.reshape(remap(first.h_prev), (1, batch, H)))
+    c0 = bb.emit(relax.op.zeros_like(h0)) if first.c_prev is None else \
+        bb.emit(relax.op.reshape(remap(first.c_prev), (1, batch, H)))
     args = [xw, relax.const(np.ascontiguousarray(r)), relax.const(rb), bb.emit(full_lengths(batch)), h0, c0,
             relax.const(np.zeros((1, 3 * H), "float32"))]
     y, _, y_c = call_scan(bb, spec, target_kind, args, n_t, batch, f"persist_rnn_{cell_kind}_matched_{index}")
@@ -429,21 +492,48 @@ class _Rewriter(relax.PyExprMutator):
         is_output = not isinstance(binding.var, relax.DataflowVar)
         if not is_output:
             super().visit_var_binding_(binding)  # dead once its uses are remapped; DCE drops it
-        y, y_c = _emit_canonical(self.builder_, chain, self.target_kind, k)
-        for t, cell in enumerate(chain):  # later uses of h(t) read the scan's output
-            h_t = relax.op.squeeze(relax.op.strided_slice(y, [0], [t], [t + 1]), [0, 1])
+        y, y_c = _emit_canonical(self.builder_, chain, self.target_kind, k, self.visit_expr)
+        for t, cell in enumerate(chain):  # later uses of h(t) read the scan's output, in h(t)'s shape
+            h_t = relax.op.reshape(relax.op.strided_slice(y, [0], [t], [t + 1]), cell.h_new.ty.shape)
             last_output = is_output and t == len(chain) - 1
             self.set_var_remap(cell.h_new, self.builder_.emit_output(h_t) if last_output else self.builder_.emit(h_t))
         if chain[-1].c_new is not None:
-            self.set_var_remap(chain[-1].c_new, self.builder_.emit(relax.op.squeeze(y_c, [0])))
+            self.set_var_remap(chain[-1].c_new, self.builder_.emit(relax.op.reshape(y_c, chain[-1].c_new.ty.shape)))
+
+
+@relax.expr_functor.visitor
+class _FindsMatmul(relax.PyExprVisitor):
+    def __init__(self):
+        super().__init__()
+        self.found = False
+
+    def visit_call_(self, call):
+        super().visit_call_(call)
+        self.found |= isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul"
+
+
+def _has_matmul(mod: tvm.IRModule) -> bool:
+    """Whether any Relax function still calls relax.matmul: a cell needs one, and after
+    LegalizeOps none is left, so the pass skips the (costly) constant folding."""
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            finder = _FindsMatmul()
+            finder.visit_expr(func)
+            if finder.found:
+                return True
+    return False
 
 
 def MatchCells(target_kind: str = "llvm") -> tvm.ir.transform.Pass:
-    """Replace each chain of primitive-op LSTM, GRU or RNN cells with the canonical recurrent form."""
+    """Replace each chain of primitive-op LSTM, GRU or RNN cells with the canonical recurrent form.
+    A module without such chains comes back as it went in."""
 
     @tvm.ir.transform.module_pass(opt_level=0, name="MatchCells")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        mod = relax.transform.FoldConstant()(mod)
+        if not _has_matmul(mod):
+            return mod
+        original, mod = mod, relax.transform.FoldConstant()(mod)  # weights behind permute_dims become constants
+        matched = False
         for gv, func in list(mod.functions.items()):
             if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
                 continue
@@ -458,10 +548,13 @@ def MatchCells(target_kind: str = "llvm") -> tvm.ir.transform.Pass:
                         readings[b.var] = cells
                 chains += _chains(blk, readings)
             if chains:
+                matched = True
                 rewriter = _Rewriter(mod, chains, target_kind)
                 new_func = rewriter.visit_expr(func)
                 mod = rewriter.builder_.get()
                 mod[gv] = new_func
+        if not matched:
+            return original
         return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
 
     return _pass

@@ -27,9 +27,12 @@ from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
 
+from ..errors import PersistRNNError
 from ..report import CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR
 from ..schedule.gpu import gpu_model
+from ..targets import as_target
 from ..schedule.planner import plan_layer, target_arch
+from .call_sites import call_args, call_site_batches, call_site_rows, call_tir_sites
 from .match_cells import MatchCells
 
 
@@ -48,40 +51,6 @@ def projections(mod: tvm.IRModule):
                 yield gv, shape["K"], shape["N"]
 
 
-def _call_tir_sites(mod: tvm.IRModule):
-    """(Relax function, call_tir) of every call_tir binding in the module."""
-    call_tir = tvm.ir.Op.get("relax.call_tir")
-    for func in mod.functions.values():
-        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
-            continue
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                v = binding.value
-                if isinstance(v, relax.Call) and v.op.same_as(call_tir):
-                    yield func, v
-
-
-def _static_dim(ty, axis: int):
-    d = ty.shape[axis] if isinstance(ty, relax.TensorType) and ty.shape is not None else None
-    return int(d) if isinstance(d, tvm.tirx.IntImm) else None
-
-
-def call_site_batches(mod: tvm.IRModule) -> dict:
-    """GlobalVar name -> static batch size seen at its call_tir sites (None if symbolic)."""
-    return {v.args[0].name_hint: _static_dim(v.args[1].fields[0].ty, 1) for _, v in _call_tir_sites(mod)}
-
-
-def call_site_rows(mod: tvm.IRModule) -> dict:
-    """GlobalVar name -> static row count of its first argument at its call_tir sites (None if
-    symbolic, or if two sites differ)."""
-    out = {}
-    for _, v in _call_tir_sites(mod):
-        rows = _static_dim(v.args[1].fields[0].ty, 0)
-        name = v.args[0].name_hint
-        out[name] = rows if out.get(name, rows) == rows else None
-    return out
-
-
 @relax.expr_functor.mutator
 class _ExchangeResizer(relax.PyExprMutator):
     """call_tir sites of the kernels in `slots` (GlobalVar name -> exchange slots) get an exchange
@@ -98,7 +67,7 @@ class _ExchangeResizer(relax.PyExprMutator):
             outs = list(call.ty_args[0].fields)
             ex = outs[3]
             outs[3] = relax.TensorType([self.slots[call.args[0].name_hint], *list(ex.shape)[1:]], ex.dtype)
-            return relax.call_tir(call.args[0], call.args[1], outs)
+            return relax.Call(call.op, call.args, call.attrs, [relax.TupleType(outs)])  # tir_vars kept
         return call
 
 
@@ -117,14 +86,14 @@ def _made_before_the_call(arg, params) -> bool:
     return isinstance(arg, tvm.ir.expr.Constant) or any(arg.same_as(p) for p in params)
 
 
-def early_launch_safe(mod: tvm.IRModule) -> set:
-    """Names of recurrence kernels that may launch early (tir_templates.early_launch): at every
+def early_launch_safe(mod: tvm.IRModule, callees) -> set:
+    """Names of the recurrence kernels `callees` that may launch early (tir_templates.early_launch): at every
     call site their weights and biases (arguments 1 and 2, read before `griddepcontrol.wait`)
     are constants or parameters, never the output of a kernel of the same call, which might still
     be running."""
     safe, unsafe = set(), set()
-    for func, v in _call_tir_sites(mod):
-        args = v.args[1].fields
+    for func, v in call_tir_sites(mod, callees):
+        args = call_args(v)
         ok = len(args) > 2 and all(_made_before_the_call(a, func.params) for a in args[1:3])
         (safe if ok else unsafe).add(v.args[0].name_hint)
     return safe - unsafe
@@ -140,26 +109,25 @@ def _independent_ctas(func, spec: CellSpec) -> bool:
     return Config.from_dict(json.loads(str(func.attrs[CONFIG_ATTR]))).barrier(spec) == "cta"
 
 
-def _as_target(target) -> tvm.target.Target:
-    if isinstance(target, tvm.target.Target):
-        return target
-    if isinstance(target, str) and not target.startswith("{"):
-        return tvm.target.Target({"kind": target})
-    return tvm.target.Target(json.loads(target) if isinstance(target, str) else target)
-
-
 def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None,
                   unverified=False) -> tvm.ir.transform.Pass:
     """The pass. `config` forces one schedule config (a dict or Config) for every layer;
     `tuning_log` is a JSON-lines path whose records are reused; `measure` (default: when a GPU is
     present) times the cost model's top_k candidates; `unverified` lets the planner pick kernel
     variants that have not yet run on a GPU."""
-    target = _as_target(target)
+    target = as_target(target)
 
     @tvm.ir.transform.module_pass(opt_level=0, name="PersistentRNN")
-    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    def _pass(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        if "PersistentRNN" in [str(name) for name in ctx.disabled_pass]:  # also when called directly
+            return mod
         mod = MatchCells(target.kind.name)(mod)  # recurrences written as primitive ops
-        batches = call_site_batches(mod)
+        layers = {gv.name_hint for gv, _, _ in recurrences(mod)}
+        if not layers:
+            return mod
+        check_position(mod, layers)
+        mod = relax.transform.FoldConstant()(mod)  # weights sliced from initializers become constants
+        batches = call_site_batches(mod, layers)
         slots = {}
         for gv, func, spec in list(recurrences(mod)):
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":
@@ -176,16 +144,33 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                     slots[gv.name_hint] = plan.config.exchange_slots(spec)
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
         if target.kind.name == "cuda":  # input projections: the tiled GEMM
-            rows = call_site_rows(mod)
+            todo = list(projections(mod))
+            rows = call_site_rows(mod, {gv.name_hint for gv, _, _ in todo})
             arch = target_arch(target)
             num_sms = gpu_model(arch).num_sms
-            for gv, K, N in list(projections(mod)):
+            for gv, K, N in todo:
                 mod[gv] = projection_kernel(K, N, choose_tile(rows.get(gv.name_hint), N, num_sms))
             if supports_early_launch(arch):
-                early = early_launch_safe(mod)
+                early = early_launch_safe(mod, layers)
                 for gv, func, spec in list(recurrences(mod)):
                     if gv.name_hint in early and _independent_ctas(func, spec):
                         mod[gv] = func.with_attr(*EARLY_LAUNCH)
         return _resize_exchange(mod, slots) if slots else mod
 
     return _pass
+
+
+def check_position(mod: tvm.IRModule, layers: set) -> None:
+    """Refuse a module whose recurrences are no longer called through `call_tir`: TVM's dataflow
+    lowering (CallTIRRewrite, in the default build after legalization and fusion) has turned the
+    call sites into explicit allocations and calls, which the pass cannot re-type."""
+    called = {call.args[0].name_hint for _, call in call_tir_sites(mod, layers)}
+    referenced = {gv.name_hint for func in mod.functions.values() if isinstance(func, relax.Function)
+                  for gv in relax.analysis.all_global_vars(func)}
+    lost = sorted((layers & referenced) - called)
+    if lost:
+        raise PersistRNNError(
+            f"PersistentRNN: the recurrence kernels {lost} are not called through relax.call_tir here, so the pass "
+            "stands after TVM's dataflow lowering (CallTIRRewrite). Put PersistentRNN before the build pipeline: "
+            "anywhere before CallTIRRewrite (before or after LegalizeOps, FuseOps/FuseTIR, dlight, the 'zero' "
+            "pipeline), or build with tvm.compile(mod, target, relax_pipeline=persist_rnn.pipeline(target))")

@@ -1,0 +1,35 @@
+"""`persist_rnn.pipeline`: PersistentRNN, then TVM's default build for the target, as one pass
+for `tvm.compile(mod, target, relax_pipeline=...)`. `persist_rnn.compile` builds through it."""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from .report import layer_report
+from .targets import as_target
+from .transform import PersistentRNN
+
+
+def _record_report(sink: list) -> tvm.ir.transform.Pass:
+    """A pass that changes nothing and appends the module's LayerReports to `sink`."""
+
+    @tvm.ir.transform.module_pass(opt_level=0, name="persist_rnn.RecordReport")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        sink.extend(layer_report(mod))
+        return mod
+
+    return _pass
+
+
+def pipeline(target, *, tuning_log=None, report: list | None = None, persistent: bool = True,
+             **options) -> tvm.ir.transform.Pass:
+    """The Relax pipeline that makes each recurrence persistent, then builds the rest of the model
+    the way TVM builds it for `target` (legalization, fusion, dlight on GPUs, memory planning).
+    `options` go to PersistentRNN (config, top_k, measure, unverified); `report`, a list, receives
+    one LayerReport per recurrent layer as the pass leaves them."""
+    target = as_target(target)
+    passes = [PersistentRNN(target, tuning_log=tuning_log, **options)] if persistent else []
+    if report is not None:
+        passes.append(_record_report(report))
+    passes.append(relax.get_default_pipeline(target))
+    return tvm.ir.transform.Sequential(passes, name="persist_rnn.pipeline")

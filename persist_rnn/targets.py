@@ -1,0 +1,27 @@
+"""Targets as users write them: a name, a JSON dict or string, or a tvm.target.Target."""
+from __future__ import annotations
+
+import json
+
+import tvm
+
+from .errors import PersistRNNError
+
+
+def as_target(target) -> tvm.target.Target:
+    """A Target from a name ("llvm", "cuda" = sm_90), a JSON dict or string, or a Target."""
+    if isinstance(target, tvm.target.Target):
+        return target
+    try:
+        if isinstance(target, dict):
+            return tvm.target.Target(target)
+        if isinstance(target, str):
+            if target.strip().startswith("{"):
+                return tvm.target.Target(json.loads(target))
+            if target == "cuda":
+                return tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+            return tvm.target.Target({"kind": target})
+    except (ValueError, json.JSONDecodeError) as err:
+        raise PersistRNNError(f"target {target!r}: {str(err).splitlines()[0]}; expected \"llvm\", \"cuda\" or a "
+                              'JSON target such as {"kind": "cuda", "arch": "sm_80"}') from None
+    raise PersistRNNError(f"target must be a name, a JSON dict or a tvm.target.Target, not {type(target).__name__}")

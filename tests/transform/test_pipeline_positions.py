@@ -1,0 +1,118 @@
+"""PersistentRNN wherever a TVM user puts it in a Relax pipeline: each position x each shipped
+example either builds for CUDA with every layer persistent (and nvcc compiles the CUDA, no GPU
+needed), or is refused with an error that names the position and where the pass must go."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import tvm
+from tvm import relax
+from tvm.relax.backend.cuda import pipeline as cuda_pipeline
+
+import persist_rnn
+from persist_rnn.report import layer_report
+from persist_rnn.transform import PersistentRNN
+
+CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+MODELS = ["char_rnn", "speech_gru", "text_classifier"]
+LAYERS = {"char_rnn": 3, "speech_gru": 2, "text_classifier": 2}
+
+
+def _seq(*passes):
+    return tvm.ir.transform.Sequential(list(passes))
+
+
+def _in_target(passes):
+    def apply(mod):
+        with CUDA:
+            return _seq(*passes)(mod)
+    return apply
+
+
+#: what a user's pipeline did before PersistentRNN
+POSITIONS = {
+    "first": lambda mod: mod,
+    "after FoldConstant+DCE": _seq(relax.transform.FoldConstant(), relax.transform.DeadCodeElimination()),
+    "after LegalizeOps": relax.transform.LegalizeOps(),
+    "after FuseOps+FuseTIR": _seq(relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+                                  relax.transform.FuseOps(), relax.transform.FuseTIR()),
+    "after zero": relax.get_pipeline("zero"),
+    "after legalization with dlight": _in_target(cuda_pipeline.legalize_passes(CUDA)),
+}
+
+
+def _device_source(executable) -> str:
+    stack = [executable.mod]
+    while stack:
+        m = stack.pop()
+        if m.kind == "cuda":
+            return m.inspect_source()
+        stack += list(m.imports)
+    raise AssertionError("no CUDA module")
+
+
+def _nvcc(source, tmp_path):
+    if shutil.which("nvcc") is None:
+        return
+    src = tmp_path / "model.cu"
+    src.write_text(source)
+    res = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "model.cubin"), str(src)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("position", list(POSITIONS))
+@pytest.mark.parametrize("model", MODELS)
+def test_pass_in_every_position(model, position, tmp_path):
+    mod = POSITIONS[position](persist_rnn.from_onnx(f"examples/{model}.onnx"))
+    out = PersistentRNN(CUDA, measure=False)(mod)
+    layers = layer_report(out)
+    assert len(layers) == LAYERS[model] and all(r.lowering == "persistent" for r in layers), [r.line() for r in layers]
+    _nvcc(_device_source(tvm.compile(out, CUDA)), tmp_path)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_inside_tvm_compile_through_persist_rnn_pipeline(model, tmp_path):
+    report = []
+    ex = tvm.compile(persist_rnn.from_onnx(f"examples/{model}.onnx"), CUDA,
+                     relax_pipeline=persist_rnn.pipeline(CUDA, measure=False, report=report))
+    assert len(report) == LAYERS[model] and all(r.lowering == "persistent" for r in report)
+    source = _device_source(ex)
+    assert source.count("persist_rnn_") >= LAYERS[model]
+    _nvcc(source, tmp_path)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_twice_changes_nothing(model):
+    once = PersistentRNN(CUDA, measure=False)(persist_rnn.from_onnx(f"examples/{model}.onnx"))
+    tvm.ir.assert_structural_equal(once, PersistentRNN(CUDA, measure=False)(once))
+
+
+def test_after_dataflow_lowering_says_where_the_pass_goes():
+    lowered = _in_target(cuda_pipeline.legalize_passes(CUDA) + cuda_pipeline.dataflow_lower_passes(CUDA))(
+        persist_rnn.from_onnx("examples/char_rnn.onnx"))
+    with pytest.raises(persist_rnn.PersistRNNError, match="after TVM's dataflow lowering.*before CallTIRRewrite"):
+        PersistentRNN(CUDA, measure=False)(lowered)
+
+
+def test_module_without_recurrences_comes_out_unchanged():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, relax.const(tvm.runtime.tensor(__import__("numpy").ones((8, 8), "float32")))))
+            out = bb.emit_output(relax.op.tanh(y))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    for before in (lambda m: m, relax.transform.LegalizeOps()):
+        start = before(mod)
+        assert PersistentRNN(CUDA, measure=False)(start).same_as(start)
+
+
+def test_disabled_pass_turns_it_off():
+    mod = persist_rnn.from_onnx("examples/char_rnn.onnx")
+    with tvm.transform.PassContext(disabled_pass=["PersistentRNN"]):
+        out = PersistentRNN(CUDA, measure=False)(mod)
+    assert all(r.lowering == "reference" for r in layer_report(out))
