@@ -26,6 +26,11 @@ def main(verbose):
     """ONNX LSTM / GRU / RNN models into TVM, each recurrence one persistent CUDA kernel."""
     if not verbose:
         warnings.filterwarnings("ignore")
+    click.get_current_context().obj = {"verbose": verbose}
+
+
+def _verbose() -> bool:
+    return bool((click.get_current_context().find_root().obj or {}).get("verbose"))
 
 
 @main.command()
@@ -40,7 +45,8 @@ def compile(model, output, target, tuning_log, unroll, unverified):
     from . import compile as compile_model
 
     try:
-        cm = compile_model(model, target, tuning_log=tuning_log, unroll=unroll, unverified=unverified)
+        cm = compile_model(model, target, tuning_log=tuning_log, unroll=unroll, unverified=unverified,
+                           verbose=_verbose())
         cm.export_library(output)
     except PersistRNNError as err:
         _fail(err)
@@ -69,7 +75,7 @@ def run(model, inputs_path, target, tuning_log, check, save, unverified):
         target = "cuda" if present_device() is not None else "llvm"
         click.echo(f"running on {'the GPU (cuda)' if target == 'cuda' else 'the CPU (llvm): no CUDA GPU here'}")
     try:
-        cm = compile_model(model, target, tuning_log=tuning_log, unverified=unverified)
+        cm = compile_model(model, target, tuning_log=tuning_log, unverified=unverified, verbose=_verbose())
         outs = cm.run(feeds)
     except PersistRNNError as err:
         _fail(err)
@@ -78,7 +84,10 @@ def run(model, inputs_path, target, tuning_log, check, save, unverified):
     if save:
         np.savez(save, **dict(zip(cm.output_names, outs)))
     if check:
-        import onnxruntime as ort
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            _fail(PersistRNNError("--check compares with ONNX Runtime, which is not installed: pip install onnxruntime"))
 
         ref = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, feeds)
         err = max(float(np.abs(np.asarray(a, "float64") - b).max(initial=0.0)) / max(1.0, float(np.abs(b).max(initial=0.0)))
@@ -102,7 +111,8 @@ def inspect(model, target, tuning_log):
     try:
         tgt = as_target(target)
         onnx_model = load_model(model)
-        mod = PersistentRNN(tgt, tuning_log=tuning_log, measure=False)(from_onnx(onnx_model, target_kind=tgt.kind.name))
+        mod = PersistentRNN(tgt, tuning_log=tuning_log, measure=False)(
+            from_onnx(onnx_model, target_kind=tgt.kind.name, verbose=_verbose()))
     except PersistRNNError as err:
         _fail(err)
     layers = layer_report(mod)

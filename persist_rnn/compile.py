@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import tvm
 
-from .errors import PersistRNNError
 from .frontend import from_onnx, load_model
 from .pipeline import pipeline
 from .runtime import CompiledModel, graph_inputs, lengths_checks
@@ -12,13 +11,14 @@ from .targets import as_target
 
 
 def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, unroll=False, config=None,
-            top_k=5, measure=None, persistent=True, unverified=False) -> CompiledModel:
+            top_k=5, measure=None, persistent=True, unverified=False, verbose=False) -> CompiledModel:
     """Compile an ONNX model. For CUDA targets each recurrent layer becomes a persistent kernel
     (unless `persistent=False`, or it cannot, in which case report() says why). `unverified`
-    also allows kernel variants not yet run on a GPU (see tir_templates.persistent)."""
+    also allows kernel variants not yet run on a GPU (see tir_templates.persistent). TVM's
+    converters print nothing unless `verbose`."""
     target = as_target(target)
     model = load_model(model_or_path)
-    mod = from_onnx(model, shape_dict, unroll=unroll, target_kind=target.kind.name)
+    mod = from_onnx(model, shape_dict, unroll=unroll, target_kind=target.kind.name, verbose=verbose)
     layers = []
     build = pipeline(target, tuning_log=tuning_log, report=layers, persistent=persistent, config=config,
                      top_k=top_k, measure=measure, unverified=unverified)

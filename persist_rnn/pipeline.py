@@ -7,7 +7,7 @@ from tvm import relax
 
 from .report import layer_report
 from .targets import as_target
-from .transform import PersistentRNN
+from .transform import ExactPower, PersistentRNN
 
 
 def _record_report(sink: list) -> tvm.ir.transform.Pass:
@@ -24,11 +24,12 @@ def _record_report(sink: list) -> tvm.ir.transform.Pass:
 def pipeline(target, *, tuning_log=None, report: list | None = None, persistent: bool = True,
              **options) -> tvm.ir.transform.Pass:
     """The Relax pipeline that makes each recurrence persistent, then builds the rest of the model
-    the way TVM builds it for `target` (legalization, fusion, dlight on GPUs, memory planning).
+    the way TVM builds it for `target` (legalization, fusion, dlight on GPUs, memory planning),
+    with `power` made exact first (ExactPower: TVM's CUDA fast math gets negative bases wrong).
     `options` go to PersistentRNN (config, top_k, measure, unverified); `report`, a list, receives
     one LayerReport per recurrent layer as the pass leaves them."""
     target = as_target(target)
-    passes = [PersistentRNN(target, tuning_log=tuning_log, **options)] if persistent else []
+    passes = [ExactPower()] + ([PersistentRNN(target, tuning_log=tuning_log, **options)] if persistent else [])
     if report is not None:
         passes.append(_record_report(report))
     passes.append(relax.get_default_pipeline(target))

@@ -101,7 +101,7 @@ class CompiledModel:
                         if seen[0] != got:
                             raise PersistRNNError(f"input {spec.name!r}: dimension {want!r} (axis {axis}) is {got}, "
                                                   f"but {seen[1]!r} gave it {seen[0]}")
-            arrays.append(np.ascontiguousarray(a))
+            arrays.append(np.require(a, requirements="C"))  # keeps 0-d inputs 0-d (ascontiguousarray does not)
         for c in self._checks:
             lens = np.asarray(inputs[c.lens])
             bound = np.asarray(inputs[c.x]).shape[c.time_axis] if c.x is not None else None

@@ -8,8 +8,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import io
 import json
 import os
+import sys
 import warnings
 
 import onnx
@@ -109,18 +111,19 @@ def _check_graph_wiring(graph):
         raise PersistRNNError("invalid ONNX model: the graph has no nodes")
 
 
-def from_onnx(model_or_path, shape_dict=None, *, unroll=False, target_kind="llvm") -> tvm.IRModule:
+def from_onnx(model_or_path, shape_dict=None, *, unroll=False, target_kind="llvm", verbose=False) -> tvm.IRModule:
     """Import an ONNX model into Relax; recurrent nodes become the canonical recurrent form.
 
     unroll=True emits T copies of the cell in primitive ops instead (static T and B only).
     target_kind picks the reference scan's variant ("llvm" or "cuda"); PersistentRNN
-    re-targets it anyway.
+    re-targets it anyway. TVM's converters print nothing unless `verbose`.
     """
     model = load_model(model_or_path)
     opts = _ImportOptions(unroll=unroll, target_kind=target_kind, unrolled=[])
     token = _options.set(opts)
+    chatter = io.StringIO()  # TVM prints a converter's inputs (IR dumps) before re-raising its error
     try:
-        with _converters_registered():
+        with _converters_registered(), contextlib.redirect_stdout(chatter if not verbose else sys.stdout):
             mod = F.from_onnx(model, shape_dict=shape_dict)
     finally:
         _options.reset(token)

@@ -1,13 +1,15 @@
 """Time candidate persistent kernels on the GPU that is present (top-K of the cost model).
 
-Candidates are compiled in parallel worker processes (CUDA compilation dominates), then loaded
+Candidates are compiled in parallel subprocesses (CUDA compilation dominates), then loaded
 and timed one by one in this process on random inputs: the median of repeated launches.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
-import multiprocessing
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import warnings
 
@@ -39,41 +41,38 @@ def build_kernel(func: tvm.tirx.PrimFunc, target: tvm.target.Target):
     return tvm.compile(mod, target=target)
 
 
-def _build_to_file(spec_json: str, cfg: dict, target: dict, path: str) -> str:
-    """Worker: compile one candidate and export it (a fresh process: no CUDA context needed)."""
-    spec = CellSpec.from_json(spec_json)
-    build_kernel(persistent_kernel(spec, Config.from_dict(cfg)), tvm.target.Target(target)).export_library(path)
+def _build_in_subprocess(spec: CellSpec, cfg: Config, target: tvm.target.Target, path: str) -> str:
+    """Compile one candidate in a fresh interpreter (build_worker); raises with its last stderr lines."""
+    cmd = [sys.executable, "-m", "persist_rnn.schedule.build_worker", spec.to_json(), json.dumps(cfg.as_dict()),
+           str(target), path]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        tail = "\n".join(res.stderr.strip().splitlines()[-5:])
+        raise RuntimeError(f"building candidate {cfg.as_dict()} failed:\n{tail}")
     return path
 
 
 def build_many(spec: CellSpec, configs: list[Config], target: tvm.target.Target, workers: int | None = None,
                skip_failures: bool = False):
-    """Compiled modules of `configs`, in order; compiled `workers` at a time. With
-    `skip_failures`, a config that does not compile gives None instead of raising."""
+    """Compiled modules of `configs`, in order; compiled `workers` at a time, each in a process
+    of its own (build_worker). With `skip_failures`, a config that does not compile gives None
+    instead of raising."""
     workers = workers or max(1, min(len(configs), (os.cpu_count() or 2) - 1))
-    tmp = tempfile.mkdtemp(prefix="persist_rnn_measure_")
-    paths = [os.path.join(tmp, f"cand{i}.so") for i in range(len(configs))]
     if workers == 1 or len(configs) == 1:
         return [build_kernel(persistent_kernel(spec, c), target) for c in configs]
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        futs = [pool.submit(_build_to_file, spec.to_json(), c.as_dict(), _target_dict(target), p)
-                for c, p in zip(configs, paths)]
+    tmp = tempfile.mkdtemp(prefix="persist_rnn_measure_")
+    paths = [os.path.join(tmp, f"cand{i}.so") for i in range(len(configs))]
+    with cf.ThreadPoolExecutor(workers) as pool:  # threads only wait on the subprocesses
+        futs = [pool.submit(_build_in_subprocess, spec, c, target, p) for c, p in zip(configs, paths)]
         done = []
         for f in futs:
             try:
                 done.append(f.result())
-            except Exception:
+            except RuntimeError:
                 if not skip_failures:
                     raise
                 done.append(None)
     return [tvm.runtime.load_module(p) if p else None for p in done]
-
-
-def _target_dict(target) -> dict:
-    import json
-
-    return json.loads(str(target))
 
 
 def time_kernel(lib, dev, arrays, repeats: int = 5, number: int = 5) -> float:

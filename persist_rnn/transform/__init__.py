@@ -1,4 +1,6 @@
-"""Relax passes: PersistentRNN swaps recurrences for persistent kernels."""
+"""Relax passes: PersistentRNN swaps recurrences for persistent kernels; ExactPower keeps `power`
+right under TVM's CUDA fast math."""
+from .exact_power import ExactPower
 from .persistent_rnn import PersistentRNN
 
-__all__ = ["PersistentRNN"]
+__all__ = ["ExactPower", "PersistentRNN"]

@@ -23,6 +23,7 @@ import dataclasses
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from tir_templates.spec import Activation, CellSpec
@@ -112,7 +113,7 @@ def _drops_unit_axes(src, dst) -> bool:
         return False
     rest = lambda shape: [d for d in shape if not (isinstance(d, int) and d == 1)]
     return all(isinstance(x, int) and isinstance(y, int) and x == y or
-               not isinstance(x, int) and not isinstance(y, int) and tvm.ir.structural_equal(x, y)
+               not isinstance(x, int) and not isinstance(y, int) and tvm_ffi.structural_equal(x, y)
                for x, y in zip(rest(a), rest(b))) and len(rest(a)) == len(rest(b))
 
 

@@ -292,3 +292,29 @@ def test_a_candidate_the_gpu_refuses_is_left_out_with_a_warning(monkeypatch):
         assert measure.measure_configs(spec, [bad, good], TARGET, "cuda(0)", 1) == [(1.0, good)]
     with pytest.raises(tvm.error.InternalError):
         measure.measure_configs(spec, [bad], TARGET, "cuda(0)", 1)
+
+
+PLAIN_SCRIPT = '''
+import tvm
+from persist_rnn.schedule import measure
+from tir_templates.config import Config
+from tir_templates.spec import CellSpec
+print("main ran")
+tvm.runtime.load_module = lambda path: path  # no CUDA runtime here: check the files, not load them
+paths = measure.build_many(CellSpec("lstm", 16, 32), [Config(32, 4, 8, 1), Config(8, 8, 4, 1)],
+                           tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), workers=2)
+print("built", sum(__import__("os").path.getsize(p) > 0 for p in paths))
+'''
+
+
+def test_candidates_build_from_a_script_without_a_main_guard(tmp_path):
+    """Measurement compiles candidates in subprocesses that never re-import the user's script (a
+    spawned pool did, and crashed on a script without `if __name__ == "__main__":`)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "plain.py"
+    script.write_text(PLAIN_SCRIPT)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split("\n")[:2] == ["main ran", "built 2"]

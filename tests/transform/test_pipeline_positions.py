@@ -116,3 +116,20 @@ def test_disabled_pass_turns_it_off():
     with tvm.transform.PassContext(disabled_pass=["PersistentRNN"]):
         out = PersistentRNN(CUDA, measure=False)(mod)
     assert all(r.lowering == "reference" for r in layer_report(out))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("position", ["first", "after FuseOps+FuseTIR", "after zero", "after legalization with dlight"])
+@pytest.mark.parametrize("model", MODELS)
+def test_every_position_matches_onnx_runtime_on_the_gpu(model, position):
+    import numpy as np
+
+    from persist_rnn.frontend import load_model
+    from persist_rnn.testing import max_rel_error, ort_run
+
+    out = PersistentRNN(CUDA, measure=False)(POSITIONS[position](persist_rnn.from_onnx(f"examples/{model}.onnx")))
+    feeds = dict(np.load(f"examples/{model}_inputs.npz"))
+    dev = tvm.cuda(0)
+    got = relax.VirtualMachine(tvm.compile(out, CUDA), dev)["main"](*[tvm.runtime.tensor(a, dev) for a in feeds.values()])
+    got = [got.numpy()] if hasattr(got, "numpy") else [g.numpy() for g in got]
+    assert max_rel_error(got, ort_run(load_model(f"examples/{model}.onnx"), feeds)) <= 1e-4
