@@ -1,7 +1,8 @@
 """`from_onnx`: TVM's Relax ONNX importer with LSTM / GRU / RNN converters added from outside.
 
 TVM asks `onnx_frontend._get_convert_map()` for its converter table on every node, so wrapping
-that function (for the duration of one import) is enough to add converters without editing TVM.
+that function (for the duration of one import) is enough to add converters without editing TVM;
+`op_fixes` stands in for TVM's converters where they give silently wrong answers.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tvm.relax.frontend.onnx import onnx_frontend as F
 from ..errors import PersistRNNError
 from .canonical import emit_canonical
 from .layer import read_layer
+from .op_fixes import CONVERTERS as OP_FIXES
 from .unrolled import emit_unrolled
 
 UNROLLED_ATTR = "persist_rnn.unrolled"
@@ -65,10 +67,33 @@ class _RecurrentConverter(F.OnnxOpConverter):
 CONVERTERS = {op: type(f"{op}Converter", (_RecurrentConverter,), {"op": op}) for op in ("LSTM", "GRU", "RNN")}
 
 
+def _naming_failures(op: str, converter):
+    """`converter` whose errors name the node: TVM's own raise deep inside its importer."""
+
+    class Named(F.OnnxOpConverter):
+        @classmethod
+        def get_converter(cls, opset):
+            impl = converter.get_converter(opset)
+
+            def convert(bb, inputs, attr, params):
+                try:
+                    return impl(bb, inputs, attr, params)
+                except PersistRNNError:
+                    raise
+                except Exception as err:  # TVM's converters raise ValueError, TVMError, AssertionError, ...
+                    lines = str(err).strip().splitlines() or [type(err).__name__]
+                    raise PersistRNNError(f"node {attr.get('tvm_custom', {}).get('name', '?')!r} ({op}): TVM's ONNX "
+                                          f"importer cannot convert it: {lines[-1]}") from err
+            return convert
+
+    return Named
+
+
 @contextlib.contextmanager
 def _converters_registered():
     original = F._get_convert_map
-    F._get_convert_map = lambda: {**original(), **CONVERTERS}
+    table = {op: _naming_failures(op, cls) for op, cls in {**original(), **OP_FIXES, **CONVERTERS}.items()}
+    F._get_convert_map = lambda: table
     try:
         yield
     finally:

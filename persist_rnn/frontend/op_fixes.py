@@ -1,0 +1,138 @@
+"""Converters that stand in for TVM 0.27's where its ONNX importer gives a silently wrong answer
+(found by ONNX's own backend cases, `persist_rnn.op_sweep`). Each either computes what ONNX
+specifies or refuses the node with an error naming it and the attribute at fault; otherwise it
+hands the node to TVM's converter unchanged.
+
+- Expand with a runtime shape: TVM broadcast to the shape's values even where a value of 1 meant
+  "keep the input's extent" ((3, 1) by [2, 1, 6] gave (2, 1, 6), not (2, 3, 6)).
+- LayerNormalization: TVM returns 0-d placeholders for the optional Mean and InvStdDev outputs;
+  computed here when the node names them.
+- BatchNormalization in training mode: TVM normalises with the running statistics; refused.
+- ConvTranspose with `output_shape`: TVM ignores it; written as the pads and output_padding that
+  ONNX's formula gives, or refused where those do not exist.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import onnx_frontend as F
+
+from ..errors import node_error
+
+
+def _name(attr) -> str:
+    return attr.get("tvm_custom", {}).get("name", "?")
+
+
+class _Stand(F.OnnxOpConverter):
+    """Base: `convert` sees every node of the op; `tvm` is TVM's own converter class."""
+
+    tvm = None
+
+    @classmethod
+    def get_converter(cls, opset):
+        tvm_impl = cls.tvm.get_converter(opset)
+        return lambda bb, inputs, attr, params: cls.convert(tvm_impl, bb, inputs, attr, params)
+
+    @classmethod
+    def convert(cls, tvm_impl, bb, inputs, attr, params):
+        raise NotImplementedError
+
+
+class Expand(_Stand):
+    tvm = F.Expand
+
+    @classmethod
+    def convert(cls, tvm_impl, bb, inputs, attr, params):
+        data, shape = inputs[0], inputs[1]
+        if isinstance(shape, (relax.ShapeExpr, tvm.ir.expr.Constant)) or not isinstance(data.ty, relax.TensorType):
+            return tvm_impl(bb, inputs, attr, params)  # static targets: TVM broadcasts correctly
+        ndim = int(shape.ty.shape[0])
+        as_shape = bb.emit(relax.Call(relax.ExternFunc("vm.builtin.tensor_to_shape"), [shape],
+                                      ty_args=[relax.ShapeType(ndim=ndim)]))
+        wanted = [tvm.tirx.Var(f"expand_{i}", "int64") for i in range(ndim)]
+        bb.match_cast(as_shape, relax.ShapeType(wanted))
+        have = [tvm.tirx.IntImm("int64", 1)] * max(0, ndim - data.ty.ndim) + list(data.ty.shape)
+        if len(have) > ndim:  # the shape has fewer axes than the data: pad it with 1s
+            wanted = [tvm.tirx.IntImm("int64", 1)] * (len(have) - ndim) + wanted
+        padded = bb.normalize(relax.op.reshape(data, relax.ShapeExpr(have)))
+        out = [tvm.tirx.Select(w == 1, h, w) for w, h in zip(wanted, have)]  # 1 keeps the input's extent
+        return bb.normalize(relax.op.broadcast_to(padded, relax.ShapeExpr(out)))
+
+
+class LayerNormalization(_Stand):
+    tvm = F.LayerNormalization
+
+    @classmethod
+    def convert(cls, tvm_impl, bb, inputs, attr, params):
+        if attr.get("tvm_custom", {}).get("num_outputs", 1) <= 1:
+            return tvm_impl(bb, inputs, attr, params)
+        x, scale, bias = inputs[0], inputs[1], inputs[2]
+        rank = x.ty.ndim
+        axis = attr.get("axis", -1)
+        axis = axis + rank if axis < 0 else axis
+        eps = attr.get("epsilon", 1e-05)
+        axes = list(range(axis, rank))
+        xf = relax.op.astype(x, "float32")  # stash_type 1: float32
+        mean = bb.emit(relax.op.mean(xf, axes, keepdims=True))
+        centred = bb.emit(relax.op.subtract(xf, mean))
+        var = relax.op.mean(relax.op.multiply(centred, centred), axes, keepdims=True)
+        inv = bb.emit(relax.op.rsqrt(relax.op.add(var, relax.const(eps, "float32"))))
+        y = relax.op.multiply(relax.op.astype(relax.op.multiply(centred, inv), x.ty.dtype), scale)
+        if bias is not None:
+            y = relax.op.add(y, bias)
+        return relax.Tuple([bb.emit(y), mean, inv])
+
+
+class BatchNormalization(_Stand):
+    tvm = F.BatchNormalization
+
+    @classmethod
+    def convert(cls, tvm_impl, bb, inputs, attr, params):
+        if attr.get("training_mode", 0):
+            raise node_error(_name(attr), "BatchNormalization", "attribute 'training_mode'", "1 (batch statistics)",
+                             "0: an inference model normalises with the running mean and variance")
+        return tvm_impl(bb, inputs, attr, params)
+
+
+class ConvTranspose(_Stand):
+    tvm = F.ConvTranspose
+
+    @classmethod
+    def convert(cls, tvm_impl, bb, inputs, attr, params):
+        if "output_shape" not in attr:
+            return tvm_impl(bb, inputs, attr, params)
+        attr = dict(attr)
+        out = list(attr.pop("output_shape"))
+        x, w = list(inputs[0].ty.shape), list(inputs[1].ty.shape)
+        spatial = len(x) - 2
+        if not all(isinstance(d, tvm.tirx.IntImm) for d in list(x[2:]) + list(w[2:])):
+            raise node_error(_name(attr), "ConvTranspose", "attribute 'output_shape'", "with symbolic input sizes",
+                             "static spatial sizes, or 'pads' and 'output_padding' instead of 'output_shape'")
+        out = out[-spatial:]
+        strides = list(attr.get("strides", [1] * spatial))
+        dilations = list(attr.get("dilations", [1] * spatial))
+        extra = list(attr.get("output_padding", [0] * spatial))
+        begin, end, padding = [], [], []
+        for i in range(spatial):
+            full = strides[i] * (int(x[2 + i]) - 1) + extra[i] + (int(w[2 + i]) - 1) * dilations[i] + 1
+            total = full - out[i]
+            if total >= 0:  # ONNX: SAME_UPPER puts the odd pixel at the end, otherwise at the start
+                upper = attr.get("auto_pad", b"NOTSET") in (b"SAME_UPPER", "SAME_UPPER")
+                begin.append(total // 2 if upper else total - total // 2)
+                end.append(total - begin[-1])
+                padding.append(extra[i])
+            elif extra[i] - total < strides[i]:  # a larger output: the rest is output_padding
+                begin.append(0)
+                end.append(0)
+                padding.append(extra[i] - total)
+            else:
+                raise node_error(_name(attr), "ConvTranspose", "attribute 'output_shape'", f"{out} is out of reach",
+                                 "an output no more than stride - 1 larger than the transposed convolution's")
+        attr.pop("auto_pad", None)
+        attr["pads"], attr["output_padding"] = begin + end, padding
+        return tvm_impl(bb, inputs, attr, params)
+
+
+#: op type -> the converter that stands in for TVM's
+CONVERTERS = {c.__name__: c for c in (Expand, LayerNormalization, BatchNormalization, ConvTranspose)}
