@@ -118,11 +118,14 @@ def main(argv=None):
     from tqdm import tqdm
 
     bar = tqdm(unit="case")
-    rows = sweep(args.target, tuple(args.ops.split(",")), progress=lambda r: bar.update(1))
+    with open(args.out, "w") as f:  # a row as each case ends: a sweep cut short keeps what it did
+
+        def record(row):
+            f.write(json.dumps(dataclasses.asdict(row)) + "\n")
+            f.flush()
+            bar.update(1)
+        rows = sweep(args.target, tuple(args.ops.split(",")), progress=record)
     bar.close()
-    with open(args.out, "w") as f:
-        for r in rows:
-            f.write(json.dumps(dataclasses.asdict(r)) + "\n")
     print(table({args.target: rows}))
     for r in rows:
         if r.outcome == "wrong":
