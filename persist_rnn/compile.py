@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tvm
 
+from .cuda_limits import refuse_unsupported_on_cuda
 from .frontend import from_onnx, load_model
 from .pipeline import pipeline
 from .runtime import CompiledModel, graph_inputs, lengths_checks
@@ -19,6 +20,7 @@ def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, u
     target = as_target(target)
     model = load_model(model_or_path)
     mod = from_onnx(model, shape_dict, unroll=unroll, target_kind=target.kind.name, verbose=verbose)
+    refuse_unsupported_on_cuda(mod, target)
     layers = []
     build = pipeline(target, tuning_log=tuning_log, report=layers, persistent=persistent, config=config,
                      top_k=top_k, measure=measure, unverified=unverified)

@@ -23,3 +23,14 @@ def test_no_case_is_silently_wrong_on_llvm():
 @pytest.mark.gpu
 def test_no_case_is_silently_wrong_on_cuda():
     _no_wrong("cuda")
+
+
+def test_squeeze_with_runtime_axes_is_refused_for_cuda_only():
+    """It runs on llvm; on the H100 it built and then failed at run time (nonzero on the GPU)."""
+    import persist_rnn
+    from persist_rnn.op_sweep import cases
+
+    [case] = [c for op, c in cases(("Squeeze",)) if c.name == "test_squeeze"]
+    persist_rnn.compile(case.model, "llvm")
+    with pytest.raises(persist_rnn.PersistRNNError, match="nonzero of run-time values.*'axes' an initializer"):
+        persist_rnn.compile(case.model, "cuda", measure=False)

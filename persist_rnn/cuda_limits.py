@@ -1,0 +1,38 @@
+"""What TVM 0.27's CUDA build cannot run, refused at compile time with a clear error (on llvm the
+same models run): `nonzero` of a tensor that is not a constant, as ONNX NonZero imports, and
+Squeeze with its axes fed as a graph input (TVM finds the axes to keep with nonzero). On the H100
+such a model built, then failed at run time ("expected cuda", op sweep 2026-11-24)."""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from .errors import PersistRNNError
+
+
+@relax.expr_functor.visitor
+class _Nonzero(relax.PyExprVisitor):
+    def __init__(self):
+        super().__init__()
+        self.found = False
+
+    def visit_call_(self, call):
+        super().visit_call_(call)
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nonzero":
+            self.found |= not isinstance(call.args[0], tvm.ir.expr.Constant)
+
+
+def refuse_unsupported_on_cuda(mod: tvm.IRModule, target: tvm.target.Target) -> None:
+    """Raise PersistRNNError for a CUDA target when `mod` needs nonzero of run-time values."""
+    if target.kind.name != "cuda":
+        return
+    folded = relax.transform.FoldConstant()(mod)
+    for gv, func in folded.functions.items():
+        if isinstance(func, relax.Function):
+            finder = _Nonzero()
+            finder.visit_expr(func)
+            if finder.found:
+                raise PersistRNNError(
+                    f"function {gv.name_hint!r}: nonzero of run-time values (an ONNX NonZero, or a Squeeze whose "
+                    "'axes' is a graph input rather than an initializer), which TVM's CUDA build cannot run; make "
+                    "'axes' an initializer, or compile for llvm")
