@@ -1,12 +1,16 @@
-"""CompiledModel: a built model that runs on numpy inputs and checks them against the ONNX graph."""
+"""CompiledModel: a built model that runs on numpy or DLPack (device) inputs and checks them
+against the ONNX graph."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import sys
 
 import numpy as np
 import onnx
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from .errors import PersistRNNError
@@ -56,6 +60,29 @@ def lengths_checks(model: onnx.ModelProto) -> list[LengthsCheck]:
     return out
 
 
+def _from_dlpack(name: str, value) -> tvm.runtime.Tensor:
+    """The DLPack array as a TVM tensor: the same memory when it is 64-byte aligned, as TVM's
+    kernels assume; else one copy on its own device (a view at an odd offset)."""
+    try:
+        return tvm.runtime.from_dlpack(value)
+    except (RuntimeError, ValueError):
+        try:
+            raw = tvm_ffi.from_dlpack(value, require_contiguous=True)
+        except (RuntimeError, ValueError) as err:
+            raise PersistRNNError(f"input {name!r}: not a contiguous array ({err}); pass a contiguous one") from None
+        aligned = tvm.runtime.empty(raw.shape, raw.dtype, raw.device)
+        aligned.copyfrom(raw)
+        return aligned
+
+
+def _framework_stream(framework, dev):
+    """TVM launches on torch's current stream (and into a torch.cuda.graph capture) when the inputs
+    are torch CUDA tensors, so that the call is ordered with the user's torch work."""
+    if framework is not None and framework.__name__ == "torch" and dev.dlpack_device_type() == 2:
+        return tvm_ffi.use_torch_stream()
+    return contextlib.nullcontext()
+
+
 class CompiledModel:
     """The result of `persist_rnn.compile`: run it, read its report, export it."""
 
@@ -76,49 +103,79 @@ class CompiledModel:
     def report(self) -> list[LayerReport]:
         return list(self._report)
 
-    def _validate(self, inputs: dict) -> list[np.ndarray]:
+    def _as_array(self, name: str, value):
+        """numpy stays numpy (copied to the device at the call); a DLPack array (torch, CuPy, JAX,
+        a TVM tensor) becomes a TVM tensor without a copy, and must already be on the model's
+        device. Returns (array, the framework module of a DLPack input or None)."""
+        if isinstance(value, np.ndarray) or np.isscalar(value) or not hasattr(value, "__dlpack__"):
+            return np.asarray(value), None
+        tensor = value if isinstance(value, tvm.runtime.Tensor) else _from_dlpack(name, value)
+        if str(tensor.device) != str(self.device):
+            raise PersistRNNError(f"input {name!r} is on {tensor.device}, but the model runs on {self.device}: "
+                                  "move it there first (run() copies nothing between devices)")
+        framework = sys.modules.get(type(value).__module__.split(".")[0])
+        return tensor, (framework if framework is not None and hasattr(framework, "from_dlpack") else None)
+
+    def _validate(self, inputs: dict) -> tuple[list, object]:
+        """(arrays in input order, numpy or TVM tensors; the framework of the DLPack inputs, if any)."""
         if not isinstance(inputs, dict):
-            raise PersistRNNError(f"run() takes a dict of input name -> numpy array, got {type(inputs).__name__}")
+            raise PersistRNNError(f"run() takes a dict of input name -> array, got {type(inputs).__name__}")
         expected = [i.name for i in self.inputs]
         unknown = sorted(set(inputs) - set(expected))
         missing = [n for n in expected if n not in inputs]
         if unknown or missing:
             raise PersistRNNError(f"inputs: unknown {unknown}, missing {missing}; the model takes {expected}")
-        arrays, dims = [], {}
+        arrays, dims, framework, host = [], {}, None, {}
         for spec in self.inputs:
-            a = np.asarray(inputs[spec.name])
-            if a.dtype != np.dtype(spec.dtype):
+            a, from_framework = self._as_array(spec.name, inputs[spec.name])
+            framework = framework or from_framework
+            if str(a.dtype) != str(np.dtype(spec.dtype)):
                 raise PersistRNNError(f"input {spec.name!r}: dtype {a.dtype}, expected {spec.dtype}")
+            shape = tuple(a.shape)
             if spec.shape is not None:
-                if a.ndim != len(spec.shape):
-                    raise PersistRNNError(f"input {spec.name!r}: shape {a.shape}, expected rank {len(spec.shape)} "
+                if len(shape) != len(spec.shape):
+                    raise PersistRNNError(f"input {spec.name!r}: shape {shape}, expected rank {len(spec.shape)} "
                                           f"{tuple(spec.shape)}")
-                for axis, (got, want) in enumerate(zip(a.shape, spec.shape)):
+                for axis, (got, want) in enumerate(zip(shape, spec.shape)):
                     if isinstance(want, int) and want > 0 and got != want:
-                        raise PersistRNNError(f"input {spec.name!r}: shape {a.shape}, expected {tuple(spec.shape)}")
+                        raise PersistRNNError(f"input {spec.name!r}: shape {shape}, expected {tuple(spec.shape)}")
                     if isinstance(want, str):
                         seen = dims.setdefault(want, (got, spec.name))
                         if seen[0] != got:
                             raise PersistRNNError(f"input {spec.name!r}: dimension {want!r} (axis {axis}) is {got}, "
                                                   f"but {seen[1]!r} gave it {seen[0]}")
-            arrays.append(np.require(a, requirements="C"))  # keeps 0-d inputs 0-d (ascontiguousarray does not)
+            if isinstance(a, np.ndarray):
+                a = np.require(a, requirements="C")  # keeps 0-d inputs 0-d (ascontiguousarray does not)
+            arrays.append(a)
+            host[spec.name] = a
         for c in self._checks:
-            lens = np.asarray(inputs[c.lens])
-            bound = np.asarray(inputs[c.x]).shape[c.time_axis] if c.x is not None else None
+            lens = host[c.lens] if isinstance(host[c.lens], np.ndarray) else host[c.lens].numpy()  # B int32s
+            bound = tuple(host[c.x].shape)[c.time_axis] if c.x is not None else None
             if (lens < 0).any() or (bound is not None and (lens > bound).any()):
                 raise PersistRNNError(f"node {c.node!r}: input 'sequence_lens' ({c.lens!r}) is {lens.tolist()}; "
                                       f"expected values in [0, {bound if bound is not None else 'T'}]")
-        return arrays
+        return arrays, framework
 
-    def run(self, inputs: dict) -> list[np.ndarray]:
-        """Outputs in the ONNX graph's output order, as numpy arrays."""
-        arrays = self._validate(inputs)
+    def run(self, inputs: dict, *, outputs: str = "auto") -> list:
+        """Outputs in the ONNX graph's output order. Inputs are numpy arrays, or DLPack arrays
+        (torch, CuPy, JAX, TVM tensors) already on the model's device, taken without a copy.
+        `outputs`: "auto" gives numpy for numpy inputs and the inputs' framework's tensors (on the
+        device, no copy) for DLPack inputs; "numpy" always copies to the host; "device" keeps them
+        on the device (the framework's tensors, or TVM tensors for numpy inputs)."""
+        if outputs not in ("auto", "numpy", "device"):
+            raise PersistRNNError(f"run(outputs={outputs!r}): expected 'auto', 'numpy' or 'device'")
+        arrays, framework = self._validate(inputs)
         if self._vm is None:
             self._vm = relax.VirtualMachine(self.executable, self.device)
         dev = self.device
-        out = self._vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays])
+        args = [a if isinstance(a, tvm.runtime.Tensor) else tvm.runtime.tensor(a, dev) for a in arrays]
+        with _framework_stream(framework, dev):
+            out = self._vm["main"](*args)
         outs = list(out) if not hasattr(out, "numpy") else [out]
-        return [o.numpy() for o in outs]
+        if outputs == "numpy" or (outputs == "auto" and framework is None and
+                                  not any(isinstance(a, tvm.runtime.Tensor) for a in arrays)):
+            return [o.numpy() for o in outs]
+        return [framework.from_dlpack(o) for o in outs] if framework is not None else outs
 
     def export_library(self, path: str) -> None:
         """Write the shared library, plus `path`.json describing inputs, outputs and the report."""
