@@ -1,0 +1,72 @@
+"""What one call of a compiled model costs on the GPU, by call path (issue 16): the VM alone with
+inputs already on the GPU, run() with numpy (host copies both ways), run() with torch CUDA
+tensors (no copy), and a torch.cuda.graph capture of that run() replayed. One JSON line each.
+
+    python benchmarks/call_path.py --model examples/char_rnn.onnx --batch 1 --out call_path.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import torch
+import tvm
+
+import persist_rnn
+from persist_rnn.bench import cuda_ms
+
+
+def feeds_for(compiled, npz: str, batch: int) -> dict:
+    """The example's inputs cut or tiled to `batch` along the input's symbolic batch axis."""
+    out = {}
+    for spec, (name, a) in zip(compiled.inputs, np.load(npz).items()):
+        axis = next((k for k, d in enumerate(spec.shape or []) if isinstance(d, str) and "batch" in d.lower()), None)
+        if axis is not None:
+            a = np.take(a, np.arange(batch) % a.shape[axis], axis=axis)
+        out[spec.name] = np.ascontiguousarray(a)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="examples/char_rnn.onnx")
+    ap.add_argument("--inputs", default=None)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    npz = args.inputs or args.model.replace(".onnx", "_inputs.npz")
+    compiled = persist_rnn.compile(args.model, "cuda", measure=False)
+    feeds = feeds_for(compiled, npz, args.batch)
+    dev = tvm.cuda(0)
+    on_gpu = [tvm.runtime.tensor(v, dev) for v in feeds.values()]
+    vm = tvm.relax.VirtualMachine(compiled.executable, dev)
+    torch_feeds = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
+    rows = {
+        "vm, inputs on the GPU": cuda_ms(lambda: vm["main"](*on_gpu)),
+        "run(), numpy in and out": cuda_ms(lambda: compiled.run(feeds)),
+        "run(), torch CUDA tensors": cuda_ms(lambda: compiled.run(torch_feeds)),
+    }
+    try:
+        compiled.run(torch_feeds)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = compiled.run(torch_feeds)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = compiled.run(feeds)
+        err = max(float(np.abs(c.cpu().numpy() - w).max()) for c, w in zip(captured, want))
+        rows["torch.cuda.graph replay of run()"] = cuda_ms(graph.replay)
+        rows["graph replay max abs error vs run()"] = err
+    except Exception as e:  # record why capture failed, as a result
+        rows["torch.cuda.graph capture"] = f"failed: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
+    with open(args.out, "a") as f:
+        for path, value in rows.items():
+            row = {"model": args.model, "batch": args.batch, "path": path, "ms": value}
+            f.write(json.dumps(row) + "\n")
+            print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
