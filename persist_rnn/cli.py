@@ -12,7 +12,40 @@ from .errors import PersistRNNError
 
 UNVERIFIED_HELP = ("also use kernel variants not yet run on a GPU (today: fp16/bf16 weights partly in shared memory, "
                    "tensor cores with a padded row tile)")
+_ORT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)": "int64",
+               "tensor(int32)": "int32", "tensor(float16)": "float16", "tensor(bool)": "bool"}
 TARGET_HELP = 'a name ("llvm", "cuda") or a JSON target, e.g. \'{"kind": "cuda", "arch": "sm_80"}\''
+
+
+def _pins(shape_opts, const_opts) -> dict:
+    """--shape NAME=1,512 and --const NAME=16000 (or NAME=1,2,3) as compile()'s shapes/constants."""
+    def split(opt, flag):
+        name, eq, value = opt.partition("=")
+        if not eq or not name or not value:
+            raise click.BadParameter(f"{opt!r}: expected NAME=VALUES, e.g. input=1,512", param_hint=flag)
+        return name, value.split(",")
+    shapes, constants = {}, {}
+    for opt in shape_opts:
+        name, values = split(opt, "--shape")
+        try:
+            shapes[name] = tuple(int(v) for v in values)
+        except ValueError:
+            raise click.BadParameter(f"{opt!r}: extents must be whole numbers", param_hint="--shape") from None
+    for opt in const_opts:
+        name, values = split(opt, "--const")
+        try:
+            numbers = [float(v) if any(c in v for c in ".eE") else int(v) for v in values]
+        except ValueError:
+            raise click.BadParameter(f"{opt!r}: values must be numbers", param_hint="--const") from None
+        constants[name] = numbers[0] if len(numbers) == 1 else numbers
+    return {"shapes": shapes, "constants": constants}
+
+
+def _pin_options(command):
+    command = click.option("--const", "const_opts", multiple=True, metavar="NAME=V[,V...]",
+                           help="make graph input NAME a constant (e.g. sr=16000); it leaves the inputs")(command)
+    return click.option("--shape", "shape_opts", multiple=True, metavar="NAME=D[,D...]",
+                        help="fix the extents of graph input NAME (e.g. input=1,512)")(command)
 
 
 def _fail(err: Exception):
@@ -40,16 +73,19 @@ def _verbose() -> bool:
 @click.option("--tuning-log", type=click.Path(dir_okay=False), help="reuse (and extend) this tuning log")
 @click.option("--unroll", is_flag=True, help="unroll recurrences into primitive ops (static shapes only)")
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
-def compile(model, output, target, tuning_log, unroll, unverified):
+@_pin_options
+def compile(model, output, target, tuning_log, unroll, unverified, shape_opts, const_opts):
     """Compile MODEL into a shared library (plus OUTPUT.json describing it)."""
     from . import compile as compile_model
 
     try:
         cm = compile_model(model, target, tuning_log=tuning_log, unroll=unroll, unverified=unverified,
-                           verbose=_verbose())
+                           verbose=_verbose(), **_pins(shape_opts, const_opts))
         cm.export_library(output)
     except PersistRNNError as err:
         _fail(err)
+    for note in cm.notes:
+        click.echo(note)
     for layer in cm.report():
         click.echo(layer.line())
     click.echo(f"wrote {output}")
@@ -64,21 +100,26 @@ def compile(model, output, target, tuning_log, unroll, unverified):
 @click.option("--check", is_flag=True, help="compare with ONNX Runtime and print the max error")
 @click.option("--save", type=click.Path(dir_okay=False), help="write the outputs to this .npz")
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
-def run(model, inputs_path, target, tuning_log, check, save, unverified):
-    """Compile MODEL, run it on INPUTS and print the outputs' shapes."""
+@_pin_options
+def run(model, inputs_path, target, tuning_log, check, save, unverified, shape_opts, const_opts):
+    """Compile MODEL, run it on INPUTS and print the outputs' shapes (pinned inputs may be left out
+    of INPUTS; --check feeds ONNX Runtime their pinned values)."""
     from . import compile as compile_model
 
-    feeds = dict(np.load(inputs_path))
+    pins = _pins(shape_opts, const_opts)
+    feeds = {k: v for k, v in np.load(inputs_path).items() if k not in pins["constants"]}
     if target == "auto":
         from .schedule.gpu import present_device
 
         target = "cuda" if present_device() is not None else "llvm"
         click.echo(f"running on {'the GPU (cuda)' if target == 'cuda' else 'the CPU (llvm): no CUDA GPU here'}")
     try:
-        cm = compile_model(model, target, tuning_log=tuning_log, unverified=unverified, verbose=_verbose())
+        cm = compile_model(model, target, tuning_log=tuning_log, unverified=unverified, verbose=_verbose(), **pins)
         outs = cm.run(feeds)
     except PersistRNNError as err:
         _fail(err)
+    for note in cm.notes:
+        click.echo(note)
     for name, out in zip(cm.output_names, outs):
         click.echo(f"{name}: {out.dtype} {tuple(out.shape)}")
     if save:
@@ -89,7 +130,10 @@ def run(model, inputs_path, target, tuning_log, check, save, unverified):
         except ImportError:
             _fail(PersistRNNError("--check compares with ONNX Runtime, which is not installed: pip install onnxruntime"))
 
-        ref = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, feeds)
+        session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        types = {i.name: i.type for i in session.get_inputs()}
+        pinned = {k: np.asarray(v, _ORT_DTYPES.get(types.get(k), None)) for k, v in pins["constants"].items()}
+        ref = session.run(None, {**feeds, **pinned})
         err = max(float(np.abs(np.asarray(a, "float64") - b).max(initial=0.0)) / max(1.0, float(np.abs(b).max(initial=0.0)))
                   for a, b in zip(outs, ref))
         click.echo(f"max error vs ONNX Runtime (relative to output scale): {err:.3e}")
@@ -101,20 +145,24 @@ def run(model, inputs_path, target, tuning_log, check, save, unverified):
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--target", default="cuda", show_default=True, help=TARGET_HELP)
 @click.option("--tuning-log", type=click.Path(dir_okay=False))
-def inspect(model, target, tuning_log):
+@_pin_options
+def inspect(model, target, tuning_log, shape_opts, const_opts):
     """One line per recurrent layer: cell, sizes, directions, how it will be lowered and why."""
-    from .targets import as_target
     from .frontend import from_onnx, load_model
+    from .frontend.front_door import prepare
     from .report import layer_report
+    from .targets import as_target
     from .transform import PersistentRNN
 
     try:
         tgt = as_target(target)
-        onnx_model = load_model(model)
+        onnx_model, notes = prepare(load_model(model), **_pins(shape_opts, const_opts))
         mod = PersistentRNN(tgt, tuning_log=tuning_log, measure=False)(
             from_onnx(onnx_model, target_kind=tgt.kind.name, verbose=_verbose()))
     except PersistRNNError as err:
         _fail(err)
+    for note in notes:
+        click.echo(note)
     layers = layer_report(mod)
     if not layers:
         click.echo("no LSTM / GRU / RNN layers")

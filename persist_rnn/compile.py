@@ -6,19 +6,24 @@ import tvm
 
 from .cuda_limits import refuse_unsupported_on_cuda
 from .frontend import from_onnx, load_model
+from .frontend.front_door import prepare
 from .pipeline import pipeline
 from .runtime import CompiledModel, graph_inputs, lengths_checks
 from .targets import as_target
 
 
 def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, unroll=False, config=None,
-            top_k=5, measure=None, persistent=True, unverified=False, verbose=False) -> CompiledModel:
+            top_k=5, measure=None, persistent=True, unverified=False, verbose=False, shapes=None, constants=None,
+            simplify=True) -> CompiledModel:
     """Compile an ONNX model. For CUDA targets each recurrent layer becomes a persistent kernel
     (unless `persistent=False`, or it cannot, in which case report() says why). `unverified`
     also allows kernel variants not yet run on a GPU (see tir_templates.persistent). TVM's
-    converters print nothing unless `verbose`."""
+    converters print nothing unless `verbose`. `constants` ({"sr": 16000}) turn graph inputs into
+    constants and `shapes` ({"input": (1, 512)}) fix input extents, for graphs that import only
+    with known values; `simplify` then folds the graph with onnxslim (frontend.front_door); the
+    compiled model's `notes` say what was pinned and folded."""
     target = as_target(target)
-    model = load_model(model_or_path)
+    model, notes = prepare(load_model(model_or_path), shapes, constants, simplify)
     mod = from_onnx(model, shape_dict, unroll=unroll, target_kind=target.kind.name, verbose=verbose)
     refuse_unsupported_on_cuda(mod, target)
     layers = []
@@ -29,4 +34,4 @@ def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, u
     order = [n.name for n in model.graph.node]
     report = sorted(layers, key=lambda r: order.index(r.node) if r.node in order else len(order))
     outputs = [o.name for o in model.graph.output]
-    return CompiledModel(ex, target, report, graph_inputs(model), outputs, lengths_checks(model))
+    return CompiledModel(ex, target, report, graph_inputs(model), outputs, lengths_checks(model), notes)

@@ -87,13 +87,15 @@ class CompiledModel:
     """The result of `persist_rnn.compile`: run it, read its report, export it."""
 
     def __init__(self, executable, target: tvm.target.Target, report: list[LayerReport],
-                 inputs: list[InputSpec], output_names: list[str], checks: list[LengthsCheck]):
+                 inputs: list[InputSpec], output_names: list[str], checks: list[LengthsCheck],
+                 notes: list[str] | None = None):
         self.executable = executable
         self.target = target
         self._report = report
         self.inputs = inputs
         self.output_names = output_names
         self._checks = checks
+        self.notes = list(notes or [])  # what the front door pinned and folded
         self._vm = None
 
     @property
@@ -186,6 +188,7 @@ class CompiledModel:
             "outputs": self.output_names,
             "report": [r.as_dict() for r in self._report],
             "checks": [dataclasses.asdict(c) for c in self._checks],
+            "notes": self.notes,
         }
         with open(str(path) + ".json", "w") as f:
             json.dump(meta, f, indent=1)
@@ -199,4 +202,4 @@ def load(path: str) -> CompiledModel:
     target = tvm.target.Target(meta["target"])
     return CompiledModel(ex, target, [LayerReport(**r) for r in meta["report"]],
                          [InputSpec(**i) for i in meta["inputs"]], meta["outputs"],
-                         [LengthsCheck(**c) for c in meta["checks"]])
+                         [LengthsCheck(**c) for c in meta["checks"]], meta.get("notes", []))

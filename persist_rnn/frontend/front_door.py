@@ -1,0 +1,92 @@
+"""The front door for real models: pin what the graph only imports with, then fold it.
+
+Exported models carry shape arithmetic (Shape -> Gather -> Concat -> Pad), branches on inputs
+such as a sample rate (`If`), and constants computed at run time; TVM 0.27's importer refuses
+much of it ("Dynamic pads are not supported yet"). Before the import:
+1. `constants` turn graph inputs into initializers (`sr=16000`), `shapes` fix the extents of
+   graph inputs (`input=(1, 512)`); both leave symbolic what is not named.
+2. onnxslim folds what is now constant: shape arithmetic, `If` on a known condition (its branch
+   inlined), dead nodes. Chosen over onnxsim (a compiled extension, and it fixes symbolic dims
+   it cannot keep) and onnxoptimizer (no constant folding): onnxslim is pure Python, keeps
+   symbolic dims symbolic, and made both static silero-vad variants importable as shipped.
+What was pinned and folded is returned as notes, which `report_notes()` of the compiled model and
+the CLI print.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..errors import PersistRNNError
+
+
+def _graph_input(model: onnx.ModelProto, name: str, what: str):
+    inits = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name == name and name not in inits:
+            return vi
+    names = [vi.name for vi in model.graph.input if vi.name not in inits]
+    raise PersistRNNError(f"{what} {name!r}: the model has no graph input of that name; its inputs are {names}")
+
+
+def pin_constants(model: onnx.ModelProto, constants: dict) -> list[str]:
+    """Each named graph input becomes an initializer holding the value (in the input's dtype)."""
+    notes = []
+    for name, value in constants.items():
+        vi = _graph_input(model, name, "constant")
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        array = np.asarray(value, dtype=dtype)
+        dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else None
+        if dims is not None and len(dims) != array.ndim:
+            raise PersistRNNError(f"constant {name!r}: rank {array.ndim}, but the input has rank {len(dims)}")
+        model.graph.input.remove(vi)
+        model.graph.initializer.append(numpy_helper.from_array(array, name))
+        notes.append(f"input {name!r} pinned to the constant {array.tolist()}")
+    return notes
+
+
+def pin_shapes(model: onnx.ModelProto, shapes: dict) -> list[str]:
+    """Each named graph input gets the given static extents."""
+    notes = []
+    for name, shape in shapes.items():
+        vi = _graph_input(model, name, "shape")
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) != len(shape):
+            raise PersistRNNError(f"shape {name!r}: {tuple(shape)} has rank {len(shape)}, the input has rank {len(dims)}")
+        for dim, extent in zip(dims, shape):
+            if dim.HasField("dim_value") and dim.dim_value not in (0, int(extent)):
+                raise PersistRNNError(f"shape {name!r}: {tuple(shape)} contradicts the model's static extent "
+                                      f"{dim.dim_value}")
+            dim.Clear()
+            dim.dim_value = int(extent)
+        notes.append(f"input {name!r} pinned to shape {tuple(int(e) for e in shape)}")
+    return notes
+
+
+def fold(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """onnxslim's constant folding and dead-node removal; the model as it was if onnxslim fails."""
+    import onnxslim
+
+    before = _count_nodes(model.graph)
+    try:
+        slim = onnxslim.slim(model)
+    except Exception as err:  # onnxslim raises what its passes raise: keep the model and say so
+        return model, [f"onnxslim could not simplify the graph ({type(err).__name__}: {str(err)[:120]}); imported as is"]
+    after = _count_nodes(slim.graph)
+    return slim, ([f"onnxslim folded the graph from {before} to {after} nodes"] if after != before else [])
+
+
+def _count_nodes(graph) -> int:
+    return sum(1 + sum(_count_nodes(a.g) for a in n.attribute if a.HasField("g")) for n in graph.node)
+
+
+def prepare(model: onnx.ModelProto, shapes=None, constants=None, simplify=True) -> tuple[onnx.ModelProto, list[str]]:
+    """(the model to import, notes on what was pinned and folded). `model` is not modified."""
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    notes = pin_constants(work, constants or {}) + pin_shapes(work, shapes or {})
+    if simplify:
+        work, folded = fold(work)
+        notes += folded
+    return work, notes
