@@ -8,6 +8,7 @@ persistent returns no kernel and the reason, and keeps the reference scan.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import tvm
 
@@ -20,7 +21,7 @@ from tir_templates.persistent import (
 from tir_templates.spec import CellSpec
 
 from . import tuning_log
-from .cost_model import rank
+from .cost_model import rank, step_us
 from .gpu import gpu_model, present_device
 from .measure import measure_configs
 from .space import candidate_configs, most_common_problem, problems_on
@@ -58,7 +59,8 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
         if usable and not problems_on(spec, rec.config, gpu):
             return _kernel(spec, rec.config, "tuning_log", rec.time_us)
     fitting = candidate_configs(spec, gpu, batch)
-    ranked = rank(spec, [c for c in fitting if unverified or not unverified_reason(spec, c)], gpu, batch or 8)
+    usable = [c for c in fitting if unverified or not unverified_reason(spec, c)]
+    ranked = rank(spec, usable, gpu, batch) if batch is not None else rank_for_any_batch(spec, usable, gpu)
     if not ranked:
         kib = spec.num_gates * spec.hidden_size ** 2 * spec.num_directions * spec.dtype_bytes // 1024
         why = f"{kib} KiB of recurrent weights over at most {gpu.num_sms} co-resident CTAs exceed the registers"
@@ -79,6 +81,32 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
     if tuning_log_path:
         tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source))
     return plan
+
+
+#: the batches a layer whose batch is symbolic is planned for: its one config should do well at each
+ANY_BATCH = (1, 2, 4, 8, 16, 32, 64)
+
+
+def waves(spec: CellSpec, cfg: Config, gpu, batch: int) -> int:
+    """Rounds of CTAs the GPU runs one launch in: batch tiles add CTAs as the batch grows."""
+    tiles = math.ceil(batch / cfg.batch_tile) if cfg.batch_tile else 1
+    return math.ceil(cfg.num_ctas(spec) * tiles / gpu.num_sms)
+
+
+def rank_for_any_batch(spec: CellSpec, configs: list[Config], gpu) -> list[tuple[float, Config]]:
+    """(score, config), best first, for a batch known only at run time: the geometric mean over
+    ANY_BATCH of each config's predicted step time (times its waves) over the best config's at
+    that batch. A symbolic-batch model was up to 5.9x slower than its static build on the H100
+    when planned for one guessed batch (8, no batch tiles)."""
+    if not configs:
+        return []
+    times = {b: {c: step_us(spec, c, gpu, b) * waves(spec, c, gpu, b) for c in configs} for b in ANY_BATCH}
+    best = {b: min(t.values()) for b, t in times.items()}
+
+    def score(c):
+        return math.exp(sum(math.log(times[b][c] / best[b]) for b in ANY_BATCH) / len(ANY_BATCH))
+    scored = sorted(((score(c), c.num_ctas(spec), c) for c in configs), key=lambda x: (x[0], x[1]))
+    return [(s, c) for s, _, c in scored]
 
 
 def to_measure(ranked: list[tuple[float, Config]], top_k: int) -> list[Config]:

@@ -29,6 +29,8 @@ NARROW_GROUPS = (1, 2)
 MAX_PASSES = 4
 TENSOR_CORE_SPLITS = (1, 2, 4, 8, 16)
 UNKNOWN_BATCH_CHUNK = 8
+#: batch tiles offered when the batch is only known at run time
+ANY_BATCH_TILES = (1, 2, 4, 8)
 
 
 def _divisors(n: int, limit: int) -> list[int]:
@@ -79,10 +81,14 @@ def most_common_problem(spec: CellSpec, gpu: GPUModel, batch: int | None) -> str
 
 def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUModel) -> list[int]:
     """Batch tiles worth trying when one CTA or one cluster holds a direction: powers of two
-    below the batch, as long as every CTA of every tile gets an SM of its own."""
+    below the batch, as long as every CTA of every tile gets an SM of its own. For a batch
+    unknown until run time, ANY_BATCH_TILES (tiles never wait for each other, so a grid larger
+    than the SMs runs in waves, slower but correct)."""
     per_direction = spec.hidden_size // tile_units
-    if batch is None or per_direction > gpu.max_cluster_ctas and per_direction > 1:
+    if per_direction > gpu.max_cluster_ctas and per_direction > 1:
         return []
+    if batch is None:  # the grid grows with the batch at run time; the planner weighs the waves
+        return list(ANY_BATCH_TILES)
     tiles = [1 << k for k in range(8) if (1 << k) < batch]
     return [t for t in tiles if spec.num_directions * math.ceil(batch / t) * per_direction <= gpu.num_sms]
 
