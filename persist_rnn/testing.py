@@ -251,3 +251,14 @@ def projection_module(func, M, K, N):
             out = bb.emit_output(relax.call_tir(gv, [x, w, b], relax.TensorType((M, N), "float32")))
         bb.emit_func_output(out)
     return bb.get()
+
+
+def cuda_source(built) -> str:
+    """The CUDA source of a built module (an Executable, or a runtime Module whose imports hold it)."""
+    stack = [getattr(built, "mod", built)]
+    while stack:
+        m = stack.pop()
+        if m.kind == "cuda":
+            return m.inspect_source()
+        stack += list(m.imports)
+    raise AssertionError("no CUDA module")

@@ -9,7 +9,7 @@ import tvm
 from onnx import TensorProto, helper
 
 import persist_rnn
-from persist_rnn.testing import ort_run
+from persist_rnn.testing import cuda_source, ort_run
 from persist_rnn.transform import ExactPower
 
 X = np.array([-2, -0.5, 0, 0.5, 3, -3], "float32")
@@ -52,14 +52,7 @@ def test_pow_matches_onnx_runtime_on_cuda(exponent):
 
 
 def _cuda_source(mod):
-    ex = tvm.compile(mod, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
-    stack = [ex.mod]
-    while stack:
-        m = stack.pop()
-        if m.kind == "cuda":
-            return m.inspect_source()
-        stack += list(m.imports)
-    raise AssertionError("no CUDA module")
+    return cuda_source(tvm.compile(mod, tvm.target.Target({"kind": "cuda", "arch": "sm_90"})))
 
 
 def test_small_integer_exponents_leave_no_powf_in_cuda():

@@ -10,7 +10,7 @@ from tvm import relax
 import persist_rnn
 from persist_rnn.frontend import from_onnx
 from persist_rnn.report import layer_report
-from persist_rnn.testing import LayerCase, make_model
+from persist_rnn.testing import LayerCase, cuda_source, make_model
 from persist_rnn.transform import PersistentRNN
 from tir_templates.config import Config
 from tir_templates.early_launch import supports_early_launch
@@ -123,17 +123,6 @@ def _computed_weights(model):
     return model
 
 
-def _device_source(module) -> str:
-    """The CUDA source of a built module (the host module imports it)."""
-    stack = [module]
-    while stack:
-        m = stack.pop()
-        if m.kind == "cuda":
-            return m.inspect_source()
-        stack += list(m.imports)
-    raise AssertionError("no CUDA module")
-
-
 def test_early_launch_only_where_safe():
     """Programmatic dependent launch from sm_90 on, for kernels whose CTAs never meet and whose
     weights and biases are constants or parameters (read before griddepcontrol.wait); the built
@@ -151,5 +140,5 @@ def test_early_launch_only_where_safe():
     out = PersistentRNN(CUDA, config=resident)(from_onnx(model))
     assert [supports_early_launch(a) for a in ("sm_80", "sm_89", "sm_90", "sm_90a", "sm_100a")] == [
         False, False, True, True, True]
-    source = _device_source(tvm.compile(out, target=CUDA).mod)
+    source = cuda_source(tvm.compile(out, target=CUDA).mod)
     assert source.count("griddepcontrol.wait") == 1 and source.count("griddepcontrol.launch_dependents") == 1

@@ -13,6 +13,7 @@ from tvm.relax.backend.cuda import pipeline as cuda_pipeline
 
 import persist_rnn
 from persist_rnn.report import layer_report
+from persist_rnn.testing import cuda_source
 from persist_rnn.transform import PersistentRNN
 
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
@@ -43,16 +44,6 @@ POSITIONS = {
 }
 
 
-def _device_source(executable) -> str:
-    stack = [executable.mod]
-    while stack:
-        m = stack.pop()
-        if m.kind == "cuda":
-            return m.inspect_source()
-        stack += list(m.imports)
-    raise AssertionError("no CUDA module")
-
-
 def _nvcc(source, tmp_path):
     if shutil.which("nvcc") is None:
         return
@@ -70,7 +61,7 @@ def test_pass_in_every_position(model, position, tmp_path):
     out = PersistentRNN(CUDA, measure=False)(mod)
     layers = layer_report(out)
     assert len(layers) == LAYERS[model] and all(r.lowering == "persistent" for r in layers), [r.line() for r in layers]
-    _nvcc(_device_source(tvm.compile(out, CUDA)), tmp_path)
+    _nvcc(cuda_source(tvm.compile(out, CUDA)), tmp_path)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -79,7 +70,7 @@ def test_inside_tvm_compile_through_persist_rnn_pipeline(model, tmp_path):
     ex = tvm.compile(persist_rnn.from_onnx(f"examples/{model}.onnx"), CUDA,
                      relax_pipeline=persist_rnn.pipeline(CUDA, measure=False, report=report))
     assert len(report) == LAYERS[model] and all(r.lowering == "persistent" for r in report)
-    source = _device_source(ex)
+    source = cuda_source(ex)
     assert source.count("persist_rnn_") >= LAYERS[model]
     _nvcc(source, tmp_path)
 
