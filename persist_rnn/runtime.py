@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import json
 import sys
+import threading
 
 import numpy as np
 import onnx
@@ -96,7 +97,7 @@ class CompiledModel:
         self.output_names = output_names
         self._checks = checks
         self.notes = list(notes or [])  # what the front door pinned and folded
-        self._vm = None
+        self._local = threading.local()  # a VM per thread: a VM's registers are not shared safely
 
     @property
     def device(self):
@@ -167,12 +168,13 @@ class CompiledModel:
         if outputs not in ("auto", "numpy", "device"):
             raise PersistRNNError(f"run(outputs={outputs!r}): expected 'auto', 'numpy' or 'device'")
         arrays, framework = self._validate(inputs)
-        if self._vm is None:
-            self._vm = relax.VirtualMachine(self.executable, self.device)
+        vm = getattr(self._local, "vm", None)
+        if vm is None:
+            vm = self._local.vm = relax.VirtualMachine(self.executable, self.device)
         dev = self.device
         args = [a if isinstance(a, tvm.runtime.Tensor) else tvm.runtime.tensor(a, dev) for a in arrays]
         with _framework_stream(framework, dev):
-            out = self._vm["main"](*args)
+            out = vm["main"](*args)
         outs = list(out) if not hasattr(out, "numpy") else [out]
         if outputs == "numpy" or (outputs == "auto" and framework is None and
                                   not any(isinstance(a, tvm.runtime.Tensor) for a in arrays)):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import fcntl
 import json
 import warnings
 
@@ -69,11 +70,14 @@ def _parse(line: str, where: str) -> Record:
 
 
 def read(path: str) -> list[Record]:
-    """Every record of the log at `path` (a missing file is an empty log)."""
+    """Every record of the log at `path` (a missing or unreadable file is an empty log)."""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
     except FileNotFoundError:
+        return []
+    except OSError as err:  # a directory, no permission: the compile goes on without the log
+        warnings.warn(f"{path}: the tuning log cannot be read ({err.strerror or err}); it is not used")
         return []
     return [_parse(line, f"{path}:{i}") for i, line in enumerate(lines, 1) if line.strip()]
 
@@ -99,9 +103,22 @@ def lookup(path: str, wl: dict) -> Record | None:
 
 
 def append(path: str, rec: Record) -> None:
+    """Add `rec` as one line, under an exclusive lock on the file, so that processes tuning into
+    one log at once lose no record and interleave no line. A log that cannot be written (a
+    read-only place) gets a warning, and the compile goes on without recording."""
     rec.created = rec.created or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    with open(path, "a") as f:
-        f.write(rec.to_json() + "\n")
+    line = rec.to_json() + "\n"
+    try:
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                f.write(line)
+                f.flush()
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+    except OSError as err:
+        warnings.warn(f"{path}: the tuning log cannot be written ({err.strerror or err}); this compile's choice "
+                      "is not recorded")
 
 
 def merge(paths: list[str], out: str) -> int:

@@ -1,0 +1,69 @@
+"""What deployments do to a compiled model and its tuning log (CPU side; docs/reliability.md):
+calls from many threads at once, two processes tuning into one log, a log that cannot be written."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import tvm
+
+from persist_rnn import compile as compile_model
+from persist_rnn.schedule import tuning_log
+from persist_rnn.schedule.planner import plan_layer
+from persist_rnn.testing import LayerCase, make_model, max_rel_error
+from tir_templates.spec import CellSpec
+
+
+def test_eight_threads_each_get_their_own_answer():
+    model, feeds = make_model(LayerCase(op="LSTM", hidden_size=16, input_size=8, batch=2, seq_len=12))
+    compiled = compile_model(model, "llvm")
+    rng = np.random.default_rng(0)
+    inputs = [{**feeds, "X": rng.standard_normal(feeds["X"].shape).astype("float32")} for _ in range(8)]
+    want = [compiled.run(x) for x in inputs]  # serially first
+    errors, barrier = [], threading.Barrier(8)
+
+    def worker(k):
+        barrier.wait()
+        for _ in range(20):
+            err = max_rel_error(compiled.run(inputs[k]), want[k])
+            if err > 1e-6:
+                errors.append((k, err))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+APPENDER = '''
+import sys
+from persist_rnn.schedule import tuning_log
+from tir_templates.config import Config
+from tir_templates.spec import CellSpec
+path, first = sys.argv[1], int(sys.argv[2])
+for b in range(first, first + 50):
+    wl = tuning_log.workload(CellSpec("lstm", 16, 32), b, "sm_90")
+    tuning_log.append(path, tuning_log.Record(wl, Config(32, 4, 8, 1), 1.0 + b, "measured"))
+'''
+
+
+def test_two_processes_tuning_into_one_log_lose_nothing(tmp_path):
+    log = tmp_path / "tune.jsonl"
+    procs = [subprocess.Popen([sys.executable, "-c", APPENDER, str(log), str(first)]) for first in (0, 1000)]
+    assert [p.wait() for p in procs] == [0, 0]
+    records = tuning_log.read(str(log))  # every line parses
+    assert sorted(r.workload["batch"] for r in records) == list(range(50)) + list(range(1000, 1050))
+
+
+def test_a_log_that_cannot_be_written_warns_and_the_compile_goes_on(tmp_path):
+    unwritable = tmp_path / "a_directory"  # open(..., "a") fails with an OSError, also for root
+    unwritable.mkdir()
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    with pytest.warns(UserWarning, match="cannot be written"):
+        plan = plan_layer(CellSpec("lstm", 16, 32), cuda, batch=4, tuning_log_path=str(unwritable), measure=False)
+    assert plan.kernel is not None and plan.source == "cost_model"
