@@ -85,7 +85,7 @@ def compile(model, output, target, tuning_log, unroll, unverified, shape_opts, c
     except PersistRNNError as err:
         _fail(err)
     for note in cm.notes:
-        click.echo(note)
+        click.echo(f"note: {note}")
     for layer in cm.report():
         click.echo(layer.line())
     click.echo(f"wrote {output}")
@@ -119,7 +119,7 @@ def run(model, inputs_path, target, tuning_log, check, save, unverified, shape_o
     except PersistRNNError as err:
         _fail(err)
     for note in cm.notes:
-        click.echo(note)
+        click.echo(f"note: {note}")
     for name, out in zip(cm.output_names, outs):
         click.echo(f"{name}: {out.dtype} {tuple(out.shape)}")
     if save:
@@ -162,7 +162,7 @@ def inspect(model, target, tuning_log, shape_opts, const_opts):
     except PersistRNNError as err:
         _fail(err)
     for note in notes:
-        click.echo(note)
+        click.echo(f"note: {note}")
     layers = layer_report(mod)
     if not layers:
         click.echo("no LSTM / GRU / RNN layers")

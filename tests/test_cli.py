@@ -38,8 +38,9 @@ def test_run_check_against_onnxruntime(tmp_path):
 def test_inspect_lines():
     res = _run("inspect", f"{FIX}/torch_classifier.onnx")
     assert res.exit_code == 0
-    lines = [l for l in res.output.splitlines() if l.strip()]
+    lines = [l for l in res.output.splitlines() if l.strip() and not l.startswith("note: ")]
     assert len(lines) == 2 and lines[0].startswith("/lstm/LSTM: LSTM input 12 hidden 16")
+    assert "note: onnxslim folded the graph" in res.output  # the front door says what it did
     res = _run("inspect", f"{FIX}/torch_classifier.onnx", "--target", "llvm")
     assert "reference (target llvm: the persistent kernel is CUDA only)" in res.output
 
@@ -99,3 +100,20 @@ def test_calibrate_errors(tmp_path):
     bad.write_text('{"cell": "lstm", "hidden": 64, "batch": 1, "config": {}, "measured_us": 2.0}\n{"cell": "lstm"}\n')
     res = _run("calibrate", str(bad), "--out", str(tmp_path))
     assert res.exit_code == 2 and "bad.jsonl:2: not a sweep row" in res.output
+
+
+def test_pins_on_the_command_line(tmp_path):
+    """--shape and --const: the pinned input leaves the model's inputs, --check feeds ORT its value."""
+    model, inputs = "tests/fixtures/real/silero_vad_16k_op15.onnx", tmp_path / "vad.npz"
+    rng = np.random.default_rng(0)
+    np.savez(inputs, input=(rng.standard_normal((1, 512)) * 0.1).astype("float32"),
+             state=np.zeros((2, 1, 128), "float32"), sr=np.array(16000))
+    pins = ["--shape", "input=1,512", "--shape", "state=2,1,128", "--const", "sr=16000"]
+    res = _run("run", model, "--inputs", str(inputs), "--check", "--target", "llvm", *pins)
+    assert res.exit_code == 0, res.output
+    assert "note: input 'sr' pinned to the constant 16000" in res.output
+    assert float(res.output.split("output scale): ")[1].split()[0]) <= 1e-4
+    res = _run("inspect", model, *pins)
+    assert res.exit_code == 0 and "LSTM input 128 hidden 128, 1 direction: persistent" in res.output
+    res = _run("inspect", model, "--const", "sr")
+    assert res.exit_code != 0 and "expected NAME=VALUES" in res.output
