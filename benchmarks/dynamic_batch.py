@@ -54,7 +54,8 @@ def main():
             row["ratio"] = row["as_shipped_ms"] / row["static_ms"]
             with open(args.out, "a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(json.dumps({k: row[k] for k in ("model", "batch", "as_shipped_ms", "static_ms", "ratio")}), flush=True)
+            brief = {k: row[k] for k in ("model", "batch", "as_shipped_ms", "static_ms", "ratio")}
+            print(json.dumps(brief), flush=True)
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ class CompiledModel:
         self.output_names = output_names
         self._checks = checks
         self.notes = list(notes or [])  # what the front door pinned and folded
-        self._local = threading.local()  # a VM per thread: a VM's registers are not shared safely
+        self._local = threading.local()  # a VM per thread: a VM keeps each call's values in its registers
 
     @property
     def device(self):

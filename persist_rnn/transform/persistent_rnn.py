@@ -2,8 +2,9 @@
 
 It finds recurrences by the CellSpec attribute the importer's reference scan carries (the
 canonical form; chains of primitive-op LSTM, GRU and RNN cells are first turned into it, see
-match_cells), asks the scheduler for a config, and replaces the callee with the kernel the
-templates generate for it. All lowerings share one signature, so call sites stay as they are,
+match_cells), wherever their call_tir sites stand (call_sites: any position in a Relax pipeline
+before TVM's dataflow lowering, which it refuses by name), asks the scheduler for a config, and
+replaces the callee with the kernel the templates generate for it. All lowerings share one signature, so call sites stay as they are,
 except that a kernel may want a longer exchange buffer (GRU's partial sums: `exchange_slots`),
 which is then written into its call sites.
 What cannot be made persistent keeps the reference scan (re-targeted to the target's variant),
@@ -30,8 +31,8 @@ from tir_templates.spec import ATTR_KEY, CellSpec
 from ..errors import PersistRNNError
 from ..report import CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR
 from ..schedule.gpu import gpu_model
-from ..targets import as_target
 from ..schedule.planner import plan_layer, target_arch
+from ..targets import as_target
 from .call_sites import call_args, call_site_batches, call_site_rows, call_tir_sites
 from .match_cells import MatchCells
 
