@@ -22,17 +22,25 @@ class _Nonzero(relax.PyExprVisitor):
             self.found |= not isinstance(call.args[0], tvm.ir.expr.Constant)
 
 
-def refuse_unsupported_on_cuda(mod: tvm.IRModule, target: tvm.target.Target) -> None:
-    """Raise PersistRNNError for a CUDA target when `mod` needs nonzero of run-time values."""
-    if target.kind.name != "cuda":
-        return
-    folded = relax.transform.FoldConstant()(mod)
-    for gv, func in folded.functions.items():
+def _needs_nonzero(mod: tvm.IRModule) -> bool:
+    """Whether a Relax function of `mod` calls nonzero on a value that is not a constant."""
+    for func in mod.functions.values():
         if isinstance(func, relax.Function):
             finder = _Nonzero()
             finder.visit_expr(func)
             if finder.found:
-                raise PersistRNNError(
-                    f"function {gv.name_hint!r}: nonzero of run-time values (an ONNX NonZero, or a Squeeze whose "
-                    "'axes' is a graph input rather than an initializer), which TVM's CUDA build cannot run; make "
-                    "'axes' an initializer, or compile for llvm")
+                return True
+    return False
+
+
+def refuse_unsupported_on_cuda(mod: tvm.IRModule, target: tvm.target.Target) -> None:
+    """Raise PersistRNNError for a CUDA target when `mod` needs nonzero of run-time values."""
+    if target.kind.name != "cuda" or not _needs_nonzero(mod):
+        return
+    folded = relax.transform.FoldConstant()(mod)  # nonzero of values known at compile time folds away
+    for gv, func in folded.functions.items():
+        if isinstance(func, relax.Function) and _needs_nonzero(tvm.IRModule({gv: func})):
+            raise PersistRNNError(
+                f"function {gv.name_hint!r}: nonzero of run-time values (an ONNX NonZero, or a Squeeze whose "
+                "'axes' is a graph input rather than an initializer), which TVM's CUDA build cannot run; make "
+                "'axes' an initializer, or compile for llvm")
