@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import math
 
-from tir_templates.config import Config
-from tir_templates.persistent import two_phase
+from tir_templates.config import Config, two_phase
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel

@@ -18,8 +18,7 @@ import dataclasses
 import itertools
 import math
 
-from tir_templates.config import Config, problems
-from tir_templates.persistent import two_phase
+from tir_templates.config import Config, problems, two_phase
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel

@@ -1,0 +1,108 @@
+"""The persistent kernel's layout on plain ints: every unit, gate row, weight and state has
+exactly one owner, and the dot results sit where the updates read them.
+
+`Layout` builds the same index arithmetic on ints as on the kernel's thread indices, so these
+checks see what the CUDA kernel does without building it.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+
+import pytest
+
+from tir_templates.config import Config
+from tir_templates.persistent.layout import Layout
+from tir_templates.spec import CellSpec
+
+#: (cell, hidden, direction, batch, config); "gru0" is GRU with linear_before_reset=0
+CASES = [
+    ("lstm", 64, "forward", 1, Config(64, 2, 4, 1)),  # one resident CTA, lane updates
+    ("lstm", 256, "bidirectional", 3, Config(32, 8, 4, 1, cluster=True, batch_tile=1)),
+    ("lstm", 128, "forward", 5, Config(16, 16, 4, 2)),  # chunks, shared-memory meet
+    ("lstm", 16, "bidirectional", 5, Config(16, 4, 4, 2, batch_tile=2)),  # ragged last tile
+    ("lstm", 32, "forward", 3, Config(8, 1, 8, 3, smem_runs=1)),
+    ("gru", 48, "reverse", 4, Config(8, 4, 3, 4)),  # 3 rows a group: groups straddle gates
+    ("gru0", 64, "bidirectional", 3, Config(16, 4, 2, 2)),
+    ("gru0", 64, "forward", 3, Config(16, 4, 2, 3, gru_barriers=1)),  # partial sums: candidate rows only
+    ("rnn", 16, "forward", 4, Config(2, 8, 1, 4)),  # 8 CTAs of 2 units
+    ("lstm", 64, "forward", 10, Config(8, 32, 16, 10, mma_k_split=2)),
+    ("gru", 16, "bidirectional", 3, Config(8, 32, 16, 3, mma_k_split=2)),  # the second row tile padded
+]
+
+
+def _layout(cell, hidden, direction, cfg):
+    spec = CellSpec(cell.rstrip("0"), hidden, hidden, direction, linear_before_reset=(cell == "gru"))
+    return Layout(spec, cfg)
+
+
+def _chunks_of(L, cta, n_b):
+    return [L.first_chunk(cta)] if L.tiled else range(L.chunks(n_b))
+
+
+@pytest.mark.parametrize("cell,hidden,direction,batch,cfg", CASES, ids=str)
+def test_every_pair_has_one_updating_thread(cell, hidden, direction, batch, cfg):
+    L = _layout(cell, hidden, direction, cfg)
+    owners = collections.Counter()
+    for cta, tx, e in itertools.product(range(L.grid_size(batch)), range(L.NT), range(L.UPT)):
+        for ch in _chunks_of(L, cta, batch):
+            if L.owns(cta, tx, e, ch, batch):
+                b, j = L.pair(cta, tx, e, ch)
+                assert b // L.BC == ch and L.chunk_row(tx, e) == b - ch * L.BC
+                owners[L.dir_of(cta), b, j] += 1
+    assert owners == {(d, b, j): 1 for d in range(L.D) for b in range(batch) for j in range(L.H)}
+
+
+@pytest.mark.parametrize("cell,hidden,direction,batch,cfg", CASES, ids=str)
+def test_every_state_is_set_up_once(cell, hidden, direction, batch, cfg):
+    L = _layout(cell, hidden, direction, cfg)
+    owners = collections.Counter()
+    for cta, tx in itertools.product(range(L.grid_size(batch)), range(L.NT)):
+        for e in range((L.own_rows(batch) * L.TW + L.NT - 1) // L.NT):
+            if L.owns_state(cta, tx, e, batch):
+                owners[L.dir_of(cta), L.state_row(cta, tx, e), L.state_unit(cta, tx, e)] += 1
+    assert owners == {(d, b, j): 1 for d in range(L.D) for b in range(batch) for j in range(L.H)}
+
+
+@pytest.mark.parametrize("cell,hidden,direction,batch,cfg", [c for c in CASES if not c[4].tensor_cores()], ids=str)
+def test_every_weight_of_a_direction_is_held_once(cell, hidden, direction, batch, cfg):
+    """The FMA layout: the work groups' lanes hold each of their gate rows' columns exactly once
+    (registers and shared memory together), and each dot result lands where the update reads
+    gate g of unit jl (`gate_pos`)."""
+    L = _layout(cell, hidden, direction, cfg)
+    held = collections.Counter()
+    for cta, tx, q in itertools.product(range(L.CPD), range(L.NG * L.WS), range(L.RPG)):
+        for i, v in itertools.product(range(L.RR + L.SR), range(L.DV)):
+            held[L.weight_row(cta, tx, q), L.col(tx % L.WS, i, v)] += 1
+    rows = range(L.GATE0 * L.H, L.G * L.H)
+    assert held == {(row, c): 1 for row in rows for c in range(L.H)}
+    if L.LANE:
+        return
+    for g, jl in itertools.product(range(L.G - L.GATE0), range(L.TW)):
+        pos = L.gate_pos(g, jl)
+        assert L.weight_row(0, pos // L.RPG * L.WS, pos % L.RPG) == (L.GATE0 + g) * L.H + jl
+
+
+@pytest.mark.parametrize("cell,hidden,direction,batch,cfg", [c for c in CASES if c[4].tensor_cores()], ids=str)
+def test_mma_fragments_cover_the_ctas_rows_once(cell, hidden, direction, batch, cfg):
+    """Tensor cores: the warps' A fragments hold each (gate row, column) of a CTA once; the
+    padded tile's rows (past the CTA's gate rows) hold nothing."""
+    L = _layout(cell, hidden, direction, cfg)
+    for cta in range(L.CPD):
+        held = collections.Counter()
+        for tx, i, j in itertools.product(range(L.NT), range(L.KPW), range(4)):
+            if L.mma_row_in_tile(tx, j) < L.GTW:
+                held[L.mma_row(cta, tx, j), L.mma_col(tx, i, j)] += 1
+        rows = [g * L.H + cta * L.TW + u for g in range(L.G) for u in range(L.TW)]
+        assert held == {(row, c): 1 for row in rows for c in range(L.H)}
+
+
+def test_barrier_indices_and_slots_do_not_collide():
+    """Each phase of each step has its own barrier index, and the partial sums' slots (two
+    parities, two gates, every CTA) sit past h's three slots, each once."""
+    L = _layout("gru0", 64, "forward", Config(16, 4, 2, 2))
+    indices = [L.barrier_index(s, phase) for s in range(5) for phase in (1, 2)]
+    assert indices == list(range(2, 12))
+    L = _layout("gru0", 64, "forward", Config(16, 4, 2, 3, gru_barriers=1))
+    slots = [L.partial_slot(parity, gate, cta) for parity in (0, 1) for gate in (0, 1) for cta in range(L.CPD)]
+    assert sorted(slots) == list(range(3, L.SLOTS))

@@ -1,0 +1,42 @@
+"""Which (spec, config) pairs the persistent template builds, and which the planner may pick."""
+from __future__ import annotations
+
+from ..config import Config, tensor_core_problems
+from ..spec import CellSpec
+
+
+class UnsupportedLayer(Exception):
+    """The persistent template cannot build this layer; the message is the report's reason."""
+
+
+def unverified_reason(spec: CellSpec, cfg: Config) -> str:
+    """Why the planner does not pick this config for `spec` on its own (empty when it may): a
+    variant that passes the CPU emulation and nvcc but has not run on a GPU. `unverified=True` or
+    a config forced by the caller still builds it. Batch tiles, clusters, both
+    GRU linear_before_reset=0 kernels and fp32 shared-memory weights passed on the H100
+    (docs/data/gpu_variants.log), tensor cores with whole row tiles too
+    (docs/data/gpu-v4-tensor-cores.log); fp16 weights in shared memory (which spill registers) and
+    tensor cores with a padded row tile have not."""
+    if cfg.smem_runs and spec.dtype != "float32":
+        return ("fp16/bf16 weights partly in shared memory: pass the CPU emulation and nvcc but have not yet "
+                "been run on a GPU; compile with unverified=True to use them")
+    if cfg.tensor_cores() and (cfg.row_gates(spec) * cfg.tile_units) % 16:
+        return ("tensor cores with a padded row tile (the CTA's gate rows are not whole 16-row tiles): pass the "
+                "CPU emulation and nvcc but have not yet been run on a GPU; compile with unverified=True to use them")
+    return ""
+
+
+def check(spec: CellSpec, cfg: Config) -> None:
+    """Raise UnsupportedLayer unless `cfg` tiles `spec` the way the template maps it."""
+    if cfg.tensor_cores():
+        bad = tensor_core_problems(spec, cfg)
+        if spec.hidden_size % cfg.tile_units or bad:
+            raise UnsupportedLayer(f"config {cfg.as_dict()} cannot use the tensor cores for hidden_size "
+                                   f"{spec.hidden_size}: " + "; ".join(bad or ["tile_units does not divide it"]))
+        return
+    if spec.hidden_size % cfg.tile_units or spec.hidden_size % cfg.group_size:
+        raise UnsupportedLayer(f"config {cfg.as_dict()} does not tile hidden_size {spec.hidden_size}")
+    if (cfg.row_gates(spec) * cfg.tile_units) % cfg.rows_per_group or cfg.gru_barriers not in (1, 2):
+        raise UnsupportedLayer(f"config {cfg.as_dict()} does not map the CTA's gate rows onto work groups")
+    if not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):
+        raise UnsupportedLayer(f"config {cfg.as_dict()}: smem_runs exceeds a lane's runs of columns")

@@ -1,0 +1,82 @@
+"""The recurrent dot products on the FMA units: each work group of WS lanes owns RPG gate rows;
+every lane keeps its strided runs of columns in registers for the whole sequence (the last SR
+runs in shared memory when registers cannot hold them), multiplies them with its columns of
+h(t-1), and a warp shuffle sums the group's lanes. `emulated_dot` is the CPU twin's version.
+"""
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+
+@T.macro
+def load_weights(L, a, t):
+    """This lane's slice of its work group's gate rows, for the whole sequence: the first RR
+    runs of columns into registers (`wreg` row `t.row`), the last SR into shared memory (`wsm`
+    block `t.block`, thread-contiguous so that a warp's loads hit distinct banks)."""
+    for q in T.unroll(L.RPG):
+        for i in T.unroll(L.RR):
+            for v in (T.vectorized if L.SR == 0 else T.unroll)(L.DV):  # a run: one 16-byte load (spilled with SR)
+                t.wreg[t.row, q * L.KR + i * L.DV + v] = T.Cast(L.WDT, T.if_then_else(
+                    t.tx // L.WS < L.NG, a.r[L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q), L.col(t.tx % L.WS, i, v)],
+                    T.float32(0)))
+        if L.SR > 0:
+            for i in T.unroll(L.SR):
+                for v in T.unroll(L.DV):
+                    t.wsm[t.block, (i * L.RPG + q) * L.DV + v, t.tx] = T.Cast(L.WDT, T.if_then_else(
+                        t.tx // L.WS < L.NG,
+                        a.r[L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q), L.col(t.tx % L.WS, L.RR + i, v)],
+                        T.float32(0)))
+
+
+@T.macro
+def dot_and_reduce(L, t, hs, gs, phase):
+    """Partial dot products of the lane's weights (registers, then shared memory) with its
+    columns of h(t-1) (float4 shared loads), then a shuffle-sum over the work group's lanes
+    (outside any branch: every lane reaches it; every lane gets the sums), into `gs` unless the
+    lanes update their units themselves."""
+    for a in T.unroll(L.RPG * L.BC):
+        t.acc[a] = T.float32(0)
+    if L.group_active((t.tx // L.WS) * L.RPG, phase):
+        for i in T.unroll(L.RR):
+            for bi in T.unroll(L.BC):
+                for v in T.vectorized(L.DV):
+                    t.hv[v] = hs[bi, L.col(t.tx % L.WS, i, v)]
+                for q in T.unroll(L.RPG):
+                    for v in T.unroll(L.DV):
+                        t.acc[q * L.BC + bi] = t.acc[q * L.BC + bi] + T.Cast(
+                            "float32", t.wreg[0, q * L.KR + i * L.DV + v]) * t.hv[v]
+        if L.SR > 0:
+            for i in T.unroll(L.SR):
+                for q in T.unroll(L.RPG):
+                    for v in T.unroll(L.DV):
+                        t.wt[q * L.DV + v] = t.wsm[0, (i * L.RPG + q) * L.DV + v, t.tx]
+                for bi in T.unroll(L.BC):
+                    for v in T.vectorized(L.DV):
+                        t.hv[v] = hs[bi, L.col(t.tx % L.WS, L.RR + i, v)]
+                    for q in T.unroll(L.RPG):
+                        for v in T.unroll(L.DV):
+                            t.acc[q * L.BC + bi] = t.acc[q * L.BC + bi] + T.Cast("float32", t.wt[q * L.DV + v]) * t.hv[v]
+    for q in T.unroll(L.RPG):
+        for bi in T.unroll(L.BC):
+            if L.WS > 1:
+                t.acc[q * L.BC + bi] = T.cuda.warp_sum(t.acc[q * L.BC + bi], L.WS)
+            if not L.LANE and t.tx % L.WS == 0 and t.tx // L.WS < L.NG:
+                gs[bi, (t.tx // L.WS) * L.RPG + q] = t.acc[q * L.BC + bi]
+
+
+@T.macro
+def emulated_dot(L, regs, hs, gs, cta, phase):
+    """The work groups' dot products as the shuffle would sum them, lane by lane, from the
+    lanes' weights where `load_weights` put them; a group that skips this phase leaves NaN,
+    so reading its rows would show."""
+    for grp, q, bi in T.grid(L.NG, L.RPG, L.BC):
+        gs[bi, grp * L.RPG + q] = T.float32(float("nan"))
+        if L.group_active(grp * L.RPG, phase):
+            gs[bi, grp * L.RPG + q] = T.float32(0)
+            for lane, i, v in T.grid(L.WS, L.RR, L.DV):
+                gs[bi, grp * L.RPG + q] = gs[bi, grp * L.RPG + q] + T.Cast(
+                    "float32", regs.wreg[cta * L.NT + grp * L.WS + lane, q * L.KR + i * L.DV + v]) * hs[bi, L.col(lane, i, v)]
+            if L.SR > 0:
+                for lane, i, v in T.grid(L.WS, L.SR, L.DV):
+                    gs[bi, grp * L.RPG + q] = gs[bi, grp * L.RPG + q] + T.Cast(
+                        "float32", regs.wsm[cta, (i * L.RPG + q) * L.DV + v, grp * L.WS + lane]) * hs[bi, L.col(lane, L.RR + i, v)]

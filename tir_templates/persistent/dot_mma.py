@@ -1,0 +1,86 @@
+"""The recurrent dot products on the tensor cores, with fp32 accuracy (3xTF32, config.py): each
+warp holds one 16-row tile of the CTA's gate rows over its share of the columns as mma A
+fragments; h(t-1) of the chunk is the B operand (batch rows padded to 8); the column splits'
+partial sums meet in shared memory (`gs`), where the updating threads add them.
+`emulated_mma_dot` is the CPU twin's version, the product as PTX defines it.
+"""
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+#: the tensor cores' instruction: D = A B + C, m16n8k8, TF32 operands, fp32 accumulators
+MMA_TF32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+
+
+@T.macro
+def tf32_split(hi, lo, j, x):
+    """x as TF32 `hi[j]` (rounded to nearest; a volatile cvt, so that the compiler cannot hoist
+    the weights' splits out of the time loop and hold twice the registers) and the fp32 `lo[j]`
+    = x - hi (exact), whose TF32 bits the mma reads."""
+    T.ptx.cvt.rna.tf32.f32(hi[j], x)
+    lo[j] = x - T.reinterpret("float32", hi[j])
+
+
+@T.macro
+def mma_load_weights(L, a, t):
+    """The warp's row tile over its k-tiles, as mma A fragments in registers."""
+    for i in T.unroll(L.KPW):
+        for j in T.unroll(4):
+            t.wreg[t.row, i * 4 + j] = T.if_then_else(L.mma_row_in_tile(t.tx, j) < L.GTW,
+                                                      a.r[L.dir_of(t.cta), L.mma_row(t.cta, t.tx, j), L.mma_col(t.tx, i, j)],
+                                                      T.float32(0))  # a padded tile's zero rows
+
+
+@T.macro
+def mma(acc, nt, a, b):
+    """acc's n-tile nt += a b on the tensor cores (operands: TF32 bits in 32-bit registers)."""
+    T.ptx[MMA_TF32](acc[nt * 4], acc[nt * 4 + 1], acc[nt * 4 + 2], acc[nt * 4 + 3], *a, *b,
+                    acc[nt * 4], acc[nt * 4 + 1], acc[nt * 4 + 2], acc[nt * 4 + 3])
+
+
+@T.macro
+def mma_dot(L, t, hs, gs):
+    """Each warp's row tile times h(t-1) over its k-tiles, 3xTF32 (the high parts' product plus
+    both cross products, fp32 accumulation), then its C fragments into `gs` block
+    `tx // 32 // RT` (the warp's column split) for the updating threads to add."""
+    ah = T.alloc_buffer((4,), "uint32", scope="local")  # one k-tile's A fragment, split
+    al = T.alloc_buffer((4,), "float32", scope="local")
+    bh = T.alloc_buffer((2,), "uint32", scope="local")  # ... and one n-tile's B fragment
+    bl = T.alloc_buffer((2,), "float32", scope="local")
+    for a in T.unroll(L.NTL * 4):
+        t.acc[a] = T.float32(0)
+    for i in T.unroll(L.KPW):
+        for nt in T.unroll(L.NTL):
+            for j in T.unroll(2):  # B fragment: batch row lane / 4, column lane % 4 (+4)
+                t.bv[j] = hs[nt * 8 + t.tx % 32 // 4, ((t.tx // 32 // L.RT) * L.KPW + i) * 8 + t.tx % 4 + 4 * j]
+            for j in T.unroll(4):
+                tf32_split(ah, al, j, t.wreg[0, i * 4 + j])
+            for j in T.unroll(2):
+                tf32_split(bh, bl, j, t.bv[j])
+            a_hi = [ah[j] for j in range(4)]
+            b_hi = [bh[j] for j in range(2)]
+            a_lo = [T.reinterpret("uint32", al[j]) for j in range(4)]
+            b_lo = [T.reinterpret("uint32", bl[j]) for j in range(2)]
+            mma(t.acc, nt, a_lo, b_hi)  # the small terms first
+            mma(t.acc, nt, a_hi, b_lo)
+            mma(t.acc, nt, a_hi, b_hi)
+    for nt in T.unroll(L.NTL):
+        for j in T.unroll(4):  # C fragment: row lane / 4 (+8 for 2, 3), batch row 2 * (lane % 4) (+1 for 1, 3)
+            if nt * 8 + t.tx % 4 * 2 + j % 2 < L.BC and L.mma_row_in_tile(t.tx, j // 2) < L.GTW:
+                gs[(t.tx // 32 // L.RT) * L.BC + nt * 8 + t.tx % 4 * 2 + j % 2,
+                   (t.tx // 32 % L.RT) * 16 + t.tx % 32 // 4 + 8 * (j // 2)] = t.acc[nt * 4 + j]
+
+
+@T.macro
+def emulated_mma_dot(L, regs, hs, gs, cta):
+    """The mma's product as PTX defines it (C[m, n] = sum over k of A[m, k] B[k, n]), with A
+    read back from where `mma_load_weights` put it: element (m, k) of a warp's 16 x 8 tile sits
+    in lane 4 * (m % 8) + k % 4, register m // 8 + 2 * (k // 4)."""
+    for w, nt, m, nn in T.grid(L.RT * L.KS, L.NTL, 16, 8):
+        if nt * 8 + nn < L.BC and (w % L.RT) * 16 + m < L.GTW:
+            gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m] = T.float32(0)
+            for i, k in T.grid(L.KPW, 8):
+                gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m] = (
+                    gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m]
+                    + regs.wreg[cta * L.NT + w * 32 + 4 * (m % 8) + k % 4, i * 4 + m // 8 + 2 * (k // 4)]
+                    * hs[nt * 8 + nn, ((w // L.RT) * L.KPW + i) * 8 + k])

@@ -1,0 +1,117 @@
+"""How h travels between the CTAs of a direction, and how they wait for each other.
+
+The exchange buffer `hb` carries h between CTAs (slots 0/1 by step parity; slot 2 holds r * h(t-1)
+of the two-phase GRU; the partial sums' slots follow, `Config.exchange_slots`). `ws` holds one
+barrier counter per direction, zeroed by a one-warp kernel before each launch, so concurrent
+launches never share a counter. A direction's CTAs meet once a step at that counter (the grid
+barrier) or at the thread-block cluster's hardware barrier; one CTA that holds its direction
+(resident) needs neither, and keeps h in shared memory, two copies by step parity.
+"""
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from ..signature import WORKSPACE_WORDS
+
+GRID_BARRIER = r"""
+__device__ __forceinline__ void prnn_grid_barrier(unsigned int* counter, unsigned int target) {
+  // Monotonic counter: one release-add per CTA, spin on acquire loads until every CTA arrived.
+  // The caller has just run __syncthreads (a TIR storage sync, which TVM's sync planner sees).
+  if (threadIdx.x == 0) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(counter) : "memory");
+    unsigned int seen;
+    long long start = clock64();
+    while (true) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+      if (seen >= target) break;
+      if (clock64() - start > (1LL << 36)) __trap();  // ~30 s: a CTA never arrived; fail, never hang
+    }
+  }
+  __syncthreads();
+}
+"""
+
+#: where the barrier-check flag lives in the emulated kernel's workspace
+BARRIER_FLAG_WORD = WORKSPACE_WORDS - 1
+
+
+@T.macro
+def init_state(L, a, t):
+    """Each CTA copies its units (and batch rows) of h0 into slot 0 of hbuf and of c0 into yc."""
+    for e in range((L.own_rows(a.n_b) * L.TW + L.NT - 1) // L.NT):
+        if L.owns_state(t.cta, t.tx, e, a.n_b):
+            a.hb[0, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)] = a.h0[
+                L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)]
+            if L.lstm:
+                a.yc[L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)] = a.c0[
+                    L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)]
+
+
+@T.macro
+def load_h(L, a, t, hs, slot, ch):
+    """Exchange-buffer `slot` (h(t-1), or r * h(t-1)) of batch rows ch*BC .. ch*BC+BC-1 (all H
+    units) into shared memory, VEC-wide. Through `hb` itself, never a second view of it: nvcc
+    turns loads through a pointer the kernel never stores to into non-coherent (ld.global.nc)
+    loads, which may return what another thread or CTA overwrote earlier in the launch."""
+    for e in range((L.BC * L.H // L.VEC + L.NT - 1) // L.NT):
+        if T.Cast("int64", (e * L.NT + t.tx) * L.VEC) < T.min(a.n_b - ch * L.BC, T.int64(L.BC)) * L.H:
+            for v in T.vectorized(L.VEC):
+                hs[(e * L.NT + t.tx) * L.VEC // L.H, (e * L.NT + t.tx) * L.VEC % L.H + v] = a.hb[
+                    slot, L.dir_of(t.cta), ch * L.BC + (e * L.NT + t.tx) * L.VEC // L.H,
+                    (e * L.NT + t.tx) * L.VEC % L.H + v]
+
+
+@T.macro
+def step_barrier(L, a, cta, index):
+    """The one synchronisation per step: CTAs of one direction wait for each other (barrier
+    `index`: each has arrived `index` times). It starts with the CTA's own __syncthreads: every
+    thread's h(t) is written, and every read of shared memory done, before the next step
+    overwrites it."""
+    T.tvm_storage_sync("shared")
+    if L.grid:
+        T.cuda.func_call("prnn_grid_barrier", T.address_of(a.ws[L.dir_of(cta)]),
+                         T.Cast("uint32", index * L.CPD), source_code=GRID_BARRIER)
+    elif L.cluster:  # barrier.cluster arrive (release) + wait (acquire): h(t) in global memory is visible
+        T.cuda.cluster_sync()
+
+
+@T.macro
+def emulated_barrier(L, a, index):
+    """`step_barrier` in the CPU twin: every CTA arrives once, as on the GPU's counter; after
+    barrier `index` a direction's count must be index * CTAs per direction, else the GPU would
+    wait forever or pass early: flag it."""
+    if L.grid:
+        for cta in range(L.NCTA):
+            a.ws[L.dir_of(cta)] = a.ws[L.dir_of(cta)] + T.uint32(1)
+        for dd in range(L.D):
+            if a.ws[dd] != T.Cast("uint32", index * L.CPD):
+                a.ws[BARRIER_FLAG_WORD] = T.uint32(1)
+
+
+@T.macro
+def resident_states_out(L, a, t):
+    """A resident CTA after its last step: each owner's h(t) into the exchange slot that
+    `final_state` reads, and C(t) into yc (steps left both on chip)."""
+    cta, tx = t.cta, t.tx  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
+    if a.n_t > 0:
+        for e in T.unroll(L.UPT):
+            if L.owns(cta, tx, e, L.first_chunk(cta), a.n_b):
+                b, j = L.pair(cta, tx, e, L.first_chunk(cta))
+                a.hb[a.n_t % 2, L.dir_of(cta), b, j] = t.hn[t.row, e]
+                if L.lstm:
+                    a.yc[L.dir_of(cta), b, j] = t.xr[t.row, e * L.XR + L.G]
+
+
+@T.macro
+def final_state(L, a, t):
+    """Y_h from the exchange buffer; an empty sequence has zero final states (as ONNX Runtime)."""
+    cta, tx = t.cta, t.tx  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
+    for e in range((L.own_rows(a.n_b) * L.TW + L.NT - 1) // L.NT):
+        if L.owns_state(cta, tx, e, a.n_b):
+            b = L.state_row(cta, tx, e)
+            j = L.state_unit(cta, tx, e)
+            a.yh[L.dir_of(cta), b, j] = T.if_then_else(a.lens[b] > 0, a.hb[a.n_t % 2, L.dir_of(cta), b, j],
+                                                         T.float32(0))
+            if L.lstm:
+                if a.lens[b] <= 0:
+                    a.yc[L.dir_of(cta), b, j] = T.float32(0)

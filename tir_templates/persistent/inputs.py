@@ -1,0 +1,91 @@
+"""A step's inputs into registers: each owned pair's sequence length, its gates' input
+projections (step s+1's fetched at the top of step s) and C(t-1); the recurrent biases once.
+
+Every macro takes the layout `L`, the kernel's arguments `a` and the thread `t` (buffers.py).
+"""
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from .. import signature
+from .exchange import load_h
+
+
+def time_index(L, d, s, n_valid):
+    """Position of xw and y that step s of direction d reads and writes (`signature.time_index`)."""
+    return signature.time_index(L.spec, d, s, n_valid)
+
+
+def valid_steps(a, b):
+    """Batch row b's sequence length, clamped to [0, T]."""
+    return T.max(T.min(T.Cast("int64", a.lens[b]), a.n_t), T.int64(0))
+
+
+def input_at(L, a, t, e, g, ch, time):
+    """Gate g's input projection of the thread's e-th pair of chunk ch at time index `time`."""
+    return a.xw[time, L.pair(t.cta, t.tx, e, ch)[0], L.dir_of(t.cta), g * L.H + L.pair(t.cta, t.tx, e, ch)[1]]
+
+
+@T.macro
+def load_biases(L, a, t):
+    """The recurrent biases of each pair's unit into registers, for the whole sequence."""
+    for e in T.unroll(L.UPT):
+        if L.owns_unit(t.tx, e):
+            for g in T.unroll(L.G):
+                t.rbr[t.row, e * L.G + g] = a.rb[L.dir_of(t.cta), g * L.H + L.pair(t.cta, t.tx, e, 0)[1]]
+
+
+@T.macro
+def load_lengths(L, a, t, ch):
+    """Each owned pair's sequence length (clamped to [0, T]) into a register."""
+    for e in T.unroll(L.UPT):
+        if L.owns(t.cta, t.tx, e, ch, a.n_b):
+            t.nv[t.row, e] = valid_steps(a, L.pair(t.cta, t.tx, e, ch)[0])
+
+
+@T.macro
+def fetch(L, a, t, xr, s, ch, with_c):
+    """Load step s's input projection of each owned pair (and C(t-1) when `with_c`) into the
+    register set `xr`. Unguarded, with the time index clamped, so the loads issue at once."""
+    for e in T.unroll(L.UPT):
+        if L.owns(t.cta, t.tx, e, ch, a.n_b):
+            for g in T.unroll(L.G):
+                xr[t.row, e * L.XR + g] = input_at(L, a, t, e, g, ch, T.max(
+                    T.min(time_index(L, L.dir_of(t.cta), s, t.nv[t.row, e]), a.n_t - 1), T.int64(0)))
+            if L.lstm and with_c:
+                xr[t.row, e * L.XR + L.G] = a.yc[L.dir_of(t.cta), L.pair(t.cta, t.tx, e, ch)[0],
+                                                 L.pair(t.cta, t.tx, e, ch)[1]]
+
+
+@T.macro
+def fetch_valid(L, a, t, xr, s):
+    """`fetch` for a resident CTA: only the pairs whose sequence reaches step s load, so the
+    time index needs no clamp (fewer instructions on a step that is all latency)."""
+    for e in T.unroll(L.UPT):
+        if L.owns(t.cta, t.tx, e, L.first_chunk(t.cta), a.n_b):
+            if s < t.nv[t.row, e]:
+                for g in T.unroll(L.G):
+                    xr[t.row, e * L.XR + g] = input_at(L, a, t, e, g, L.first_chunk(t.cta),
+                                                       time_index(L, L.dir_of(t.cta), s, t.nv[t.row, e]))
+
+
+@T.macro
+def chunk_inputs(L, a, t, hs, s, ch, slot, with_c):
+    """A chunk's lengths and step-s inputs into registers, exchange `slot` into `hs`."""
+    load_lengths(L, a, t, ch)
+    fetch(L, a, t, t.xr, s, ch, with_c)
+    load_h(L, a, t, hs, slot, ch)
+
+
+@T.macro
+def advance(L, t, resident_step):
+    """Next step's prefetched input projections become this step's (C(t) stays). A resident
+    CTA swaps the two register sets by step parity instead (no copy, which would wait for
+    the loads at the next step's top): only C(t) moves."""
+    for e in T.unroll(L.UPT):
+        if resident_step:
+            if L.lstm:
+                t.xn[t.row, e * L.XR + L.G] = t.xr[t.row, e * L.XR + L.G]
+        else:
+            for g in T.unroll(L.G):
+                t.xr[t.row, e * L.XR + g] = t.xn[t.row, e * L.XR + g]

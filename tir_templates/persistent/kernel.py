@@ -1,0 +1,192 @@
+"""The persistent recurrence kernel: one launch for the whole sequence, weights held on chip.
+
+Read `cta_program` top to bottom. Each CTA loads its slice of the weights once, then per step:
+    inputs (step s+1's in flight) -> h(t-1) . R -> gates and state update -> publish h(t)
+    -> one barrier across the direction's CTAs
+and finally writes the final states. Who owns which units and rows is `layout.py`; the dot
+products are `dots.py`; the updates `update.py` (and GRU linear_before_reset=0's two kernels);
+the barriers and the exchange of h `exchange.py`. `emulated.py` runs the same macros on the CPU.
+
+Every CTA loads its weights and biases before `griddepcontrol.wait` and touches nothing else
+before it, so the kernel may be launched while the projection GEMM still runs (`early_launch.py`).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm.script import tirx as T
+
+from ..config import Config
+from ..early_launch import allow_next_kernel, wait_for_previous_kernel
+from ..signature import WORKSPACE_WORDS, recurrence_func
+from ..spec import CellSpec
+from .buffers import Args, cta_buffers
+from .checks import check
+from .dot_fma import dot_and_reduce
+from .dots import dot_products, weights_in
+from .exchange import final_state, init_state, load_h, resident_states_out, step_barrier
+from .gru_partial_sums import load_partial_weights, partial_update, publish_partials, reset_from_partials, tile_state
+from .gru_two_phase import candidate_phase, reset_phase
+from .inputs import advance, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
+from .layout import Layout
+from .update import update
+
+
+@T.macro
+def one_step(L, a, t, sm, hs, hs_next, s):
+    """Step s when the CTA's batch rows are one chunk. A resident CTA (`hs_next` not None) reads
+    h(t-1) from `hs` and writes h(t) to `hs_next`; otherwise h(t-1) comes from the exchange buffer."""
+    # step s+1's inputs (in flight all step), h(t-1) into shared memory (a resident CTA has it there)
+    if hs_next is None:
+        fetch(L, a, t, t.xn, s + 1, L.first_chunk(t.cta), False)
+        load_h(L, a, t, hs, s % 2, L.first_chunk(t.cta))
+        T.tvm_storage_sync("shared")
+    else:
+        fetch_valid(L, a, t, t.xn, s + 1)
+    dot_products(L, t, hs, sm.gs, 0)
+    if not L.LANE:
+        T.tvm_storage_sync("shared")
+    update(L, a, t, hs, sm.gs, s, L.first_chunk(t.cta), hs_next)
+    advance(L, t, hs_next is not None)
+    # one barrier per step (it starts with a __syncthreads; a resident CTA needs only that)
+    if hs_next is not None:
+        T.tvm_storage_sync("shared")
+    else:
+        step_barrier(L, a, t.cta, L.barrier_index(s, 1))
+
+
+@T.macro
+def one_chunk_steps(L, a, t, sm):
+    """The CTA's batch rows are one chunk: step s+1's inputs are fetched while step s computes."""
+    load_lengths(L, a, t, L.first_chunk(t.cta))
+    fetch(L, a, t, t.xr, 0, L.first_chunk(t.cta), True)
+    if L.resident:  # h in shared memory for the whole sequence: steps in pairs, hs -> hs2 -> hs
+        load_h(L, a, t, sm.hs, 0, L.first_chunk(t.cta))
+        T.tvm_storage_sync("shared")
+        for s2 in range((a.n_t + 1) // 2):
+            one_step(L, a, t, sm, sm.hs, sm.hs2, 2 * s2)
+            if 2 * s2 + 1 < a.n_t:
+                one_step(L, a, t.swapped(), sm, sm.hs2, sm.hs, 2 * s2 + 1)
+        resident_states_out(L, a, t)
+        T.tvm_storage_sync("shared")  # final_state reads other threads' states
+    else:
+        for s in range(a.n_t):
+            one_step(L, a, t, sm, sm.hs, None, s)
+
+
+@T.macro
+def chunked_steps(L, a, t, sm):
+    """The batch spans chunks: each chunk reloads its lengths, inputs and C(t-1)."""
+    for s in range(a.n_t):
+        for ch in range(L.chunks(a.n_b)):
+            chunk_inputs(L, a, t, sm.hs, s, ch, s % 2, True)
+            T.tvm_storage_sync("shared")
+            dot_products(L, t, sm.hs, sm.gs, 0)
+            if not L.LANE:
+                T.tvm_storage_sync("shared")
+            update(L, a, t, sm.hs, sm.gs, s, ch, None)
+            T.tvm_storage_sync("shared")
+        step_barrier(L, a, t.cta, L.barrier_index(s, 1))
+
+
+@T.macro
+def two_phase_steps(L, a, t, sm):
+    """GRU, linear_before_reset=0: z, r * h(t-1) -> barrier -> candidate, h(t) -> barrier."""
+    for s in range(a.n_t):
+        for ch in range(L.chunks(a.n_b)):
+            chunk_inputs(L, a, t, sm.hs, s, ch, s % 2, False)
+            T.tvm_storage_sync("shared")
+            dot_and_reduce(L, t, sm.hs, sm.gs, 1)
+            T.tvm_storage_sync("shared")
+            reset_phase(L, a, t, sm.hs, sm.gs, s, ch)
+            T.tvm_storage_sync("shared")
+        step_barrier(L, a, t.cta, L.barrier_index(s, 1))
+        for ch in range(L.chunks(a.n_b)):
+            chunk_inputs(L, a, t, sm.hs, s, ch, 2, False)
+            T.tvm_storage_sync("shared")
+            dot_and_reduce(L, t, sm.hs, sm.gs, 2)
+            T.tvm_storage_sync("shared")
+            candidate_phase(L, a, t, sm.gs, s, ch)
+            T.tvm_storage_sync("shared")
+        step_barrier(L, a, t.cta, L.barrier_index(s, 2))
+
+
+@T.macro
+def partial_sum_steps(L, a, t, sm):
+    """GRU, linear_before_reset=0, one barrier a step: r from every CTA's partials, the
+    candidate, h(t), this CTA's partials for the next step."""
+    for s in range(a.n_t):
+        for ch in range(L.chunks(a.n_b)):
+            chunk_inputs(L, a, t, sm.hs, s, ch, s % 2, False)
+            T.tvm_storage_sync("shared")
+            reset_from_partials(L, a, t, sm.hs, sm.rs, s, ch)
+            T.tvm_storage_sync("shared")
+            dot_and_reduce(L, t, sm.rs, sm.gs, 0)
+            T.tvm_storage_sync("shared")
+            partial_update(L, a, t, sm.hs, sm.gs, sm.hm, s, ch)
+            T.tvm_storage_sync("shared")
+            publish_partials(L, a, t, sm.hm, (s + 1) % 2, ch)
+            T.tvm_storage_sync("shared")
+        step_barrier(L, a, t.cta, L.barrier_index(s, 1))
+
+
+@T.macro
+def cta_program(L, a, cta, tx):
+    """One CTA's whole sequence, thread tx's view (the CUDA kernel's body)."""
+    t, sm = T.meta_var(cta_buffers(L, cta, tx))
+    # this lane's slice of its work group's gate rows, in registers for the whole sequence
+    weights_in(L, a, t)
+    load_biases(L, a, t)
+    T.evaluate(wait_for_previous_kernel())  # launched early (PDL): the kernel before has now finished
+    init_state(L, a, t)
+    if L.partial_sums:  # ... and the CTA's columns of R_z, R_r, with step 0's partial sums
+        load_partial_weights(L, a, t)
+        for ch in range(L.chunks(a.n_b)):
+            tile_state(L, a, t, sm.hm, ch)
+            T.tvm_storage_sync("shared")
+            publish_partials(L, a, t, sm.hm, 0, ch)
+            T.tvm_storage_sync("shared")
+    step_barrier(L, a, cta, 1)
+    if L.partial_sums:
+        partial_sum_steps(L, a, t, sm)
+    elif L.one_chunk(a.n_b) and L.phases == 1:
+        one_chunk_steps(L, a, t, sm)
+    elif L.phases == 1:
+        chunked_steps(L, a, t, sm)
+    else:
+        two_phase_steps(L, a, t, sm)
+    final_state(L, a, t)
+
+
+@T.macro
+def cuda_kernel(L, a):
+    """The CUDA kernel: per-call counters zeroed, then every CTA's `cta_program`."""
+    if L.grid:
+        for _zb in T.thread_binding(1, thread="blockIdx.x"):  # per-call barrier counters start at 0
+            for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
+                # launched early (the pass asks only for kernels without a grid barrier, but the
+                # template stays correct): the main kernel may start, and its wait covers the GEMM
+                T.evaluate(allow_next_kernel())
+                T.evaluate(wait_for_previous_kernel())
+                a.ws[zt] = T.uint32(0)
+    if L.cluster:  # each direction is one thread-block cluster, co-scheduled by the hardware
+        for cta in T.thread_binding(L.grid_size(a.n_b), thread="blockIdx.x"):
+            for _rank in T.thread_binding(L.CPD, thread="clusterCtaIdx.x"):
+                for tx in T.thread_binding(L.NT, thread="threadIdx.x"):
+                    cta_program(L, a, cta, tx)
+    else:
+        for cta in T.thread_binding(L.grid_size(a.n_b), thread="blockIdx.x"):
+            for tx in T.thread_binding(L.NT, thread="threadIdx.x"):
+                cta_program(L, a, cta, tx)
+
+
+def persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc:
+    """The CUDA persistent kernel of `spec` under `cfg` (raises UnsupportedLayer)."""
+    check(spec, cfg)
+    L = Layout(spec, cfg)
+
+    @T.macro
+    def body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b):
+        a = T.meta_var(Args(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b))
+        cuda_kernel(L, a)
+
+    return recurrence_func(spec, body, L.SLOTS)

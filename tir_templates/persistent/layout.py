@@ -1,0 +1,201 @@
+"""Who owns what in a persistent kernel: which CTA, thread and lane hold which units, gate rows
+and batch rows.
+
+Plain Python on `CellSpec` and `Config`, no TVMScript: every method builds the same arithmetic on
+ints (the tests) and on TIR expressions (the kernels' thread indices). The upper-case attributes
+are the kernel's compile-time constants, named as in the template's comments (like Triton's
+BLOCK_M):
+
+    H, D, G   hidden units, directions, gates        TW   units per CTA (`tile_units`)
+    WS        lanes per work group (`group_size`)     RPG  gate rows per work group
+    BC        batch rows per chunk                    TH   batch rows per tile (0: no tiles)
+    CPD       CTAs per direction                      NCTA CTAs of one batch tile
+    NT        threads per CTA                         NG   work groups (lanes past NG * WS pad)
+    GTW       gate rows per CTA in the work groups    GATE0 the first of them (2: partial sums)
+    KPL       columns per lane                        DV   a lane's columns come in runs of DV
+    SR, RR    runs in shared memory, in registers     KR   register-held columns per row
+    UG        units per work group (lane updates)     UPT  (batch row, unit) pairs per thread
+    XR        registers per pair: G inputs, C(t-1)    VEC  width of h's vector copies
+    KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
+"""
+from __future__ import annotations
+
+import tvm
+
+from ..config import STATIC_SHARED_BYTES, Config, two_phase
+from ..spec import CellSpec
+
+
+def both(a, b):
+    """`a and b` on Python truth values, a TIR And once either is an expression."""
+    if isinstance(a, bool | int) and isinstance(b, bool | int):
+        return bool(a) and bool(b)
+    return tvm.tirx.And(a, b)
+
+
+class Layout:
+    """The constants and index maps of one (spec, config); `emulate`: the CPU twin's mapping
+    (shared memory in global buffers, no fast math)."""
+
+    def __init__(self, spec: CellSpec, cfg: Config, emulate: bool = False):
+        self.spec, self.cfg, self.emulate = spec, cfg, emulate
+        self.H, self.D, self.G = spec.hidden_size, spec.num_directions, spec.num_gates
+        self.TW, self.WS, self.RPG, self.BC = cfg.tile_units, cfg.group_size, cfg.rows_per_group, cfg.batch_chunk
+        self.partial_sums = cfg.partial_sums(spec)  # GRNN's one-barrier GRU (config.py)
+        self.TH = cfg.batch_tile
+        self.tiled = self.TH > 0
+        self.GATE0 = 2 if self.partial_sums else 0
+        self.GTW = cfg.row_gates(spec) * self.TW
+        self.SLOTS = cfg.exchange_slots(spec)
+        self.PR = cfg.partial_rows(spec)  # rows of R_z, R_r per thread (partial sums)
+        self.CPD = cfg.ctas_per_direction(spec)
+        self.NCTA = self.D * self.CPD
+        self.NT = cfg.threads(spec)
+        self.NG = cfg.groups(spec)
+        self.KPL = self.H // self.WS
+        self.DV = cfg.column_run(spec)
+        self.SR = cfg.smem_runs
+        self.RR = self.KPL // self.DV - self.SR
+        self.KR = self.RR * self.DV
+        self.WDT = cfg.weight_dtype
+        self.lstm = spec.cell == "lstm"
+        self.phases = 2 if two_phase(spec) and not self.partial_sums else 1
+        self.grid = cfg.barrier(spec) == "grid"  # a direction's CTAs meet at a counter in global memory
+        self.cluster = cfg.barrier(spec) == "cluster"  # ... or at the cluster's hardware barrier
+        self.VEC = 4 if self.H % 4 == 0 else 1
+        self.resident = cfg.resident(spec)  # one CTA holds the direction: h stays in shared memory
+        # past 48 KiB, h(t-1) goes to dynamic shared memory (TVM's runtime raises the kernel's limit)
+        self.SMEM = "global" if emulate else ("shared.dyn" if cfg.shared_bytes(spec) > STATIC_SHARED_BYTES
+                                              else "shared")
+        self.LANE = cfg.lane_updates(spec)  # lanes update their units from their own sums
+        self.UG = self.RPG // self.G if self.LANE else 0
+        self.UPT = cfg.updates_per_thread(spec)
+        self.FAST = not emulate  # CUDA's fast sigmoid (the llvm twin keeps expf and division)
+        self.XR = self.G + 1
+        self.MMA = cfg.tensor_cores()
+        self.KS = cfg.k_splits()
+        self.RT = cfg.row_tiles(spec) if self.MMA else 0
+        self.KPW = cfg.k_tiles_per_warp(spec) if self.MMA else 0
+        self.NTL = cfg.n_tiles() if self.MMA else 0
+        self.HS_SHAPE = (cfg.h_rows(), cfg.h_stride(spec))  # the shared copy of h (padded with tensor cores)
+
+    # --- the launch: CTAs, directions, batch tiles ---------------------------------------------
+
+    def grid_size(self, n_b):
+        """CTAs of the launch: a direction's tiles of units, times the batch tiles (if any)."""
+        return self.NCTA * ((n_b + self.TH - 1) // self.TH) if self.tiled else self.NCTA
+
+    def dir_of(self, cta):
+        """Direction of a CTA: CTA = (batch tile * D + direction) * CPD + its tile of units."""
+        return (cta // self.CPD) % self.D if self.tiled else cta // self.CPD
+
+    def first_chunk(self, cta):
+        """The chunk of batch rows a batch-tiled CTA owns (its whole tile); else 0."""
+        return cta // self.NCTA if self.tiled else 0
+
+    def one_chunk(self, n_b):
+        """Whether each CTA's batch rows fit one chunk (then the next step's inputs are prefetched)."""
+        return True if self.tiled else n_b <= self.BC
+
+    def chunks(self, n_b):
+        """Chunks of batch rows a CTA walks through per step."""
+        return (n_b + self.BC - 1) // self.BC
+
+    # --- the states a CTA sets up and reads out --------------------------------------------------
+
+    def own_rows(self, n_b):
+        """How many batch rows (at most) a CTA sets up and reads out the states of."""
+        return self.TH if self.tiled else n_b
+
+    def state_row(self, cta, tx, e):
+        """Batch row of thread tx's e-th (row, unit) slot when setting up or reading out states."""
+        return (e * self.NT + tx) // self.TW + (self.first_chunk(cta) * self.BC if self.tiled else 0)
+
+    def state_unit(self, cta, tx, e):
+        """Unit of thread tx's e-th slot when setting up or reading out states."""
+        return (cta % self.CPD) * self.TW + (e * self.NT + tx) % self.TW
+
+    def owns_state(self, cta, tx, e, n_b):
+        if self.tiled:
+            return both(e * self.NT + tx < self.TH * self.TW, self.state_row(cta, tx, e) < n_b)
+        return e * self.NT + tx < n_b * self.TW
+
+    # --- the (batch row, unit) pairs a thread updates each step ---------------------------------
+
+    def pair(self, cta, tx, e, ch):
+        """(batch row, unit) that thread tx updates in its e-th slot of chunk ch."""
+        if self.LANE:
+            return (ch * self.BC + self.chunk_row(tx, e),
+                    (cta % self.CPD) * self.TW + (tx // self.WS) * self.UG + tx % self.WS % self.UG)
+        q = e * self.NT + tx
+        return ch * self.BC + q // self.TW, (cta % self.CPD) * self.TW + q % self.TW
+
+    def chunk_row(self, tx, e):
+        """The batch row (within its chunk) of thread tx's e-th pair."""
+        return tx % self.WS // self.UG if self.LANE else (e * self.NT + tx) // self.TW
+
+    def owns_unit(self, tx, e):
+        """Whether thread tx's e-th slot is a pair of some batch row (its unit exists)."""
+        if self.LANE:
+            return both(tx // self.WS < self.NG, tx % self.WS < self.UG * self.BC)
+        return e * self.NT + tx < self.BC * self.TW
+
+    def owns(self, cta, tx, e, ch, n_b):
+        """Whether thread tx's e-th slot is a pair of chunk ch whose batch row exists."""
+        return both(self.owns_unit(tx, e), self.pair(cta, tx, e, ch)[0] < n_b)
+
+    # --- the gate rows a lane holds (FMA units) --------------------------------------------------
+
+    def weight_row(self, cta, tx, q):
+        """Row of R (within direction) that register row q of thread tx holds: the group's rows
+        are gate-major, or (lane updates) unit-major, each unit's G gates together."""
+        if self.LANE:
+            gate, unit = q % self.G, (tx // self.WS) * self.UG + q // self.G
+        else:
+            gate, unit = ((tx // self.WS) * self.RPG + q) // self.TW, ((tx // self.WS) * self.RPG + q) % self.TW
+        return (self.GATE0 + gate) * self.H + (cta % self.CPD) * self.TW + unit
+
+    def gate_pos(self, g, jl):
+        """Where gate g of the CTA's unit jl sits in the dot results (`gs`, in work-group order)."""
+        return (jl // self.UG) * self.RPG + (jl % self.UG) * self.G + g if self.LANE else g * self.TW + jl
+
+    def col(self, lane, i, v):
+        """Column of R (and unit of h) that lane `lane` multiplies in its i-th run, element v."""
+        return self.DV * (lane + self.WS * i) + v
+
+    def group_active(self, group_first_row, phase):
+        """Whether a work group computes in `phase`: in the two-phase GRU, groups whose rows are all
+        z/r rows (phase 1) or all candidate rows (phase 2) skip the other phase; mixed groups never do."""
+        if phase == 0 or self.TW % self.RPG:
+            return True
+        return group_first_row // self.TW < 2 if phase == 1 else group_first_row // self.TW >= 2
+
+    # --- the gate rows a warp holds (tensor cores) -----------------------------------------------
+
+    def mma_row_in_tile(self, tx, j):
+        """The CTA's gate row (gate-major) of A-fragment register j of thread tx: its warp's row
+        tile (warps cycle over row tiles first), fragment row lane / 4, +8 for registers 1 and 3."""
+        return (tx // 32 % self.RT) * 16 + tx % 32 // 4 + 8 * (j % 2)
+
+    def mma_row(self, cta, tx, j):
+        """Row of R (within direction) of A-fragment register j of thread tx."""
+        lr = self.mma_row_in_tile(tx, j)
+        return (lr // self.TW) * self.H + (cta % self.CPD) * self.TW + lr % self.TW
+
+    def mma_col(self, tx, i, j):
+        """Column of R of A-fragment register j in the warp's i-th k-tile: lane % 4, +4 for 2 and 3."""
+        return ((tx // 32 // self.RT) * self.KPW + i) * 8 + tx % 4 + 4 * (j // 2)
+
+    # --- steps, barriers and the exchange buffer's slots ----------------------------------------
+
+    def barrier_index(self, s, phase):
+        """Barrier k (k CTAs of a direction have arrived k times) ending `phase` of step s; 1 is init's."""
+        return self.phases * s + phase + 1
+
+    def phase_slot(self, phase, s):
+        """The exchange slot a phase reads: r * h(t-1) in the two-phase GRU's second, else h(t-1)."""
+        return 2 if phase == 2 else s % 2
+
+    def partial_slot(self, parity, gate, cta):
+        """Exchange slot of one CTA's partial sums of gate z (0) or r (1), by step parity."""
+        return 3 + (parity * 2 + gate) * self.CPD + cta % self.CPD

@@ -1,0 +1,64 @@
+"""A step's cell update for LSTM, GRU (linear_before_reset=1) and RNN: each (batch row, unit) of
+the chunk has one owner thread, which applies the cell (`cells.py`) to its gates' sums.
+
+The sums come from the work groups' dot products in shared memory (`gs`), or, with
+`Config.lane_updates`, straight from the lane's own accumulators after the shuffle. GRU with
+linear_before_reset=0 has kernels of its own: `gru_two_phase.py`, `gru_partial_sums.py`.
+"""
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from .. import cells
+from .inputs import time_index
+
+
+def recurrent_parts(L, t, gs, e, bi, jl):
+    """A pair's gate sums plus its recurrent biases. Lane updates on the GPU read the lane's
+    own accumulators (every lane holds the group's sums after the shuffle), picked by lane."""
+    G, BC = L.G, L.BC
+    if L.LANE and not L.emulate:
+        sums = []
+        for g in range(G):
+            v = t.acc[g * BC]
+            for p in range(1, L.UG * BC):  # lane p owns unit p % UG of batch row p // UG
+                v = T.Select(t.tx % L.WS == p, t.acc[((p % L.UG) * G + g) * BC + p // L.UG], v)
+            sums.append(v)
+    else:  # with tensor cores, the column split's partial sums
+        sums = [gs[bi, L.gate_pos(g, jl)] for g in range(G)]
+        for kk in range(1, L.KS):
+            sums = [sums[g] + gs[kk * BC + bi, L.gate_pos(g, jl)] for g in range(G)]
+    return [sums[g] + t.rbr[t.row, e * G + g] for g in range(G)]
+
+
+@T.macro
+def update(L, a, t, hs, gs, s, ch, hs_next):
+    """The owner of each pair keeps C(t) in its register and stores h(t) into Y and `hn`; then
+    into the exchange buffer (and C(t) into yc), or, when `hs_next` is not None (a resident CTA,
+    which needs neither until its last step: `resident_states_out`), into that shared copy of h."""
+    cta, tx = t.cta, t.tx  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
+    for e in T.unroll(L.UPT):
+        if L.owns(cta, tx, e, ch, a.n_b):
+            b, j = L.pair(cta, tx, e, ch)
+            bi = L.chunk_row(tx, e)
+            d = L.dir_of(cta)
+            if s < t.nv[t.row, e]:
+                if L.lstm:
+                    t.xr[t.row, e * L.XR + L.G] = cells.lstm_cell_state(
+                        L.spec, d, cells.gate_slice(t.xr, (t.row,), e * L.XR, 1, L.G),
+                        recurrent_parts(L, t, gs, e, bi, j % L.TW), t.xr[t.row, e * L.XR + L.G],
+                        cells.gate_slice(a.p, (d,), j, L.H, 3), L.FAST)
+                    if hs_next is None:
+                        a.yc[d, b, j] = t.xr[t.row, e * L.XR + L.G]
+                t.hn[t.row, e] = cells.hidden(
+                    L.spec, d, cells.gate_slice(t.xr, (t.row,), e * L.XR, 1, L.G),
+                    recurrent_parts(L, t, gs, e, bi, j % L.TW), hs[bi, j], t.xr[t.row, e * L.XR + L.G],
+                    cells.gate_slice(a.p, (d,), j, L.H, 3), L.FAST)
+                a.y[time_index(L, d, s, t.nv[t.row, e]), d, b, j] = t.hn[t.row, e]
+            else:  # past this sequence's end: state carried, output zero
+                t.hn[t.row, e] = hs[bi, j]
+                a.y[s, d, b, j] = T.float32(0)
+            if hs_next is None:
+                a.hb[(s + 1) % 2, d, b, j] = t.hn[t.row, e]
+            else:
+                hs_next[bi, j] = t.hn[t.row, e]
