@@ -74,40 +74,24 @@ def one_chunk_steps(L, a, t, sm):
 
 
 @T.macro
-def chunked_steps(L, a, t, sm):
-    """The batch spans chunks: each chunk reloads its lengths, inputs and C(t-1)."""
-    for s in range(a.n_t):
-        for ch in range(L.chunks(a.n_b)):
-            chunk_inputs(L, a, t, sm.hs, s, ch, s % 2, True)
+def chunked_phase(L, a, t, sm, s, phase):
+    """Step s's `phase` when the batch spans chunks (each chunk reloads its lengths, inputs and
+    C(t-1)), then the phase's barrier. Phase 0 is the cell's only phase; 1 and 2 are the
+    two-phase GRU's: z and r * h(t-1), then the candidate and h(t) (FMA units only)."""
+    for ch in range(L.chunks(a.n_b)):
+        chunk_inputs(L, a, t, sm.hs, s, ch, L.phase_slot(phase, s), phase == 0)
+        T.tvm_storage_sync("shared")
+        dot_products(L, t, sm.hs, sm.gs, phase)
+        if not L.LANE:
             T.tvm_storage_sync("shared")
-            dot_products(L, t, sm.hs, sm.gs, 0)
-            if not L.LANE:
-                T.tvm_storage_sync("shared")
+        if phase == 0:
             update(L, a, t, sm.hs, sm.gs, s, ch, None)
-            T.tvm_storage_sync("shared")
-        step_barrier(L, a, t.cta, L.barrier_index(s, 1))
-
-
-@T.macro
-def two_phase_steps(L, a, t, sm):
-    """GRU, linear_before_reset=0: z, r * h(t-1) -> barrier -> candidate, h(t) -> barrier."""
-    for s in range(a.n_t):
-        for ch in range(L.chunks(a.n_b)):
-            chunk_inputs(L, a, t, sm.hs, s, ch, s % 2, False)
-            T.tvm_storage_sync("shared")
-            dot_and_reduce(L, t, sm.hs, sm.gs, 1)
-            T.tvm_storage_sync("shared")
+        elif phase == 1:
             reset_phase(L, a, t, sm.hs, sm.gs, s, ch)
-            T.tvm_storage_sync("shared")
-        step_barrier(L, a, t.cta, L.barrier_index(s, 1))
-        for ch in range(L.chunks(a.n_b)):
-            chunk_inputs(L, a, t, sm.hs, s, ch, 2, False)
-            T.tvm_storage_sync("shared")
-            dot_and_reduce(L, t, sm.hs, sm.gs, 2)
-            T.tvm_storage_sync("shared")
+        else:
             candidate_phase(L, a, t, sm.gs, s, ch)
-            T.tvm_storage_sync("shared")
-        step_barrier(L, a, t.cta, L.barrier_index(s, 2))
+        T.tvm_storage_sync("shared")
+    step_barrier(L, a, t.cta, L.barrier_index(s, max(phase, 1)))
 
 
 @T.macro
@@ -150,10 +134,13 @@ def cta_program(L, a, cta, tx):
         partial_sum_steps(L, a, t, sm)
     elif L.one_chunk(a.n_b) and L.phases == 1:
         one_chunk_steps(L, a, t, sm)
-    elif L.phases == 1:
-        chunked_steps(L, a, t, sm)
-    else:
-        two_phase_steps(L, a, t, sm)
+    else:  # the batch spans chunks, or the step has two phases (GRU, linear_before_reset=0)
+        for s in range(a.n_t):
+            if L.phases == 1:
+                chunked_phase(L, a, t, sm, s, 0)
+            else:
+                chunked_phase(L, a, t, sm, s, 1)
+                chunked_phase(L, a, t, sm, s, 2)
     final_state(L, a, t)
 
 
