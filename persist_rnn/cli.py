@@ -167,8 +167,10 @@ def inspect(model, target, tuning_log, shape_opts, const_opts):
     if not layers:
         click.echo("no LSTM / GRU / RNN layers")
     for layer in layers:
-        cfg = f" {layer.config}" if layer.config else ""
-        click.echo(layer.line() + cfg + (f" [{layer.source}]" if layer.source else ""))
+        cfg = f" {layer.config}" if layer.config and not layer.buckets else ""
+        click.echo(layer.line() + cfg + (f" [{layer.source}]" if layer.source and not layer.buckets else ""))
+        for line in layer.bucket_lines():
+            click.echo(line)
 
 
 @main.command()
@@ -176,14 +178,17 @@ def inspect(model, target, tuning_log, shape_opts, const_opts):
 @click.option("--target", default="cuda", show_default=True, help=TARGET_HELP)
 @click.option("--top-k", default=5, show_default=True, help="candidates of the cost model to measure")
 @click.option("--log", "log_path", required=True, type=click.Path(dir_okay=False), help="tuning log to append to")
-def tune(model, target, top_k, log_path):
-    """Measure the cost model's top-K configs of every recurrent layer and log the fastest."""
+@click.option("--batches", help="batch buckets to tune a layer whose batch is symbolic for, comma-separated "
+                                 "bounds (default: the compiler's, 1,2,4,8,16,32,64)")
+def tune(model, target, top_k, log_path, batches):
+    """Measure the cost model's top-K configs of every recurrent layer and log the fastest (for a
+    symbolic batch, of every batch bucket)."""
     from tqdm import tqdm
 
     from .targets import as_target
     from .frontend import from_onnx, load_model
     from .schedule.gpu import present_device
-    from .schedule.planner import plan_layer
+    from .schedule.planner import BATCH_BUCKETS, plan_layer
     from .transform.call_sites import call_site_batches
     from .transform.persistent_rnn import recurrences
 
@@ -191,13 +196,26 @@ def tune(model, target, top_k, log_path):
         _fail(PersistRNNError("tune needs a CUDA GPU; without one, compile uses the cost model's choice"))
     tgt = as_target(target)
     mod = from_onnx(load_model(model), target_kind=tgt.kind.name)
-    batches = call_site_batches(mod, {gv.name_hint for gv, _, _ in recurrences(mod)})
+    static_batches = call_site_batches(mod, {gv.name_hint for gv, _, _ in recurrences(mod)})
+    try:
+        buckets = BATCH_BUCKETS if batches is None else tuple(sorted({int(b) for b in batches.split(",") if b.strip()}))
+    except ValueError:
+        _fail(PersistRNNError(f"--batches: comma-separated whole numbers, got {batches!r}"))
+    if not buckets or buckets[0] < 1:
+        _fail(PersistRNNError(f"--batches: batch sizes of at least 1, got {batches!r}"))
     for gv, _, spec in recurrences(mod):
-        with tqdm(total=top_k, desc=f"{spec.node} ({spec.cell})", unit="config") as bar:
-            plan = plan_layer(spec, tgt, batch=batches.get(gv.name_hint), tuning_log_path=log_path,
-                              top_k=top_k, measure=True, progress=lambda _cfg: bar.update(1))
-        why = f"{plan.time_us:.2f} us/step {plan.config.as_dict()}" if plan.kernel is not None else plan.reason
-        click.echo(f"{spec.node}: {plan.source or 'reference'} {why}")
+        batch = static_batches.get(gv.name_hint)
+        with tqdm(total=top_k * (1 if batch else len(buckets)), desc=f"{spec.node} ({spec.cell})", unit="config") as bar:
+            plan = plan_layer(spec, tgt, batch=batch, tuning_log_path=log_path, top_k=top_k, measure=True,
+                              progress=lambda _cfg: bar.update(1), buckets=buckets)
+        if plan.kernel is None:
+            click.echo(f"{spec.node}: reference ({plan.reason})")
+            continue
+        for row in plan.buckets or [dict(max_batch=batch, config=plan.config.as_dict(), time_us=plan.time_us,
+                                         source=plan.source)]:
+            took = f"{row['time_us']:.2f} us/step " if row["time_us"] else ""
+            at = "" if not plan.buckets else f" B<={row['max_batch']}" if row["max_batch"] else " B rest"
+            click.echo(f"{spec.node}{at}: {row['source']} {took}{row['config']}")
 
 
 @main.command()

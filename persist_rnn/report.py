@@ -6,6 +6,7 @@ import json
 
 import tvm
 
+from tir_templates.config import Config
 from tir_templates.early_launch import EARLY_LAUNCH
 from tir_templates.spec import ATTR_KEY, CellSpec
 
@@ -16,6 +17,15 @@ LOWERING_ATTR = "persist_rnn.lowering"
 REASON_ATTR = "persist_rnn.reason"
 CONFIG_ATTR = "persist_rnn.config"
 SOURCE_ATTR = "persist_rnn.source"
+#: a kernel with one persistent kernel per batch bucket: JSON list of {max_batch, config, source, time_us}
+BUCKETS_ATTR = "persist_rnn.buckets"
+
+
+def kernel_configs(func) -> list[Config]:
+    """The configs of a persistent kernel: one, or one per batch bucket."""
+    if func.attrs is not None and BUCKETS_ATTR in func.attrs:
+        return [Config.from_dict(b["config"]) for b in json.loads(str(func.attrs[BUCKETS_ATTR]))]
+    return [Config.from_dict(json.loads(str(func.attrs[CONFIG_ATTR])))]
 
 
 @dataclasses.dataclass
@@ -32,6 +42,8 @@ class LayerReport:
     config: dict = dataclasses.field(default_factory=dict)
     source: str = ""  # "tuning_log" | "cost_model" | "measured" | ""
     early_launch: bool = False  # starts while the input projection runs (tir_templates.early_launch)
+    #: batch known only at run time: a config per bucket, [{max_batch (None: the rest), config, source, time_us}]
+    buckets: list = dataclasses.field(default_factory=list)
 
     def __getitem__(self, key):
         return getattr(self, key)
@@ -43,8 +55,19 @@ class LayerReport:
         dirs = {1: "1 direction", 2: "2 directions"}[self.directions]
         why = f" ({self.reason})" if self.reason else ""
         early = ", early launch" if self.early_launch else ""
+        buckets = f", {len(self.buckets)} batch buckets" if self.buckets else ""
         return (f"{self.node}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
-                f"{dirs}: {self.lowering}{early}{why}")
+                f"{dirs}: {self.lowering}{early}{buckets}{why}")
+
+    def bucket_lines(self) -> list[str]:
+        """One line per batch bucket: the batches it takes, its config and where it came from."""
+        out, low = [], 1
+        for b in self.buckets:
+            top = b["max_batch"]
+            span = f"B >= {low}" if top is None else f"B {low}" if top == low else f"B {low}-{top}"
+            out.append(f"  {span}: {b['config']} [{b['source']}]")
+            low = (b["max_batch"] or 0) + 1
+        return out
 
 
 def _entry(spec: CellSpec, lowering: str, **kw) -> LayerReport:
@@ -65,7 +88,8 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
             launch = func.attrs.get(EARLY_LAUNCH[0], [])
             out.append(_entry(spec, _attr(func, LOWERING_ATTR, "reference"), reason=_attr(func, REASON_ATTR),
                               config=json.loads(_attr(func, CONFIG_ATTR, "{}")), source=_attr(func, SOURCE_ATTR),
-                              early_launch=EARLY_LAUNCH[1][0] in list(launch)))
+                              early_launch=EARLY_LAUNCH[1][0] in list(launch),
+                              buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]"))))
     if mod.attrs is not None and UNROLLED_ATTR in mod.attrs:
         for text in json.loads(str(mod.attrs[UNROLLED_ATTR])):
             out.append(_entry(CellSpec.from_json(text), "unrolled", reason="unroll=True was asked for"))

@@ -38,8 +38,11 @@ def test_run_check_against_onnxruntime(tmp_path):
 def test_inspect_lines():
     res = _run("inspect", f"{FIX}/torch_classifier.onnx")
     assert res.exit_code == 0
-    lines = [l for l in res.output.splitlines() if l.strip() and not l.startswith("note: ")]
+    lines = [l for l in res.output.splitlines() if l.strip() and not l.startswith(("note: ", "  B"))]
     assert len(lines) == 2 and lines[0].startswith("/lstm/LSTM: LSTM input 12 hidden 16")
+    # the batch is symbolic: a config per batch bucket, from B 1 up to an open-ended last bucket
+    buckets = [l for l in res.output.splitlines() if l.startswith("  B")]
+    assert "batch buckets" in lines[0] and buckets[0].startswith("  B 1") and "B >= " in res.output
     assert "note: onnxslim folded the graph" in res.output  # the front door says what it did
     res = _run("inspect", f"{FIX}/torch_classifier.onnx", "--target", "llvm")
     assert "reference (target llvm: the persistent kernel is CUDA only)" in res.output

@@ -18,6 +18,7 @@ from tir_templates.persistent import (
     persistent_kernel,
     unverified_reason,
 )
+from tir_templates.persistent.buckets import bucketed_kernel
 from tir_templates.spec import CellSpec
 
 from . import tuning_log
@@ -27,6 +28,10 @@ from .measure import measure_configs
 from .space import candidate_configs, most_common_problem, problems_on
 
 
+#: the batch buckets of a layer whose batch is known only at run time
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
 @dataclasses.dataclass
 class Plan:
     kernel: tvm.tirx.PrimFunc | None
@@ -34,6 +39,9 @@ class Plan:
     source: str = ""  # "tuning_log" | "cost_model" | "measured"
     reason: str = ""  # why not persistent
     time_us: float | None = None
+    #: a batch known only at run time: one dict per bucket (max_batch, None for the last; config;
+    #: source; time_us), each bucket's kernel inside `kernel`
+    buckets: list[dict] = dataclasses.field(default_factory=list)
 
 
 def target_arch(target: tvm.target.Target) -> str:
@@ -42,7 +50,11 @@ def target_arch(target: tvm.target.Target) -> str:
 
 
 def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None = None, tuning_log_path=None,
-               config=None, top_k: int = 5, measure=None, progress=None, unverified: bool = False) -> Plan:
+               config=None, top_k: int = 5, measure=None, progress=None, unverified: bool = False,
+               buckets: tuple[int, ...] = BATCH_BUCKETS) -> Plan:
+    """The layer's kernel for `batch`, or, with batch None (known only at run time), one kernel
+    per bucket of `buckets`. `measure`: time the top-K candidates (default: when a GPU is
+    present, and for buckets only when asked, as `persist-rnn tune` does)."""
     if target.kind.name != "cuda":
         return Plan(None, reason=f"target {target.kind.name}: the persistent kernel is CUDA only")
     gpu = gpu_model(target_arch(target))
@@ -52,12 +64,24 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
         if bad:
             return Plan(None, reason="the forced config cannot run: " + "; ".join(bad))
         return _kernel(spec, cfg, "", None)  # forced by the caller: no search
+    if batch is None and buckets:
+        return plan_buckets(spec, target, buckets, tuning_log_path=tuning_log_path, top_k=top_k,
+                            measure=bool(measure), progress=progress, unverified=unverified)
+    plan = choose(spec, target, batch, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
+                  progress=progress, unverified=unverified)
+    return plan if plan.config is None else _kernel(spec, plan.config, plan.source, plan.time_us)
+
+
+def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuning_log_path=None, top_k: int = 5,
+           measure=None, progress=None, unverified: bool = False) -> Plan:
+    """`plan_layer`'s choice of config for one batch, without building the kernel."""
+    gpu = gpu_model(target_arch(target))
     wl = tuning_log.workload(spec, batch, gpu.arch)
     if tuning_log_path:
         rec = tuning_log.lookup(tuning_log_path, wl)
         usable = rec is not None and (unverified or not unverified_reason(spec, rec.config))
         if usable and not problems_on(spec, rec.config, gpu):
-            return _kernel(spec, rec.config, "tuning_log", rec.time_us)
+            return Plan(None, rec.config, "tuning_log", time_us=rec.time_us)
     fitting = candidate_configs(spec, gpu, batch)
     usable = [c for c in fitting if unverified or not unverified_reason(spec, c)]
     ranked = rank(spec, usable, gpu, batch) if batch is not None else rank_for_any_batch(spec, usable, gpu)
@@ -75,16 +99,43 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
     if dev is not None and batch is not None:
         timed = measure_configs(spec, to_measure(ranked, top_k), target, dev, batch, progress=progress)
         best_us, best = timed[0]
-        plan = _kernel(spec, best, "measured", best_us)
+        plan = Plan(None, best, "measured", time_us=best_us)
     else:  # the model has no fitted term for the tensor cores: without measurements, FMA units only
-        plan = _kernel(spec, next((c for _, c in ranked if not c.tensor_cores()), ranked[0][1]), "cost_model", None)
+        plan = Plan(None, next((c for _, c in ranked if not c.tensor_cores()), ranked[0][1]), "cost_model")
     if tuning_log_path:
         tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source))
     return plan
 
 
 #: the batches a layer whose batch is symbolic is planned for: its one config should do well at each
+#: (the fallback when buckets are not asked for)
 ANY_BATCH = (1, 2, 4, 8, 16, 32, 64)
+
+
+def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, ...], *, tuning_log_path=None,
+                 top_k: int = 5, measure: bool = False, progress=None, unverified: bool = False) -> Plan:
+    """One config per batch bucket (batch <= its bound; the last takes every larger batch too),
+    each chosen as for a static build of its bound; neighbours with one config share a kernel. A
+    bucket with no config of its own is served by its neighbour's (every config runs every batch)."""
+    chosen = [(b, choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
+                         progress=progress, unverified=unverified)) for b in sorted(buckets)]
+    usable = [(b, p) for b, p in chosen if p.config is not None]
+    if not usable:
+        return chosen[0][1]
+    merged: list[tuple[int, Plan]] = []
+    for b, p in usable:
+        if merged and merged[-1][1].config == p.config:
+            merged[-1] = (b, merged[-1][1])
+        else:
+            merged.append((b, p))
+    rows = [dict(max_batch=b if i < len(merged) - 1 else None, config=p.config.as_dict(), source=p.source,
+                 time_us=p.time_us) for i, (b, p) in enumerate(merged)]
+    try:
+        kernel = bucketed_kernel(spec, [(r["max_batch"], p.config) for r, (_, p) in zip(rows, merged)])
+    except UnsupportedLayer as err:
+        return Plan(None, reason=str(err))
+    sources = {p.source for _, p in merged}
+    return Plan(kernel, merged[0][1].config, sources.pop() if len(sources) == 1 else "mixed", buckets=rows)
 
 
 def waves(spec: CellSpec, cfg: Config, gpu, batch: int) -> int:

@@ -21,7 +21,6 @@ import json
 import tvm
 from tvm import relax
 
-from tir_templates.config import Config
 from tir_templates.early_launch import EARLY_LAUNCH, supports_early_launch
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
 from tir_templates.reference import reference_scan
@@ -29,7 +28,7 @@ from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
 
 from ..errors import PersistRNNError
-from ..report import CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR
+from ..report import BUCKETS_ATTR, CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR, kernel_configs
 from ..schedule.gpu import gpu_model
 from ..schedule.planner import plan_layer, target_arch
 from ..targets import as_target
@@ -107,7 +106,7 @@ def _independent_ctas(func, spec: CellSpec) -> bool:
     block scheduler around the GEMM's still-running CTAs, several to an SM."""
     if str(func.attrs.get(LOWERING_ATTR, "")) != "persistent":
         return False
-    return Config.from_dict(json.loads(str(func.attrs[CONFIG_ATTR]))).barrier(spec) == "cta"
+    return all(cfg.barrier(spec) == "cta" for cfg in kernel_configs(func))
 
 
 def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None,
@@ -141,8 +140,11 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 new = (plan.kernel.with_attr(LOWERING_ATTR, "persistent")
                        .with_attr(CONFIG_ATTR, json.dumps(plan.config.as_dict()))
                        .with_attr(SOURCE_ATTR, plan.source))
-                if plan.config.exchange_slots(spec) != EXCHANGE_SLOTS:
-                    slots[gv.name_hint] = plan.config.exchange_slots(spec)
+                if plan.buckets:
+                    new = new.with_attr(BUCKETS_ATTR, json.dumps(plan.buckets))
+                need = max(cfg.exchange_slots(spec) for cfg in kernel_configs(new))
+                if need != EXCHANGE_SLOTS:
+                    slots[gv.name_hint] = need
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
         if target.kind.name == "cuda":  # input projections: the tiled GEMM
             todo = list(projections(mod))
