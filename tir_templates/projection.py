@@ -48,24 +48,41 @@ def projection_reference(K: int, N: int) -> tvm.tirx.PrimFunc:
     return func.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N})).with_attr("op_pattern", OPAQUE)
 
 
-def choose_tile(M: int | None, N: int, num_sms: int) -> tuple[int, int, int]:
-    """128 x 128 tiles when their CTAs fill whole waves (two CTAs an SM) to 90% or more, or M is
-    unknown; else 64 x 64, whose many small CTAs balance well, with 4 x 4 thread tiles when even
-    those CTAs would not give every SM one. On the H100 (kernel alone,
+def choose_tile(M: int | None, N: int, num_sms: int) -> tuple[int, int, int] | None:
+    """128 x 128 tiles when their CTAs fill whole waves (two CTAs an SM) to 90% or more; else
+    64 x 64, whose many small CTAs balance well, with 4 x 4 thread tiles when even those CTAs
+    would not give every SM one. None when M is unknown: the kernel then applies this rule to the
+    runtime M (`projection_kernel`). On the H100 (kernel alone,
     docs/data/projection-tiles-h100.jsonl), 64 x 64 beat 128 x 128 for every grid GEMM but
     (1000, 1024) x (1024, 4096) (252 against 215 us), where 256 CTAs of 128 x 128 fill the 264
     slots; 4 x 4 thread tiles won exactly where the 64 x 64 grid has fewer CTAs than SMs
     ((100, 1024) x (1024, 4096): 46.9 against 51.8 us; (100, 64) x (64, 256): 4.2 against 4.6)
     and lost everywhere else (by up to 1.4x)."""
     if M is None:
+        return None
+    if fills_waves(M, N, num_sms):
         return TILES[0]
-    waves = -(-M // 128) * -(-N // 128) / (2 * num_sms)
-    if waves >= 0.9 and waves / -(-waves // 1) >= 0.9:
-        return TILES[0]
-    return TILES[2] if -(-M // 64) * -(-N // 64) < num_sms else TILES[1]
+    return TILES[2] if few_ctas(M, N, num_sms) else TILES[1]
 
 
-def _build(K: int, N: int, tile: tuple[int, int, int], emulate: bool) -> tvm.tirx.PrimFunc:
+def fills_waves(M, N, num_sms):
+    """Whether 128 x 128 CTAs fill whole waves of two CTAs an SM to 90% or more (M an int or a
+    TIR expression): c CTAs, S slots, c >= 0.9 S and c >= 0.9 S ceil(c / S)."""
+    c, slots = (M + 127) // 128 * ((N + 127) // 128), 2 * num_sms
+    return _both(10 * c >= 9 * slots, 10 * c >= 9 * slots * ((c + slots - 1) // slots))
+
+
+def few_ctas(M, N, num_sms):
+    """Whether a 64 x 64 grid has fewer CTAs than SMs (M an int or a TIR expression)."""
+    return (M + 63) // 64 * ((N + 63) // 64) < num_sms
+
+
+def _both(a, b):
+    return (a and b) if isinstance(a, bool) and isinstance(b, bool) else tvm.tirx.And(a, b)
+
+
+def _tile_launch(K: int, N: int, tile: tuple[int, int, int], emulate: bool):
+    """The macro launch(x, w, b, out, n_m) that runs the GEMM with `tile` (serially: `emulate`)."""
     BM, BN, TT = tile
     Q = TT // 4  # 4 x 4 quarters of a thread's block along each side
     BK = 64 // TT  # k-slice per shared-memory round: one x and one w_t vector per thread at TT = 4
@@ -191,12 +208,8 @@ def _build(K: int, N: int, tile: tuple[int, int, int], emulate: bool) -> tvm.tir
                 for t in range(NT):
                     store(out, b, acc, t, by, bx, t, n_m)
 
-    @T.prim_func(private=True)
-    def kernel(x_h: T.handle, w: T.Buffer((K, N), "float32"), b: T.Buffer((N,), "float32"), out_h: T.handle):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
-        n_m = T.int64()
-        x = T.match_buffer(x_h, (n_m, K), "float32")
-        out = T.match_buffer(out_h, (n_m, N), "float32")
+    @T.macro
+    def launch(x, w, b, out, n_m):
         if emulate:
             emulated_blocks(x, w, b, out, n_m)
         else:
@@ -205,14 +218,45 @@ def _build(K: int, N: int, tile: tuple[int, int, int], emulate: bool) -> tvm.tir
                     for t in T.thread_binding(NT, thread="threadIdx.x"):
                         block_program(x, w, b, out, by, bx, t, n_m)
 
-    return kernel.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N, "tile": list(tile)}))
+    return launch
 
 
-def projection_kernel(K: int, N: int, tile: tuple[int, int] = TILES[0]) -> tvm.tirx.PrimFunc:
-    """The tiled CUDA GEMM for x (M, K) @ w_t (K, N) + b."""
-    return _build(K, N, tile, emulate=False)
+def _build(K: int, N: int, tile: tuple[int, int, int] | None, num_sms: int, emulate: bool) -> tvm.tirx.PrimFunc:
+    """The projection PrimFunc with `tile`, or (None) the tile `choose_tile` picks for the runtime M."""
+    if tile is not None:
+        launch = _tile_launch(K, N, tile, emulate)
+    else:  # M known only at run time: each tile's kernel, the host picks one by M
+        big, small, small4 = (_tile_launch(K, N, t, emulate) for t in TILES)
+
+        @T.macro
+        def launch(x, w, b, out, n_m):
+            if fills_waves(n_m, N, num_sms):
+                big(x, w, b, out, n_m)
+            elif few_ctas(n_m, N, num_sms):
+                small4(x, w, b, out, n_m)
+            else:
+                small(x, w, b, out, n_m)
+
+    @T.prim_func(private=True)
+    def kernel(x_h: T.handle, w: T.Buffer((K, N), "float32"), b: T.Buffer((N,), "float32"), out_h: T.handle):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
+        n_m = T.int64()
+        x = T.match_buffer(x_h, (n_m, K), "float32")
+        out = T.match_buffer(out_h, (n_m, N), "float32")
+        launch(x, w, b, out, n_m)
+
+    chosen = list(tile) if tile is not None else f"by rows, {num_sms} SMs"
+    return kernel.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N, "tile": chosen}))
 
 
-def emulated_projection_kernel(K: int, N: int, tile: tuple[int, int] = TILES[0]) -> tvm.tirx.PrimFunc:
+def projection_kernel(K: int, N: int, tile: tuple[int, int, int] | None = TILES[0],
+                      num_sms: int = 132) -> tvm.tirx.PrimFunc:
+    """The tiled CUDA GEMM for x (M, K) @ w_t (K, N) + b; `tile` None: chosen per call from the
+    runtime M by `choose_tile`'s rule for a GPU of `num_sms` SMs."""
+    return _build(K, N, tile, num_sms, emulate=False)
+
+
+def emulated_projection_kernel(K: int, N: int, tile: tuple[int, int, int] | None = TILES[0],
+                               num_sms: int = 132) -> tvm.tirx.PrimFunc:
     """The same tiling run serially on the CPU (llvm): for tests."""
-    return _build(K, N, tile, emulate=True)
+    return _build(K, N, tile, num_sms, emulate=True)

@@ -152,7 +152,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             arch = target_arch(target)
             num_sms = gpu_model(arch).num_sms
             for gv, K, N in todo:
-                mod[gv] = projection_kernel(K, N, choose_tile(rows.get(gv.name_hint), N, num_sms))
+                mod[gv] = projection_kernel(K, N, choose_tile(rows.get(gv.name_hint), N, num_sms), num_sms)
             if supports_early_launch(arch):
                 early = early_launch_safe(mod, layers)
                 for gv, func, spec in list(recurrences(mod)):

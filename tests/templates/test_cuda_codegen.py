@@ -20,7 +20,7 @@ from persist_rnn.schedule.planner import plan_layer
 from persist_rnn.schedule.space import candidate_configs
 from tir_templates.config import Config
 from tir_templates.persistent import persistent_kernel
-from tir_templates.projection import projection_kernel
+from tir_templates.projection import TILES, projection_kernel
 from tir_templates.reference import reference_scan
 from tir_templates.spec import CellSpec
 
@@ -204,7 +204,7 @@ def test_exchange_buffer_loads_are_coherent(cfg, tmp_path):
 
 @pytest.mark.parametrize("K,N,tile,arch", [(1024, 4096, (128, 128, 8), "sm_90"), (64, 192, (64, 64, 8), "sm_90"),
                                           (6, 18, (128, 128, 8), "sm_90"), (1024, 4096, (64, 64, 4), "sm_90"),
-                                          (64, 256, (64, 64, 4), "sm_80")], ids=str)
+                                          (64, 256, (64, 64, 4), "sm_80"), (256, 768, None, "sm_90")], ids=str)
 def test_projection_kernel_compiles_without_spills(K, N, tile, arch, tmp_path):
     """The tiled GEMM: float4 loads where K and N allow them, its accumulators (8 x 8 or 4 x 4) in
     registers; the early launch's trigger compiles for sm_80 too (to nothing)."""
@@ -212,3 +212,5 @@ def test_projection_kernel_compiles_without_spills(K, N, tile, arch, tmp_path):
     assert ("*(float4*)(x_ptr" in source) == (K % 4 == 0)  # global loads of x; shared reads are float4 always
     assert "griddepcontrol.launch_dependents" in source
     assert max(nvcc_stats(source, arch, tmp_path)) == 0
+    if tile is None:  # rows known only at run time: a kernel per tile, the host picks by M
+        assert len(set(re.findall(r"void __launch_bounds__\(\d+\) (\w+)\(", source))) == len(TILES)

@@ -60,7 +60,21 @@ def test_tile_rule():
     assert choose_tile(2000, 1024, 132) == (64, 64, 8)
     assert choose_tile(100, 4096, 132) == (64, 64, 4)  # 128 CTAs of 64 x 64
     assert choose_tile(2000, 256, 132) == (64, 64, 4)
-    assert choose_tile(None, 256, 132) == (128, 128, 8)
+    assert choose_tile(None, 256, 132) is None  # unknown M: the kernel applies the rule per call
+
+
+@pytest.mark.parametrize("M", [37, 300, 500])
+def test_rows_known_only_at_run_time(M):
+    """With M symbolic, one kernel holds every tile and picks by the runtime M as choose_tile
+    would (here for a 2-SM GPU: 4 x 4 thread tiles, 64 x 64, 128 x 128 in turn), and matches."""
+    K, N, sms = 12, 256 if M == 500 else 20, 2
+    assert choose_tile(M, N, sms) == {37: (64, 64, 4), 300: (64, 64, 8), 500: (128, 128, 8)}[M]
+    x, w, b = operands(M, K, N)
+    func = emulated_projection_kernel(K, N, None, num_sms=sms).with_attr("global_symbol", "main")
+    lib = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
+    out = tvm.runtime.tensor(np.full((M, N), np.nan, "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), tvm.runtime.tensor(b), out)
+    np.testing.assert_allclose(out.numpy(), x.astype("float64") @ w + b, rtol=0, atol=1e-4 * np.abs(x @ w).max())
 
 
 @pytest.mark.parametrize("kind", ["cuda", "llvm"])
