@@ -12,6 +12,7 @@ from tvm.script import tirx as T
 
 from .. import cells
 from .inputs import time_index, valid_steps
+from .update import each_owned_pair
 
 
 @T.macro
@@ -71,25 +72,25 @@ def reset_from_partials(L, a, t, hs, rs, s, ch):
 
 
 @T.macro
+def partial_update_pair(L, a, t, e, b, j, bi, d, hs, gs, hm, s):
+    """`partial_update` for one owned pair: batch row b (bi within the chunk), unit j, direction d."""
+    t.xr[t.row, e * L.XR + L.G] = T.float32(0)  # the z partials' sum (GRU has no C(t) here)
+    for c in range(L.CPD):
+        t.xr[t.row, e * L.XR + L.G] = t.xr[t.row, e * L.XR + L.G] + a.hb[L.partial_slot(s % 2, 0, c), d, b, j]
+    if s < t.nv[t.row, e]:
+        t.hn[t.row, e] = cells.gru_blend(
+            L.spec, d, cells.gru_gate(L.spec, d, t.xr[t.row, e * L.XR], t.xr[t.row, e * L.XR + L.G] + a.rb[d, j]),
+            t.xr[t.row, e * L.XR + 2], gs[bi, j % L.TW] + a.rb[d, 2 * L.H + j], hs[bi, j])
+        a.y[time_index(L, d, s, t.nv[t.row, e]), d, b, j] = t.hn[t.row, e]
+    else:
+        t.hn[t.row, e] = hs[bi, j]
+        a.y[s, d, b, j] = T.float32(0)
+    a.hb[(s + 1) % 2, d, b, j] = t.hn[t.row, e]
+    hm[bi, j % L.TW] = t.hn[t.row, e]
+
+
+@T.macro
 def partial_update(L, a, t, hs, gs, hm, s, ch):
     """z of each owned pair from the summed partials, the candidate from the work groups' dot
     products with r * h(t-1), then h(t) as in `update`, also into `hm`."""
-    cta, tx = t.cta, t.tx  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
-    for e in T.unroll(L.UPT):
-        if L.owns(cta, tx, e, ch, a.n_b):
-            b, j = L.pair(cta, tx, e, ch)
-            bi = (e * L.NT + tx) // L.TW
-            d = L.dir_of(cta)
-            t.xr[t.row, e * L.XR + L.G] = T.float32(0)  # the z partials' sum (GRU has no C(t) here)
-            for c in range(L.CPD):
-                t.xr[t.row, e * L.XR + L.G] = t.xr[t.row, e * L.XR + L.G] + a.hb[L.partial_slot(s % 2, 0, c), d, b, j]
-            if s < t.nv[t.row, e]:
-                t.hn[t.row, e] = cells.gru_blend(
-                    L.spec, d, cells.gru_gate(L.spec, d, t.xr[t.row, e * L.XR], t.xr[t.row, e * L.XR + L.G] + a.rb[d, j]),
-                    t.xr[t.row, e * L.XR + 2], gs[bi, j % L.TW] + a.rb[d, 2 * L.H + j], hs[bi, j])
-                a.y[time_index(L, d, s, t.nv[t.row, e]), d, b, j] = t.hn[t.row, e]
-            else:
-                t.hn[t.row, e] = hs[bi, j]
-                a.y[s, d, b, j] = T.float32(0)
-            a.hb[(s + 1) % 2, d, b, j] = t.hn[t.row, e]
-            hm[bi, j % L.TW] = t.hn[t.row, e]
+    each_owned_pair(L, a, t, ch, partial_update_pair, hs, gs, hm, s)

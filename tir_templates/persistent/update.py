@@ -32,33 +32,46 @@ def recurrent_parts(L, t, gs, e, bi, jl):
 
 
 @T.macro
-def update(L, a, t, hs, gs, s, ch, hs_next):
-    """The owner of each pair keeps C(t) in its register and stores h(t) into Y and `hn`; then
-    into the exchange buffer (and C(t) into yc), or, when `hs_next` is not None (a resident CTA,
-    which needs neither until its last step: `resident_states_out`), into that shared copy of h."""
+def each_owned_pair(L, a, t, ch, body, *args):
+    """body(L, a, t, e, b, j, bi, d, *args) for each (batch row b, unit j) of chunk ch that the
+    thread updates (its e-th pair): bi is b's row within the chunk, d the direction."""
     cta, tx = t.cta, t.tx  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
     for e in T.unroll(L.UPT):
         if L.owns(cta, tx, e, ch, a.n_b):
             b, j = L.pair(cta, tx, e, ch)
             bi = L.chunk_row(tx, e)
             d = L.dir_of(cta)
-            if s < t.nv[t.row, e]:
-                if L.lstm:
-                    t.xr[t.row, e * L.XR + L.G] = cells.lstm_cell_state(
-                        L.spec, d, cells.gate_slice(t.xr, (t.row,), e * L.XR, 1, L.G),
-                        recurrent_parts(L, t, gs, e, bi, j % L.TW), t.xr[t.row, e * L.XR + L.G],
-                        cells.gate_slice(a.p, (d,), j, L.H, 3), L.FAST)
-                    if hs_next is None:
-                        a.yc[d, b, j] = t.xr[t.row, e * L.XR + L.G]
-                t.hn[t.row, e] = cells.hidden(
-                    L.spec, d, cells.gate_slice(t.xr, (t.row,), e * L.XR, 1, L.G),
-                    recurrent_parts(L, t, gs, e, bi, j % L.TW), hs[bi, j], t.xr[t.row, e * L.XR + L.G],
-                    cells.gate_slice(a.p, (d,), j, L.H, 3), L.FAST)
-                a.y[time_index(L, d, s, t.nv[t.row, e]), d, b, j] = t.hn[t.row, e]
-            else:  # past this sequence's end: state carried, output zero
-                t.hn[t.row, e] = hs[bi, j]
-                a.y[s, d, b, j] = T.float32(0)
+            body(L, a, t, e, b, j, bi, d, *args)
+
+
+@T.macro
+def update_pair(L, a, t, e, b, j, bi, d, hs, gs, s, hs_next):
+    """`update` for one owned pair: batch row b (bi within the chunk), unit j, direction d."""
+    if s < t.nv[t.row, e]:
+        if L.lstm:
+            t.xr[t.row, e * L.XR + L.G] = cells.lstm_cell_state(
+                L.spec, d, cells.gate_slice(t.xr, (t.row,), e * L.XR, 1, L.G),
+                recurrent_parts(L, t, gs, e, bi, j % L.TW), t.xr[t.row, e * L.XR + L.G],
+                cells.gate_slice(a.p, (d,), j, L.H, 3), L.FAST)
             if hs_next is None:
-                a.hb[(s + 1) % 2, d, b, j] = t.hn[t.row, e]
-            else:
-                hs_next[bi, j] = t.hn[t.row, e]
+                a.yc[d, b, j] = t.xr[t.row, e * L.XR + L.G]
+        t.hn[t.row, e] = cells.hidden(
+            L.spec, d, cells.gate_slice(t.xr, (t.row,), e * L.XR, 1, L.G),
+            recurrent_parts(L, t, gs, e, bi, j % L.TW), hs[bi, j], t.xr[t.row, e * L.XR + L.G],
+            cells.gate_slice(a.p, (d,), j, L.H, 3), L.FAST)
+        a.y[time_index(L, d, s, t.nv[t.row, e]), d, b, j] = t.hn[t.row, e]
+    else:  # past this sequence's end: state carried, output zero
+        t.hn[t.row, e] = hs[bi, j]
+        a.y[s, d, b, j] = T.float32(0)
+    if hs_next is None:
+        a.hb[(s + 1) % 2, d, b, j] = t.hn[t.row, e]
+    else:
+        hs_next[bi, j] = t.hn[t.row, e]
+
+
+@T.macro
+def update(L, a, t, hs, gs, s, ch, hs_next):
+    """The owner of each pair keeps C(t) in its register and stores h(t) into Y and `hn`; then
+    into the exchange buffer (and C(t) into yc), or, when `hs_next` is not None (a resident CTA,
+    which needs neither until its last step: `resident_states_out`), into that shared copy of h."""
+    each_owned_pair(L, a, t, ch, update_pair, hs, gs, s, hs_next)
