@@ -4,12 +4,13 @@
     buffers.py         the buffers the macros share, grouped by role
     inputs.py          a step's inputs into registers
     dots.py            h(t-1) . R: dot_fma.py (FMA units, shuffles), dot_mma.py (3xTF32 tensor cores)
-    update.py          the cell update (LSTM, GRU linear_before_reset=1, RNN)
+    update.py          each owned pair; the cell update (LSTM, GRU linear_before_reset=1, RNN)
     gru_two_phase.py   GRU linear_before_reset=0, two barriers a step
     gru_partial_sums.py  ... and one barrier a step (GRNN's partial sums)
     exchange.py        h between CTAs, the grid and cluster barriers, the final states
     kernel.py          the CUDA kernel, top to bottom
     emulated.py        its CPU twin, for tests without a GPU
+    buckets.py         a kernel per batch bucket behind one signature, for a batch known at run time
     checks.py          which configs the template builds, and which the planner may pick
 """
 from ..config import two_phase
