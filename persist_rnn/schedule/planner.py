@@ -80,7 +80,8 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
     if tuning_log_path:
         rec = tuning_log.lookup(tuning_log_path, wl)
         usable = rec is not None and (unverified or not unverified_reason(spec, rec.config))
-        if usable and not problems_on(spec, rec.config, gpu):
+        settled = rec is not None and (rec.source == "measured" or measure is not True)  # tune re-measures guesses
+        if usable and settled and not problems_on(spec, rec.config, gpu):
             return Plan(None, rec.config, "tuning_log", time_us=rec.time_us)
     fitting = candidate_configs(spec, gpu, batch)
     usable = [c for c in fitting if unverified or not unverified_reason(spec, c)]

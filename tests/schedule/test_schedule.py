@@ -318,3 +318,25 @@ def test_candidates_build_from_a_script_without_a_main_guard(tmp_path):
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split("\n")[:2] == ["main ran", "built 2"]
+
+
+def test_symbolic_batch_gets_a_config_per_bucket_logged_and_reused(tmp_path, monkeypatch):
+    """batch None: a config per bucket, each logged under its bound; a second compile takes them
+    from the log; an explicit measurement (persist-rnn tune) does not settle for those guesses."""
+    from persist_rnn.schedule import planner
+
+    spec = CellSpec("lstm", 128, 128)
+    log = str(tmp_path / "t.jsonl")
+    plan = plan_layer(spec, TARGET, batch=None, tuning_log_path=log, measure=False)
+    assert plan.kernel is not None and plan.buckets and plan.buckets[-1]["max_batch"] is None
+    bounds = [b["max_batch"] for b in plan.buckets[:-1]]
+    assert bounds == sorted(bounds) and all(b in planner.BATCH_BUCKETS for b in bounds)
+    assert sorted(r.workload["batch"] for r in tuning_log.read(log)) == list(planner.BATCH_BUCKETS)
+    again = plan_layer(spec, TARGET, batch=None, tuning_log_path=log, measure=False)
+    assert again.buckets == [{**b, "source": "tuning_log"} for b in plan.buckets]
+    timed = []
+    monkeypatch.setattr(planner, "present_device", lambda: "cuda(0)")
+    monkeypatch.setattr(planner, "measure_configs", lambda spec, configs, target, dev, batch, progress=None:
+                        timed.append(batch) or [(1.0, configs[0])])
+    tuned = plan_layer(spec, TARGET, batch=None, tuning_log_path=log, measure=True, buckets=(1, 8))
+    assert timed == [1, 8] and {b["source"] for b in tuned.buckets} == {"measured"}
