@@ -3,7 +3,8 @@
 Kernel variants not yet run on a GPU are only built when asked for (`unverified`, or a forced
 config), also when a tuning log holds one. Order of preference: a forced config; a matching tuning-log record; the cost model's ranking of
 the pruned space, whose top-K are measured when a GPU is present. Whatever cannot be made
-persistent returns no kernel and the reason, and keeps the reference scan.
+persistent returns no kernel and the reason, and keeps the reference scan. A batch known only at
+run time gets that choice for each batch bucket (`plan_buckets`) and one kernel holding them all.
 """
 from __future__ import annotations
 
