@@ -16,6 +16,7 @@ launches early, while the GEMM before it still runs (tir_templates.early_launch)
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import tvm
@@ -128,12 +129,15 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         check_position(mod, layers)
         mod = relax.transform.FoldConstant()(mod)  # weights sliced from initializers become constants
         batches = call_site_batches(mod, layers)
-        slots = {}
+        slots, plans = {}, {}
         for gv, func, spec in list(recurrences(mod)):
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":
                 continue  # already lowered
-            plan = plan_layer(spec, target, batch=batches.get(gv.name_hint), tuning_log_path=tuning_log,
-                              config=config, top_k=top_k, measure=measure, unverified=unverified)
+            same = (dataclasses.replace(spec, node=""), batches.get(gv.name_hint))  # stacked twins plan once
+            if same not in plans:
+                plans[same] = plan_layer(spec, target, batch=same[1], tuning_log_path=tuning_log, config=config,
+                                         top_k=top_k, measure=measure, unverified=unverified)
+            plan = plans[same]
             if plan.kernel is None:
                 new = reference_scan(spec, target.kind.name).with_attr(REASON_ATTR, plan.reason)
             else:
