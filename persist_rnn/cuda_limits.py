@@ -8,29 +8,12 @@ import tvm
 from tvm import relax
 
 from .errors import PersistRNNError
-
-
-@relax.expr_functor.visitor
-class _Nonzero(relax.PyExprVisitor):
-    def __init__(self):
-        super().__init__()
-        self.found = False
-
-    def visit_call_(self, call):
-        super().visit_call_(call)
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nonzero":
-            self.found |= not isinstance(call.args[0], tvm.ir.expr.Constant)
+from .transform.call_sites import op_calls
 
 
 def _needs_nonzero(mod: tvm.IRModule) -> bool:
     """Whether a Relax function of `mod` calls nonzero on a value that is not a constant."""
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            finder = _Nonzero()
-            finder.visit_expr(func)
-            if finder.found:
-                return True
-    return False
+    return any(not isinstance(call.args[0], tvm.ir.expr.Constant) for _, call in op_calls(mod, "relax.nonzero"))
 
 
 def refuse_unsupported_on_cuda(mod: tvm.IRModule, target: tvm.target.Target) -> None:

@@ -24,6 +24,7 @@ from tvm import te
 from tvm.script import tirx as T
 
 from .early_launch import allow_next_kernel
+from .persistent.layout import both
 
 #: function attribute of a projection, reference or kernel: {"K": ..., "N": ...}
 PROJECTION_ATTR = "persist_rnn.projection"
@@ -69,16 +70,12 @@ def fills_waves(M, N, num_sms):
     """Whether 128 x 128 CTAs fill whole waves of two CTAs an SM to 90% or more (M an int or a
     TIR expression): c CTAs, S slots, c >= 0.9 S and c >= 0.9 S ceil(c / S)."""
     c, slots = (M + 127) // 128 * ((N + 127) // 128), 2 * num_sms
-    return _both(10 * c >= 9 * slots, 10 * c >= 9 * slots * ((c + slots - 1) // slots))
+    return both(10 * c >= 9 * slots, 10 * c >= 9 * slots * ((c + slots - 1) // slots))
 
 
 def few_ctas(M, N, num_sms):
     """Whether a 64 x 64 grid has fewer CTAs than SMs (M an int or a TIR expression)."""
     return (M + 63) // 64 * ((N + 63) // 64) < num_sms
-
-
-def _both(a, b):
-    return (a and b) if isinstance(a, bool) and isinstance(b, bool) else tvm.tirx.And(a, b)
 
 
 def _tile_launch(K: int, N: int, tile: tuple[int, int, int], emulate: bool):

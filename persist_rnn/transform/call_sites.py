@@ -15,28 +15,34 @@ _CALL_TIR = "relax.call_tir"
 
 
 @relax.expr_functor.visitor
-class _CallTIRCollector(relax.PyExprVisitor):
-    def __init__(self):
+class _OpCalls(relax.PyExprVisitor):
+    def __init__(self, op_name: str):
         super().__init__()
-        self.calls = []
+        self.op_name, self.calls = op_name, []
 
     def visit_call_(self, call):
         super().visit_call_(call)
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == _CALL_TIR and isinstance(call.args[0], relax.GlobalVar):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == self.op_name:
             self.calls.append(call)
+
+
+def op_calls(mod: tvm.IRModule, op_name: str):
+    """(Relax function, call) of every call to the Relax op `op_name` ("relax.matmul"), in every
+    Relax function of `mod`, at any depth."""
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            collector = _OpCalls(op_name)
+            collector.visit_expr(func)
+            for call in collector.calls:
+                yield func, call
 
 
 def call_tir_sites(mod: tvm.IRModule, callees=None):
     """(Relax function, call_tir) of every call_tir whose callee's name is in `callees` (all
     callees if None)."""
-    for func in mod.functions.values():
-        if not isinstance(func, relax.Function):
-            continue
-        collector = _CallTIRCollector()
-        collector.visit_expr(func)
-        for call in collector.calls:
-            if callees is None or call.args[0].name_hint in callees:
-                yield func, call
+    for func, call in op_calls(mod, _CALL_TIR):
+        if isinstance(call.args[0], relax.GlobalVar) and (callees is None or call.args[0].name_hint in callees):
+            yield func, call
 
 
 def call_args(call) -> list:

@@ -29,6 +29,7 @@ from tvm import relax
 from tir_templates.spec import Activation, CellSpec
 
 from ..frontend.canonical import call_scan, full_lengths
+from .call_sites import op_calls
 
 
 @dataclasses.dataclass
@@ -502,27 +503,10 @@ class _Rewriter(relax.PyExprMutator):
             self.set_var_remap(chain[-1].c_new, self.builder_.emit(relax.op.reshape(y_c, chain[-1].c_new.ty.shape)))
 
 
-@relax.expr_functor.visitor
-class _FindsMatmul(relax.PyExprVisitor):
-    def __init__(self):
-        super().__init__()
-        self.found = False
-
-    def visit_call_(self, call):
-        super().visit_call_(call)
-        self.found |= isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul"
-
-
 def _has_matmul(mod: tvm.IRModule) -> bool:
     """Whether any Relax function still calls relax.matmul: a cell needs one, and after
     LegalizeOps none is left, so the pass skips the (costly) constant folding."""
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            finder = _FindsMatmul()
-            finder.visit_expr(func)
-            if finder.found:
-                return True
-    return False
+    return any(True for _ in op_calls(mod, "relax.matmul"))
 
 
 def MatchCells(target_kind: str = "llvm") -> tvm.ir.transform.Pass:
