@@ -7,7 +7,7 @@ import json
 import tvm
 
 from tir_templates.config import Config
-from tir_templates.early_launch import EARLY_LAUNCH
+from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH
 from tir_templates.spec import ATTR_KEY, CellSpec
 
 from .frontend.importer import UNROLLED_ATTR
@@ -42,6 +42,7 @@ class LayerReport:
     config: dict = dataclasses.field(default_factory=dict)
     source: str = ""  # "tuning_log" | "cost_model" | "measured" | ""
     early_launch: bool = False  # starts while the input projection runs (tir_templates.early_launch)
+    cooperative_launch: bool = False  # a grid barrier: launched whole or not at all, never a hang
     #: batch known only at run time: a config per bucket, [{max_batch (None: the rest), config, source, time_us}]
     buckets: list = dataclasses.field(default_factory=list)
 
@@ -54,7 +55,7 @@ class LayerReport:
     def line(self) -> str:
         dirs = {1: "1 direction", 2: "2 directions"}[self.directions]
         why = f" ({self.reason})" if self.reason else ""
-        early = ", early launch" if self.early_launch else ""
+        early = ", early launch" if self.early_launch else ", cooperative launch" if self.cooperative_launch else ""
         buckets = f", {len(self.buckets)} batch buckets" if self.buckets else ""
         return (f"{self.node}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
                 f"{dirs}: {self.lowering}{early}{buckets}{why}")
@@ -89,6 +90,7 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
             out.append(_entry(spec, _attr(func, LOWERING_ATTR, "reference"), reason=_attr(func, REASON_ATTR),
                               config=json.loads(_attr(func, CONFIG_ATTR, "{}")), source=_attr(func, SOURCE_ATTR),
                               early_launch=EARLY_LAUNCH[1][0] in list(launch),
+                              cooperative_launch=COOPERATIVE_LAUNCH[1][0] in list(launch),
                               buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]"))))
     if mod.attrs is not None and UNROLLED_ATTR in mod.attrs:
         for text in json.loads(str(mod.attrs[UNROLLED_ATTR])):

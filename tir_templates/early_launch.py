@@ -14,6 +14,9 @@ from tvm.script import tirx as T
 
 #: the attribute (key, value) that asks TVM's runtime for the early launch ("programtic" sic)
 EARLY_LAUNCH = ("tirx.kernel_launch_params", ["tirx.use_programtic_dependent_launch"])
+#: the attribute that asks for a cooperative launch (all CTAs resident at once, or a launch error);
+#: TVM's runtime takes one of the two flags, the early launch first, so a kernel gets one or the other
+COOPERATIVE_LAUNCH = ("tirx.kernel_launch_params", ["tirx.use_cooperative_launch"])
 #: the first architecture with griddepcontrol
 MIN_SM = 90
 

@@ -22,7 +22,7 @@ import json
 import tvm
 from tvm import relax
 
-from tir_templates.early_launch import EARLY_LAUNCH, supports_early_launch
+from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH, supports_early_launch
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
@@ -110,12 +110,26 @@ def _independent_ctas(func, spec: CellSpec) -> bool:
     return all(cfg.barrier(spec) == "cta" for cfg in kernel_configs(func))
 
 
+def _needs_cooperative_launch(func, spec: CellSpec) -> bool:
+    """Whether `func` is a persistent kernel with a grid barrier in some bucket. Its CTAs spin
+    until every CTA of their direction has arrived, so all of them must be on the GPU at once.
+    The planner never launches more CTAs than SMs, but another kernel (a second stream, another
+    process under MPS) can hold SMs, and a CTA that cannot be placed never arrives. A cooperative
+    launch is placed whole or not at all (cuLaunchCooperativeKernel), so it never hangs there.
+    Cluster barriers need no such launch (the hardware places a cluster whole), nor do CTAs that
+    wait for no one."""
+    if str(func.attrs.get(LOWERING_ATTR, "")) != "persistent":
+        return False
+    return any(cfg.barrier(spec) == "grid" for cfg in kernel_configs(func))
+
+
 def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None,
-                  unverified=False) -> tvm.ir.transform.Pass:
+                  unverified=False, cooperative=True) -> tvm.ir.transform.Pass:
     """The pass. `config` forces one schedule config (a dict or Config) for every layer;
     `tuning_log` is a JSON-lines path whose records are reused; `measure` (default: when a GPU is
     present) times the cost model's top_k candidates; `unverified` lets the planner pick kernel
-    variants that have not yet run on a GPU."""
+    variants that have not yet run on a GPU; `cooperative` (default) launches grid-barrier kernels
+    cooperatively (see `_needs_cooperative_launch`; off only to measure what it costs)."""
     target = as_target(target)
 
     @tvm.ir.transform.module_pass(opt_level=0, name="PersistentRNN")
@@ -157,11 +171,12 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             num_sms = gpu_model(arch).num_sms
             for gv, K, N in todo:
                 mod[gv] = projection_kernel(K, N, choose_tile(rows.get(gv.name_hint), N, num_sms), num_sms)
-            if supports_early_launch(arch):
-                early = early_launch_safe(mod, layers)
-                for gv, func, spec in list(recurrences(mod)):
-                    if gv.name_hint in early and _independent_ctas(func, spec):
-                        mod[gv] = func.with_attr(*EARLY_LAUNCH)
+            early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
+            for gv, func, spec in list(recurrences(mod)):
+                if gv.name_hint in early and _independent_ctas(func, spec):
+                    mod[gv] = func.with_attr(*EARLY_LAUNCH)
+                elif cooperative and _needs_cooperative_launch(func, spec):
+                    mod[gv] = func.with_attr(*COOPERATIVE_LAUNCH)
         return _resize_exchange(mod, slots) if slots else mod
 
     return _pass

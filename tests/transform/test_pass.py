@@ -142,3 +142,34 @@ def test_early_launch_only_where_safe():
         False, False, True, True, True]
     source = cuda_source(tvm.compile(out, target=CUDA).mod)
     assert source.count("griddepcontrol.wait") == 1 and source.count("griddepcontrol.launch_dependents") == 1
+
+
+def _cooperative(mod) -> dict:
+    """Kernel name -> whether it asks TVM's runtime for a cooperative launch (and the report says so)."""
+    coop = {name: "tirx.use_cooperative_launch" in list(f.attrs.get("tirx.kernel_launch_params", []))
+            for name, f in _kernels(mod).items()}
+    assert sorted(coop.values()) == sorted(r.cooperative_launch for r in layer_report(mod))
+    assert all((", cooperative launch" in r.line()) == r.cooperative_launch for r in layer_report(mod))
+    return coop
+
+
+def test_grid_barrier_kernels_launch_cooperatively():
+    """CTAs that spin at a grid barrier must all be resident: such kernels (and only those) are
+    launched cooperatively, on every arch, unless the pass is told not to; a bucketed kernel with
+    one grid bucket is launched so in every bucket."""
+    model, _ = make_model(LayerCase(op="LSTM", hidden_size=32, input_size=16, batch=1))
+    grid, resident = Config(8, 8, 4, 1), Config(32, 4, 8, 1)
+    cluster = Config(8, 8, 4, 1, cluster=True)
+    sm80 = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
+    for target in (CUDA, sm80):
+        assert list(_cooperative(PersistentRNN(target, config=grid)(from_onnx(model))).values()) == [True]
+    assert list(_cooperative(PersistentRNN(CUDA, config=resident)(from_onnx(model))).values()) == [False]
+    assert list(_cooperative(PersistentRNN(CUDA, config=cluster)(from_onnx(model))).values()) == [False]
+    assert list(_cooperative(PersistentRNN(CUDA, config=grid, cooperative=False)(from_onnx(model))).values()) == [
+        False]
+    big, _ = make_model(LayerCase(op="LSTM", hidden_size=1024, input_size=64, batch=1, dynamic=True))
+    out = PersistentRNN(CUDA, measure=False)(from_onnx(big))
+    [report] = layer_report(out)
+    assert report.buckets and any(b["config"]["cluster"] is False for b in report.buckets)
+    assert list(_cooperative(out).values()) == [True]
+    tvm.compile(PersistentRNN(CUDA, config=grid)(from_onnx(model)), target=CUDA)
