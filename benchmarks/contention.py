@@ -59,8 +59,9 @@ def _inputs(compiled, seed=0):
     return feeds
 
 
-def _worker(path, case, calls):
-    """Child process: run `case` with the library at `path`; print one JSON line."""
+def _worker(path, case, calls, start_at=0.0):
+    """Child process: run `case` with the library at `path` (from wall-clock time `start_at`, so
+    that processes overlap); print one JSON line."""
     import threading
 
     import torch
@@ -75,19 +76,26 @@ def _worker(path, case, calls):
 
     def loop(tag):
         stream = torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            for k in range(calls):
-                outs = compiled.run(feeds)
-                if k % 20 == 19 or k == calls - 1:
-                    stream.synchronize()
-                    err = max(float((o - w).abs().max()) for o, w in zip(outs, want))
-                    if err > 1e-5:
-                        bad.append((tag, k, err))
-        stream.synchronize()
-        done.append(tag)
+        try:
+            with torch.cuda.stream(stream):
+                for k in range(calls):
+                    outs = compiled.run(feeds)
+                    if k % 20 == 19 or k == calls - 1:
+                        stream.synchronize()
+                        err = max(float((o - w).abs().max()) for o, w in zip(outs, want))
+                        if err > 1e-5:
+                            bad.append((tag, k, err))
+            stream.synchronize()
+            done.append(tag)
+        except Exception as err:  # a trapped barrier surfaces here
+            bad.append((tag, "error", f"{type(err).__name__}: {str(err)[:200]}"))
 
+    time.sleep(max(0.0, start_at - time.time()))
     start = time.perf_counter()
-    if case == "streams":
+    if case == "streams_unordered":  # what the stream order prevents (persist_rnn.stream_order)
+        import contextlib
+        persist_rnn.runtime.ordered_after_other_streams = lambda torch: contextlib.nullcontext()
+    if case.startswith("streams"):
         threads = [threading.Thread(target=loop, args=(t,)) for t in range(2)]
         for t in threads:
             t.start()
@@ -95,7 +103,7 @@ def _worker(path, case, calls):
             t.join()
     else:
         loop(0)
-    print(json.dumps({"calls_done": len(done), "wrong": bad[:5], "seconds": time.perf_counter() - start}))
+    print(json.dumps({"threads": 2 if case.startswith("streams") else 1, "threads_done": len(done), "wrong": bad[:5], "seconds": time.perf_counter() - start}))
 
 
 def _busy(seconds):
@@ -120,7 +128,7 @@ def _child(args, env=None, limit=LIMIT_S):
     last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
     if proc.returncode == 0 and last:
         got = json.loads(last[0])
-        ok = got["calls_done"] >= 1 and not got["wrong"]
+        ok = got["threads_done"] == got["threads"] and not got["wrong"]
         return {"outcome": "ok" if ok else "wrong", **got}
     tail = (proc.stderr or "").strip().splitlines()[-3:]
     return {"outcome": "error", "rc": proc.returncode, "stderr": tail, "seconds": time.perf_counter() - start}
@@ -140,7 +148,8 @@ def _stop_mps(env):
 
 def _cases(libs, emit):
     for name, path in libs.items():
-        emit({"case": "streams", "launch": name, **_child(["--worker", path, "--case", "streams", "--calls", "200"])})
+        for case in ("streams", "streams_unordered"):
+            emit({"case": case, "launch": name, **_child(["--worker", path, "--case", case, "--calls", "200"])})
         busy = subprocess.Popen([sys.executable, __file__, "--busy", "60"])
         time.sleep(5)
         emit({"case": "busy", "launch": name, **_child(["--worker", path, "--case", "one", "--calls", "200"])})
@@ -154,7 +163,9 @@ def _cases(libs, emit):
         return
     try:
         for name, path in libs.items():
-            procs = [subprocess.Popen([sys.executable, __file__, "--worker", path, "--case", "one", "--calls", "200"],
+            start_at = str(time.time() + 20)  # both loaded by then
+            procs = [subprocess.Popen([sys.executable, __file__, "--worker", path, "--case", "one", "--calls", "1000",
+                                       "--start-at", start_at],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
                      for _ in range(2)]
             results = []
@@ -222,12 +233,13 @@ def main():
     ap.add_argument("--case", default="one")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--busy", type=float)
+    ap.add_argument("--start-at", type=float, default=0.0)
     ap.add_argument("--skip-cost", action="store_true")
     args = ap.parse_args()
     if args.busy:
         return _busy(args.busy)
     if args.worker:
-        return _worker(args.worker, args.case, args.calls)
+        return _worker(args.worker, args.case, args.calls, args.start_at)
     out = open(args.out, "a")
 
     def emit(row):

@@ -16,6 +16,7 @@ from tvm import relax
 
 from .errors import PersistRNNError
 from .report import LayerReport
+from .stream_order import ordered_after_other_streams
 
 
 @dataclasses.dataclass
@@ -76,12 +77,16 @@ def _from_dlpack(name: str, value) -> tvm.runtime.Tensor:
         return aligned
 
 
+@contextlib.contextmanager
 def _framework_stream(framework, dev):
     """TVM launches on torch's current stream (and into a torch.cuda.graph capture) when the inputs
-    are torch CUDA tensors, so that the call is ordered with the user's torch work."""
+    are torch CUDA tensors, so that the call is ordered with the user's torch work, and after the
+    last call on any other stream (stream_order: the VM's memory pool is not stream-aware)."""
     if framework is not None and framework.__name__ == "torch" and dev.dlpack_device_type() == 2:
-        return tvm_ffi.use_torch_stream()
-    return contextlib.nullcontext()
+        with tvm_ffi.use_torch_stream(), ordered_after_other_streams(framework):
+            yield
+    else:
+        yield
 
 
 class CompiledModel:
