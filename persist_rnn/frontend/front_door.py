@@ -9,6 +9,7 @@ much of it ("Dynamic pads are not supported yet"). Before the import:
    inlined), dead nodes. Chosen over onnxsim (a compiled extension, and it fixes symbolic dims
    it cannot keep) and onnxoptimizer (no constant folding): onnxslim is pure Python, keeps
    symbolic dims symbolic, and made both static silero-vad variants importable as shipped.
+3. `Loop` and `Scan` over time become one recurrent node or unrolled steps (frontend.loops).
 What was pinned and folded is returned as notes, which `report_notes()` of the compiled model and
 the CLI print.
 """
@@ -19,6 +20,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..errors import PersistRNNError
+from .loops import rewrite_loops
 
 
 def _graph_input(model: onnx.ModelProto, name: str, what: str):
@@ -89,4 +91,7 @@ def prepare(model: onnx.ModelProto, shapes=None, constants=None, simplify=True) 
     if simplify:
         work, folded = fold(work)
         notes += folded
-    return work, notes
+    looped = rewrite_loops(work)
+    if looped and simplify:  # unrolled steps carry shape arithmetic of their own
+        work, _ = fold(work)
+    return work, notes + looped

@@ -89,9 +89,11 @@ class _Block:
             if split is not None and int(split.attrs.axis) in last:
                 return split.args[0], int(v.index)
         sl = self.op(e, "strided_slice")
-        if sl is not None and len(sl.args) == 4:  # data, axes, begin, end (no strides)
-            axes, begin, end = ([int(f.value) if hasattr(f, "value") else int(f) for f in a.fields] for a in sl.args[1:4])
-            if len(axes) == 1 and axes[0] in last and end[0] - begin[0] == width and begin[0] % width == 0:
+        if sl is not None and len(sl.args) in (4, 5):  # data, axes, begin, end[, strides]
+            axes, begin, end, *strides = ([int(f.value) if hasattr(f, "value") else int(f) for f in a.fields]
+                                          for a in sl.args[1:])
+            if (len(axes) == 1 and axes[0] in last and end[0] - begin[0] == width and begin[0] % width == 0
+                    and all(s == [1] for s in strides)):
                 return sl.args[0], begin[0] // width
         return None
 
