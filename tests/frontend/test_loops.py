@@ -1,6 +1,6 @@
 """ONNX Loop and Scan over time (frontend.loops): as one recurrent node, unrolled, or refused.
 
-The scripted-torch fixtures were exported on the GPU box (tests/fixtures/make_loop_fixtures.py,
+The scripted-torch fixtures were exported on the GPU box (tests/fixtures/loops/make_loop_fixtures.py,
 torch 2.11, TorchScript exporter): each holds its inputs and torch's outputs. The Scan and
 non-cell Loop models are written here with onnx.helper. Every compiled answer is checked against
 ONNX Runtime (and torch where it exported), fp32 within 1e-4 of the output scale.
@@ -18,7 +18,7 @@ from persist_rnn.errors import PersistRNNError
 from persist_rnn.frontend.front_door import prepare
 from persist_rnn.testing import max_rel_error, ort_run
 
-FIXTURES = "tests/fixtures/"
+FIXTURES = "tests/fixtures/loops/"
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
 RNG = np.random.default_rng(0)
 
@@ -199,6 +199,33 @@ def test_a_loop_that_may_stop_early_is_refused():
 
 
 def test_a_loop_in_a_model_without_loops_changes_nothing():
-    model, _, _ = _fixture("torch_lstmcell_loop")
+    model = onnx.load("tests/fixtures/torch_lstmcell_loop.onnx")
     work, notes = prepare(model, simplify=False)
     assert not any("Loop" in n for n in notes) and len(work.graph.node) == len(model.graph.node)
+
+
+def _gpu_cases():
+    lstmcell, lstm_feeds, lstm_want = _fixture("torch_scripted_lstmcell")
+    hand, hand_feeds, hand_want = _fixture("torch_scripted_hand_lstm")
+    scan_feeds = {"X": RNG.standard_normal((7, 3, 5)).astype("float32"),
+                  "h0": RNG.standard_normal((3, 8)).astype("float32")}
+    rnn_feeds = {"X": RNG.standard_normal((6, 2, 5)).astype("float32"),
+                 "h0": RNG.standard_normal((2, 8)).astype("float32")}
+    return {
+        "scripted-lstmcell": (lstmcell, lstm_feeds, lstm_want, {}),
+        "scripted-hand-lstm": (hand, hand_feeds, hand_want, {"shapes": {"x": (6, 3, 10)}}),
+        "scan-gru": (_scan_gru_model(), scan_feeds, None, {}),
+        "scan-rnn-cell": (_scan_rnn_cell_model(6, reverse=True), rnn_feeds, None, {}),
+    }
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["scripted-lstmcell", "scripted-hand-lstm", "scan-gru", "scan-rnn-cell"])
+def test_loops_are_persistent_and_match_on_gpu(case):
+    model, feeds, want, pins = _gpu_cases()[case]
+    compiled = persist_rnn.compile(model, "cuda", **pins)
+    assert [r.lowering for r in compiled.report()] == ["persistent"]
+    got = compiled.run(feeds)
+    assert max_rel_error(got, ort_run(model, feeds)) <= 1e-4
+    if want is not None:
+        assert max_rel_error(got, want) <= 1e-4
