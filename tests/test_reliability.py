@@ -67,3 +67,25 @@ def test_a_log_that_cannot_be_written_warns_and_the_compile_goes_on(tmp_path):
     with pytest.warns(UserWarning, match="cannot be written"):
         plan = plan_layer(CellSpec("lstm", 16, 32), cuda, batch=4, tuning_log_path=str(unwritable), measure=False)
     assert plan.kernel is not None and plan.source == "cost_model"
+
+
+@pytest.mark.parametrize("name", ["T=1", "T=20000", "B=4096", "lengths-all-zero", "B=0"])
+def test_sizes_at_the_edges_on_cpu(name, size_model_llvm):
+    """Each edge size through one compiled model (symbolic T and B) matches ONNX Runtime; B=0,
+    which aborts ONNX Runtime's process, gives empty outputs."""
+    from persist_rnn.size_cases import empty_outputs, size_feeds
+    from persist_rnn.testing import ort_run
+
+    model, compiled = size_model_llvm
+    feeds = size_feeds(name)
+    got = compiled.run(feeds)
+    want = empty_outputs(feeds) if name == "B=0" else ort_run(model, feeds)
+    assert max_rel_error(got, want) <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def size_model_llvm():
+    from persist_rnn.size_cases import size_model
+
+    model = size_model()
+    return model, compile_model(model, "llvm")

@@ -1,0 +1,39 @@
+"""The sizes at the edges on the GPU (marked gpu; docs/reliability.md): T=1, T=20,000, B=4,096,
+all-zero sequence_lens and B=0 through one persistent kernel with symbolic T and B. Each matches
+ONNX Runtime (B=0, which aborts ONNX Runtime, gives empty outputs) or is refused with a clear
+error; none hangs."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import persist_rnn
+from persist_rnn.errors import PersistRNNError
+from persist_rnn.size_cases import CASES, empty_outputs, size_feeds, size_model
+from persist_rnn.testing import max_rel_error, ort_run
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    model = size_model()
+    return model, persist_rnn.compile(model, "cuda")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_sizes_at_the_edges_on_gpu(name, compiled):
+    model, built = compiled
+    assert [r.lowering for r in built.report()] == ["persistent"]
+    feeds = size_feeds(name)
+    start = time.perf_counter()
+    try:
+        got = built.run(feeds)
+    except PersistRNNError as err:  # a refusal must name the input
+        pytest.fail(f"refused: {err}") if "B=0" not in name else None
+        assert "'X'" in str(err) or "batch" in str(err), err
+        return
+    print(f"{name}: {time.perf_counter() - start:.3f} s")
+    want = empty_outputs(feeds) if name == "B=0" else ort_run(model, feeds)
+    assert max_rel_error(got, want) <= 1e-4
