@@ -10,6 +10,8 @@ hands the node to TVM's converter unchanged.
 - BatchNormalization in training mode: TVM normalises with the running statistics; refused.
 - ConvTranspose with `output_shape`: TVM ignores it; written as the pads and output_padding that
   ONNX's formula gives, or refused where those do not exist.
+- Pad with pads computed at run time (from a symbolic length): TVM refuses ("Dynamic pads are not
+  supported yet"); computed here as one gather-like loop over the output, every mode and sign.
 """
 from __future__ import annotations
 
@@ -134,5 +136,76 @@ class ConvTranspose(_Stand):
         return tvm_impl(bb, inputs, attr, params)
 
 
+def _as_prim_values(bb, values, count, prefix):
+    """`count` int64 PrimExprs from a ShapeExpr, or from an int64 tensor read at run time."""
+    if isinstance(values, relax.ShapeExpr):
+        return list(values.values)
+    as_shape = bb.emit(relax.Call(relax.ExternFunc("vm.builtin.tensor_to_shape"), [values],
+                                  ty_args=[relax.ShapeType(ndim=count)]))
+    out = [tvm.tirx.Var(f"{prefix}{i}", "int64") for i in range(count)]
+    bb.match_cast(as_shape, relax.ShapeType(out))
+    return out
+
+
+def _pad_loop(x, before, after, mode, value):
+    """out[i] = x[i - before] where that is inside x, else `value` (constant; a number or a 0-d or
+    1-element tensor), the nearest border element (edge), the mirror image without repeating the
+    border (reflect) or x read cyclically (wrap). A negative pad crops, as ONNX says; reflect
+    needs pads below the extent, as in ONNX Runtime."""
+    n = [tvm.tirx.Cast("int64", d) for d in x.shape]
+    zero, one = tvm.tirx.IntImm("int64", 0), tvm.tirx.IntImm("int64", 1)
+
+    def element(*idx):
+        src = [i - b for i, b in zip(idx, before)]
+        if mode == "edge":
+            return x[tuple(tvm.te.max(zero, tvm.te.min(s, e - one)) for s, e in zip(src, n))]
+        if mode == "wrap":
+            return x[tuple(tvm.tirx.floormod(s, e) for s, e in zip(src, n))]
+        if mode == "reflect":
+            mirrored = [tvm.tirx.Select(s < zero, -s, s) for s in src]
+            mirrored = [tvm.tirx.Select(m >= e, e + e - 2 - m, m) for m, e in zip(mirrored, n)]
+            return x[tuple(tvm.te.max(zero, tvm.te.min(m, e - one)) for m, e in zip(mirrored, n))]
+        inside = tvm.tirx.all(*[tvm.tirx.all(s >= zero, s < e) for s, e in zip(src, n)])
+        clamped = tuple(tvm.te.max(zero, tvm.te.min(s, e - one)) for s, e in zip(src, n))
+        fill = tvm.tirx.const(value, x.dtype) if isinstance(value, float) else \
+            value[(0,) * len(value.shape)].astype(x.dtype)
+        return tvm.tirx.Select(inside, x[clamped], fill)
+
+    shape = [e + b + a for e, b, a in zip(n, before, after)]
+    return tvm.te.compute(shape, element, name="pad_run_time")
+
+
+class Pad(_Stand):
+    tvm = F.Pad
+
+    @classmethod
+    def convert(cls, tvm_impl, bb, inputs, attr, params):
+        pads = inputs[1] if len(inputs) > 1 else None
+        if pads is None or isinstance(F.get_constant(pads, params), tvm.ir.GenericConst):
+            return tvm_impl(bb, inputs, attr, params)  # constant pads: TVM's converter
+        x = inputs[0]
+        rank = x.ty.ndim
+        axes = list(range(rank))
+        if len(inputs) > 3 and inputs[3] is not None:
+            const = F.get_constant(inputs[3], params)
+            if not isinstance(const, tvm.ir.GenericConst):
+                raise node_error(_name(attr), "Pad", "input 'axes'", "computed at run time", "constant axes")
+            axes = [int(a) % rank for a in const.value.numpy().ravel()]
+        value = 0.0
+        if len(inputs) > 2 and inputs[2] is not None:
+            const = F.get_constant(inputs[2], params)
+            value = float(const.value.numpy().item()) if isinstance(const, tvm.ir.GenericConst) else inputs[2]
+        mode = attr.get("mode", b"constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode not in ("constant", "edge", "reflect", "wrap"):
+            raise node_error(_name(attr), "Pad", "attribute 'mode'", repr(mode), "constant, edge, reflect or wrap")
+        amounts = _as_prim_values(bb, pads, 2 * len(axes), "pad_")
+        zero = tvm.tirx.IntImm("int64", 0)
+        before, after = [zero] * rank, [zero] * rank
+        for k, axis in enumerate(axes):
+            before[axis], after[axis] = amounts[k], amounts[len(axes) + k]
+        return bb.emit_te(_pad_loop, x, before, after, mode, value)
+
+
 #: op type -> the converter that stands in for TVM's
-CONVERTERS = {c.__name__: c for c in (Expand, LayerNormalization, BatchNormalization, ConvTranspose)}
+CONVERTERS = {c.__name__: c for c in (Expand, LayerNormalization, BatchNormalization, ConvTranspose, Pad)}
