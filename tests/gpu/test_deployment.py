@@ -23,6 +23,7 @@ pytestmark = pytest.mark.gpu
 _LOADER = r"""
 import sys
 import numpy as np
+import tvm  # registers TVM's compile callback, which is then replaced by one that refuses
 import tvm_ffi
 
 @tvm_ffi.register_global_func("tvm_callback_cuda_compile", override=True)
