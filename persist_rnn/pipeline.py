@@ -8,6 +8,7 @@ from tvm import relax
 from .report import layer_report
 from .targets import as_target
 from .transform import ExactPower, PersistentRNN
+from .transform.buildable_schedules import ApplyBuildableSchedule
 
 
 def _record_report(sink: list) -> tvm.ir.transform.Pass:
@@ -32,5 +33,23 @@ def pipeline(target, *, tuning_log=None, report: list | None = None, persistent:
     passes = [ExactPower()] + ([PersistentRNN(target, tuning_log=tuning_log, **options)] if persistent else [])
     if report is not None:
         passes.append(_record_report(report))
-    passes.append(relax.get_default_pipeline(target))
+    passes.append(_cuda_pipeline(target) if target.kind.name == "cuda" else relax.get_default_pipeline(target))
     return tvm.ir.transform.Sequential(passes, name="persist_rnn.pipeline")
+
+
+def _cuda_pipeline(target) -> tvm.ir.transform.Pass:
+    """TVM's default CUDA pipeline, from its own parts, with dlight's ApplyDefaultSchedule (the last
+    legalization pass) wrapped in ApplyBuildableSchedule: some of TVM's schedules over symbolic
+    extents do not build (transform/buildable_schedules.py)."""
+    from tvm.relax.backend.cuda import pipeline as cuda
+
+    legalize = cuda.legalize_passes(target)
+    passes = (cuda.library_dispatch_passes(target) + legalize[:-1] + [ApplyBuildableSchedule(legalize[-1], target)]
+              + cuda.dataflow_lower_passes(target) + cuda.finalize_passes(target))
+
+    @tvm.ir.transform.module_pass(opt_level=0, name="persist_rnn.cuda_pipeline")
+    def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        with target:
+            return tvm.ir.transform.Sequential(passes)(mod)
+
+    return _pipeline

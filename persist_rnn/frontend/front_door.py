@@ -66,17 +66,43 @@ def pin_shapes(model: onnx.ModelProto, shapes: dict) -> list[str]:
     return notes
 
 
+def _dims(value_info) -> list:
+    t = value_info.type.tensor_type
+    return [d.dim_value or d.dim_param or "?" for d in t.shape.dim] if t.HasField("shape") else None
+
+
+def _forget_declared_shapes(model: onnx.ModelProto) -> dict:
+    """Clear the shapes the file declares for its outputs and intermediate values (keeping dtypes),
+    and return the outputs' declared dims. They are hints, and can be wrong: ddddocr's OCR model
+    declares (1, seqlen) for an output that is (T, 1, 8210), and onnxslim, trusting it, folded the
+    final Reshape's shape to (1, -1): same numbers, wrong shape. Folding infers shapes afresh."""
+    declared = {o.name: _dims(o) for o in model.graph.output}
+    for o in model.graph.output:
+        o.type.tensor_type.ClearField("shape")
+    del model.graph.value_info[:]
+    return declared
+
+
 def fold(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     """onnxslim's constant folding and dead-node removal; the model as it was if onnxslim fails."""
     import onnxslim
 
     before = _count_nodes(model.graph)
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    declared = _forget_declared_shapes(work)
     try:
-        slim = onnxslim.slim(model)
+        slim = onnxslim.slim(work)
     except Exception as err:  # onnxslim raises what its passes raise: keep the model and say so
         return model, [f"onnxslim could not simplify the graph ({type(err).__name__}: {str(err)[:120]}); imported as is"]
     after = _count_nodes(slim.graph)
-    return slim, ([f"onnxslim folded the graph from {before} to {after} nodes"] if after != before else [])
+    notes = [f"onnxslim folded the graph from {before} to {after} nodes"] if after != before else []
+    for o in slim.graph.output:
+        got, said = _dims(o), declared.get(o.name)
+        if said is not None and got is not None and len(got) != len(said):
+            notes.append(f"output {o.name!r} is declared as {said} but computes rank {len(got)} {got}; the "
+                         "declared shape was not used")
+    return slim, notes
 
 
 def _count_nodes(graph) -> int:

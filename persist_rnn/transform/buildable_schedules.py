@@ -1,0 +1,45 @@
+"""dlight's GPU schedules, with the Fallback rule wherever the chosen schedule would not build.
+
+dlight's Matmul rule (which takes convolutions too) stages tiles in local and shared buffers. When
+an extent is symbolic and not a plain variable (an OCR model's width after three stride-2
+convolutions, `(image_width - 1) // 8 + 1`), those buffers get symbolic sizes, and TVM 0.27's
+CUDA codegen stops with "Can only handle constant size stack allocation" (ddddocr's OCR model: 11
+fused convolutions and its final Gemm). This pass runs TVM's own ApplyDefaultSchedule, then, for
+every function whose schedule allocates such a buffer, schedules the unscheduled function with
+dlight's Fallback rule instead: one output element a thread, the reduction in the thread, no
+staging buffers. It builds and computes the same sums, slower than a tiled kernel. Static sizes
+keep dlight's tiled schedule.
+"""
+from __future__ import annotations
+
+import tvm
+
+
+def _symbolic_staging(func) -> bool:
+    """Whether `func` allocates a local or shared buffer whose size is not a constant. dlight's
+    rules allocate their staging buffers in the root block."""
+    root = getattr(func.body, "block", None) if isinstance(func, tvm.tirx.PrimFunc) else None
+    return root is not None and any(
+        buf.scope() in ("local", "shared", "shared.dyn") and not all(isinstance(d, tvm.tirx.IntImm) for d in buf.shape)
+        for buf in root.alloc_buffers)
+
+
+def ApplyBuildableSchedule(dlight_pass, target) -> tvm.ir.transform.Pass:
+    """`dlight_pass` (TVM's ApplyDefaultSchedule for `target`), then dlight's Fallback for each
+    function whose schedule would allocate a symbolic-size local or shared buffer."""
+    from tvm.s_tir import dlight as dl
+
+    @tvm.ir.transform.module_pass(opt_level=0, name="persist_rnn.ApplyBuildableSchedule")
+    def _pass(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        before = {gv: f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+        mod = dlight_pass(mod)
+        redo = {gv: before[gv] for gv, f in mod.functions.items() if gv in before and _symbolic_staging(f)}
+        if not redo:
+            return mod
+        with target:
+            fallback = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(tvm.IRModule(redo))
+        for gv in redo:
+            mod[gv] = fallback[gv.name_hint]
+        return mod
+
+    return _pass
