@@ -187,6 +187,7 @@ def _cost(emit, layers):
     import torch
 
     import persist_rnn
+    from persist_rnn.bench import cuda_ms
 
     for hidden, batch in layers:
         row = {"case": "cost", "hidden": hidden, "batch": batch}
@@ -199,7 +200,7 @@ def _cost(emit, layers):
             for _ in range(20):
                 run()
             torch.cuda.synchronize()
-            row[f"{name}_us"] = _event_us(run, 200)
+            row[f"{name}_us"] = cuda_ms(run, calls=20) * 1000
             stream = torch.cuda.Stream()
             graph = torch.cuda.CUDAGraph()
             try:
@@ -208,22 +209,10 @@ def _cost(emit, layers):
                     stream.synchronize()
                     with torch.cuda.graph(graph, stream=stream):
                         run()
-                row[f"{name}_graph_us"] = _event_us(graph.replay, 200)
+                row[f"{name}_graph_us"] = cuda_ms(graph.replay, calls=20) * 1000
             except Exception as err:  # capture unsupported: say so
                 row[f"{name}_graph_us"] = f"{type(err).__name__}: {str(err)[:160]}"
         emit(row)
-
-
-def _event_us(fn, calls):
-    import torch
-
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return begin.elapsed_time(end) * 1000 / calls
 
 
 def main():

@@ -22,19 +22,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "loops"))
 
 
-def _time_us(fn, calls=100):
-    import torch
+def _time_us(fn):
+    """Median µs per call (persist_rnn.bench.cuda_ms: CUDA events around back-to-back calls)."""
+    from persist_rnn.bench import cuda_ms
 
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return begin.elapsed_time(end) * 1000 / calls
+    return cuda_ms(fn) * 1000
 
 
 def _graph_us(fn):

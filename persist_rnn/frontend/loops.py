@@ -205,15 +205,21 @@ def _hoist(loop: _TimeLoop, prefix: str) -> tuple[list, dict]:
         if n.op_type in _NOT_INVARIANT or any(i in varying for i in n.input if i):
             varying.update(n.output)
             continue
-        copy = onnx.NodeProto()
-        copy.CopyFrom(n)
-        copy.name = f"{prefix}{n.name}"
-        copy.input[:] = [renamed.get(i, i) for i in n.input]
-        for k, out in enumerate(n.output):
-            if out:
-                renamed[out] = copy.output[k] = f"{prefix}{out}"
-        hoisted.append(copy)
+        hoisted.append(_renamed_copy(n, prefix, renamed))
     return hoisted, renamed
+
+
+def _renamed_copy(n, prefix, names: dict) -> onnx.NodeProto:
+    """`n` with its name and outputs under `prefix`, its inputs looked up in `names` (which
+    learns the outputs' new names)."""
+    copy = onnx.NodeProto()
+    copy.CopyFrom(n)
+    copy.name = f"{prefix}{n.name}"
+    copy.input[:] = [names.get(i, i) for i in n.input]
+    for k, out in enumerate(n.output):
+        if out:
+            names[out] = copy.output[k] = f"{prefix}{out}"
+    return copy
 
 
 def rewrite_loops(model: onnx.ModelProto) -> list[str]:
@@ -304,14 +310,7 @@ def _unrolled(loop: _TimeLoop, g: _Graph, hoisted: dict, prefix: str) -> list:
             if all(o in hoisted or not o for o in n.output) or (n.op_type == "SequenceInsert"
                                                                 and n.input[0] in loop.sequences):
                 continue
-            copy = onnx.NodeProto()
-            copy.CopyFrom(n)
-            copy.name = f"{step}{n.name}"
-            copy.input[:] = [names.get(i, i) for i in n.input]
-            for k, o in enumerate(n.output):
-                if o:
-                    names[o] = copy.output[k] = f"{step}{o}"
-            out.append(copy)
+            out.append(_renamed_copy(n, step, names))
         state = {b_in: names.get(b_out, b_out) for _, b_in, b_out, _ in loop.carried}
         for o in loop.outputs:
             per_step[o.body].append(names.get(o.body, o.body))

@@ -102,13 +102,17 @@ def test_partial_sums_kernel_gets_its_longer_exchange_buffer():
     tvm.compile(out, target=CUDA)
 
 
+def _launched(mod, tag, field, phrase) -> dict:
+    """Kernel name -> whether it asks TVM's runtime for launch `tag` (and the report says so in
+    LayerReport.`field` and in its line as `phrase`)."""
+    asked = {name: tag in list(f.attrs.get("tirx.kernel_launch_params", [])) for name, f in _kernels(mod).items()}
+    assert sorted(asked.values()) == sorted(getattr(r, field) for r in layer_report(mod))
+    assert all((phrase in r.line()) == getattr(r, field) for r in layer_report(mod))
+    return asked
+
+
 def _early(mod) -> dict:
-    """Kernel name -> whether it asks TVM's runtime for the early launch (and the report says so)."""
-    early = {name: "tirx.use_programtic_dependent_launch" in list(f.attrs.get("tirx.kernel_launch_params", []))
-             for name, f in _kernels(mod).items()}
-    assert sorted(early.values()) == sorted(r.early_launch for r in layer_report(mod))
-    assert all((", early launch" in r.line()) == r.early_launch for r in layer_report(mod))
-    return early
+    return _launched(mod, "tirx.use_programtic_dependent_launch", "early_launch", ", early launch")
 
 
 def _computed_weights(model):
@@ -145,12 +149,7 @@ def test_early_launch_only_where_safe():
 
 
 def _cooperative(mod) -> dict:
-    """Kernel name -> whether it asks TVM's runtime for a cooperative launch (and the report says so)."""
-    coop = {name: "tirx.use_cooperative_launch" in list(f.attrs.get("tirx.kernel_launch_params", []))
-            for name, f in _kernels(mod).items()}
-    assert sorted(coop.values()) == sorted(r.cooperative_launch for r in layer_report(mod))
-    assert all((", cooperative launch" in r.line()) == r.cooperative_launch for r in layer_report(mod))
-    return coop
+    return _launched(mod, "tirx.use_cooperative_launch", "cooperative_launch", ", cooperative launch")
 
 
 def test_grid_barrier_kernels_launch_cooperatively():
