@@ -89,3 +89,12 @@ def size_model_llvm():
 
     model = size_model()
     return model, compile_model(model, "llvm")
+
+
+def test_hidden_sizes_past_the_chip_keep_the_reference_scan_with_the_reason():
+    """What the H100 cannot hold on chip (LSTM H=2048, GRU H=4096) is refused by the planner with
+    the reason, and the layer keeps the (correct) reference scan: no error, no wrong kernel."""
+    for op, hidden in (("LSTM", 2048), ("GRU", 4096)):
+        model, _ = make_model(LayerCase(op=op, hidden_size=hidden, input_size=16, batch=1, seq_len=3))
+        [layer] = compile_model(model, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), measure=False).report()
+        assert layer.lowering == "reference" and "no persistent config fits" in layer.reason, layer.line()

@@ -37,3 +37,21 @@ def test_sizes_at_the_edges_on_gpu(name, compiled):
     print(f"{name}: {time.perf_counter() - start:.3f} s")
     want = empty_outputs(feeds) if name == "B=0" else ort_run(model, feeds)
     assert max_rel_error(got, want) <= 1e-4
+
+
+@pytest.mark.parametrize("hidden", [2048, 4096])
+def test_hidden_sizes_past_the_chip_fall_back_to_the_reference_scan(hidden):
+    """H=2048 and 4096: the recurrent weights (64 and 256 MiB in fp32) fit no persistent config,
+    so the layer keeps the reference scan, says why, and matches ONNX Runtime (T=20, B=1)."""
+    from persist_rnn.testing import LayerCase, reference
+
+    model, feeds, want = reference(LayerCase(op="LSTM", hidden_size=hidden, input_size=64, batch=1, seq_len=20,
+                                             weight_scale=1.0 / hidden ** 0.5))
+    built = persist_rnn.compile(model, "cuda")
+    [layer] = built.report()
+    assert layer.lowering == "reference" and "no persistent config fits" in layer.reason, layer.line()
+    built.run(feeds)
+    start = time.perf_counter()
+    got = built.run(feeds)
+    print(f"H={hidden}: {time.perf_counter() - start:.3f} s per call (reference scan)")
+    assert max_rel_error(got, want) <= 1e-4
