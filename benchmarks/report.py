@@ -132,9 +132,12 @@ def main():
 
     if models:
         lines += ["", "## Real models end to end (examples/), latency against batch", "",
-                  "| model | batch | T | ours ms | ORT CPU ms | lowerings |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['model']}{mark(r)} | {r['batch']} | {r['seq_len']} | {r['ours_ms']:.3f} | {fmt(r.get('ort_cpu_ms'))} | "
-                  f"{', '.join(r['lowerings'])} |" for r in models]
+                  "| model | batch | T | static build ms | as shipped ms (x static) | run(), numpy ms | run(), torch CUDA ms "
+                  "| ORT CPU ms | lowerings |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['model']}{mark(r)} | {r['batch']} | {r['seq_len']} | {r['ours_ms']:.3f} | "
+                  f"{fmt(r.get('shipped_ms'))} ({fmt(r.get('shipped_over_static'))}) | {fmt(r.get('shipped_run_numpy_ms'))} | "
+                  f"{fmt(r.get('shipped_run_torch_ms'))} | {fmt(r.get('ort_cpu_ms'))} | {', '.join(r['lowerings'])} |"
+                  for r in models]
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for name in sorted({r["model"] for r in models}):
             sel = [r for r in models if r["model"] == name]
