@@ -199,6 +199,10 @@ def _hoist(loop: _TimeLoop, prefix: str) -> tuple[list, dict]:
     and the body value -> outer name map for their outputs."""
     varying = {i.name for i in loop.body.input}
     hoisted, renamed = [], {}
+    for init in loop.body.initializer:  # a body's own initializers (onnxslim makes some) are constants too
+        value = numpy_helper.to_array(init)
+        renamed[init.name] = f"{prefix}{init.name}"
+        hoisted.append(_const(renamed[init.name], value))
     for n in loop.body.node:
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
             raise _error(loop.node, f"its body holds a subgraph (node {n.name!r}, {n.op_type}); not supported")
@@ -256,14 +260,27 @@ def rewrite_loops(model: onnx.ModelProto) -> list[str]:
 
 
 def _remove_dead_nodes(graph):
+    """Drop nodes nothing reads (the lists' SequenceEmpty); a kept node's subgraphs read the
+    outer values they name, so those stay live too."""
     live = {o.name for o in graph.output}
     keep = []
     for n in reversed(graph.node):
         if any(o in live for o in n.output):
             keep.append(n)
             live.update(n.input)
+            live.update(_names_read_in_subgraphs(n))
     del graph.node[:]
     graph.node.extend(reversed(keep))
+
+
+def _names_read_in_subgraphs(node) -> set:
+    out = set()
+    for a in node.attribute:
+        for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            for n in sub.node:
+                out.update(n.input)
+                out.update(_names_read_in_subgraphs(n))
+    return out
 
 
 def _const(name, value) -> onnx.NodeProto:

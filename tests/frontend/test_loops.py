@@ -229,3 +229,20 @@ def test_loops_are_persistent_and_match_on_gpu(case):
     assert max_rel_error(got, ort_run(model, feeds)) <= 1e-4
     if want is not None:
         assert max_rel_error(got, want) <= 1e-4
+
+
+def test_a_branch_reading_an_outer_value_keeps_it_after_a_loop_is_rewritten():
+    """Rewriting a Loop prunes dead nodes; a value that only an If's branch reads is not dead."""
+    model = _loop_model(4)
+    graph = model.graph
+    graph.node.append(helper.make_node("Mul", ["x", "x"], ["x_sq"]))
+    graph.input.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
+    then = helper.make_graph([helper.make_node("Identity", ["x_sq"], ["a"])], "then", [],
+                             [helper.make_tensor_value_info("a", TensorProto.FLOAT, [5, 3])])
+    other = helper.make_graph([helper.make_node("Neg", ["x_sq"], ["b"])], "else", [],
+                              [helper.make_tensor_value_info("b", TensorProto.FLOAT, [5, 3])])
+    graph.node.append(helper.make_node("If", ["c"], ["branch"], then_branch=then, else_branch=other))
+    graph.output.append(helper.make_tensor_value_info("branch", TensorProto.FLOAT, [5, 3]))
+    for cond in (True, False):
+        feeds = {"x": RNG.standard_normal((5, 3)).astype("float32"), "c": np.array(cond)}
+        _check(model, feeds)
