@@ -26,7 +26,8 @@ def pipeline(target, *, tuning_log=None, report: list | None = None, persistent:
              **options) -> tvm.ir.transform.Pass:
     """The Relax pipeline that makes each recurrence persistent, then builds the rest of the model
     the way TVM builds it for `target` (legalization, fusion, dlight on GPUs, memory planning),
-    with `power` made exact first (ExactPower: TVM's CUDA fast math gets negative bases wrong).
+    with `power` made exact first (ExactPower: TVM's CUDA fast math gets negative bases wrong) and,
+    for CUDA, dlight's schedules kept to ones that build (`_cuda_pipeline`).
     `options` go to PersistentRNN (config, top_k, measure, unverified); `report`, a list, receives
     one LayerReport per recurrent layer as the pass leaves them."""
     target = as_target(target)
@@ -44,6 +45,8 @@ def _cuda_pipeline(target) -> tvm.ir.transform.Pass:
     from tvm.relax.backend.cuda import pipeline as cuda
 
     legalize = cuda.legalize_passes(target)
+    if legalize[-1].info.name != "ApplyDefaultSchedule":  # TVM's pipeline changed shape: use it unchanged
+        return relax.get_default_pipeline(target)
     passes = (cuda.library_dispatch_passes(target) + legalize[:-1] + [ApplyBuildableSchedule(legalize[-1], target)]
               + cuda.dataflow_lower_passes(target) + cuda.finalize_passes(target))
 
