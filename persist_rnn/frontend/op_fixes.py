@@ -155,21 +155,22 @@ def _pad_loop(x, before, after, mode, value):
     n = [tvm.tirx.Cast("int64", d) for d in x.shape]
     zero, one = tvm.tirx.IntImm("int64", 0), tvm.tirx.IntImm("int64", 1)
 
+    def clamped(index):  # inside x on every axis, so that no read is out of bounds
+        return tuple(tvm.te.max(zero, tvm.te.min(i, e - one)) for i, e in zip(index, n))
+
     def element(*idx):
         src = [i - b for i, b in zip(idx, before)]
         if mode == "edge":
-            return x[tuple(tvm.te.max(zero, tvm.te.min(s, e - one)) for s, e in zip(src, n))]
+            return x[clamped(src)]
         if mode == "wrap":
             return x[tuple(tvm.tirx.floormod(s, e) for s, e in zip(src, n))]
         if mode == "reflect":
             mirrored = [tvm.tirx.Select(s < zero, -s, s) for s in src]
-            mirrored = [tvm.tirx.Select(m >= e, e + e - 2 - m, m) for m, e in zip(mirrored, n)]
-            return x[tuple(tvm.te.max(zero, tvm.te.min(m, e - one)) for m, e in zip(mirrored, n))]
+            return x[clamped([tvm.tirx.Select(m >= e, e + e - 2 - m, m) for m, e in zip(mirrored, n)])]
         inside = tvm.tirx.all(*[tvm.tirx.all(s >= zero, s < e) for s, e in zip(src, n)])
-        clamped = tuple(tvm.te.max(zero, tvm.te.min(s, e - one)) for s, e in zip(src, n))
         fill = tvm.tirx.const(value, x.dtype) if isinstance(value, float) else \
             value[(0,) * len(value.shape)].astype(x.dtype)
-        return tvm.tirx.Select(inside, x[clamped], fill)
+        return tvm.tirx.Select(inside, x[clamped(src)], fill)
 
     shape = [e + b + a for e, b, a in zip(n, before, after)]
     return tvm.te.compute(shape, element, name="pad_run_time")

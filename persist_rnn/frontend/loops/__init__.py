@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import onnx
 
-from .describe import OuterGraph, describe, loop_error, attribute
+from .describe import OuterGraph, describe, loop_error
 from .nodes import hoist, remove_dead_nodes
 from .one_layer import as_one_layer
 from .unroll import unrolled
@@ -30,7 +30,6 @@ def rewrite_loops(model: onnx.ModelProto) -> list[str]:
         if node.op_type not in ("Loop", "Scan"):
             nodes.append(node)
             continue
-        g.add_constants(attribute(node, "body"))
         loop = describe(node, g)
         prefix = f"{node.name or node.op_type}/"
         hoisted, renamed = hoist(loop, prefix)

@@ -57,10 +57,8 @@ class OuterGraph:
         for n in model.graph.node:
             for name in n.input:
                 self.consumers.setdefault(name, []).append(n)
-        self.values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-        for n in model.graph.node:
-            if n.op_type == "Constant" and attribute(n, "value") is not None:
-                self.values[n.output[0]] = numpy_helper.to_array(attribute(n, "value"))
+        self.values = {}
+        self.add_constants(model.graph)
         try:
             inferred = onnx.shape_inference.infer_shapes(model).graph
         except Exception:  # shape inference is a help here, not a requirement
@@ -71,9 +69,11 @@ class OuterGraph:
                 self.dims[vi.name] = [d.dim_value if d.HasField("dim_value") else None
                                       for d in vi.type.tensor_type.shape.dim]
 
-    def add_constants(self, body: onnx.GraphProto) -> None:
-        """The values of a body's Constant nodes (their names are unique in the whole model)."""
-        for n in body.node:
+    def add_constants(self, graph: onnx.GraphProto) -> None:
+        """The values of `graph`'s initializers and Constant nodes, the outer graph's or a loop
+        body's (names are unique in the whole model)."""
+        self.values.update({t.name: numpy_helper.to_array(t) for t in graph.initializer})
+        for n in graph.node:
             if n.op_type == "Constant" and attribute(n, "value") is not None:
                 self.values[n.output[0]] = numpy_helper.to_array(attribute(n, "value"))
 
@@ -83,7 +83,9 @@ class OuterGraph:
 
 
 def describe(node, g: OuterGraph) -> TimeLoop:
+    """`node` (a Loop or a Scan) as a TimeLoop; its body's constants join `g`'s values."""
     body = attribute(node, "body")
+    g.add_constants(body)
     if node.op_type == "Scan":
         return _describe_scan(node, body, g)
     return _describe_loop(node, body, g)
@@ -153,10 +155,7 @@ def _always_true(body, cond_in, cond_out, g) -> bool:
     name = cond_out
     while name in producer and producer[name].op_type == "Identity":
         name = producer[name].input[0]
-    if name == cond_in or g.scalar(name) is True:
-        return True
-    n = producer.get(name)
-    return n is not None and n.op_type == "Constant" and bool(numpy_helper.to_array(attribute(n, "value")).all())
+    return name == cond_in or g.scalar(name) is True  # g holds the body's constants (describe)
 
 
 def _sequence_output(node, body, g, initial, b_in, b_out, final):

@@ -12,7 +12,6 @@ _NOT_INVARIANT = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUn
                   "Bernoulli", "Dropout"}
 
 
-
 def hoist(loop: TimeLoop, prefix: str) -> tuple[list, dict]:
     """Body nodes that compute the same value every step, as outer nodes (renamed under `prefix`),
     and the body value -> outer name map for their outputs."""
@@ -74,14 +73,16 @@ def constant_node(name, value) -> onnx.NodeProto:
 
 
 def unsqueeze(g, inp, out, axis, name) -> list:
-    if g.opset >= 13:
-        return [constant_node(f"{out}/axes", np.array([axis], "int64")),
-                helper.make_node("Unsqueeze", [inp, f"{out}/axes"], [out], name=name)]
-    return [helper.make_node("Unsqueeze", [inp], [out], name=name, axes=[axis])]
+    return _axis_op("Unsqueeze", g, inp, out, axis, name)
 
 
 def squeeze(g, inp, out, axis, name) -> list:
+    return _axis_op("Squeeze", g, inp, out, axis, name)
+
+
+def _axis_op(op, g, inp, out, axis, name) -> list:
+    """`op` (Squeeze or Unsqueeze) of one axis: nodes for `g`'s opset (axes an input from 13 on)."""
     if g.opset >= 13:
         return [constant_node(f"{out}/axes", np.array([axis], "int64")),
-                helper.make_node("Squeeze", [inp, f"{out}/axes"], [out], name=name)]
-    return [helper.make_node("Squeeze", [inp], [out], name=name, axes=[axis])]
+                helper.make_node(op, [inp, f"{out}/axes"], [out], name=name)]
+    return [helper.make_node(op, [inp], [out], name=name, axes=[axis])]

@@ -23,8 +23,9 @@ def as_one_layer(loop: TimeLoop, g: OuterGraph, hoisted: dict, prefix: str):
     cell = cells[0]
     if attribute(cell, "direction", b"forward") not in (b"forward", "forward") or attribute(cell, "layout", 0) != 0:
         return None
-    ins = list(cell.input) + [""] * (8 - len(cell.input))
-    if ins[4] or any(i and i not in hoisted and i not in _outer_names(g) for i in ins[1:4] + ins[7:8]):
+    ins = list(cell.input) + [""] * (8 - len(cell.input))  # every optional input named, "" if absent
+    outer = _outer_names(g)
+    if ins[4] or any(i and i not in hoisted and i not in outer for i in ins[1:4] + ins[7:8]):
         return None  # sequence_lens, or weights that change per step
     x_outer = _sequence_read(loop, producer, _through_unsqueeze0(producer, ins[0], g), g)
     if x_outer is None:
@@ -53,7 +54,7 @@ def as_one_layer(loop: TimeLoop, g: OuterGraph, hoisted: dict, prefix: str):
                 *(states[b][1] for b in initial_states)}
     if any(o for n in varying if n is not cell for o in n.output if o not in consumed and not _is_plumbing(n)):
         return None  # the body computes something else too
-    return _one_layer_nodes(loop, g, cell, hoisted, x_outer, finals, ys, prefix), cell.op_type
+    return _one_layer_nodes(loop, g, cell, ins, hoisted, x_outer, finals, ys, prefix), cell.op_type
 
 
 def _outer_names(g):
@@ -117,7 +118,7 @@ def _first_extent_of(g, name):
     return shape.input[0]
 
 
-def _one_layer_nodes(loop, g, cell, hoisted, x_outer, finals, ys, prefix):
+def _one_layer_nodes(loop, g, cell, ins, hoisted, x_outer, finals, ys, prefix):
     """The recurrent node over X, its initial states the loop's, its Y_h / Y_c squeezed into the
     loop's final states and its Y squeezed into the stacked outputs."""
     out = []
@@ -126,7 +127,6 @@ def _one_layer_nodes(loop, g, cell, hoisted, x_outer, finals, ys, prefix):
         initial, _ = finals[k]
         out += unsqueeze(g, initial, f"{prefix}initial{k}", 0, f"{prefix}initial{k}")
         initial_names.append(f"{prefix}initial{k}")
-    ins = list(cell.input) + [""] * (8 - len(cell.input))
     ins = [hoisted.get(i, i) for i in ins]
     ins[0] = x_outer
     for k, name in enumerate(initial_names):
