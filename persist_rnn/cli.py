@@ -27,10 +27,10 @@ def _pins(shape_opts, const_opts) -> dict:
     shapes, constants = {}, {}
     for opt in shape_opts:
         name, values = split(opt, "--shape")
-        try:
-            shapes[name] = tuple(int(v) for v in values)
-        except ValueError:
-            raise click.BadParameter(f"{opt!r}: extents must be whole numbers", param_hint="--shape") from None
+        if not all(v.isdigit() or v.isidentifier() for v in values):
+            raise click.BadParameter(f"{opt!r}: extents must be whole numbers or names (B,1,T keeps B and T "
+                                     "symbolic)", param_hint="--shape")
+        shapes[name] = tuple(int(v) if v.isdigit() else v for v in values)
     for opt in const_opts:
         name, values = split(opt, "--const")
         try:
@@ -45,7 +45,8 @@ def _pin_options(command):
     command = click.option("--const", "const_opts", multiple=True, metavar="NAME=V[,V...]",
                            help="make graph input NAME a constant (e.g. sr=16000); it leaves the inputs")(command)
     return click.option("--shape", "shape_opts", multiple=True, metavar="NAME=D[,D...]",
-                        help="fix the extents of graph input NAME (e.g. input=1,512)")(command)
+                        help="fix the extents of graph input NAME (e.g. input=1,512; a name keeps that axis "
+                             "symbolic: input=B,1,T)")(command)
 
 
 def _fail(err: Exception):

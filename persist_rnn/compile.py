@@ -5,6 +5,7 @@ from __future__ import annotations
 import tvm
 
 from .cuda_limits import refuse_unsupported_on_cuda
+from .errors import PersistRNNError
 from .frontend import from_onnx, load_model
 from .frontend.front_door import prepare
 from .pipeline import pipeline
@@ -30,7 +31,15 @@ def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, u
     build = pipeline(target, tuning_log=tuning_log, report=layers, persistent=persistent, config=config,
                      top_k=top_k, measure=measure, unverified=unverified)
     with tvm.transform.PassContext(opt_level=3):
-        ex = tvm.compile(mod, target=target, relax_pipeline=build)
+        try:
+            ex = tvm.compile(mod, target=target, relax_pipeline=build)
+        except PersistRNNError:
+            raise
+        except Exception as err:  # TVM's passes raise ValueError, TVMError, AssertionError, ...
+            lines = str(err).strip().splitlines() or [type(err).__name__]
+            raise PersistRNNError(f"TVM could not build the imported model for {target.kind.name}: {lines[-1]}; "
+                                  "pinning input shapes or constants (shapes=, constants=) may let it fold "
+                                  "what it cannot build") from err
     order = [n.name for n in model.graph.node]
     report = sorted(layers, key=lambda r: order.index(r.node) if r.node in order else len(order))
     outputs = [o.name for o in model.graph.output]

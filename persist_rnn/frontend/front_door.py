@@ -9,7 +9,9 @@ much of it ("Dynamic pads are not supported yet"). Before the import:
    inlined), dead nodes. Chosen over onnxsim (a compiled extension, and it fixes symbolic dims
    it cannot keep) and onnxoptimizer (no constant folding): onnxslim is pure Python, keeps
    symbolic dims symbolic, and made both static silero-vad variants importable as shipped.
-3. `Loop` and `Scan` over time become one recurrent node or unrolled steps (frontend.loops).
+3. Gathers of gathered shapes are composed, so that an extent picked from a permuted shape stays
+   symbolic (frontend.shape_gathers).
+4. `Loop` and `Scan` over time become one recurrent node or unrolled steps (frontend.loops).
 What was pinned and folded is returned as notes, which `report_notes()` of the compiled model and
 the CLI print.
 """
@@ -21,6 +23,7 @@ from onnx import numpy_helper
 
 from ..errors import PersistRNNError
 from .loops import rewrite_loops
+from .shape_gathers import compose_shape_gathers
 
 
 def _graph_input(model: onnx.ModelProto, name: str, what: str):
@@ -49,20 +52,25 @@ def pin_constants(model: onnx.ModelProto, constants: dict) -> list[str]:
 
 
 def pin_shapes(model: onnx.ModelProto, shapes: dict) -> list[str]:
-    """Each named graph input gets the given static extents."""
+    """Each named graph input gets the given extents: an int is static, a str names a symbolic
+    axis (("B", 1, "T") pins only the channels, e.g. to fold an If on them)."""
     notes = []
     for name, shape in shapes.items():
         vi = _graph_input(model, name, "shape")
         dims = vi.type.tensor_type.shape.dim
         if len(dims) != len(shape):
             raise PersistRNNError(f"shape {name!r}: {tuple(shape)} has rank {len(shape)}, the input has rank {len(dims)}")
+        shape = tuple(e if isinstance(e, str) else int(e) for e in shape)
         for dim, extent in zip(dims, shape):
-            if dim.HasField("dim_value") and dim.dim_value not in (0, int(extent)):
-                raise PersistRNNError(f"shape {name!r}: {tuple(shape)} contradicts the model's static extent "
+            if dim.HasField("dim_value") and dim.dim_value not in (0, extent):
+                raise PersistRNNError(f"shape {name!r}: {shape} contradicts the model's static extent "
                                       f"{dim.dim_value}")
             dim.Clear()
-            dim.dim_value = int(extent)
-        notes.append(f"input {name!r} pinned to shape {tuple(int(e) for e in shape)}")
+            if isinstance(extent, str):
+                dim.dim_param = extent
+            else:
+                dim.dim_value = extent
+        notes.append(f"input {name!r} pinned to shape {shape}")
     return notes
 
 
@@ -114,6 +122,9 @@ def prepare(model: onnx.ModelProto, shapes=None, constants=None, simplify=True) 
     work = onnx.ModelProto()
     work.CopyFrom(model)
     notes = pin_constants(work, constants or {}) + pin_shapes(work, shapes or {})
+    composed = compose_shape_gathers(work)
+    if composed:
+        notes.append(f"{composed} Gather(s) of a gathered Shape composed into one")
     if simplify:
         work, folded = fold(work)
         notes += folded

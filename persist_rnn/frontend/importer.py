@@ -17,6 +17,7 @@ import warnings
 
 import onnx
 import tvm
+from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as F
 
 from ..errors import PersistRNNError
@@ -83,10 +84,22 @@ def _naming_failures(op: str, converter):
                 except Exception as err:  # TVM's converters raise ValueError, TVMError, AssertionError, ...
                     lines = str(err).strip().splitlines() or [type(err).__name__]
                     raise PersistRNNError(f"node {attr.get('tvm_custom', {}).get('name', '?')!r} ({op}): TVM's ONNX "
-                                          f"importer cannot convert it: {lines[-1]}") from err
+                                          f"importer cannot convert it: {lines[-1]}{_lost_shapes(inputs)}") from err
             return convert
 
     return Named
+
+
+def _lost_shapes(inputs) -> str:
+    """A hint when the failing node's inputs have lost their rank or extents (an If whose branches
+    differ, Shape arithmetic on symbolic extents): pins are how a user gets them back."""
+    lost = [k for k, e in enumerate(inputs) if isinstance(getattr(e, "ty", None), relax.TensorType)
+            and (e.ty.ndim == -1 or e.ty.shape is None)]
+    if not lost:
+        return ""
+    return (f"; its input {lost[0]} has {'no known rank' if inputs[lost[0]].ty.ndim == -1 else 'no known extents'} "
+            "in TVM (an If whose branches differ in shape, or Shape arithmetic): pin the graph inputs' shapes, "
+            "a name keeping an axis symbolic (shapes={'x': ('B', 1, 'T')}, CLI --shape x=B,1,T)")
 
 
 @contextlib.contextmanager

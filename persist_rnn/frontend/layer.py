@@ -54,16 +54,21 @@ def _same(a, b) -> bool:
     return True  # symbolic: checked at run time
 
 
-def _check_shape(node, op, name, expr, expected):
+def _check_shape(bb, node, op, name, expr, expected):
+    """`expr`, checked against `expected`. A tensor whose extents TVM's importer lost (a state built
+    by ConstantOfShape from Shape arithmetic) is cast to them; the VM checks that cast per call."""
     if expr is None:
-        return
-    if not isinstance(expr.ty, relax.TensorType) or expr.ty.ndim != len(expected):
+        return None
+    if not isinstance(expr.ty, relax.TensorType) or expr.ty.ndim not in (len(expected), -1):
         raise node_error(node, op, f"input {name!r}", f"has type {expr.ty}",
                          f"a tensor of shape {tuple(expected)}")
+    if not isinstance(expr.ty.shape, relax.ShapeExpr):
+        return bb.match_cast(expr, relax.TensorType(list(expected), expr.ty.dtype))
     got = _dims(expr)
     if not all(_same(g, e) for g, e in zip(got, expected)):
         raise node_error(node, op, f"input {name!r}", f"has shape {tuple(got)}",
                          f"{tuple(expected)} (from hidden_size, direction and X)")
+    return expr
 
 
 def _f32(bb, e):
@@ -106,7 +111,7 @@ def read_layer(bb, op: str, inputs, attr: dict) -> RecurrentLayer:
         "initial_h": state_shape, "initial_c": state_shape, "P": (D, 3 * H),
     }
     for name, shape in expected.items():
-        _check_shape(node, op, name, get.get(name), shape)
+        get[name] = _check_shape(bb, node, op, name, get.get(name), shape)
     lens = get["sequence_lens"]
     if lens is not None and lens.ty.dtype != "int32":
         raise node_error(node, op, "input 'sequence_lens'", f"has dtype {lens.ty.dtype}", "int32")

@@ -12,6 +12,12 @@ hands the node to TVM's converter unchanged.
   ONNX's formula gives, or refused where those do not exist.
 - Pad with pads computed at run time (from a symbolic length): TVM refuses ("Dynamic pads are not
   supported yet"); computed here as one gather-like loop over the output, every mode and sign.
+- Slice with INT64_MAX-style starts/ends ("to the end"; torch writes them for reversed slices):
+  on a symbolic extent TVM's shape arithmetic on them overflowed int64 at build time, and a
+  smaller constant made the memory planner reserve that many elements (T.min(2**31 - 2, ...)).
+  Written as the extent itself (or -(extent + 1)), the same slice under ONNX's clamping. A
+  negative step with a start before the first element gave an empty slice where ONNX clamps the
+  start to 0 (`x[..., -2::-2]` of one element); that start is clamped here.
 """
 from __future__ import annotations
 
@@ -208,5 +214,55 @@ class Pad(_Stand):
         return bb.emit_te(_pad_loop, x, before, after, mode, value)
 
 
+class Slice(_Stand):
+    tvm = F.Slice
+    LIMIT = 2**31 - 1  # beyond this, a bound means "past the end" (or "before the start")
+
+    @classmethod
+    def convert(cls, tvm_impl, bb, inputs, attr, params):
+        x = inputs[0]
+        parts = [F.get_constant(inputs[k], params) if inputs[k] is not None else None for k in (1, 2, 3, 4)]
+        if (isinstance(x, relax.ShapeExpr) or not isinstance(getattr(x, "ty", None), relax.TensorType)
+                or x.ty.shape is None or any(p is not None and not isinstance(p, tvm.ir.GenericConst) for p in parts)):
+            return tvm_impl(bb, inputs, attr, params)
+        starts, ends, axes, steps = [p.value.numpy().ravel().tolist() if p is not None else None for p in parts]
+        axes = [a % x.ty.ndim for a in (axes if axes is not None else range(len(starts)))]
+        steps = steps if steps is not None else [1] * len(axes)
+        huge = max(map(abs, starts + ends), default=0) > cls.LIMIT
+        if not huge and not any(step < 0 and start < 0 for start, step in zip(starts, steps)):
+            return tvm_impl(bb, inputs, attr, params)
+        if 0 in steps:
+            raise node_error(_name(attr), "Slice", "input 'steps'", "a step of 0", "non-zero steps")
+        extents = [int(e) if isinstance(e, tvm.tirx.IntImm) else e for e in x.ty.shape]
+        begin, end = [], []
+        for start, stop, step, axis in zip(starts, ends, steps, axes):
+            begin.append(cls._start(start, step, extents[axis]))
+            end.append(cls._end(stop, extents[axis]))
+        prims = [[relax.prim_value(tvm.tirx.IntImm("int64", v) if isinstance(v, int) else v) for v in values]
+                 for values in (begin, end, steps)]
+        return relax.op.strided_slice(x, axes, *prims, assume_inbound=False)
+
+    @classmethod
+    def _start(cls, value, step, extent):
+        """ONNX clamps a start to [0, extent] (to [0, extent - 1] for a negative step); strided_slice
+        clamps a negative start to -1 for a negative step, so that one is written out."""
+        if value > cls.LIMIT:
+            return extent
+        if value < -cls.LIMIT:
+            return 0
+        if step < 0 and value < 0:
+            return max(value + extent, 0) if isinstance(extent, int) else tvm.tirx.max(extent + value, 0)
+        return value
+
+    @classmethod
+    def _end(cls, value, extent):
+        """Past the end is the extent; before the start is -(extent + 1), i.e. -1 once normalised."""
+        if value > cls.LIMIT:
+            return extent
+        if value < -cls.LIMIT:
+            return -(extent + 1)
+        return value
+
+
 #: op type -> the converter that stands in for TVM's
-CONVERTERS = {c.__name__: c for c in (Expand, LayerNormalization, BatchNormalization, ConvTranspose, Pad)}
+CONVERTERS = {c.__name__: c for c in (Expand, LayerNormalization, BatchNormalization, ConvTranspose, Pad, Slice)}

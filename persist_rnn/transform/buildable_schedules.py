@@ -9,6 +9,10 @@ every function whose schedule allocates such a buffer, schedules the unscheduled
 dlight's Fallback rule instead: one output element a thread, the reduction in the thread, no
 staging buffers. It builds and computes the same sums, slower than a tiled kernel. Static sizes
 keep dlight's tiled schedule.
+
+A rule can also fail outright on symbolic extents (NSNet2's MatMul over `batch * frames` rows:
+compute_at's "intset.HasLowerBound() && intset.HasUpperBound()"). Then each function is
+scheduled on its own, and the ones whose rule raised get the Fallback too.
 """
 from __future__ import annotations
 
@@ -29,17 +33,35 @@ def ApplyBuildableSchedule(dlight_pass, target) -> tvm.ir.transform.Pass:
     function whose schedule would allocate a symbolic-size local or shared buffer."""
     from tvm.s_tir import dlight as dl
 
+    def fallback(funcs: dict) -> dict:
+        with target:
+            done = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(tvm.IRModule(funcs))
+        return {gv: done[gv.name_hint] for gv in funcs}
+
+    def one_by_one(funcs: dict) -> dict:
+        """Each function scheduled alone; None where the rule raised."""
+        done = {}
+        for gv, func in funcs.items():
+            try:
+                done[gv] = dlight_pass(tvm.IRModule({gv: func}))[gv.name_hint]
+            except Exception:  # a rule's own check on symbolic extents (see module doc)
+                done[gv] = None
+        return done
+
     @tvm.ir.transform.module_pass(opt_level=0, name="persist_rnn.ApplyBuildableSchedule")
     def _pass(mod: tvm.IRModule, ctx) -> tvm.IRModule:
         before = {gv: f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
-        mod = dlight_pass(mod)
-        redo = {gv: before[gv] for gv, f in mod.functions.items() if gv in before and _symbolic_staging(f)}
-        if not redo:
-            return mod
-        with target:
-            fallback = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(tvm.IRModule(redo))
-        for gv in redo:
-            mod[gv] = fallback[gv.name_hint]
+        try:
+            mod = dlight_pass(mod)
+            scheduled = {gv: mod[gv] for gv in before}
+        except Exception:
+            scheduled = one_by_one(before)
+        redo = {gv: before[gv] for gv, f in scheduled.items() if f is None or _symbolic_staging(f)}
+        for gv, func in scheduled.items():
+            if gv not in redo:
+                mod[gv] = func
+        for gv, func in (fallback(redo) if redo else {}).items():
+            mod[gv] = func
         return mod
 
     return _pass
