@@ -70,7 +70,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", default=os.path.expanduser("~/models"), help="the fetched third-party files")
+    ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
     args = ap.parse_args()
+    wanted = set(filter(None, args.only.split(",")))
     rows = []
 
     def emit(row):
@@ -80,6 +82,8 @@ def main():
             f.write(json.dumps(row) + "\n")
 
     for name, steps in OWN.items():
+        if wanted and name not in wanted:
+            continue
         path = os.path.join(HERE, "..", "tests", "fixtures", "corpus", f"{name}_torchscript.onnx")
         model, compiled = onnx.load(path), persist_rnn.compile(path, "cuda")
         module = build(name).cuda()
@@ -95,10 +99,16 @@ def main():
         torch.cuda.empty_cache()
 
     for name, (path, shapes, feeds_at) in _third_party(args.models).items():
+        if wanted and name not in wanted:
+            continue
         if not os.path.exists(path):
             emit({"model": name, "skipped": f"{path} not found"})
             continue
-        model, compiled = onnx.load(path), persist_rnn.compile(path, "cuda", shapes=shapes)
+        try:
+            model, compiled = onnx.load(path), persist_rnn.compile(path, "cuda", shapes=shapes)
+        except persist_rnn.PersistRNNError as err:
+            emit({"model": name, "error": str(err)[:400]})
+            continue
         for batch in (1, 8):
             feeds = feeds_at(batch)
             if feeds is None:
