@@ -54,12 +54,12 @@ def ApplyBuildableSchedule(dlight_pass, target) -> tvm.ir.transform.Pass:
         try:
             mod = dlight_pass(mod)
             scheduled = {gv: mod[gv] for gv in before}
-        except Exception:
+        except Exception:  # a rule raised: schedule the functions one by one (module doc)
             scheduled = one_by_one(before)
+            for gv, func in scheduled.items():
+                if func is not None:
+                    mod[gv] = func
         redo = {gv: before[gv] for gv, f in scheduled.items() if f is None or _symbolic_staging(f)}
-        for gv, func in scheduled.items():
-            if gv not in redo:
-                mod[gv] = func
         for gv, func in (fallback(redo) if redo else {}).items():
             mod[gv] = func
         return mod
