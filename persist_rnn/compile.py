@@ -9,7 +9,8 @@ from .errors import PersistRNNError
 from .frontend import from_onnx, load_model
 from .frontend.front_door import prepare
 from .pipeline import pipeline
-from .runtime import CompiledModel, graph_inputs, lengths_checks
+from .input_checks import input_checks
+from .runtime import CompiledModel, graph_inputs
 from .targets import as_target
 
 
@@ -43,4 +44,6 @@ def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, u
     order = [n.name for n in model.graph.node]
     report = sorted(layers, key=lambda r: order.index(r.node) if r.node in order else len(order))
     outputs = [o.name for o in model.graph.output]
-    return CompiledModel(ex, target, report, graph_inputs(model), outputs, lengths_checks(model), notes)
+    inputs = graph_inputs(model)
+    checks = input_checks(model, {i.name for i in inputs})
+    return CompiledModel(ex, target, report, inputs, outputs, checks, notes)

@@ -15,6 +15,8 @@ import tvm_ffi
 from tvm import relax
 
 from .errors import PersistRNNError
+from .input_checks import from_dict as check_from_dict
+from .input_checks import verify
 from .report import LayerReport
 from .stream_order import ordered_after_other_streams
 
@@ -24,16 +26,6 @@ class InputSpec:
     name: str
     dtype: str
     shape: list  # ints for static dims, strings for symbolic ones, None for unknown
-
-
-@dataclasses.dataclass
-class LengthsCheck:
-    """A graph input feeding a node's sequence_lens, and the graph input whose time axis bounds it."""
-
-    node: str
-    lens: str
-    x: str | None
-    time_axis: int
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[InputSpec]:
@@ -48,17 +40,6 @@ def graph_inputs(model: onnx.ModelProto) -> list[InputSpec]:
         if tt.HasField("shape"):
             shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
         out.append(InputSpec(vi.name, dtype, shape))
-    return out
-
-
-def lengths_checks(model: onnx.ModelProto) -> list[LengthsCheck]:
-    names = {i.name for i in graph_inputs(model)}
-    out = []
-    for node in model.graph.node:
-        if node.op_type in ("LSTM", "GRU", "RNN") and len(node.input) > 4 and node.input[4] in names:
-            layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
-            x = node.input[0] if node.input[0] in names else None
-            out.append(LengthsCheck(node.name, node.input[4], x, 1 if layout else 0))
     return out
 
 
@@ -93,7 +74,7 @@ class CompiledModel:
     """The result of `persist_rnn.compile`: run it, read its report, export it."""
 
     def __init__(self, executable, target: tvm.target.Target, report: list[LayerReport],
-                 inputs: list[InputSpec], output_names: list[str], checks: list[LengthsCheck],
+                 inputs: list[InputSpec], output_names: list[str], checks: list,
                  notes: list[str] | None = None):
         self.executable = executable
         self.target = target
@@ -156,12 +137,7 @@ class CompiledModel:
                 a = np.require(a, requirements="C")  # keeps 0-d inputs 0-d (ascontiguousarray does not)
             arrays.append(a)
             host[spec.name] = a
-        for c in self._checks:
-            lens = host[c.lens] if isinstance(host[c.lens], np.ndarray) else host[c.lens].numpy()  # B int32s
-            bound = tuple(host[c.x].shape)[c.time_axis] if c.x is not None else None
-            if (lens < 0).any() or (bound is not None and (lens > bound).any()):
-                raise PersistRNNError(f"node {c.node!r}: input 'sequence_lens' ({c.lens!r}) is {lens.tolist()}; "
-                                      f"expected values in [0, {bound if bound is not None else 'T'}]")
+        verify(self._checks, host)  # input_checks: sequence_lens and Gather indices in range
         return arrays, framework
 
     def run(self, inputs: dict, *, outputs: str = "auto") -> list:
@@ -209,4 +185,4 @@ def load(path: str) -> CompiledModel:
     target = tvm.target.Target(meta["target"])
     return CompiledModel(ex, target, [LayerReport(**r) for r in meta["report"]],
                          [InputSpec(**i) for i in meta["inputs"]], meta["outputs"],
-                         [LengthsCheck(**c) for c in meta["checks"]], meta.get("notes", []))
+                         [check_from_dict(c) for c in meta["checks"]], meta.get("notes", []))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tvm
 
+import persist_rnn
 from persist_rnn import compile as compile_model
 from persist_rnn.schedule import tuning_log
 from persist_rnn.schedule.planner import plan_layer
@@ -98,3 +99,29 @@ def test_hidden_sizes_past_the_chip_keep_the_reference_scan_with_the_reason():
         model, _ = make_model(LayerCase(op=op, hidden_size=hidden, input_size=16, batch=1, seq_len=3))
         [layer] = compile_model(model, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), measure=False).report()
         assert layer.lowering == "reference" and "no persistent config fits" in layer.reason, layer.line()
+
+
+def test_token_ids_outside_the_embedding_are_refused_naming_the_gather():
+    """TVM's take runs in "fast" mode: an id past the table read past it (ONNX Runtime refuses)."""
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "corpus", "bilstm_tagger_torchscript.onnx")
+    compiled = persist_rnn.compile(path, "llvm")
+    good = np.array([[1, 499, -500, 7]], "int64")
+    compiled.run({"tokens": good})
+    for bad in (500, -501):
+        tokens = good.copy()
+        tokens[0, 2] = bad
+        with pytest.raises(persist_rnn.PersistRNNError, match=rf"Gather.*'tokens' holds \[{bad}\].*500 rows"):
+            compiled.run({"tokens": tokens})
+
+
+def test_checks_survive_export_and_load(tmp_path):
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "corpus", "bilstm_tagger_torchscript.onnx")
+    compiled = persist_rnn.compile(path, "llvm")
+    compiled.export_library(str(tmp_path / "tagger.so"))
+    loaded = persist_rnn.load(str(tmp_path / "tagger.so"))
+    with pytest.raises(persist_rnn.PersistRNNError, match="outside"):
+        loaded.run({"tokens": np.array([[1, 2, 600]], "int64")})
