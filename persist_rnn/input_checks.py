@@ -61,7 +61,9 @@ def input_checks(model: onnx.ModelProto, inputs: set) -> list:
     """The checks for graph inputs `inputs` (names) of `model`'s top-level graph."""
     checks = []
     tables = {t.name: list(t.dims) for t in model.graph.initializer}
-    cast_of = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Cast"}
+    integer = {vi.name for vi in model.graph.input
+               if np.issubdtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type), np.integer)}
+    cast_of = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Cast" and n.input[0] in integer}
     for node in model.graph.node:
         if node.op_type in ("LSTM", "GRU", "RNN") and len(node.input) > 4 and node.input[4] in inputs:
             layout = next((a.i for a in node.attribute if a.name == "layout"), 0)

@@ -223,7 +223,7 @@ class Slice(_Stand):
         x = inputs[0]
         parts = [F.get_constant(inputs[k], params) if inputs[k] is not None else None for k in (1, 2, 3, 4)]
         if (isinstance(x, relax.ShapeExpr) or not isinstance(getattr(x, "ty", None), relax.TensorType)
-                or x.ty.shape is None or any(p is not None and not isinstance(p, tvm.ir.GenericConst) for p in parts)):
+                or not isinstance(x.ty.shape, relax.ShapeExpr) or any(p is not None and not isinstance(p, tvm.ir.GenericConst) for p in parts)):
             return tvm_impl(bb, inputs, attr, params)
         starts, ends, axes, steps = [p.value.numpy().ravel().tolist() if p is not None else None for p in parts]
         axes = [a % x.ty.ndim for a in (axes if axes is not None else range(len(starts)))]
