@@ -34,23 +34,9 @@ def ApplyBuildableSchedule(dlight_pass, target) -> tvm.ir.transform.Pass:
     from tvm.s_tir import dlight as dl
 
     def fallback(funcs: dict) -> dict:
-        """Per function, the first of dlight's reduction rules that schedules it without a
-        symbolic-size buffer (they split the reduction across threads), else Fallback."""
-        done = {}
         with target:
-            for gv, func in funcs.items():
-                for rule in (dl.gpu.LowBatchGEMV(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()):
-                    try:
-                        tried = dl.ApplyDefaultSchedule(rule)(tvm.IRModule({gv: func}))[gv.name_hint]
-                    except Exception:  # the rule's own checks on symbolic extents
-                        continue
-                    if tried.attrs is not None and tried.attrs.get("tirx.is_scheduled", False) and (
-                            isinstance(rule, dl.gpu.Fallback) or not _symbolic_staging(tried)):
-                        done[gv] = tried
-                        break
-                else:
-                    done[gv] = func
-        return done
+            done = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(tvm.IRModule(funcs))
+        return {gv: done[gv.name_hint] for gv in funcs}
 
     def one_by_one(funcs: dict) -> dict:
         """Each function scheduled alone; None where the rule raised."""
