@@ -75,7 +75,12 @@ def test_matches_torch_and_onnx_runtime_on_llvm(file):
     assert max_rel_error(compiled.run(other), ort_run(model, other)) <= 1e-4
 
 
-@pytest.mark.parametrize("file", [f for f in FILES if f.endswith("_torchscript")])
+#: CUDA builds in CI (a symbolic-batch build plans every bucket: 7-17 s each); the GPU test below
+#: builds and runs all nine
+CUDA_BUILDS_IN_CI = ("crnn_ocr_torchscript", "gru_enhancer_torchscript", "seq2seq_encoder_dynamo")
+
+
+@pytest.mark.parametrize("file", CUDA_BUILDS_IN_CI)
 def test_every_recurrent_layer_is_persistent_for_cuda(file):
     built = persist_rnn.compile(os.path.join(HERE, file + ".onnx"), CUDA, measure=False)
     assert [r.lowering for r in built.report()] == ["persistent"] * len(LAYERS[_model(file)][0])
