@@ -222,12 +222,15 @@ class Slice(_Stand):
     def convert(cls, tvm_impl, bb, inputs, attr, params):
         x = inputs[0]
         parts = [F.get_constant(inputs[k], params) if inputs[k] is not None else None for k in (1, 2, 3, 4)]
-        if (isinstance(x, relax.ShapeExpr) or not isinstance(getattr(x, "ty", None), relax.TensorType)
-                or not isinstance(x.ty.shape, relax.ShapeExpr) or any(p is not None and not isinstance(p, tvm.ir.GenericConst) for p in parts)):
+        known_shape = isinstance(getattr(x, "ty", None), relax.TensorType) and isinstance(x.ty.shape, relax.ShapeExpr)
+        constant = all(p is None or isinstance(p, tvm.ir.GenericConst) for p in parts)
+        if isinstance(x, relax.ShapeExpr) or not known_shape or not constant or parts[0] is None or parts[1] is None:
             return tvm_impl(bb, inputs, attr, params)
         starts, ends, axes, steps = [p.value.numpy().ravel().tolist() if p is not None else None for p in parts]
         axes = [a % x.ty.ndim for a in (axes if axes is not None else range(len(starts)))]
         steps = steps if steps is not None else [1] * len(axes)
+        if len({len(starts), len(ends), len(axes), len(steps)}) != 1:
+            return tvm_impl(bb, inputs, attr, params)  # TVM's converter names the mismatch
         huge = max(map(abs, starts + ends), default=0) > cls.LIMIT
         if not huge and not any(step < 0 and start < 0 for start, step in zip(starts, steps)):
             return tvm_impl(bb, inputs, attr, params)
