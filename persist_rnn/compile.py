@@ -5,7 +5,7 @@ from __future__ import annotations
 import tvm
 
 from .cuda_limits import refuse_unsupported_on_cuda
-from .errors import PersistRNNError
+from .errors import PersistRNNError, last_line
 from .frontend import from_onnx, load_model
 from .frontend.front_door import prepare
 from .pipeline import pipeline
@@ -37,8 +37,7 @@ def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, u
         except PersistRNNError:
             raise
         except Exception as err:  # TVM's passes raise ValueError, TVMError, AssertionError, ...
-            lines = str(err).strip().splitlines() or [type(err).__name__]
-            raise PersistRNNError(f"TVM could not build the imported model for {target.kind.name}: {lines[-1]}; "
+            raise PersistRNNError(f"TVM could not build the imported model for {target.kind.name}: {last_line(err)}; "
                                   "pinning input shapes or constants (shapes=, constants=) may let it fold "
                                   "what it cannot build") from err
     order = [n.name for n in model.graph.node]

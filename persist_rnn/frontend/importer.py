@@ -20,7 +20,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as F
 
-from ..errors import PersistRNNError
+from ..errors import PersistRNNError, last_line
 from .canonical import emit_canonical
 from .layer import read_layer
 from .op_fixes import CONVERTERS as OP_FIXES
@@ -82,9 +82,8 @@ def _naming_failures(op: str, converter):
                 except PersistRNNError:
                     raise
                 except Exception as err:  # TVM's converters raise ValueError, TVMError, AssertionError, ...
-                    lines = str(err).strip().splitlines() or [type(err).__name__]
                     raise PersistRNNError(f"node {attr.get('tvm_custom', {}).get('name', '?')!r} ({op}): TVM's ONNX "
-                                          f"importer cannot convert it: {lines[-1]}{_lost_shapes(inputs)}") from err
+                                          f"importer cannot convert it: {last_line(err)}{_lost_shapes(inputs)}") from err
             return convert
 
     return Named

@@ -13,19 +13,13 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-
-def _constants(graph) -> dict:
-    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
+from .graph_values import constant_values
 
 
 def compose_shape_gathers(model: onnx.ModelProto) -> int:
     """Rewrites `model` in place; returns how many Gathers now read a Shape directly."""
     graph = model.graph
-    constants = _constants(graph)
+    constants = constant_values(graph)
     producer = {out: node for node in graph.node for out in node.output}
     composed = 0
     for node in graph.node:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from ...errors import PersistRNNError
+from ..graph_values import constant_values
 
 
 @dataclasses.dataclass
@@ -72,10 +73,7 @@ class OuterGraph:
     def add_constants(self, graph: onnx.GraphProto) -> None:
         """The values of `graph`'s initializers and Constant nodes, the outer graph's or a loop
         body's (names are unique in the whole model)."""
-        self.values.update({t.name: numpy_helper.to_array(t) for t in graph.initializer})
-        for n in graph.node:
-            if n.op_type == "Constant" and attribute(n, "value") is not None:
-                self.values[n.output[0]] = numpy_helper.to_array(attribute(n, "value"))
+        self.values.update(constant_values(graph))
 
     def scalar(self, name):
         v = self.values.get(name)
