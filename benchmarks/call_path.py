@@ -2,12 +2,16 @@
 inputs already on the GPU, run() with numpy (host copies both ways), run() with torch CUDA
 tensors (no copy), and a torch.cuda.graph capture of that run() replayed. One JSON line each.
 
-    python benchmarks/call_path.py --model examples/char_rnn.onnx --batch 1 --out call_path.jsonl
+    python benchmarks/call_path.py --model examples/char_rnn.onnx --batch 1 --out call_path.jsonl [--profile]
+
+`--profile` also prints where run()'s host time goes (cProfile, torch CUDA tensors).
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 
 import numpy as np
 import torch
@@ -34,6 +38,7 @@ def main():
     ap.add_argument("--inputs", default=None)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     npz = args.inputs or args.model.replace(".onnx", "_inputs.npz")
     compiled = persist_rnn.compile(args.model, "cuda", measure=False)
@@ -61,6 +66,11 @@ def main():
         rows["graph replay max abs error vs run()"] = err
     except Exception as e:  # record why capture failed, as a result
         rows["torch.cuda.graph capture"] = f"failed: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.runcall(lambda: [compiled.run(torch_feeds) for _ in range(2000)])
+        torch.cuda.synchronize()
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
     with open(args.out, "a") as f:
         for path, value in rows.items():
             row = {"model": args.model, "batch": args.batch, "path": path, "ms": value}

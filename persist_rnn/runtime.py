@@ -84,10 +84,12 @@ class CompiledModel:
         self._checks = checks
         self.notes = list(notes or [])  # what the front door pinned and folded
         self._local = threading.local()  # a VM per thread: a VM keeps each call's values in its registers
+        self._dtypes = [str(np.dtype(i.dtype)) for i in inputs]
+        self._device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
 
     @property
     def device(self):
-        return tvm.cuda(0) if self.target.kind.name == "cuda" else tvm.cpu(0)
+        return self._device
 
     def report(self) -> list[LayerReport]:
         return list(self._report)
@@ -99,7 +101,8 @@ class CompiledModel:
         if isinstance(value, np.ndarray) or np.isscalar(value) or not hasattr(value, "__dlpack__"):
             return np.asarray(value), None
         tensor = value if isinstance(value, tvm.runtime.Tensor) else _from_dlpack(name, value)
-        if str(tensor.device) != str(self.device):
+        if (tensor.device.dlpack_device_type(), tensor.device.index) != (self._device.dlpack_device_type(),
+                                                                          self._device.index):
             raise PersistRNNError(f"input {name!r} is on {tensor.device}, but the model runs on {self.device}: "
                                   "move it there first (run() copies nothing between devices)")
         framework = sys.modules.get(type(value).__module__.split(".")[0])
@@ -115,10 +118,10 @@ class CompiledModel:
         if unknown or missing:
             raise PersistRNNError(f"inputs: unknown {unknown}, missing {missing}; the model takes {expected}")
         arrays, dims, framework, host = [], {}, None, {}
-        for spec in self.inputs:
+        for spec, dtype in zip(self.inputs, self._dtypes):
             a, from_framework = self._as_array(spec.name, inputs[spec.name])
             framework = framework or from_framework
-            if str(a.dtype) != str(np.dtype(spec.dtype)):
+            if str(a.dtype) != dtype:
                 raise PersistRNNError(f"input {spec.name!r}: dtype {a.dtype}, expected {spec.dtype}")
             shape = tuple(a.shape)
             if spec.shape is not None:
@@ -149,13 +152,14 @@ class CompiledModel:
         if outputs not in ("auto", "numpy", "device"):
             raise PersistRNNError(f"run(outputs={outputs!r}): expected 'auto', 'numpy' or 'device'")
         arrays, framework = self._validate(inputs)
-        vm = getattr(self._local, "vm", None)
-        if vm is None:
-            vm = self._local.vm = relax.VirtualMachine(self.executable, self.device)
+        main = getattr(self._local, "main", None)
+        if main is None:
+            self._local.vm = relax.VirtualMachine(self.executable, self.device)
+            main = self._local.main = self._local.vm["main"]
         dev = self.device
         args = [a if isinstance(a, tvm.runtime.Tensor) else tvm.runtime.tensor(a, dev) for a in arrays]
         with _framework_stream(framework, dev):
-            out = vm["main"](*args)
+            out = main(*args)
         outs = list(out) if not hasattr(out, "numpy") else [out]
         if outputs == "numpy" or (outputs == "auto" and framework is None and
                                   not any(isinstance(a, tvm.runtime.Tensor) for a in arrays)):

@@ -14,7 +14,7 @@ import tvm
 from tvm.script import tirx as T
 
 from . import cells, signature
-from .signature import recurrence_func
+from .signature import batch_row, recurrence_func
 from .spec import CellSpec
 
 #: threads per block of the CUDA variant
@@ -52,13 +52,13 @@ def reference_scan(spec: CellSpec, target_kind: str = "llvm") -> tvm.tirx.PrimFu
                 for u in range(UNITS):
                     j = u * NT + tx
                     if j < H:
-                        hs[j] = h0[dd, b, j]
-                        yh[dd, b, j] = h0[dd, b, j]
+                        hs[j] = h0[dd, batch_row(spec, "h0", b), j]
+                        yh[dd, b, j] = h0[dd, batch_row(spec, "h0", b), j]
                         if lstm:
-                            yc[dd, b, j] = c0[dd, b, j]
+                            yc[dd, b, j] = c0[dd, batch_row(spec, "c0", b), j]
                 if gpu:
                     T.tvm_storage_sync("shared")
-                n_valid = T.max(T.min(T.Cast("int64", lens[b]), n_t), T.int64(0))  # never index past T
+                n_valid = T.max(T.min(T.Cast("int64", lens[batch_row(spec, "lens", b)]), n_t), T.int64(0))  # never index past T
                 for s in range(n_t):
                     if s < n_valid:
                         t = time_index(dd, s, n_valid)

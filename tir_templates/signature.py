@@ -8,6 +8,8 @@ T and B are runtime variables, everything else comes from the layer's CellSpec:
     lens (B,) int32      sequence lengths
     h0   (D, B, H)       initial hidden state
     c0   (D, B, H)       initial cell state   (LSTM only)
+    (lens, h0 and c0 have batch extent 1 when the spec's `batch_broadcast` names them: every
+    batch row reads row 0, `batch_row`)
     p    (D, 3*H)        peepholes i, o, f    (LSTM only)
     ->   y (T, D, B, H), yh (D, B, H), yc (D, B, H) (LSTM only),
          hbuf (EXCHANGE_SLOTS or more, D, B, H) float32, ws (WORKSPACE_WORDS,) uint32
@@ -26,6 +28,21 @@ from .spec import ATTR_KEY, CellSpec
 WORKSPACE_WORDS = 32
 #: leading extent of the exchange buffer the importer allocates (a kernel may ask for more)
 EXCHANGE_SLOTS = 3
+
+
+#: operands a call site may give once for the whole batch (CellSpec.batch_broadcast)
+BROADCASTABLE = ("lens", "h0", "c0")
+
+
+def batch_row(spec: CellSpec, operand: str, b):
+    """The row of `operand` (lens, h0 or c0) that batch row b reads: 0 when the call site gives
+    it once for the whole batch."""
+    return 0 if operand in spec.batch_broadcast else b
+
+
+def batch_extent(spec: CellSpec, operand: str, n_b):
+    """`operand`'s batch extent in the signature: 1 when given once for the whole batch."""
+    return 1 if operand in spec.batch_broadcast else n_b
 
 
 def time_index(spec: CellSpec, d, s, n_valid):
@@ -58,9 +75,9 @@ def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS) -> tvm.ti
         n_b = T.int64()
         n_slots = T.int64()  # symbolic, so that every lowering has one type; the kernel needs `slots`
         xw = T.match_buffer(xw_h, (n_t, n_b, D, GH), "float32")
-        lens = T.match_buffer(lens_h, (n_b,), "int32")
-        h0 = T.match_buffer(h0_h, (D, n_b, H), "float32")
-        c0 = T.match_buffer(c0_h, (D, n_b, H), "float32")
+        lens = T.match_buffer(lens_h, (batch_extent(spec, "lens", n_b),), "int32")
+        h0 = T.match_buffer(h0_h, (D, batch_extent(spec, "h0", n_b), H), "float32")
+        c0 = T.match_buffer(c0_h, (D, batch_extent(spec, "c0", n_b), H), "float32")
         y = T.match_buffer(y_h, (n_t, D, n_b, H), "float32")
         yh = T.match_buffer(yh_h, (D, n_b, H), "float32")
         yc = T.match_buffer(yc_h, (D, n_b, H), "float32")

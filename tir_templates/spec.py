@@ -60,6 +60,10 @@ class CellSpec:
     peepholes: bool = False
     dtype: str = "float32"
     node: str = ""
+    #: operands the call site gives once for the whole batch (batch extent 1), of "lens", "h0",
+    #: "c0": a symbolic batch's default lengths and zero states, which would otherwise be filled
+    #: by a kernel of their own on every call (signature.batch_row)
+    batch_broadcast: tuple = ()
 
     def __post_init__(self):
         if not self.activations:
@@ -87,10 +91,14 @@ class CellSpec:
         return self.activations[d * n : (d + 1) * n]
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        d = dataclasses.asdict(self)
+        if not d["batch_broadcast"]:
+            del d["batch_broadcast"]  # what a spec's JSON was before the field: unchanged where unused
+        return json.dumps(d, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> CellSpec:
         d = json.loads(text)
         d["activations"] = tuple(Activation(**a) for a in d["activations"])
+        d["batch_broadcast"] = tuple(d.get("batch_broadcast", ()))
         return cls(**d)

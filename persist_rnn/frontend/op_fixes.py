@@ -28,11 +28,11 @@ from tvm.relax.frontend.onnx import onnx_frontend as F
 from ..errors import node_error
 
 
-def _name(attr) -> str:
+def node_name(attr) -> str:
     return attr.get("tvm_custom", {}).get("name", "?")
 
 
-class _Stand(F.OnnxOpConverter):
+class StandIn(F.OnnxOpConverter):
     """Base: `convert` sees every node of the op; `tvm` is TVM's own converter class."""
 
     tvm = None
@@ -47,7 +47,7 @@ class _Stand(F.OnnxOpConverter):
         raise NotImplementedError
 
 
-class Expand(_Stand):
+class Expand(StandIn):
     tvm = F.Expand
 
     @classmethod
@@ -68,7 +68,7 @@ class Expand(_Stand):
         return bb.normalize(relax.op.broadcast_to(padded, relax.ShapeExpr(out)))
 
 
-class LayerNormalization(_Stand):
+class LayerNormalization(StandIn):
     tvm = F.LayerNormalization
 
     @classmethod
@@ -92,18 +92,18 @@ class LayerNormalization(_Stand):
         return relax.Tuple([bb.emit(y), mean, inv])
 
 
-class BatchNormalization(_Stand):
+class BatchNormalization(StandIn):
     tvm = F.BatchNormalization
 
     @classmethod
     def convert(cls, tvm_impl, bb, inputs, attr, params):
         if attr.get("training_mode", 0):
-            raise node_error(_name(attr), "BatchNormalization", "attribute 'training_mode'", "1 (batch statistics)",
+            raise node_error(node_name(attr), "BatchNormalization", "attribute 'training_mode'", "1 (batch statistics)",
                              "0: an inference model normalises with the running mean and variance")
         return tvm_impl(bb, inputs, attr, params)
 
 
-class ConvTranspose(_Stand):
+class ConvTranspose(StandIn):
     tvm = F.ConvTranspose
 
     @classmethod
@@ -115,7 +115,7 @@ class ConvTranspose(_Stand):
         x, w = list(inputs[0].ty.shape), list(inputs[1].ty.shape)
         spatial = len(x) - 2
         if not all(isinstance(d, tvm.tirx.IntImm) for d in list(x[2:]) + list(w[2:])):
-            raise node_error(_name(attr), "ConvTranspose", "attribute 'output_shape'", "with symbolic input sizes",
+            raise node_error(node_name(attr), "ConvTranspose", "attribute 'output_shape'", "with symbolic input sizes",
                              "static spatial sizes, or 'pads' and 'output_padding' instead of 'output_shape'")
         out = out[-spatial:]
         strides = list(attr.get("strides", [1] * spatial))
@@ -135,7 +135,7 @@ class ConvTranspose(_Stand):
                 end.append(0)
                 padding.append(extra[i] - total)
             else:
-                raise node_error(_name(attr), "ConvTranspose", "attribute 'output_shape'", f"{out} is out of reach",
+                raise node_error(node_name(attr), "ConvTranspose", "attribute 'output_shape'", f"{out} is out of reach",
                                  "an output no more than stride - 1 larger than the transposed convolution's")
         attr.pop("auto_pad", None)
         attr["pads"], attr["output_padding"] = begin + end, padding
@@ -182,7 +182,7 @@ def _pad_loop(x, before, after, mode, value):
     return tvm.te.compute(shape, element, name="pad_run_time")
 
 
-class Pad(_Stand):
+class Pad(StandIn):
     tvm = F.Pad
 
     @classmethod
@@ -196,7 +196,7 @@ class Pad(_Stand):
         if len(inputs) > 3 and inputs[3] is not None:
             const = F.get_constant(inputs[3], params)
             if not isinstance(const, tvm.ir.GenericConst):
-                raise node_error(_name(attr), "Pad", "input 'axes'", "computed at run time", "constant axes")
+                raise node_error(node_name(attr), "Pad", "input 'axes'", "computed at run time", "constant axes")
             axes = [int(a) % rank for a in const.value.numpy().ravel()]
         value = 0.0
         if len(inputs) > 2 and inputs[2] is not None:
@@ -205,7 +205,7 @@ class Pad(_Stand):
         mode = attr.get("mode", b"constant")
         mode = mode.decode() if isinstance(mode, bytes) else mode
         if mode not in ("constant", "edge", "reflect", "wrap"):
-            raise node_error(_name(attr), "Pad", "attribute 'mode'", repr(mode), "constant, edge, reflect or wrap")
+            raise node_error(node_name(attr), "Pad", "attribute 'mode'", repr(mode), "constant, edge, reflect or wrap")
         amounts = _as_prim_values(bb, pads, 2 * len(axes), "pad_")
         zero = tvm.tirx.IntImm("int64", 0)
         before, after = [zero] * rank, [zero] * rank
@@ -214,7 +214,7 @@ class Pad(_Stand):
         return bb.emit_te(_pad_loop, x, before, after, mode, value)
 
 
-class Slice(_Stand):
+class Slice(StandIn):
     tvm = F.Slice
     LIMIT = 2**31 - 1  # beyond this, a bound means "past the end" (or "before the start")
 
@@ -235,7 +235,7 @@ class Slice(_Stand):
         if not huge and not any(step < 0 and start < 0 for start, step in zip(starts, steps)):
             return tvm_impl(bb, inputs, attr, params)
         if 0 in steps:
-            raise node_error(_name(attr), "Slice", "input 'steps'", "a step of 0", "non-zero steps")
+            raise node_error(node_name(attr), "Slice", "input 'steps'", "a step of 0", "non-zero steps")
         extents = [int(e) if isinstance(e, tvm.tirx.IntImm) else e for e in x.ty.shape]
         begin, end = [], []
         for start, stop, step, axis in zip(starts, ends, steps, axes):

@@ -18,7 +18,7 @@ import tvm
 
 from tir_templates.config import Config
 from tir_templates.persistent import persistent_kernel
-from tir_templates.signature import EXCHANGE_SLOTS, WORKSPACE_WORDS
+from tir_templates.signature import EXCHANGE_SLOTS, WORKSPACE_WORDS, batch_extent
 from tir_templates.spec import CellSpec
 
 MEASURE_STEPS = 50
@@ -26,12 +26,13 @@ MEASURE_STEPS = 50
 
 def kernel_arrays(spec: CellSpec, batch: int, seq_len: int, seed: int = 0, slots: int = EXCHANGE_SLOTS) -> list[np.ndarray]:
     """Random inputs and zeroed outputs in the order every recurrence kernel takes them (`slots`:
-    the exchange buffer's, `Config.exchange_slots`)."""
+    the exchange buffer's, `Config.exchange_slots`); operands the spec broadcasts have batch extent 1."""
     rng = np.random.default_rng(seed)
     D, H, G = spec.num_directions, spec.hidden_size, spec.num_gates
     f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype("float32")
-    return [f(seq_len, batch, D, G * H), f(D, G * H, H), f(D, G * H), np.full(batch, seq_len, "int32"),
-            f(D, batch, H), f(D, batch, H), f(D, 3 * H), np.zeros((seq_len, D, batch, H), "float32"),
+    lens_b, h0_b, c0_b = (batch_extent(spec, op, batch) for op in ("lens", "h0", "c0"))
+    return [f(seq_len, batch, D, G * H), f(D, G * H, H), f(D, G * H), np.full(lens_b, seq_len, "int32"),
+            f(D, h0_b, H), f(D, c0_b, H), f(D, 3 * H), np.zeros((seq_len, D, batch, H), "float32"),
             np.zeros((D, batch, H), "float32"), np.zeros((D, batch, H), "float32"),
             np.zeros((slots, D, batch, H), "float32"), np.zeros(WORKSPACE_WORDS, "uint32")]
 

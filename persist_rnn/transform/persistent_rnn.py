@@ -33,6 +33,7 @@ from ..report import BUCKETS_ATTR, CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOUR
 from ..schedule.gpu import gpu_model
 from ..schedule.planner import plan_layer, target_arch
 from ..targets import as_target
+from .batch_invariants import broadcast_batch_invariants
 from .call_sites import call_args, call_site_batches, call_site_rows, call_tir_sites
 from .match_cells import MatchCells
 
@@ -142,6 +143,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             return mod
         check_position(mod, layers)
         mod = relax.transform.FoldConstant()(mod)  # weights sliced from initializers become constants
+        mod = broadcast_batch_invariants(mod, target.kind.name)  # a symbolic batch's default operands
         batches = call_site_batches(mod, layers)
         slots, plans = {}, {}
         for gv, func, spec in list(recurrences(mod)):

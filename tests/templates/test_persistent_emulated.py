@@ -101,3 +101,30 @@ def test_emulated_persistent_matches_reference(cell, direction, batch, cfg, flag
     if cfg.barrier(spec) == "grid":  # init's barrier, then one per phase of every step
         barriers = 1 + (2 if two_phase(spec) and not cfg.partial_sums(spec) else 1) * STEPS
         assert list(ws[:spec.num_directions]) == [barriers * cfg.ctas_per_direction(spec)] * spec.num_directions
+
+
+#: a case of each way a kernel reads h0, c0 and lengths: grid, cluster, batch tiles, cluster tiles,
+#: two-phase GRU, GRU's partial sums, tensor cores
+BROADCAST_CASES = [CASES[i] for i in (0, 3, 7, 11, 17, 19, 25)]
+
+
+@pytest.mark.parametrize("cell,direction,batch,cfg,flags", BROADCAST_CASES, ids=lambda v: str(v))
+def test_operands_given_once_for_the_batch(cell, direction, batch, cfg, flags):
+    """A spec whose `batch_broadcast` names lens, h0 and c0 takes them with batch extent 1 (a
+    symbolic batch's default lengths and constant states) and computes what the reference
+    computes with that row repeated for every batch row."""
+    spec = CellSpec(cell.rstrip("0"), I, H, direction, linear_before_reset=(cell == "gru"), **flags)
+    once = CellSpec(cell.rstrip("0"), I, H, direction, linear_before_reset=(cell == "gru"),
+                    batch_broadcast=("lens", "h0", "c0"), **flags)
+    full = kernel_arrays(spec, batch, STEPS, seed=5, slots=cfg.exchange_slots(spec))
+    full[1] = full[1].astype(cfg.weight_dtype).astype("float32")
+    full[3][:] = STEPS - 1
+    full[4][:] = full[4][:, :1]
+    full[5][:] = full[5][:, :1]
+    given_once = [a.copy() for a in full]
+    given_once[3], given_once[4], given_once[5] = full[3][:1].copy(), full[4][:, :1].copy(), full[5][:, :1].copy()
+    want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in full])
+    for func in (reference_scan(once, "llvm"), emulated_persistent_kernel(once, cfg)):
+        got = _run_llvm(func, [a.copy() for a in given_once])
+        for name, g, w in zip(("Y", "Y_h", "Y_c")[:3 if cell == "lstm" else 2], got[7:10], want[7:10]):
+            np.testing.assert_allclose(g, w, atol=1e-5, err_msg=name)

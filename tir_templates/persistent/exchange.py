@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ..signature import WORKSPACE_WORDS
+from ..signature import WORKSPACE_WORDS, batch_row
 
 GRID_BARRIER = r"""
 __device__ __forceinline__ void prnn_grid_barrier(unsigned int* counter, unsigned int target) {
@@ -41,10 +41,10 @@ def init_state(L, a, t):
     for e in range((L.own_rows(a.n_b) * L.TW + L.NT - 1) // L.NT):
         if L.owns_state(t.cta, t.tx, e, a.n_b):
             a.hb[0, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)] = a.h0[
-                L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)]
+                L.dir_of(t.cta), batch_row(L.spec, "h0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)]
             if L.lstm:
                 a.yc[L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)] = a.c0[
-                    L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)]
+                    L.dir_of(t.cta), batch_row(L.spec, "c0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)]
 
 
 @T.macro
@@ -110,8 +110,8 @@ def final_state(L, a, t):
         if L.owns_state(cta, tx, e, a.n_b):
             b = L.state_row(cta, tx, e)
             j = L.state_unit(cta, tx, e)
-            a.yh[L.dir_of(cta), b, j] = T.if_then_else(a.lens[b] > 0, a.hb[a.n_t % 2, L.dir_of(cta), b, j],
+            a.yh[L.dir_of(cta), b, j] = T.if_then_else(a.lens[batch_row(L.spec, "lens", b)] > 0, a.hb[a.n_t % 2, L.dir_of(cta), b, j],
                                                          T.float32(0))
             if L.lstm:
-                if a.lens[b] <= 0:
+                if a.lens[batch_row(L.spec, "lens", b)] <= 0:
                     a.yc[L.dir_of(cta), b, j] = T.float32(0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .. import cells
+from ..signature import batch_row
 from .inputs import time_index, valid_steps
 from .update import each_owned_pair
 
@@ -31,7 +32,7 @@ def tile_state(L, a, t, hm, ch):
     for e in T.unroll(L.UPT):
         if L.owns(t.cta, t.tx, e, ch, a.n_b):
             hm[(e * L.NT + t.tx) // L.TW, (e * L.NT + t.tx) % L.TW] = a.h0[
-                L.dir_of(t.cta), L.pair(t.cta, t.tx, e, ch)[0], L.pair(t.cta, t.tx, e, ch)[1]]
+                L.dir_of(t.cta), batch_row(L.spec, "h0", L.pair(t.cta, t.tx, e, ch)[0]), L.pair(t.cta, t.tx, e, ch)[1]]
 
 
 @T.macro
@@ -62,9 +63,9 @@ def reset_from_partials(L, a, t, hs, rs, s, ch):
                                                                ch * L.BC + (e * L.NT + t.tx) // L.H,
                                                                (e * L.NT + t.tx) % L.H]
                 rs[(e * L.NT + t.tx) // L.H, (e * L.NT + t.tx) % L.H] = T.if_then_else(
-                    s < valid_steps(a, ch * L.BC + (e * L.NT + t.tx) // L.H),
+                    s < valid_steps(L, a, ch * L.BC + (e * L.NT + t.tx) // L.H),
                     cells.gru_gate(L.spec, L.dir_of(t.cta), a.xw[T.max(T.min(time_index(
-                        L, L.dir_of(t.cta), s, valid_steps(a, ch * L.BC + (e * L.NT + t.tx) // L.H)), a.n_t - 1),
+                        L, L.dir_of(t.cta), s, valid_steps(L, a, ch * L.BC + (e * L.NT + t.tx) // L.H)), a.n_t - 1),
                         T.int64(0)), ch * L.BC + (e * L.NT + t.tx) // L.H, L.dir_of(t.cta), L.H + (e * L.NT + t.tx) % L.H],
                         t.sacc[t.row, 0] + a.rb[L.dir_of(t.cta), L.H + (e * L.NT + t.tx) % L.H])
                     * hs[(e * L.NT + t.tx) // L.H, (e * L.NT + t.tx) % L.H],

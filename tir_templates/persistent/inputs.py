@@ -16,9 +16,9 @@ def time_index(L, d, s, n_valid):
     return signature.time_index(L.spec, d, s, n_valid)
 
 
-def valid_steps(a, b):
+def valid_steps(L, a, b):
     """Batch row b's sequence length, clamped to [0, T]."""
-    return T.max(T.min(T.Cast("int64", a.lens[b]), a.n_t), T.int64(0))
+    return T.max(T.min(T.Cast("int64", a.lens[signature.batch_row(L.spec, "lens", b)]), a.n_t), T.int64(0))
 
 
 def input_at(L, a, t, e, g, ch, time):
@@ -40,7 +40,7 @@ def load_lengths(L, a, t, ch):
     """Each owned pair's sequence length (clamped to [0, T]) into a register."""
     for e in T.unroll(L.UPT):
         if L.owns(t.cta, t.tx, e, ch, a.n_b):
-            t.nv[t.row, e] = valid_steps(a, L.pair(t.cta, t.tx, e, ch)[0])
+            t.nv[t.row, e] = valid_steps(L, a, L.pair(t.cta, t.tx, e, ch)[0])
 
 
 @T.macro

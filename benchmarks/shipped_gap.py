@@ -1,0 +1,127 @@
+"""Where a shipped example (symbolic batch) loses time against its static build, and how both
+stand against the same model in torch (cuDNN fp32, CUDA graph): per (model, batch, build) the
+call's time (CUDA events, back to back), the host's time to issue one call on an idle GPU, the
+GPU's busy time (sum of the call's kernels, CUPTI trace) and the kernel count. A call whose
+host time exceeds its GPU time is host-bound, and only fewer launches or host steps help it.
+Builds: `static` (built for that batch, its layers measured and logged), `shipped` (symbolic
+batch, bucket configs from the cost model: a plain compile) and `shipped_tuned` (built with the
+static builds' tuning log, what `persist-rnn tune --batches` gives; issue 16's floor).
+
+    python benchmarks/shipped_gap.py --out gap.jsonl [--models text_classifier] [--batches 1,8]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+
+import persist_rnn  # noqa: E402
+from persist_rnn.bench import cuda_ms, kernel_trace  # noqa: E402
+
+from dynamic_batch import BATCHES, inputs_at  # noqa: E402  (beside this file)
+
+TRACE_CALLS = 10
+
+
+def host_us(call, sync, repeats=200) -> float:
+    """Median host microseconds to issue one call with the GPU idle (synchronised before each)."""
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    sync()
+    return float(np.median(times) * 1e6)
+
+
+def torch_graph_ms(name: str, feeds: dict) -> float:
+    """The example's torch module (export_examples.py; random weights of the same shapes) on the
+    same inputs, captured in a CUDA graph and replayed."""
+    import torch
+    import export_examples as ex
+
+    module = {"char_rnn": ex.CharRNN, "text_classifier": ex.TextClassifier, "speech_gru": ex.SpeechGRU}[name]()
+    module = module.cuda().eval()
+    x = torch.from_numpy(next(iter(feeds.values()))).cuda()
+    with torch.no_grad():
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                module(x)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            module(x)
+    return cuda_ms(graph.replay)
+
+
+def per_call_kernels(events: list[dict]) -> list[list]:
+    """[name, gap before it (µs), duration (µs)] of one call's kernels, in order."""
+    out, end = [], None
+    for e in events:
+        out.append([e["name"][:48], round(e["ts"] - end, 2) if end is not None else None, round(e["dur"], 2)])
+        end = e["ts"] + e["dur"]
+    return out
+
+
+def build_row(model, feeds, sync) -> dict:
+    import torch
+    import tvm
+
+    dev = tvm.cuda(0)
+    vm = tvm.relax.VirtualMachine(model.executable, dev)
+    args = [tvm.runtime.tensor(v, dev) for v in feeds.values()]
+    call = lambda: vm["main"](*args)  # noqa: E731
+    ms = cuda_ms(call)
+    kernels = kernel_trace(call, TRACE_CALLS, torch.cuda.synchronize)
+    per_call = kernels[-(len(kernels) // TRACE_CALLS):]
+    return {"ms": ms, "host_us": host_us(call, sync), "gpu_busy_us": sum(k["dur"] for k in per_call),
+            "kernels": len(per_call), "trace": per_call_kernels(per_call)}
+
+
+def main():
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default="char_rnn,speech_gru,text_classifier")
+    ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    ap.add_argument("--tuning-log")
+    args = ap.parse_args()
+    for name in args.models.split(","):
+        path, npz = f"examples/{name}.onnx", f"examples/{name}_inputs.npz"
+        log = args.tuning_log or os.path.join(tempfile.mkdtemp(), f"{name}.jsonl")
+        shipped = persist_rnn.compile(path, "cuda")
+        rows = []
+        for b in (int(b) for b in args.batches.split(",")):
+            feeds = inputs_at(shipped, npz, b)
+            static = persist_rnn.compile(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, tuning_log=log)
+            row = {"model": name, "batch": b, "torch_graph_ms": torch_graph_ms(name, feeds), "feeds": feeds}
+            for build, model in (("shipped", shipped), ("static", static)):
+                row[build] = build_row(model, feeds, torch.cuda.synchronize)
+            rows.append(row)
+        tuned = persist_rnn.compile(path, "cuda", tuning_log=log)
+        for row in rows:
+            row["shipped_tuned"] = build_row(tuned, row.pop("feeds"), torch.cuda.synchronize)
+            for build in ("shipped", "shipped_tuned"):
+                row[f"{build}_over_static"] = row[build]["ms"] / row["static"]["ms"]
+                row[f"torch_over_{build}"] = row["torch_graph_ms"] / row[build]["ms"]
+            with open(args.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps({k: v for k, v in row.items() if not isinstance(v, dict)}
+                             | {f"{b}_{k}": round(row[b][k], 4) for b in ("shipped", "shipped_tuned", "static")
+                                for k in ("ms", "host_us", "gpu_busy_us", "kernels")}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""DenseToProjection: on CUDA a float32 dense layer over symbolic rows runs as the projection GEMM
+(tile chosen per call from the rows); static rows and other dtypes keep TVM's lowering. The
+rewrite's numerics are checked on the CPU with the GEMM's serial twin in the kernel's place."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from persist_rnn.frontend import from_onnx, load_model
+from persist_rnn.transform import DenseToProjection, PersistentRNN
+from tir_templates.projection import PROJECTION_ATTR, emulated_projection_kernel
+
+CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+K, N = 12, 5
+
+
+def _dense_funcs(mod) -> dict:
+    return {gv: f for gv, f in mod.functions.items() if gv.name_hint.startswith("persist_rnn_dense")}
+
+
+def _model(order: str, transposed: bool, dtype="float32"):
+    """main(x (n, 3, K)) = x @ W + b, W a constant (transposed first, as ONNX Gemm's transB, if asked)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((K, N)).astype(dtype)
+    b = rng.standard_normal((1, N)).astype(dtype)
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 3, K), dtype))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            weight = bb.emit(relax.op.permute_dims(relax.const(w.T.copy()), [1, 0])) if transposed else relax.const(w)
+            mm = bb.emit(relax.op.matmul(x, weight))
+            out = bb.emit_output(relax.op.add(mm, relax.const(b)) if order == "mm+b" else relax.op.add(relax.const(b), mm))
+        bb.emit_func_output(out)
+    return bb.get(), w, b
+
+
+@pytest.mark.parametrize("order,transposed", [("mm+b", False), ("b+mm", True)])
+def test_rewrite_computes_the_dense_layer(order, transposed):
+    mod, w, b = _model(order, transposed)
+    out = DenseToProjection(CUDA)(mod)
+    [(gv, func)] = _dense_funcs(out).items()
+    assert json.loads(str(func.attrs[PROJECTION_ATTR]))["tile"] == "by rows, 132 SMs"
+    names = set()
+    relax.analysis.post_order_visit(out["main"], lambda e: names.add(e.op.name) if isinstance(e, relax.Call)
+                                    and isinstance(e.op, tvm.ir.Op) else None)
+    assert "relax.matmul" not in names and "relax.add" not in names
+    out[gv] = emulated_projection_kernel(K, N, None)  # the same tiling, serially on the CPU
+    vm = relax.VirtualMachine(tvm.compile(out, target="llvm"), tvm.cpu())
+    for rows in (1, 7):
+        x = np.random.default_rng(rows).standard_normal((rows, 3, K)).astype("float32")
+        np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), x @ w + b, rtol=1e-5, atol=1e-5)
+
+
+def test_static_rows_other_dtypes_and_other_targets_are_left_alone():
+    mod, _, _ = _model("mm+b", False, dtype="float16")
+    assert not _dense_funcs(DenseToProjection(CUDA)(mod))
+    mod, _, _ = _model("mm+b", False)
+    assert not _dense_funcs(DenseToProjection("llvm")(mod))
+    static = from_onnx(load_model("examples/speech_gru.onnx"), {"frames": (2, 7, 40)})
+    assert not _dense_funcs(DenseToProjection(CUDA)(PersistentRNN(CUDA, measure=False)(static)))
+
+
+def test_shipped_example_head_becomes_the_projection_gemm():
+    """The speech GRU's per-frame logits over (batch x time) rows: one projection GEMM (the
+    kernel's CUDA build is tests/templates/test_projection.py's)."""
+    mod = DenseToProjection(CUDA)(PersistentRNN(CUDA, measure=False)(from_onnx(load_model("examples/speech_gru.onnx"))))
+    [func] = _dense_funcs(mod).values()
+    assert json.loads(str(func.attrs[PROJECTION_ATTR]))["N"] == 29
