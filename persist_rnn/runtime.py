@@ -64,7 +64,8 @@ def _framework_stream(framework, dev):
     are torch CUDA tensors, so that the call is ordered with the user's torch work, and after the
     last call on any other stream (stream_order: the VM's memory pool is not stream-aware)."""
     if framework is not None and framework.__name__ == "torch" and dev.dlpack_device_type() == 2:
-        with tvm_ffi.use_torch_stream(), ordered_after_other_streams(framework):
+        stream = framework.cuda.current_stream()  # read once: each read costs host time on every call
+        with tvm_ffi.use_raw_stream(dev, stream.cuda_stream), ordered_after_other_streams(framework, stream):
             yield
     else:
         yield

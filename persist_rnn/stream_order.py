@@ -23,12 +23,11 @@ _LAST = {}  # device index -> the torch stream of the last call there
 
 
 @contextlib.contextmanager
-def ordered_after_other_streams(torch):
-    """Run the body (one VM call) on torch's current stream, after the last call on another stream."""
+def ordered_after_other_streams(torch, stream):
+    """Run the body (one VM call) on `stream`, torch's current stream, after the last call on another stream."""
     if torch.cuda.is_current_stream_capturing():
         yield
         return
-    stream = torch.cuda.current_stream()
     with _LOCK:  # the VM call and the bookkeeping happen as one, so `_LAST` is the true last call
         last = _LAST.get(stream.device.index)
         if last is not None and last.cuda_stream != stream.cuda_stream:

@@ -114,6 +114,20 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
 ANY_BATCH = (1, 2, 4, 8, 16, 32, 64)
 
 
+def one_launch_kind(spec: CellSpec, chosen: list) -> list:
+    """(bound, Plan) per bucket, without the grid-barrier buckets when cluster buckets are there
+    too. A bucketed kernel launches cooperatively when a bucket meets at a grid barrier (all its
+    CTAs must be resident: transform/persistent_rnn.py), and TVM's launch flag is the whole
+    function's, every bucket's; a cluster kernel launched cooperatively is refused by the driver
+    (on the H100 the text classifier built with its static builds' tuning log failed at B=32 with
+    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, a cluster bucket of 128 CTAs). The grid buckets' batches
+    go to the next bucket's config: every config runs every batch."""
+    barriers = {p.config.barrier(spec) for _, p in chosen}
+    if {"grid", "cluster"} <= barriers:
+        return [(b, p) for b, p in chosen if p.config.barrier(spec) != "grid"]
+    return chosen
+
+
 def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, ...], *, tuning_log_path=None,
                  top_k: int = 5, measure: bool = False, progress=None, unverified: bool = False) -> Plan:
     """One config per batch bucket (batch <= its bound; the last takes every larger batch too),
@@ -124,6 +138,7 @@ def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, 
     usable = [(b, p) for b, p in chosen if p.config is not None]
     if not usable:
         return chosen[0][1]
+    usable = one_launch_kind(spec, usable)
     merged: list[tuple[int, Plan]] = []
     for b, p in usable:
         if merged and merged[-1][1].config == p.config:

@@ -340,3 +340,25 @@ def test_symbolic_batch_gets_a_config_per_bucket_logged_and_reused(tmp_path, mon
                         timed.append(batch) or [(1.0, configs[0])])
     tuned = plan_layer(spec, TARGET, batch=None, tuning_log_path=log, measure=True, buckets=(1, 8))
     assert timed == [1, 8] and {b["source"] for b in tuned.buckets} == {"measured"}
+
+
+#: a grid-barrier and a cluster batch-tile config of LSTM 128 -> 256 (the text classifier's first layer)
+GRID_256 = Config(2, 4, 1, 16)
+CLUSTER_256 = Config(32, 4, 1, 2, cluster=True, batch_tile=2)
+
+
+def mixed_barrier_log(path, spec) -> str:
+    """A tuning log whose bucket configs mix grid barriers (B <= 16) and clusters (B = 32, 64)."""
+    for batch in (1, 2, 4, 8, 16, 32, 64):
+        tuning_log.append(path, _record(spec, batch=batch, cfg=GRID_256 if batch <= 16 else CLUSTER_256))
+    return str(path)
+
+
+def test_buckets_never_mix_grid_and_cluster_barriers(tmp_path):
+    """The launch flag is the bucketed kernel's: a cooperative launch (for a grid bucket) of a
+    cluster bucket is refused by the driver, so the grid buckets give way to the cluster config."""
+    spec = CellSpec("lstm", 128, 256)
+    assert GRID_256.barrier(spec) == "grid" and CLUSTER_256.barrier(spec) == "cluster"
+    plan = plan_layer(spec, TARGET, batch=None, tuning_log_path=mixed_barrier_log(tmp_path / "t.jsonl", spec),
+                      measure=False)
+    assert [b["config"] for b in plan.buckets] == [CLUSTER_256.as_dict()]
