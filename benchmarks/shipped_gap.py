@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
 import persist_rnn  # noqa: E402
-from persist_rnn.bench import cuda_ms, kernel_trace  # noqa: E402
+from persist_rnn.bench import cuda_ms, cudnn_ms, kernel_trace  # noqa: E402
 
 from dynamic_batch import BATCHES, inputs_at  # noqa: E402  (beside this file)
 
@@ -50,19 +50,8 @@ def torch_graph_ms(name: str, feeds: dict) -> float:
     import export_examples as ex
 
     module = {"char_rnn": ex.CharRNN, "text_classifier": ex.TextClassifier, "speech_gru": ex.SpeechGRU}[name]()
-    module = module.cuda().eval()
     x = torch.from_numpy(next(iter(feeds.values()))).cuda()
-    with torch.no_grad():
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                module(x)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            module(x)
-    return cuda_ms(graph.replay)
+    return cudnn_ms(module.cuda().eval(), x)[1]  # (eager, graph): the graph's
 
 
 def per_call_kernels(events: list[dict]) -> list[list]:

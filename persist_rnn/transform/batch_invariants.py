@@ -48,12 +48,14 @@ def _ints(tuple_expr) -> list | None:
     return [int(v) for v in values] if all(isinstance(v, (int, tvm.tirx.IntImm)) for v in values) else None
 
 
-def _slice(value: np.ndarray, expr, args) -> np.ndarray | None:
-    """strided_slice on static axes only (a symbolic axis keeps extent 1 in `value`)."""
+def _slice(value: np.ndarray, args) -> np.ndarray | None:
+    """strided_slice with positive strides on static axes only (a symbolic axis keeps extent 1 in
+    `value`); numpy's slice clamps such bounds as Relax does."""
     axes, begin, end = (_ints(a) for a in args[1:4])
     strides = _ints(args[4]) if len(args) > 4 else [1] * len(axes or [])
     source = args[0].ty.shape
-    if None in (axes, begin, end, strides) or any(not isinstance(source[a], tvm.tirx.IntImm) for a in axes):
+    if None in (axes, begin, end, strides) or any(not isinstance(source[a], tvm.tirx.IntImm) for a in axes) \
+            or any(s <= 0 for s in strides):
         return None
     index = [slice(None)] * value.ndim
     for a, b, e, s in zip(axes, begin, end, strides):
@@ -87,7 +89,7 @@ def invariant_value(expr, var2val) -> np.ndarray | None:
                 value = None
         elif name == "relax.strided_slice":
             source = invariant_value(args[0], var2val)
-            value = None if source is None else _slice(source, expr, args)
+            value = None if source is None else _slice(source, args)
         elif name == "relax.astype":
             source = invariant_value(args[0], var2val)
             value = None if source is None else source.astype(str(expr.attrs.dtype))
