@@ -7,11 +7,11 @@ call on another stream (a second thread with its own torch stream) can be handed
 at once: on the H100 two threads with their own streams got each other's barrier counters
 reset, and the grid barrier trapped (benchmarks/contention.py). So each call on a torch stream
 first makes its stream wait for the last call made on any other stream (an event, on the GPU:
-the host does not block). By induction every call is ordered after every earlier one. The event
-is recorded on the earlier call's stream only when a call on another stream comes: recorded
-then, it follows everything queued there so far, that call included, and calls that stay on one
-stream pay nothing but a lock. Not while a CUDA graph is being captured: there the graph's own
-order holds, and an event from outside the capture may not be waited on.
+the host does not block). By induction every call is ordered after every earlier one. Calls on
+one stream pay one event record, made right after the call on its own stream: recorded later,
+when the other stream's call comes, it could land in a CUDA graph that another thread is
+capturing on that stream by then. Not while a CUDA graph is being captured: there the graph's
+own order holds, and an event from outside the capture may not be waited on.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import contextlib
 import threading
 
 _LOCK = threading.Lock()
-_LAST = {}  # device index -> the torch stream of the last call there
+_LAST = {}  # device index -> (stream handle, torch event recorded after that call)
 
 
 @contextlib.contextmanager
@@ -30,7 +30,9 @@ def ordered_after_other_streams(torch, stream):
         return
     with _LOCK:  # the VM call and the bookkeeping happen as one, so `_LAST` is the true last call
         last = _LAST.get(stream.device.index)
-        if last is not None and last.cuda_stream != stream.cuda_stream:
-            stream.wait_event(last.record_event())  # everything queued on `last` so far
+        if last is not None and last[0] != stream.cuda_stream:
+            stream.wait_event(last[1])
         yield
-        _LAST[stream.device.index] = stream
+        done = torch.cuda.Event()
+        done.record(stream)
+        _LAST[stream.device.index] = (stream.cuda_stream, done)
