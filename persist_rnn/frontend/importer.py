@@ -106,7 +106,8 @@ def _lost_shapes(inputs) -> str:
 @contextlib.contextmanager
 def _converters_registered():
     original = F._get_convert_map
-    table = {op: _naming_failures(op, cls) for op, cls in {**original(), **OP_FIXES, **CONSTANT_GATHERS, **CONVERTERS}.items()}
+    converters = {**original(), **OP_FIXES, **CONSTANT_GATHERS, **CONVERTERS}
+    table = {op: _naming_failures(op, cls) for op, cls in converters.items()}
     F._get_convert_map = lambda: table
     try:
         yield

@@ -103,7 +103,8 @@ class _DenseRewriter(relax.PyExprMutator):
             self.kernels[key] = self.builder_.add_func(projection_kernel(K, N, None, self.num_sms),
                                                        "persist_rnn_dense")
         x2 = self.builder_.emit(relax.op.reshape(dense.x, relax.ShapeExpr([rows, K])))
-        out = self.builder_.emit(relax.call_tir(self.kernels[key], [x2, relax.const(dense.w, "float32"), relax.const(dense.b, "float32")],
+        weights = [relax.const(dense.w, "float32"), relax.const(dense.b, "float32")]
+        out = self.builder_.emit(relax.call_tir(self.kernels[key], [x2, *weights],
                                                 relax.TensorType((rows, N), "float32")))
         return relax.op.reshape(out, relax.ShapeExpr([*lead, N]))
 

@@ -110,8 +110,8 @@ def final_state(L, a, t):
         if L.owns_state(cta, tx, e, a.n_b):
             b = L.state_row(cta, tx, e)
             j = L.state_unit(cta, tx, e)
-            a.yh[L.dir_of(cta), b, j] = T.if_then_else(a.lens[batch_row(L.spec, "lens", b)] > 0, a.hb[a.n_t % 2, L.dir_of(cta), b, j],
-                                                         T.float32(0))
+            a.yh[L.dir_of(cta), b, j] = T.if_then_else(a.lens[batch_row(L.spec, "lens", b)] > 0,
+                                                         a.hb[a.n_t % 2, L.dir_of(cta), b, j], T.float32(0))
             if L.lstm:
                 if a.lens[batch_row(L.spec, "lens", b)] <= 0:
                     a.yc[L.dir_of(cta), b, j] = T.float32(0)
