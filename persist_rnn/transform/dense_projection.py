@@ -99,11 +99,13 @@ class _DenseRewriter(relax.PyExprMutator):
         for d in lead[1:]:
             rows = rows * d
         key = (K, N)
+        weights = [relax.const(dense.w, "float32"), relax.const(dense.b, "float32")]
         if key not in self.kernels:
             self.kernels[key] = self.builder_.add_func(projection_kernel(K, N, None, self.num_sms),
                                                        "persist_rnn_dense")
+        if len(lead) == 1:  # x is (rows, K): no reshape, which TVM copies when it is the model's output
+            return relax.call_tir(self.kernels[key], [dense.x, *weights], relax.TensorType((rows, N), "float32"))
         x2 = self.builder_.emit(relax.op.reshape(dense.x, relax.ShapeExpr([rows, K])))
-        weights = [relax.const(dense.w, "float32"), relax.const(dense.b, "float32")]
         out = self.builder_.emit(relax.call_tir(self.kernels[key], [x2, *weights],
                                                 relax.TensorType((rows, N), "float32")))
         return relax.op.reshape(out, relax.ShapeExpr([*lead, N]))

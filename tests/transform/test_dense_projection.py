@@ -22,13 +22,14 @@ def _dense_funcs(mod) -> dict:
     return {gv: f for gv, f in mod.functions.items() if gv.name_hint.startswith("persist_rnn_dense")}
 
 
-def _model(order: str, transposed: bool, dtype="float32"):
-    """main(x (n, 3, K)) = x @ W + b, W a constant (transposed first, as ONNX Gemm's transB, if asked)."""
+def _model(order: str, transposed: bool, dtype="float32", lead=3):
+    """main(x (n, lead, K)) = x @ W + b, W a constant (transposed first, as ONNX Gemm's transB, if
+    asked); lead None: x is (n, K)."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal((K, N)).astype(dtype)
     b = rng.standard_normal((1, N)).astype(dtype)
     n = tvm.tirx.Var("n", "int64")
-    x = relax.Var("x", relax.TensorType((n, 3, K), dtype))
+    x = relax.Var("x", relax.TensorType((n, K) if lead is None else (n, lead, K), dtype))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
@@ -39,9 +40,9 @@ def _model(order: str, transposed: bool, dtype="float32"):
     return bb.get(), w, b
 
 
-@pytest.mark.parametrize("order,transposed", [("mm+b", False), ("b+mm", True)])
-def test_rewrite_computes_the_dense_layer(order, transposed):
-    mod, w, b = _model(order, transposed)
+@pytest.mark.parametrize("order,transposed,lead", [("mm+b", False, 3), ("b+mm", True, 3), ("mm+b", True, None)])
+def test_rewrite_computes_the_dense_layer(order, transposed, lead):
+    mod, w, b = _model(order, transposed, lead=lead)
     out = DenseToProjection(CUDA)(mod)
     [(gv, func)] = _dense_funcs(out).items()
     assert json.loads(str(func.attrs[PROJECTION_ATTR]))["tile"] == "by rows, 132 SMs"
@@ -49,10 +50,12 @@ def test_rewrite_computes_the_dense_layer(order, transposed):
     relax.analysis.post_order_visit(out["main"], lambda e: names.add(e.op.name) if isinstance(e, relax.Call)
                                     and isinstance(e.op, tvm.ir.Op) else None)
     assert "relax.matmul" not in names and "relax.add" not in names
+    assert ("relax.reshape" in names) == (lead is not None)  # rows already x's only leading axis: none
     out[gv] = emulated_projection_kernel(K, N, None)  # the same tiling, serially on the CPU
     vm = relax.VirtualMachine(tvm.compile(out, target="llvm"), tvm.cpu())
     for rows in (1, 7):
-        x = np.random.default_rng(rows).standard_normal((rows, 3, K)).astype("float32")
+        x = np.random.default_rng(rows).standard_normal((rows, K) if lead is None else (rows, lead, K))
+        x = x.astype("float32")
         np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), x @ w + b, rtol=1e-5, atol=1e-5)
 
 
