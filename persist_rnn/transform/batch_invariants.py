@@ -28,18 +28,20 @@ from .call_sites import call_args, call_tir_sites
 OPERAND_ARGS = dict(zip(BROADCASTABLE, (3, 4, 5)))
 
 
+def _ones_for_symbolic(dims) -> list:
+    return [int(d) if isinstance(d, tvm.tirx.IntImm) else 1 for d in dims]
+
+
 def _extents(expr) -> list | None:
     """expr's extents with every symbolic one as 1, or None when its rank is unknown."""
     ty = expr.ty
     if not isinstance(ty, relax.TensorType) or ty.shape is None:
         return None
-    return [int(d) if isinstance(d, tvm.tirx.IntImm) else 1 for d in ty.shape]
+    return _ones_for_symbolic(ty.shape)
 
 
 def _shape(shape_expr) -> list | None:
-    if not isinstance(shape_expr, relax.ShapeExpr):
-        return None
-    return [int(d) if isinstance(d, tvm.tirx.IntImm) else 1 for d in shape_expr.values]
+    return _ones_for_symbolic(shape_expr.values) if isinstance(shape_expr, relax.ShapeExpr) else None
 
 
 def _ints(tuple_expr) -> list | None:

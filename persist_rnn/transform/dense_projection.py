@@ -19,19 +19,17 @@ from tir_templates.projection import projection_kernel
 from ..schedule.gpu import gpu_model
 from ..schedule.planner import target_arch
 from ..targets import as_target
+from .batch_invariants import invariant_value
 
 
 def _constant(expr, var2val) -> np.ndarray | None:
-    """The value of a constant, or of a transposed one (ONNX Gemm's transB), as numpy."""
-    while isinstance(expr, relax.Var) and expr in var2val:
-        expr = var2val[expr]
-    if isinstance(expr, tvm.ir.expr.Constant):
-        return expr.value.numpy()
-    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.permute_dims":
-        value = _constant(expr.args[0], var2val)
-        axes = None if expr.attrs.axes is None else [int(a) for a in expr.attrs.axes]
-        return None if value is None else np.transpose(value, axes)
-    return None
+    """The value of a static tensor known at compile time (a constant, or one transposed as ONNX
+    Gemm's transB gives it, when no FoldConstant ran), as numpy."""
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or \
+            not all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape):
+        return None
+    return invariant_value(expr, var2val)  # with no symbolic axis: the value itself
 
 
 def _float32(expr) -> bool:
