@@ -5,7 +5,8 @@ GPU's busy time (sum of the call's kernels, CUPTI trace) and the kernel count. A
 host time exceeds its GPU time is host-bound, and only fewer launches or host steps help it.
 Builds: `static` (built for that batch, its layers measured and logged), `shipped` (symbolic
 batch, bucket configs from the cost model: a plain compile) and `shipped_tuned` (built with the
-static builds' tuning log, what `persist-rnn tune --batches` gives; issue 16's floor).
+static builds' tuning log, what `persist-rnn tune --batches` gives; issue 16's floor). The three
+builds' call times are taken in turn (`interleaved_ms`).
 
     python benchmarks/shipped_gap.py --out gap.jsonl [--models text_classifier] [--batches 1,8]
 """
@@ -29,6 +30,7 @@ from persist_rnn.bench import cuda_ms, cudnn_ms, kernel_trace  # noqa: E402
 from dynamic_batch import BATCHES, inputs_at  # noqa: E402  (beside this file)
 
 TRACE_CALLS = 10
+ROUNDS = 7
 
 
 def host_us(call, sync, repeats=200) -> float:
@@ -63,15 +65,30 @@ def per_call_kernels(events: list[dict]) -> list[list]:
     return out
 
 
-def build_row(model, feeds, sync) -> dict:
-    import torch
+def vm_call(model, feeds):
+    """One call of `model`'s VM with `feeds` already on the GPU."""
     import tvm
 
     dev = tvm.cuda(0)
     vm = tvm.relax.VirtualMachine(model.executable, dev)
     args = [tvm.runtime.tensor(v, dev) for v in feeds.values()]
-    call = lambda: vm["main"](*args)  # noqa: E731
-    ms = cuda_ms(call)
+    return lambda: vm["main"](*args)
+
+
+def interleaved_ms(calls: dict, rounds: int = ROUNDS) -> dict:
+    """Median ms per call of each build, the builds timed in turn (the order rotating) for
+    `rounds` rounds: a host-bound call of ~0.1 ms drifts by 10-20% over seconds, and builds timed
+    one after another would compare different moments."""
+    names, times = list(calls), {n: [] for n in calls}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            times[n].append(cuda_ms(calls[n], calls=20, repeats=5))
+    return {n: float(np.median(t)) for n, t in times.items()}
+
+
+def build_row(call, ms, sync) -> dict:
+    import torch
+
     kernels = kernel_trace(call, TRACE_CALLS, torch.cuda.synchronize)
     per_call = kernels[-(len(kernels) // TRACE_CALLS):]
     return {"ms": ms, "host_us": host_us(call, sync), "gpu_busy_us": sum(k["dur"] for k in per_call),
@@ -91,24 +108,23 @@ def main():
         path, npz = f"examples/{name}.onnx", f"examples/{name}_inputs.npz"
         log = args.tuning_log or os.path.join(tempfile.mkdtemp(), f"{name}.jsonl")
         shipped = persist_rnn.compile(path, "cuda")
-        rows = []
-        for b in (int(b) for b in args.batches.split(",")):
-            feeds = inputs_at(shipped, npz, b)
-            static = persist_rnn.compile(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, tuning_log=log)
-            row = {"model": name, "batch": b, "torch_graph_ms": torch_graph_ms(name, feeds), "feeds": feeds}
-            for build, model in (("shipped", shipped), ("static", static)):
-                row[build] = build_row(model, feeds, torch.cuda.synchronize)
-            rows.append(row)
+        feeds = {int(b): inputs_at(shipped, npz, int(b)) for b in args.batches.split(",")}
+        static = {b: persist_rnn.compile(path, "cuda", shapes={k: v.shape for k, v in f.items()}, tuning_log=log)
+                  for b, f in feeds.items()}
         tuned = persist_rnn.compile(path, "cuda", tuning_log=log)
-        for row in rows:
-            row["shipped_tuned"] = build_row(tuned, row.pop("feeds"), torch.cuda.synchronize)
+        for b, f in feeds.items():
+            builds = {"shipped": shipped, "shipped_tuned": tuned, "static": static[b]}
+            calls = {build: vm_call(model, f) for build, model in builds.items()}
+            ms = interleaved_ms(calls)
+            row = {"model": name, "batch": b, "torch_graph_ms": torch_graph_ms(name, f)}
+            row |= {build: build_row(calls[build], ms[build], torch.cuda.synchronize) for build in builds}
             for build in ("shipped", "shipped_tuned"):
                 row[f"{build}_over_static"] = row[build]["ms"] / row["static"]["ms"]
                 row[f"torch_over_{build}"] = row["torch_graph_ms"] / row[build]["ms"]
-            with open(args.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            with open(args.out, "a") as out:
+                out.write(json.dumps(row) + "\n")
             print(json.dumps({k: v for k, v in row.items() if not isinstance(v, dict)}
-                             | {f"{b}_{k}": round(row[b][k], 4) for b in ("shipped", "shipped_tuned", "static")
+                             | {f"{b}_{k}": round(row[b][k], 4) for b in builds
                                 for k in ("ms", "host_us", "gpu_busy_us", "kernels")}), flush=True)
 
 
