@@ -94,7 +94,7 @@ def _worker(path, case, calls, start_at=0.0):
     start = time.perf_counter()
     if case == "streams_unordered":  # what the stream order prevents (persist_rnn.stream_order)
         import contextlib
-        persist_rnn.runtime.ordered_after_other_streams = lambda torch, stream: contextlib.nullcontext()
+        persist_rnn.runtime.ordered_after_other_streams = lambda torch, index, handle: contextlib.nullcontext()
     if case.startswith("streams"):
         threads = [threading.Thread(target=loop, args=(t,)) for t in range(2)]
         for t in threads:

@@ -19,20 +19,41 @@ import contextlib
 import threading
 
 _LOCK = threading.Lock()
-_LAST = {}  # device index -> (stream handle, torch event recorded after that call)
+_LAST = {}  # device index -> (stream handle, event recorded after the last call, on that stream)
+_STREAMS = {}  # (device index, stream handle) -> (torch stream, the event its calls record)
+_MAX_STREAMS = 256  # past this many streams seen, the cache starts again (external streams come and go)
+
+
+def current_stream_handle(torch, device_index: int) -> int:
+    """torch's current CUDA stream on the device, as a raw handle: the call torch's compiled code
+    and tvm_ffi use (`torch.cuda.current_stream()` cost ~5 us of host time a call on the H100 box)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(device_index) if raw is not None else torch.cuda.current_stream(device_index).cuda_stream
+
+
+def _stream_and_event(torch, device_index: int, handle: int):
+    """The torch stream object for `handle` and the one event its calls record, made once: a
+    stream waits only for the last record made before its wait was issued, so one event per
+    stream, recorded again each call, orders exactly as a fresh one would."""
+    known = _STREAMS.get((device_index, handle))
+    if known is None:
+        if len(_STREAMS) >= _MAX_STREAMS:
+            _STREAMS.clear()
+        known = _STREAMS[(device_index, handle)] = (torch.cuda.current_stream(device_index), torch.cuda.Event())
+    return known
 
 
 @contextlib.contextmanager
-def ordered_after_other_streams(torch, stream):
-    """Run the body (one VM call) on `stream`, torch's current stream, after the last call on another stream."""
+def ordered_after_other_streams(torch, device_index: int, handle: int):
+    """Run the body (one VM call) on torch's current stream `handle`, after the last call on another stream."""
     if torch.cuda.is_current_stream_capturing():
         yield
         return
     with _LOCK:  # the VM call and the bookkeeping happen as one, so `_LAST` is the true last call
-        last = _LAST.get(stream.device.index)
-        if last is not None and last[0] != stream.cuda_stream:
+        stream, done = _stream_and_event(torch, device_index, handle)
+        last = _LAST.get(device_index)
+        if last is not None and last[0] != handle:
             stream.wait_event(last[1])
         yield
-        done = torch.cuda.Event()
         done.record(stream)
-        _LAST[stream.device.index] = (stream.cuda_stream, done)
+        _LAST[device_index] = (handle, done)

@@ -1,6 +1,8 @@
 """DenseToProjection: on CUDA, a float32 dense layer over symbolic rows (x (..., K) @ W (K, N)
 [+ b], W and b constants, the rows x's leading extents) runs as the projection GEMM of
-tir_templates.projection, whose tile is chosen per call from the runtime row count.
+tir_templates.projection, whose tile is chosen per call from the runtime row count, or, with
+N <= 32 columns, as tir_templates.narrow_dense (a warp per row: the GEMM's 64 x 64 tile would be
+mostly empty, and at a batch of 1 one CTA would work through K alone).
 
 Why: the output layers around recurrent ones (a classifier's head, per-frame logits) take the
 batch, or batch x time, as their rows, and a model as exported keeps those symbolic. dlight's
@@ -14,6 +16,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from tir_templates.narrow_dense import MAX_N, narrow_dense_kernel
 from tir_templates.projection import projection_kernel
 
 from ..schedule.gpu import gpu_model
@@ -99,8 +102,8 @@ class _DenseRewriter(relax.PyExprMutator):
         key = (K, N)
         weights = [relax.const(dense.w, "float32"), relax.const(dense.b, "float32")]
         if key not in self.kernels:
-            self.kernels[key] = self.builder_.add_func(projection_kernel(K, N, None, self.num_sms),
-                                                       "persist_rnn_dense")
+            kernel = narrow_dense_kernel(K, N) if N <= MAX_N else projection_kernel(K, N, None, self.num_sms)
+            self.kernels[key] = self.builder_.add_func(kernel, "persist_rnn_dense")
         if len(lead) == 1:  # x is (rows, K): no reshape, which TVM copies when it is the model's output
             return relax.call_tir(self.kernels[key], [dense.x, *weights], relax.TensorType((rows, N), "float32"))
         x2 = self.builder_.emit(relax.op.reshape(dense.x, relax.ShapeExpr([rows, K])))

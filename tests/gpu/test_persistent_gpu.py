@@ -224,3 +224,26 @@ def test_projection_matches_numpy_on_gpu(tile):
         got = relax.VirtualMachine(ex, dev)["main"](*(tvm.runtime.tensor(a, dev) for a in (x, w, b))).numpy()
         want = x.astype("float64") @ w + b
         assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (M, K, N)
+
+
+def test_narrow_dense_matches_numpy_on_gpu():
+    """The narrow dense kernel (a warp per row, N <= 32), rows symbolic, against numpy: one row,
+    rows not a multiple of the CTA's 4 warps, K not a multiple of 32, N = 1 and 32."""
+    import tvm
+    from templates.test_projection import operands
+    from tvm import relax
+
+    from persist_rnn.testing import projection_module
+    from tir_templates.narrow_dense import narrow_dense_kernel
+
+    dev = tvm.cuda(0)
+    for K, N in ((256, 4), (256, 29), (33, 1), (1000, 32)):
+        m = tvm.tirx.Var("m", "int64")
+        ex = tvm.compile(projection_module(narrow_dense_kernel(K, N), m, K, N),
+                         target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+        vm = relax.VirtualMachine(ex, dev)
+        for M in (1, 6, 2000):
+            x, w, b = operands(M, K, N)
+            got = vm["main"](*(tvm.runtime.tensor(a, dev) for a in (x, w, b))).numpy()
+            want = x.astype("float64") @ w + b
+            assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (M, K, N)
