@@ -1,6 +1,7 @@
 """What one call of a compiled model costs on the GPU, by call path (issue 16): the VM alone with
 inputs already on the GPU, run() with numpy (host copies both ways), run() with torch CUDA
-tensors (no copy), and a torch.cuda.graph capture of that run() replayed. One JSON line each.
+tensors (no copy), and a torch.cuda.graph capture of that run() replayed, timed in turn
+(`bench.interleaved_ms`). One JSON line each.
 
     python benchmarks/call_path.py --model examples/char_rnn.onnx --batch 1 --out call_path.jsonl [--profile]
 
@@ -18,7 +19,7 @@ import torch
 import tvm
 
 import persist_rnn
-from persist_rnn.bench import cuda_ms
+from persist_rnn.bench import interleaved_ms
 
 
 def feeds_for(compiled, npz: str, batch: int) -> dict:
@@ -47,13 +48,17 @@ def main():
     on_gpu = [tvm.runtime.tensor(v, dev) for v in feeds.values()]
     vm = tvm.relax.VirtualMachine(compiled.executable, dev)
     torch_feeds = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
-    rows = {
-        "vm, inputs on the GPU": cuda_ms(lambda: vm["main"](*on_gpu)),
-        "run(), numpy in and out": cuda_ms(lambda: compiled.run(feeds)),
-        "run(), torch CUDA tensors": cuda_ms(lambda: compiled.run(torch_feeds)),
+    paths = {
+        "vm, inputs on the GPU": lambda: vm["main"](*on_gpu),
+        "run(), numpy in and out": lambda: compiled.run(feeds),
+        "run(), torch CUDA tensors": lambda: compiled.run(torch_feeds),
     }
+    rows = {}
     try:
-        compiled.run(torch_feeds)
+        warm = torch.cuda.Stream()  # torch's recipe: a few calls on a side stream before capturing
+        with torch.cuda.stream(warm):
+            for _ in range(3):
+                compiled.run(torch_feeds)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -61,11 +66,12 @@ def main():
         graph.replay()
         torch.cuda.synchronize()
         want = compiled.run(feeds)
-        err = max(float(np.abs(c.cpu().numpy() - w).max()) for c, w in zip(captured, want))
-        rows["torch.cuda.graph replay of run()"] = cuda_ms(graph.replay)
-        rows["graph replay max abs error vs run()"] = err
+        rows["graph replay max abs error vs run()"] = max(float(np.abs(c.cpu().numpy() - w).max())
+                                                          for c, w in zip(captured, want))
+        paths["torch.cuda.graph replay of run()"] = graph.replay
     except Exception as e:  # record why capture failed, as a result
         rows["torch.cuda.graph capture"] = f"failed: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
+    rows = interleaved_ms(paths, per_timing=50) | rows
     if args.profile:
         profile = cProfile.Profile()
         profile.runcall(lambda: [compiled.run(torch_feeds) for _ in range(2000)])

@@ -25,12 +25,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
 import persist_rnn  # noqa: E402
-from persist_rnn.bench import cuda_ms, cudnn_ms, kernel_trace  # noqa: E402
+from persist_rnn.bench import cudnn_ms, interleaved_ms, kernel_trace  # noqa: E402
 
 from dynamic_batch import BATCHES, inputs_at  # noqa: E402  (beside this file)
 
 TRACE_CALLS = 10
-ROUNDS = 7
 
 
 def host_us(call, sync, repeats=200) -> float:
@@ -73,17 +72,6 @@ def vm_call(model, feeds):
     vm = tvm.relax.VirtualMachine(model.executable, dev)
     args = [tvm.runtime.tensor(v, dev) for v in feeds.values()]
     return lambda: vm["main"](*args)
-
-
-def interleaved_ms(calls: dict, rounds: int = ROUNDS) -> dict:
-    """Median ms per call of each build, the builds timed in turn (the order rotating) for
-    `rounds` rounds: a host-bound call of ~0.1 ms drifts by 10-20% over seconds, and builds timed
-    one after another would compare different moments."""
-    names, times = list(calls), {n: [] for n in calls}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            times[n].append(cuda_ms(calls[n], calls=20, repeats=5))
-    return {n: float(np.median(t)) for n, t in times.items()}
 
 
 def build_row(call, ms, sync) -> dict:

@@ -92,6 +92,18 @@ def cuda_ms(fn, calls=20, repeats=15):
     return float(np.median(times))
 
 
+def interleaved_ms(calls: dict, rounds: int = 7, per_timing: int = 20) -> dict:
+    """Median ms per call of each callable (a build, a call path), the callables timed in turn
+    (the order rotating) for `rounds` rounds: a host-bound call of ~0.1 ms drifts by 10-30% over
+    seconds on the H100 box, and callables timed one after another compare different moments
+    (call_path.py once put run() 32% over the VM alone that way; in turn, 1%)."""
+    names, times = list(calls), {n: [] for n in calls}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            times[n].append(cuda_ms(calls[n], calls=per_timing, repeats=5))
+    return {n: float(np.median(t)) for n, t in times.items()}
+
+
 def kernel_trace(call, calls: int, sync) -> list[dict]:
     """The CUDA kernels (chrome-trace events: name, ts, dur in µs) that `calls` calls of `call` ran."""
     import torch
@@ -125,15 +137,20 @@ def cudnn_ms(layer, x):
         return eager, cuda_ms(graph.replay)
 
 
-def compiled_ms(compiled, feeds):
-    """Milliseconds per call of a persist_rnn-compiled model through TVM's VM, inputs on the GPU."""
+def vm_call(compiled, feeds):
+    """One call of a persist_rnn-compiled model through TVM's VM, inputs already on the GPU."""
     import tvm
     from tvm import relax
 
     dev = tvm.cuda(0)
     vm = relax.VirtualMachine(compiled.executable, dev)
     args = [tvm.runtime.tensor(feeds[i.name], dev) for i in compiled.inputs]
-    return cuda_ms(lambda: vm["main"](*args))
+    return lambda: vm["main"](*args)
+
+
+def compiled_ms(compiled, feeds):
+    """Milliseconds per call of a persist_rnn-compiled model through TVM's VM, inputs on the GPU."""
+    return cuda_ms(vm_call(compiled, feeds))
 
 
 def _ort_ms(model, feeds, repeats=5):
@@ -182,31 +199,40 @@ def layer_row(op, hidden, batch, seq_len, options, unrolled):
     return row
 
 
+def _at_batch(compiled, npz: str, batch: int) -> dict:
+    """An example's inputs tiled or cut to `batch` along each input's symbolic batch axis."""
+    out = {}
+    for spec, a in zip(compiled.inputs, np.load(npz).values()):
+        axis = spec.shape.index("batch")
+        out[spec.name] = np.ascontiguousarray(np.take(a, np.arange(batch) % a.shape[axis], axis=axis))
+    return out
+
+
 def model_rows(name, batches, options, examples_dir):
-    """A shipped example end to end, latency against batch. Side by side: the model as shipped
-    (symbolic batch: one build for every batch) and built for each static batch, both through
-    the VM with inputs on the GPU (`ours_ms` is the static build); the as-shipped build also
-    through the whole `run()` path, with numpy and with torch CUDA tensors; ONNX Runtime (CPU)."""
+    """A shipped example end to end, latency against batch. Side by side, timed in turn
+    (`interleaved_ms`): the model as shipped (symbolic batch: one build for every batch) and
+    built for each static batch, both through the VM with inputs on the GPU (`ours_ms` is the
+    static build); the as-shipped build also through the whole `run()` path, with numpy and with
+    torch CUDA tensors; ONNX Runtime (CPU)."""
     import onnx
     import torch
 
     path = os.path.join(examples_dir, f"{name}.onnx")
-    base = dict(np.load(path.replace(".onnx", "_inputs.npz")))
-    (key, arr), = base.items()
     shipped = compile_model(path, "cuda", **options)
     rows = []
     for batch in batches:
-        feeds = {key: np.ascontiguousarray(np.repeat(arr[:, :1], batch, axis=1))}
+        feeds = _at_batch(shipped, path.replace(".onnx", "_inputs.npz"), batch)
         on_gpu = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
-        model = onnx.load(path)
-        model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = batch  # a static batch per build
-        compiled = compile_model(model, "cuda", **options)
-        row = {"part": "model", "model": name, "batch": batch, "seq_len": arr.shape[0],
-               "ours_ms": compiled_ms(compiled, feeds), "shipped_ms": compiled_ms(shipped, feeds),
-               "shipped_run_numpy_ms": cuda_ms(lambda: shipped.run(feeds)),
-               "shipped_run_torch_ms": cuda_ms(lambda: shipped.run(on_gpu)),
-               "ort_cpu_ms": _ort_ms(model, feeds), "lowerings": [r.lowering for r in compiled.report()]}
+        compiled = compile_model(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, **options)
+        ms = interleaved_ms({"ours_ms": vm_call(compiled, feeds), "shipped_ms": vm_call(shipped, feeds),
+                             "shipped_run_numpy_ms": lambda: shipped.run(feeds),
+                             "shipped_run_torch_ms": lambda: shipped.run(on_gpu)}, per_timing=50)
+        spec = shipped.inputs[0]
+        seq_len = next(feeds[spec.name].shape[k] for k, d in enumerate(spec.shape) if d != "batch")  # T leads the rest
+        row = {"part": "model", "model": name, "batch": batch, "seq_len": seq_len, **ms,
+               "ort_cpu_ms": _ort_ms(onnx.load(path), feeds), "lowerings": [r.lowering for r in compiled.report()]}
         row["shipped_over_static"] = row["shipped_ms"] / row["ours_ms"]
+        row["run_torch_over_vm"] = row["shipped_run_torch_ms"] / row["shipped_ms"]
         rows.append(row)
     return rows
 
@@ -249,7 +275,7 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
             f.flush()
             log(json.dumps(row))
         if "models" in parts:
-            for name, batches in (("char_rnn", (1, 16, 64)), ("text_classifier", (1, 8, 64))):
+            for name, batches in (("char_rnn", (1, 16, 64)), ("speech_gru", (1, 8, 64)), ("text_classifier", (1, 8, 64))):
                 for row in model_rows(name, batches, options, examples_dir):
                     f.write(json.dumps(row) + "\n")
                     log(json.dumps(row))
