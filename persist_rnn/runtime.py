@@ -70,13 +70,14 @@ def _data_ptr(value) -> int | None:
 def _framework_stream(framework, dev):
     """TVM launches on torch's current stream (and into a torch.cuda.graph capture) when the inputs
     are torch CUDA tensors, so that the call is ordered with the user's torch work, and after the
-    last call on any other stream (stream_order: the VM's memory pool is not stream-aware)."""
+    last call on any other stream (stream_order: the VM's memory pool is not stream-aware).
+    Yields whether the outputs must be copied out of the VM's pool (a CUDA graph holds it)."""
     if framework is not None and framework.__name__ == "torch" and dev.dlpack_device_type() == 2:
         handle = current_stream_handle(framework, dev.index)
-        with tvm_ffi.use_raw_stream(dev, handle), ordered_after_other_streams(framework, dev.index, handle):
-            yield
+        with tvm_ffi.use_raw_stream(dev, handle), ordered_after_other_streams(framework, dev.index, handle) as copy:
+            yield copy
     else:
-        yield
+        yield False
 
 
 class CompiledModel:
@@ -180,14 +181,16 @@ class CompiledModel:
         # exchange API), where a from_dlpack per output costs ~5 us of host time on the H100 box.
         args = [v if v is not None and not to_host else a if isinstance(a, tvm.runtime.Tensor)
                 else tvm.runtime.tensor(a, dev) for a, v in zip(arrays, views)]
-        with _framework_stream(framework, dev):
+        with _framework_stream(framework, dev) as copy_out:
             out = main(*args)
         outs = list(out) if isinstance(out, (tvm_ffi.Array, tuple, list)) else [out]
         if to_host:
             return [o.numpy() for o in outs]
         if framework is None:
             return outs
-        return [framework.from_dlpack(o) if isinstance(o, tvm.runtime.Tensor) else o for o in outs]
+        outs = [framework.from_dlpack(o) if isinstance(o, tvm.runtime.Tensor) else o for o in outs]
+        # after a torch.cuda.graph capture on this device: into torch's memory (stream_order)
+        return [o.clone() for o in outs] if copy_out else outs
 
     def export_library(self, path: str) -> None:
         """Write the shared library, plus `path`.json describing inputs, outputs and the report."""

@@ -22,6 +22,7 @@ _LOCK = threading.Lock()
 _LAST = {}  # device index -> (stream handle, event recorded after the last call, on that stream)
 _STREAMS = {}  # (device index, stream handle) -> (torch stream, the event its calls record)
 _MAX_STREAMS = 256  # past this many streams seen, the cache starts again (external streams come and go)
+_CAPTURED = set()  # device indices on which a call was captured into a CUDA graph
 
 
 def current_stream_handle(torch, device_index: int) -> int:
@@ -45,15 +46,19 @@ def _stream_and_event(torch, device_index: int, handle: int):
 
 @contextlib.contextmanager
 def ordered_after_other_streams(torch, device_index: int, handle: int):
-    """Run the body (one VM call) on torch's current stream `handle`, after the last call on another stream."""
+    """Run the body (one VM call) on torch's current stream `handle`, after the last call on another
+    stream. Yields whether the call's outputs must be copied out of the VM's pool: a CUDA graph
+    captured on this device writes its temporaries, at every replay, into pool memory that the
+    pool has since handed out again, so an output still held there would be overwritten."""
     if torch.cuda.is_current_stream_capturing():
-        yield
+        _CAPTURED.add(device_index)
+        yield False
         return
     with _LOCK:  # the VM call and the bookkeeping happen as one, so `_LAST` is the true last call
         stream, done = _stream_and_event(torch, device_index, handle)
         last = _LAST.get(device_index)
         if last is not None and last[0] != handle:
             stream.wait_event(last[1])
-        yield
+        yield device_index in _CAPTURED
         done.record(stream)
         _LAST[device_index] = (handle, done)
