@@ -14,22 +14,12 @@ import json
 import os
 import tempfile
 
-import numpy as np
 import tvm
 
 import persist_rnn
-from persist_rnn.bench import cuda_ms
+from persist_rnn.bench import cuda_ms, inputs_at_batch
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
-
-
-def inputs_at(compiled, npz: str, batch: int) -> dict:
-    """The example's inputs tiled or cut to `batch` along each input's symbolic batch axis."""
-    out = {}
-    for spec, (_, a) in zip(compiled.inputs, np.load(npz).items()):
-        axis = next(k for k, d in enumerate(spec.shape) if d == "batch")
-        out[spec.name] = np.ascontiguousarray(np.take(a, np.arange(batch) % a.shape[axis], axis=axis))
-    return out
 
 
 def vm_ms(compiled, feeds) -> float:
@@ -50,7 +40,7 @@ def main():
         path, npz = f"examples/{name}.onnx", f"examples/{name}_inputs.npz"
         log = os.path.join(tempfile.mkdtemp(), f"{name}.jsonl")
         shipped = persist_rnn.compile(path, "cuda")
-        feeds = {b: inputs_at(shipped, npz, b) for b in batches}
+        feeds = {b: inputs_at_batch(shipped, npz, b) for b in batches}
         static = {b: persist_rnn.compile(path, "cuda", shapes={k: v.shape for k, v in feeds[b].items()},
                                          tuning_log=log) for b in batches}
         tuned = persist_rnn.compile(path, "cuda", tuning_log=log)

@@ -15,9 +15,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn
-from persist_rnn.bench import cuda_ms, kernel_trace
+from persist_rnn.bench import cuda_ms, inputs_at_batch, kernel_trace
 
-from dynamic_batch import inputs_at  # noqa: E402  (beside this file)
 
 CALLS = 20
 
@@ -44,7 +43,7 @@ def main():
     args = ap.parse_args()
     path, npz = f"examples/{args.model}.onnx", f"examples/{args.model}_inputs.npz"
     shipped = persist_rnn.compile(path, "cuda", tuning_log=args.tuning_log, measure=False)
-    feeds = inputs_at(shipped, npz, args.batch)
+    feeds = inputs_at_batch(shipped, npz, args.batch)
     static = persist_rnn.compile(path, "cuda", shapes={k: v.shape for k, v in feeds.items()},
                                  tuning_log=args.tuning_log, measure=False)
     dev = tvm.cuda(0)

@@ -25,9 +25,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
 import persist_rnn  # noqa: E402
-from persist_rnn.bench import cudnn_ms, interleaved_ms, kernel_trace  # noqa: E402
+from persist_rnn.bench import cudnn_ms, inputs_at_batch, interleaved_ms, kernel_trace  # noqa: E402
 
-from dynamic_batch import BATCHES, inputs_at  # noqa: E402  (beside this file)
+from dynamic_batch import BATCHES  # noqa: E402  (beside this file)
 
 TRACE_CALLS = 10
 
@@ -96,7 +96,7 @@ def main():
         path, npz = f"examples/{name}.onnx", f"examples/{name}_inputs.npz"
         log = args.tuning_log or os.path.join(tempfile.mkdtemp(), f"{name}.jsonl")
         shipped = persist_rnn.compile(path, "cuda")
-        feeds = {int(b): inputs_at(shipped, npz, int(b)) for b in args.batches.split(",")}
+        feeds = {int(b): inputs_at_batch(shipped, npz, int(b)) for b in args.batches.split(",")}
         static = {b: persist_rnn.compile(path, "cuda", shapes={k: v.shape for k, v in f.items()}, tuning_log=log)
                   for b, f in feeds.items()}
         tuned = persist_rnn.compile(path, "cuda", tuning_log=log)

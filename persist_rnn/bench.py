@@ -199,7 +199,7 @@ def layer_row(op, hidden, batch, seq_len, options, unrolled):
     return row
 
 
-def _at_batch(compiled, npz: str, batch: int) -> dict:
+def inputs_at_batch(compiled, npz: str, batch: int) -> dict:
     """An example's inputs tiled or cut to `batch` along each input's symbolic batch axis."""
     out = {}
     for spec, a in zip(compiled.inputs, np.load(npz).values()):
@@ -221,7 +221,7 @@ def model_rows(name, batches, options, examples_dir):
     shipped = compile_model(path, "cuda", **options)
     rows = []
     for batch in batches:
-        feeds = _at_batch(shipped, path.replace(".onnx", "_inputs.npz"), batch)
+        feeds = inputs_at_batch(shipped, path.replace(".onnx", "_inputs.npz"), batch)
         on_gpu = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
         compiled = compile_model(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, **options)
         ms = interleaved_ms({"ours_ms": vm_call(compiled, feeds), "shipped_ms": vm_call(shipped, feeds),

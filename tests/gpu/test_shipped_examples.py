@@ -9,19 +9,11 @@ import onnx
 import pytest
 
 import persist_rnn
+from persist_rnn.bench import inputs_at_batch
 from persist_rnn.testing import max_rel_error, ort_run
 
 pytestmark = pytest.mark.gpu
 EXAMPLES = ("char_rnn", "speech_gru", "text_classifier")
-
-
-def _at_batch(compiled, npz: str, batch: int) -> dict:
-    """The example's inputs tiled or cut to `batch` along each input's symbolic batch axis."""
-    out = {}
-    for spec, a in zip(compiled.inputs, np.load(npz).values()):
-        axis = spec.shape.index("batch")
-        out[spec.name] = np.ascontiguousarray(np.take(a, np.arange(batch) % a.shape[axis], axis=axis))
-    return out
 
 
 @pytest.fixture(scope="module", params=EXAMPLES)
@@ -34,7 +26,7 @@ def example(request):
 def test_matches_onnxruntime_with_numpy_and_torch(example, batch):
     torch = pytest.importorskip("torch")
     compiled, model, npz = example
-    feeds = _at_batch(compiled, npz, batch)
+    feeds = inputs_at_batch(compiled, npz, batch)
     want = ort_run(model, feeds)
     assert max_rel_error(compiled.run(feeds), want) <= 1e-4
     got = compiled.run({k: torch.from_numpy(v).cuda() for k, v in feeds.items()})
@@ -48,7 +40,7 @@ def test_side_stream_views_and_graph_replay(example):
     an eager call's outputs are left alone by later replays."""
     torch = pytest.importorskip("torch")
     compiled, model, npz = example
-    first, second = (_at_batch(compiled, npz, b) for b in (2, 2))
+    first, second = (inputs_at_batch(compiled, npz, b) for b in (2, 2))
     second = {k: np.roll(v, 1, axis=tuple(range(v.ndim))) for k, v in second.items()}  # other values, same shapes
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
