@@ -123,7 +123,7 @@ class CompiledModel:
         view = value if tensor.data_ptr() == _data_ptr(value) else None
         return tensor, framework, view
 
-    def _validate(self, inputs: dict) -> tuple[list, object]:
+    def _validate(self, inputs: dict) -> tuple[list, object, list]:
         """(arrays in input order, numpy or TVM tensors; the framework of the DLPack inputs, if any;
         per input, the DLPack input itself where its TVM tensor is a view of it, else None)."""
         if not isinstance(inputs, dict):
