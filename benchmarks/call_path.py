@@ -16,10 +16,9 @@ import pstats
 
 import numpy as np
 import torch
-import tvm
 
 import persist_rnn
-from persist_rnn.bench import interleaved_ms
+from persist_rnn.bench import interleaved_ms, vm_call
 
 
 def feeds_for(compiled, npz: str, batch: int) -> dict:
@@ -44,12 +43,9 @@ def main():
     npz = args.inputs or args.model.replace(".onnx", "_inputs.npz")
     compiled = persist_rnn.compile(args.model, "cuda", measure=False)
     feeds = feeds_for(compiled, npz, args.batch)
-    dev = tvm.cuda(0)
-    on_gpu = [tvm.runtime.tensor(v, dev) for v in feeds.values()]
-    vm = tvm.relax.VirtualMachine(compiled.executable, dev)
     torch_feeds = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
     paths = {
-        "vm, inputs on the GPU": lambda: vm["main"](*on_gpu),
+        "vm, inputs on the GPU": vm_call(compiled, feeds),
         "run(), numpy in and out": lambda: compiled.run(feeds),
         "run(), torch CUDA tensors": lambda: compiled.run(torch_feeds),
     }

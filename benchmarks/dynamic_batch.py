@@ -14,19 +14,10 @@ import json
 import os
 import tempfile
 
-import tvm
-
 import persist_rnn
-from persist_rnn.bench import cuda_ms, inputs_at_batch
+from persist_rnn.bench import compiled_ms, inputs_at_batch
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
-
-
-def vm_ms(compiled, feeds) -> float:
-    dev = tvm.cuda(0)
-    vm = tvm.relax.VirtualMachine(compiled.executable, dev)
-    args = [tvm.runtime.tensor(v, dev) for v in feeds.values()]
-    return cuda_ms(lambda: vm["main"](*args))
 
 
 def main():
@@ -45,8 +36,8 @@ def main():
                                          tuning_log=log) for b in batches}
         tuned = persist_rnn.compile(path, "cuda", tuning_log=log)
         for b in batches:
-            row = {"model": name, "batch": b, "as_shipped_ms": vm_ms(shipped, feeds[b]),
-                   "as_shipped_tuned_ms": vm_ms(tuned, feeds[b]), "static_ms": vm_ms(static[b], feeds[b]),
+            row = {"model": name, "batch": b, "as_shipped_ms": compiled_ms(shipped, feeds[b]),
+                   "as_shipped_tuned_ms": compiled_ms(tuned, feeds[b]), "static_ms": compiled_ms(static[b], feeds[b]),
                    "as_shipped_buckets": [r.buckets for r in shipped.report()],
                    "as_shipped_tuned_buckets": [r.buckets for r in tuned.report()],
                    "static_configs": [r.config for r in static[b].report()]}

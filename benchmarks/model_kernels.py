@@ -15,7 +15,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn
-from persist_rnn.bench import cuda_ms, inputs_at_batch, kernel_trace
+from persist_rnn.bench import cuda_ms, inputs_at_batch, kernel_trace, vm_call
 
 
 CALLS = 20
@@ -34,7 +34,6 @@ def per_call(events: list[dict]) -> list[list]:
 
 def main():
     import torch
-    import tvm
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="speech_gru")
@@ -46,11 +45,8 @@ def main():
     feeds = inputs_at_batch(shipped, npz, args.batch)
     static = persist_rnn.compile(path, "cuda", shapes={k: v.shape for k, v in feeds.items()},
                                  tuning_log=args.tuning_log, measure=False)
-    dev = tvm.cuda(0)
     for name, model in (("as_shipped", shipped), ("static", static)):
-        vm = tvm.relax.VirtualMachine(model.executable, dev)
-        tensors = [tvm.runtime.tensor(v, dev) for v in feeds.values()]
-        call = lambda: vm["main"](*tensors)  # noqa: E731
+        call = vm_call(model, feeds)
         ms = cuda_ms(call)
         events = kernel_trace(call, CALLS, torch.cuda.synchronize)
         print(json.dumps({"model": args.model, "batch": args.batch, "build": name, "ms": ms,

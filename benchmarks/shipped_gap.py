@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
 import persist_rnn  # noqa: E402
-from persist_rnn.bench import cudnn_ms, inputs_at_batch, interleaved_ms, kernel_trace  # noqa: E402
+from persist_rnn.bench import cudnn_ms, inputs_at_batch, interleaved_ms, kernel_trace, vm_call  # noqa: E402
 
 from dynamic_batch import BATCHES  # noqa: E402  (beside this file)
 
@@ -62,16 +62,6 @@ def per_call_kernels(events: list[dict]) -> list[list]:
         out.append([e["name"][:48], round(e["ts"] - end, 2) if end is not None else None, round(e["dur"], 2)])
         end = e["ts"] + e["dur"]
     return out
-
-
-def vm_call(model, feeds):
-    """One call of `model`'s VM with `feeds` already on the GPU."""
-    import tvm
-
-    dev = tvm.cuda(0)
-    vm = tvm.relax.VirtualMachine(model.executable, dev)
-    args = [tvm.runtime.tensor(v, dev) for v in feeds.values()]
-    return lambda: vm["main"](*args)
 
 
 def build_row(call, ms, sync) -> dict:
