@@ -29,15 +29,21 @@ def operands(M, K, N):
     return [rng.standard_normal(s).astype("float32") for s in ((M, K), (K, N), (N,))]
 
 
+def run_on_cpu(func, x, w, b) -> np.ndarray:
+    """out = func(x, w, b) built for llvm (a kernel's serial twin), NaN where it writes nothing."""
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target="llvm")
+    out = tvm.runtime.tensor(np.full((x.shape[0], w.shape[1]), np.nan, "float32"))
+    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), tvm.runtime.tensor(b), out)
+    return out.numpy()
+
+
 @pytest.mark.parametrize("M,K,N,tile", SHAPES, ids=str)
 def test_emulated_projection_matches_numpy(M, K, N, tile):
     """Every thread's loads, shared-memory staging and outer products (8 x 8 and 4 x 4), run serially."""
     x, w, b = operands(M, K, N)
-    func = emulated_projection_kernel(K, N, tile).with_attr("global_symbol", "main")
-    lib = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
-    out = tvm.runtime.tensor(np.full((M, N), np.nan, "float32"))
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), tvm.runtime.tensor(b), out)
-    np.testing.assert_allclose(out.numpy(), x.astype("float64") @ w + b, rtol=0, atol=1e-4 * np.abs(x @ w).max())
+    func = emulated_projection_kernel(K, N, tile)
+    np.testing.assert_allclose(run_on_cpu(func, x, w, b), x.astype("float64") @ w + b, rtol=0,
+                               atol=1e-4 * np.abs(x @ w).max())
 
 
 def test_reference_projection_runs_on_cpu_and_builds_for_cuda():
@@ -70,11 +76,9 @@ def test_rows_known_only_at_run_time(M):
     K, N, sms = 12, 256 if M == 500 else 20, 2
     assert choose_tile(M, N, sms) == {37: (64, 64, 4), 300: (64, 64, 8), 500: (128, 128, 8)}[M]
     x, w, b = operands(M, K, N)
-    func = emulated_projection_kernel(K, N, None, num_sms=sms).with_attr("global_symbol", "main")
-    lib = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
-    out = tvm.runtime.tensor(np.full((M, N), np.nan, "float32"))
-    lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), tvm.runtime.tensor(b), out)
-    np.testing.assert_allclose(out.numpy(), x.astype("float64") @ w + b, rtol=0, atol=1e-4 * np.abs(x @ w).max())
+    func = emulated_projection_kernel(K, N, None, num_sms=sms)
+    np.testing.assert_allclose(run_on_cpu(func, x, w, b), x.astype("float64") @ w + b, rtol=0,
+                               atol=1e-4 * np.abs(x @ w).max())
 
 
 @pytest.mark.parametrize("kind", ["cuda", "llvm"])
