@@ -1,7 +1,8 @@
 """What one call of a compiled model costs on the GPU, by call path (issue 16): the VM alone with
-inputs already on the GPU, run() with numpy (host copies both ways), run() with torch CUDA
-tensors (no copy), and a torch.cuda.graph capture of that run() replayed, timed in turn
-(`bench.interleaved_ms`). One JSON line each.
+inputs already on the GPU, run() with numpy (host copies both ways) and run() with torch CUDA
+tensors (no copy), timed in turn (`bench.interleaved_ms`); then, after a torch.cuda.graph capture
+of run(), the VM, run() (which now copies its outputs out of the VM's pool, which the graph
+shares) and the graph's replay, in turn again. One JSON line each.
 
     python benchmarks/call_path.py --model examples/char_rnn.onnx --batch 1 --out call_path.jsonl [--profile]
 
@@ -44,12 +45,12 @@ def main():
     compiled = persist_rnn.compile(args.model, "cuda", measure=False)
     feeds = feeds_for(compiled, npz, args.batch)
     torch_feeds = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
-    paths = {
-        "vm, inputs on the GPU": vm_call(compiled, feeds),
+    vm = vm_call(compiled, feeds)
+    rows = interleaved_ms({
+        "vm, inputs on the GPU": vm,
         "run(), numpy in and out": lambda: compiled.run(feeds),
         "run(), torch CUDA tensors": lambda: compiled.run(torch_feeds),
-    }
-    rows = {}
+    }, per_timing=50)
     try:
         warm = torch.cuda.Stream()  # torch's recipe: a few calls on a side stream before capturing
         with torch.cuda.stream(warm):
@@ -64,10 +65,13 @@ def main():
         want = compiled.run(feeds)
         rows["graph replay max abs error vs run()"] = max(float(np.abs(c.cpu().numpy() - w).max())
                                                           for c, w in zip(captured, want))
-        paths["torch.cuda.graph replay of run()"] = graph.replay
+        rows |= interleaved_ms({
+            "after capture: vm, inputs on the GPU": vm,
+            "after capture: run(), torch CUDA tensors (outputs copied out of the pool)": lambda: compiled.run(torch_feeds),
+            "torch.cuda.graph replay of run()": graph.replay,
+        }, per_timing=50)
     except Exception as e:  # record why capture failed, as a result
         rows["torch.cuda.graph capture"] = f"failed: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
-    rows = interleaved_ms(paths, per_timing=50) | rows
     if args.profile:
         profile = cProfile.Profile()
         profile.runcall(lambda: [compiled.run(torch_feeds) for _ in range(2000)])

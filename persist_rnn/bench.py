@@ -34,9 +34,10 @@ def torch_layer(op, hidden, seed):
     return cls(hidden, hidden).cuda().eval()
 
 
-def onnx_from_torch(op, layer, seq_len, batch):
-    w, r, b = torch_to_onnx_weights(op, *(p.detach().cpu().numpy() for p in (
-        layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0)))
+def onnx_from_torch(op, layer, seq_len, batch, dtype="float32"):
+    """The torch layer as one ONNX node of `dtype` (float32 or float16), input X (seq_len, batch, H)."""
+    w, r, b = (a.astype(dtype) for a in torch_to_onnx_weights(op, *(p.detach().float().cpu().numpy() for p in (
+        layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0))))
     H = layer.hidden_size
     inits = [numpy_helper.from_array(w[None], "W"), numpy_helper.from_array(r[None], "R"),
              numpy_helper.from_array(b[None], "B")]
@@ -45,8 +46,9 @@ def onnx_from_torch(op, layer, seq_len, batch):
         attrs["linear_before_reset"] = 1
     outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
     node = helper.make_node(op, ["X", "W", "R", "B"], outs, name="layer", **attrs)
-    g = helper.make_graph([node], "bench", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq_len, batch, H])],
-                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], initializer=inits)
+    elem = TensorProto.FLOAT16 if dtype == "float16" else TensorProto.FLOAT
+    g = helper.make_graph([node], "bench", [helper.make_tensor_value_info("X", elem, [seq_len, batch, H])],
+                          [helper.make_tensor_value_info(o, elem, None) for o in outs], initializer=inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8  # loadable by older ONNX Runtime builds too
     return model

@@ -10,8 +10,7 @@ import numpy as np
 
 from .errors import PersistRNNError
 
-UNVERIFIED_HELP = ("also use kernel variants not yet run on a GPU (today: fp16/bf16 weights partly in shared memory, "
-                   "tensor cores with a padded row tile)")
+UNVERIFIED_HELP = "also use kernel variants not yet run on a GPU (today: tensor cores with a padded row tile)"
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)": "int64",
                "tensor(int32)": "int32", "tensor(float16)": "float16", "tensor(bool)": "bool"}
 TARGET_HELP = 'a name ("llvm", "cuda") or a JSON target, e.g. \'{"kind": "cuda", "arch": "sm_80"}\''

@@ -18,7 +18,7 @@ from .errors import PersistRNNError
 from .input_checks import from_dict as check_from_dict
 from .input_checks import verify
 from .report import LayerReport
-from .stream_order import current_stream_handle, ordered_after_other_streams
+from .stream_order import current_stream_handle, ordered_after_other_streams, pool_shared_with_graph
 
 
 @dataclasses.dataclass
@@ -71,13 +71,18 @@ def _framework_stream(framework, dev):
     """TVM launches on torch's current stream (and into a torch.cuda.graph capture) when the inputs
     are torch CUDA tensors, so that the call is ordered with the user's torch work, and after the
     last call on any other stream (stream_order: the VM's memory pool is not stream-aware).
-    Yields whether the outputs must be copied out of the VM's pool (a CUDA graph holds it)."""
+    Yields whether the call is being captured into a CUDA graph."""
     if framework is not None and framework.__name__ == "torch" and dev.dlpack_device_type() == 2:
         handle = current_stream_handle(framework, dev.index)
-        with tvm_ffi.use_raw_stream(dev, handle), ordered_after_other_streams(framework, dev.index, handle) as copy:
-            yield copy
+        with tvm_ffi.use_raw_stream(dev, handle), ordered_after_other_streams(framework, dev.index, handle) as captured:
+            yield captured
     else:
         yield False
+
+
+def _copied(tensor: tvm.runtime.Tensor) -> tvm.runtime.Tensor:
+    """A TVM tensor's values in memory of its own, outside the VM's pool."""
+    return tvm.runtime.empty(tensor.shape, tensor.dtype, tensor.device).copyfrom(tensor)
 
 
 class CompiledModel:
@@ -181,16 +186,19 @@ class CompiledModel:
         # exchange API), where a from_dlpack per output costs ~5 us of host time on the H100 box.
         args = [v if v is not None and not to_host else a if isinstance(a, tvm.runtime.Tensor)
                 else tvm.runtime.tensor(a, dev) for a, v in zip(arrays, views)]
-        with _framework_stream(framework, dev) as copy_out:
+        with _framework_stream(framework, dev) as captured:
             out = main(*args)
         outs = list(out) if isinstance(out, (tvm_ffi.Array, tuple, list)) else [out]
         if to_host:
             return [o.numpy() for o in outs]
+        # once a CUDA graph was captured on the device, its replays write into pool memory that the
+        # pool hands out again: device outputs leave the pool (stream_order.pool_shared_with_graph);
+        # a captured call's own outputs are the graph's, and stay where its replays write them
+        copy_out = not captured and dev.dlpack_device_type() == 2 and pool_shared_with_graph(dev.index)
         if framework is None:
-            return outs
+            return [_copied(o) if isinstance(o, tvm.runtime.Tensor) else o for o in outs] if copy_out else outs
         outs = [framework.from_dlpack(o) if isinstance(o, tvm.runtime.Tensor) else o for o in outs]
-        # after a torch.cuda.graph capture on this device: into torch's memory (stream_order)
-        return [o.clone() for o in outs] if copy_out else outs
+        return [o.clone() if hasattr(o, "clone") else o for o in outs] if copy_out else outs
 
     def export_library(self, path: str) -> None:
         """Write the shared library, plus `path`.json describing inputs, outputs and the report."""

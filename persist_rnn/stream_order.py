@@ -44,21 +44,28 @@ def _stream_and_event(torch, device_index: int, handle: int):
     return known
 
 
+def pool_shared_with_graph(device_index: int) -> bool:
+    """Whether a call was captured into a CUDA graph on the device. The graph keeps the addresses
+    of that call's temporaries, which the VM's pool hands out again after the capture, so every
+    replay writes into memory that later calls' outputs may occupy: those outputs must be copied
+    out of the pool (the VM allocates from one pool per device, with no graph-private pool)."""
+    return device_index in _CAPTURED
+
+
 @contextlib.contextmanager
 def ordered_after_other_streams(torch, device_index: int, handle: int):
     """Run the body (one VM call) on torch's current stream `handle`, after the last call on another
-    stream. Yields whether the call's outputs must be copied out of the VM's pool: a CUDA graph
-    captured on this device writes its temporaries, at every replay, into pool memory that the
-    pool has since handed out again, so an output still held there would be overwritten."""
+    stream. Yields whether the call is being captured into a CUDA graph (the device is then noted
+    for `pool_shared_with_graph`)."""
     if torch.cuda.is_current_stream_capturing():
         _CAPTURED.add(device_index)
-        yield False
+        yield True
         return
     with _LOCK:  # the VM call and the bookkeeping happen as one, so `_LAST` is the true last call
         stream, done = _stream_and_event(torch, device_index, handle)
         last = _LAST.get(device_index)
         if last is not None and last[0] != handle:
             stream.wait_event(last[1])
-        yield device_index in _CAPTURED
+        yield False
         done.record(stream)
         _LAST[device_index] = (handle, done)

@@ -69,12 +69,7 @@ def test_persistent_matches_onnxruntime(op, hidden, direction, dtype):
     layer = compiled.report()[0]
     failures = _failures(compiled, case, TOLERANCE[dtype])
     assert not failures, f"{layer.lowering} {layer.config}: " + ", ".join(failures)
-    # the only layers of this grid allowed to keep the reference scan by default: fp16
-    # bidirectional H=1024, whose weights (16 MiB at one register a weight) need shared memory
-    # too, a variant not yet run on a GPU for fp16; the report must say so
-    if layer.lowering != "persistent":
-        assert (hidden, direction, dtype) == (1024, "bidirectional", "float16"), layer.reason
-        assert "persistent config fits" in layer.reason
+    assert layer.lowering == "persistent", layer.reason  # fp16 bidirectional H=1024: weights partly in shared memory
 
 
 @pytest.mark.parametrize("barriers", [2, 1], ids=["two-barriers", "partial-sums"])
@@ -124,14 +119,17 @@ def test_cluster_batch_tiles_match_onnxruntime(op, hidden, direction):
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 
-@pytest.mark.parametrize("op,hidden,direction", [("LSTM", 1024, "bidirectional"), ("GRU", 512, "forward")])
-def test_shared_memory_weights_match_onnxruntime(op, hidden, direction):
-    """Weights partly in shared memory: the model's
-    best such config, which for bidirectional fp32 H=1024 is the only persistent one."""
-    case = _layer_case(op, hidden, direction)
-    spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
+@pytest.mark.parametrize("op,hidden,direction,dtype", [("LSTM", 1024, "bidirectional", "float32"),
+                                                      ("GRU", 512, "forward", "float32"),
+                                                      ("GRU", 1024, "bidirectional", "float16"),
+                                                      ("RNN", 1024, "forward", "float16")])
+def test_shared_memory_weights_match_onnxruntime(op, hidden, direction, dtype):
+    """Weights partly in shared memory: the model's best such config, which for bidirectional
+    fp32 H=1024 is the only persistent one (fp16 weights there too: one register each)."""
+    case = _layer_case(op, hidden, direction, dtype)
+    spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU", dtype=dtype)
     cfg = _model_best(spec, lambda c: c.smem_runs > 0 and not c.cluster)
-    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["float32"])
+    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE[dtype])
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 

@@ -39,6 +39,26 @@ def test_sizes_at_the_edges_on_gpu(name, compiled):
     assert max_rel_error(got, want) <= 1e-4
 
 
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_hidden_2048_fp16_is_persistent(op):
+    """H=2048 fp16 (32 MiB of LSTM weights): persistent, with part of each lane's weights in shared
+    memory, within fp16's bound of ONNX Runtime at T=20, B=1 and B=3 (one build, symbolic B)."""
+    from persist_rnn.testing import LayerCase, reference
+
+    case = LayerCase(op=op, hidden_size=2048, input_size=64, batch=1, seq_len=20, dtype="float16", dynamic=True,
+                     weight_scale=1.0 / 2048 ** 0.5, linear_before_reset=1 if op == "GRU" else None)
+    built = persist_rnn.compile(reference(case)[0], "cuda", measure=False)
+    [layer] = built.report()
+    assert layer.lowering == "persistent", layer.line()
+    for batch in (1, 3):
+        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch}))
+        built.run(feeds)
+        start = time.perf_counter()
+        got = built.run(feeds)
+        print(f"{op} H=2048 fp16 B={batch}: {time.perf_counter() - start:.4f} s per call, {layer.config}")
+        assert max_rel_error(got, want) <= 2e-3  # fp16 outputs: test_persistent_gpu.TOLERANCE
+
+
 @pytest.mark.parametrize("hidden", [2048, 4096])
 def test_hidden_sizes_past_the_chip_fall_back_to_the_reference_scan(hidden):
     """H=2048 and 4096: the recurrent weights (64 and 256 MiB in fp32) fit no persistent config,
