@@ -76,11 +76,13 @@ def grid_layers(args, seq_len=100):
                     seq_len, batch, hidden, device="cuda")
 
 
-def cuda_ms(fn, calls=20, repeats=15):
-    """Median milliseconds per call, CUDA events around `calls` back-to-back calls."""
+def cuda_ms(fn, calls=20, repeats=15, warmup=1):
+    """Median milliseconds per call, CUDA events around `calls` back-to-back calls, after `warmup`
+    calls."""
     import torch
 
-    fn()
+    for _ in range(warmup):
+        fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(repeats):
@@ -98,11 +100,13 @@ def interleaved_ms(calls: dict, rounds: int = 7, per_timing: int = 20) -> dict:
     """Median ms per call of each callable (a build, a call path), the callables timed in turn
     (the order rotating) for `rounds` rounds: a host-bound call of ~0.1 ms drifts by 10-30% over
     seconds on the H100 box, and callables timed one after another compare different moments
-    (call_path.py once put run() 32% over the VM alone that way; in turn, 1%)."""
+    (call_path.py once put run() 32% over the VM alone that way; in turn, 1%). Each timing starts
+    after `per_timing` untimed calls of its own: a rotation does not give every callable every
+    predecessor, and one timed right after a syncing one (run() with numpy) can start cold."""
     names, times = list(calls), {n: [] for n in calls}
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            times[n].append(cuda_ms(calls[n], calls=per_timing, repeats=5))
+            times[n].append(cuda_ms(calls[n], calls=per_timing, repeats=5, warmup=per_timing))
     return {n: float(np.median(t)) for n, t in times.items()}
 
 
