@@ -63,6 +63,15 @@ def test_planned_kernel_compiles_without_spills(cell, hidden, batch, dtype, arch
     assert nvcc_stats(source, arch, tmp_path) and max(nvcc_stats(source, arch, tmp_path)) == 0
 
 
+def test_hidden_2048_fp16_compiles_without_spills(tmp_path):
+    """The H100's largest persistent layer, fp16 LSTM H=2048 (32 MiB of weights): the planner's
+    pick keeps part of each lane's weights in shared memory and ptxas spills nothing."""
+    spec = CellSpec("lstm", 64, 2048, dtype="float16")
+    plan = plan_layer(spec, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), batch=1, measure=False)
+    assert plan.kernel is not None and plan.config.smem_runs > 0, plan.reason
+    assert max(nvcc_stats(cuda_source(plan.kernel, "sm_90"), "sm_90", tmp_path)) == 0
+
+
 @pytest.mark.parametrize("cfg", [Config(8, 32, 4, 10), Config(8, 8, 1, 5), Config(4, 16, 2, 1, "float16")],
                          ids=lambda c: str(c.as_dict()))
 def test_config_grid_compiles(cfg, tmp_path):
