@@ -85,6 +85,12 @@ def _copied(tensor: tvm.runtime.Tensor) -> tvm.runtime.Tensor:
     return tvm.runtime.empty(tensor.shape, tensor.dtype, tensor.device).copyfrom(tensor)
 
 
+def _framework_copy(array):
+    """A framework's array copied on the device: torch's `clone`, else `copy` (CuPy, JAX)."""
+    copy = getattr(array, "clone", None) or getattr(array, "copy", None)
+    return copy() if copy is not None else array
+
+
 class CompiledModel:
     """The result of `persist_rnn.compile`: run it, read its report, export it."""
 
@@ -198,7 +204,7 @@ class CompiledModel:
         if framework is None:
             return [_copied(o) if isinstance(o, tvm.runtime.Tensor) else o for o in outs] if copy_out else outs
         outs = [framework.from_dlpack(o) if isinstance(o, tvm.runtime.Tensor) else o for o in outs]
-        return [o.clone() if hasattr(o, "clone") else o for o in outs] if copy_out else outs
+        return [_framework_copy(o) for o in outs] if copy_out else outs
 
     def export_library(self, path: str) -> None:
         """Write the shared library, plus `path`.json describing inputs, outputs and the report."""

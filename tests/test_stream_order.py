@@ -72,3 +72,15 @@ def test_copied_tensor_leaves_the_pool():
     a = tvm.runtime.tensor(np.arange(6, dtype="float32").reshape(2, 3))
     b = runtime._copied(a)
     assert b.data_ptr() != a.data_ptr() and np.array_equal(b.numpy(), a.numpy())
+
+
+def test_framework_copy_takes_clone_or_copy():
+    class Torchish:
+        def clone(self):
+            return "cloned"
+
+    class Cupyish:
+        def copy(self):
+            return "copied"
+
+    assert [runtime._framework_copy(a) for a in (Torchish(), Cupyish(), 3)] == ["cloned", "copied", 3]
