@@ -19,18 +19,7 @@ import numpy as np
 import torch
 
 import persist_rnn
-from persist_rnn.bench import interleaved_ms, vm_call
-
-
-def feeds_for(compiled, npz: str, batch: int) -> dict:
-    """The example's inputs cut or tiled to `batch` along the input's symbolic batch axis."""
-    out = {}
-    for spec, (name, a) in zip(compiled.inputs, np.load(npz).items()):
-        axis = next((k for k, d in enumerate(spec.shape or []) if isinstance(d, str) and "batch" in d.lower()), None)
-        if axis is not None:
-            a = np.take(a, np.arange(batch) % a.shape[axis], axis=axis)
-        out[spec.name] = np.ascontiguousarray(a)
-    return out
+from persist_rnn.bench import inputs_at_batch, interleaved_ms, vm_call
 
 
 def main():
@@ -43,7 +32,7 @@ def main():
     args = ap.parse_args()
     npz = args.inputs or args.model.replace(".onnx", "_inputs.npz")
     compiled = persist_rnn.compile(args.model, "cuda", measure=False)
-    feeds = feeds_for(compiled, npz, args.batch)
+    feeds = inputs_at_batch(compiled, npz, args.batch)
     torch_feeds = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
     vm = vm_call(compiled, feeds)
     rows = interleaved_ms({

@@ -18,21 +18,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn
-from persist_rnn.bench import interleaved_ms, onnx_from_torch, torch_layer, vm_call
-
-
-def graph_of(torch, fn):
-    """`fn` captured into a CUDA graph after torch's side-stream warm-up; its replay."""
-    warm = torch.cuda.Stream()
-    warm.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(warm):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(warm)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
+from persist_rnn.bench import graph_replay, interleaved_ms, onnx_from_torch, torch_layer, vm_call
 
 
 def relative_error(got, want) -> float:
@@ -56,7 +42,7 @@ def layer_row(torch, op, hidden, batch, seq_len, tuning_log):
            "ours_err": relative_error(ours, want), "cudnn_fp16_err": relative_error(cudnn_out, want)}
     with torch.no_grad():
         times = interleaved_ms({"ours_ms": vm_call(compiled, feeds), "cudnn_fp16_eager_ms": lambda: layer(x),
-                                "cudnn_fp16_graph_ms": graph_of(torch, lambda: layer(x))})
+                                "cudnn_fp16_graph_ms": graph_replay(lambda: layer(x))})
     row |= times
     row["cudnn_fp16_graph_over_ours"] = times["cudnn_fp16_graph_ms"] / times["ours_ms"]
     return row

@@ -125,22 +125,30 @@ def kernel_trace(call, calls: int, sync) -> list[dict]:
     return sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
 
 
+def graph_replay(fn):
+    """`fn` captured into a CUDA graph after torch's recipe (three warm-up calls on a side
+    stream); the graph's replay."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def cudnn_ms(layer, x):
     """(eager ms, CUDA-graph ms) of a torch RNN module on x."""
     import torch
 
     with torch.no_grad():
         eager = cuda_ms(lambda: layer(x))
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                layer(x)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            layer(x)
-        return eager, cuda_ms(graph.replay)
+        return eager, cuda_ms(graph_replay(lambda: layer(x)))
 
 
 def vm_call(compiled, feeds):
@@ -206,11 +214,14 @@ def layer_row(op, hidden, batch, seq_len, options, unrolled):
 
 
 def inputs_at_batch(compiled, npz: str, batch: int) -> dict:
-    """An example's inputs tiled or cut to `batch` along each input's symbolic batch axis."""
+    """An example's inputs tiled or cut to `batch` along each input's symbolic batch axis (an axis
+    whose name holds "batch"; inputs without one stay as they are)."""
     out = {}
     for spec, a in zip(compiled.inputs, np.load(npz).values()):
-        axis = spec.shape.index("batch")
-        out[spec.name] = np.ascontiguousarray(np.take(a, np.arange(batch) % a.shape[axis], axis=axis))
+        axis = next((k for k, d in enumerate(spec.shape or []) if isinstance(d, str) and "batch" in d.lower()), None)
+        if axis is not None:
+            a = np.take(a, np.arange(batch) % a.shape[axis], axis=axis)
+        out[spec.name] = np.ascontiguousarray(a)
     return out
 
 
