@@ -2,7 +2,6 @@
 against the ONNX graph."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import sys
@@ -43,11 +42,12 @@ def graph_inputs(model: onnx.ModelProto) -> list[InputSpec]:
     return out
 
 
-def _from_dlpack(name: str, value) -> tvm.runtime.Tensor:
-    """The DLPack array as a TVM tensor: the same memory when it is 64-byte aligned, as TVM's
-    kernels assume; else one copy on its own device (a view at an odd offset)."""
+def _from_dlpack(name: str, value) -> tuple[tvm.runtime.Tensor, bool]:
+    """The DLPack array as a TVM tensor, and whether that is the array's own memory: it is when
+    the array is 64-byte aligned, as TVM's kernels assume; else it is one copy on the array's
+    device (a view at an odd offset)."""
     try:
-        return tvm.runtime.from_dlpack(value)
+        return tvm.runtime.from_dlpack(value), True
     except (RuntimeError, ValueError):
         try:
             raw = tvm_ffi.from_dlpack(value, require_contiguous=True)
@@ -55,29 +55,19 @@ def _from_dlpack(name: str, value) -> tvm.runtime.Tensor:
             raise PersistRNNError(f"input {name!r}: not a contiguous array ({err}); pass a contiguous one") from None
         aligned = tvm.runtime.empty(raw.shape, raw.dtype, raw.device)
         aligned.copyfrom(raw)
-        return aligned
+        return aligned, False
 
 
-def _data_ptr(value) -> int | None:
-    """The address a DLPack array starts at, where its type says it cheaply (torch, CuPy)."""
-    ptr = getattr(value, "data_ptr", None)
-    if callable(ptr):
-        return ptr()
-    return getattr(getattr(value, "data", None), "ptr", None)
+_OUTPUT_MODES = ("auto", "numpy", "device")
+_FRAMEWORKS = {}  # type of a DLPack array -> its framework module (with from_dlpack), or None
 
 
-@contextlib.contextmanager
-def _framework_stream(framework, dev):
-    """TVM launches on torch's current stream (and into a torch.cuda.graph capture) when the inputs
-    are torch CUDA tensors, so that the call is ordered with the user's torch work, and after the
-    last call on any other stream (stream_order: the VM's memory pool is not stream-aware).
-    Yields whether the call is being captured into a CUDA graph."""
-    if framework is not None and framework.__name__ == "torch" and dev.dlpack_device_type() == 2:
-        handle = current_stream_handle(framework, dev.index)
-        with tvm_ffi.use_raw_stream(dev, handle), ordered_after_other_streams(framework, dev.index, handle) as captured:
-            yield captured
-    else:
-        yield False
+def _framework_of(kind: type):
+    """The module of a DLPack array's type (torch for torch.Tensor), looked up once per type."""
+    if kind not in _FRAMEWORKS:
+        module = sys.modules.get(kind.__module__.split(".")[0])
+        _FRAMEWORKS[kind] = module if module is not None and hasattr(module, "from_dlpack") else None
+    return _FRAMEWORKS[kind]
 
 
 def _copied(tensor: tvm.runtime.Tensor) -> tvm.runtime.Tensor:
@@ -106,7 +96,9 @@ class CompiledModel:
         self.notes = list(notes or [])  # what the front door pinned and folded
         self._local = threading.local()  # a VM per thread: a VM keeps each call's values in its registers
         self._dtypes = [str(np.dtype(i.dtype)) for i in inputs]
+        self._names = {i.name: None for i in inputs}.keys()  # ordered, and compares equal to a dict's keys
         self._device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+        self._on_cuda = self._device.dlpack_device_type() == 2
 
     @property
     def device(self):
@@ -120,56 +112,59 @@ class CompiledModel:
         a TVM tensor) becomes a TVM tensor without a copy, and must already be on the model's
         device. Returns (array, the framework module of a DLPack input or None, the input itself
         when the TVM tensor is a view of it, else None)."""
-        if isinstance(value, np.ndarray) or np.isscalar(value) or not hasattr(value, "__dlpack__"):
-            return np.asarray(value), None, None
+        kind = type(value)
+        if kind is np.ndarray or kind is tvm.runtime.Tensor:  # the common cases first: run() is per call
+            return value, None, None
+        if not hasattr(value, "__dlpack__") or isinstance(value, (np.ndarray, np.generic)):
+            return np.asarray(value), None, None  # also Python scalars and lists
         if isinstance(value, tvm.runtime.Tensor):
             return value, None, None
-        tensor = _from_dlpack(name, value)
-        if (tensor.device.dlpack_device_type(), tensor.device.index) != (self._device.dlpack_device_type(),
-                                                                          self._device.index):
+        tensor, is_view = _from_dlpack(name, value)
+        if tensor.device != self._device:
             raise PersistRNNError(f"input {name!r} is on {tensor.device}, but the model runs on {self.device}: "
                                   "move it there first (run() copies nothing between devices)")
-        framework = sys.modules.get(type(value).__module__.split(".")[0])
-        framework = framework if framework is not None and hasattr(framework, "from_dlpack") else None
-        view = value if tensor.data_ptr() == _data_ptr(value) else None
-        return tensor, framework, view
+        return tensor, _framework_of(kind), value if is_view else None
 
     def _validate(self, inputs: dict) -> tuple[list, object, list]:
         """(arrays in input order, numpy or TVM tensors; the framework of the DLPack inputs, if any;
         per input, the DLPack input itself where its TVM tensor is a view of it, else None)."""
         if not isinstance(inputs, dict):
             raise PersistRNNError(f"run() takes a dict of input name -> array, got {type(inputs).__name__}")
-        expected = [i.name for i in self.inputs]
-        unknown = sorted(set(inputs) - set(expected))
-        missing = [n for n in expected if n not in inputs]
-        if unknown or missing:
+        if inputs.keys() != self._names:
+            expected = [i.name for i in self.inputs]
+            unknown, missing = sorted(set(inputs) - self._names), [n for n in expected if n not in inputs]
             raise PersistRNNError(f"inputs: unknown {unknown}, missing {missing}; the model takes {expected}")
-        arrays, views, dims, framework, host = [], [], {}, None, {}
+        arrays, views, dims, framework = [], [], {}, None
         for spec, dtype in zip(self.inputs, self._dtypes):
             a, from_framework, view = self._as_array(spec.name, inputs[spec.name])
             views.append(view)
             framework = framework or from_framework
-            if str(a.dtype) != dtype:
+            if a.dtype != dtype:
                 raise PersistRNNError(f"input {spec.name!r}: dtype {a.dtype}, expected {spec.dtype}")
-            shape = tuple(a.shape)
             if spec.shape is not None:
-                if len(shape) != len(spec.shape):
-                    raise PersistRNNError(f"input {spec.name!r}: shape {shape}, expected rank {len(spec.shape)} "
-                                          f"{tuple(spec.shape)}")
-                for axis, (got, want) in enumerate(zip(shape, spec.shape)):
-                    if isinstance(want, int) and want > 0 and got != want:
-                        raise PersistRNNError(f"input {spec.name!r}: shape {shape}, expected {tuple(spec.shape)}")
-                    if isinstance(want, str):
-                        seen = dims.setdefault(want, (got, spec.name))
-                        if seen[0] != got:
-                            raise PersistRNNError(f"input {spec.name!r}: dimension {want!r} (axis {axis}) is {got}, "
-                                                  f"but {seen[1]!r} gave it {seen[0]}")
-            if isinstance(a, np.ndarray):
+                self._check_shape(spec, tuple(a.shape), dims)
+            if type(a) is np.ndarray:
                 a = np.require(a, requirements="C")  # keeps 0-d inputs 0-d (ascontiguousarray does not)
             arrays.append(a)
-            host[spec.name] = a
-        verify(self._checks, host)  # input_checks: sequence_lens and Gather indices in range
+        if self._checks:
+            verify(self._checks, dict(zip(self._names, arrays)))  # input_checks: lengths, Gather indices
         return arrays, framework, views
+
+    @staticmethod
+    def _check_shape(spec: InputSpec, shape: tuple, dims: dict) -> None:
+        """The input's shape against the graph's: static sizes equal, one size per symbolic name
+        (`dims`: name -> (size, the input that set it), shared by the call's inputs)."""
+        if len(shape) != len(spec.shape):
+            raise PersistRNNError(f"input {spec.name!r}: shape {shape}, expected rank {len(spec.shape)} "
+                                  f"{tuple(spec.shape)}")
+        for axis, (got, want) in enumerate(zip(shape, spec.shape)):
+            if isinstance(want, int) and want > 0 and got != want:
+                raise PersistRNNError(f"input {spec.name!r}: shape {shape}, expected {tuple(spec.shape)}")
+            if isinstance(want, str):
+                seen = dims.setdefault(want, (got, spec.name))
+                if seen[0] != got:
+                    raise PersistRNNError(f"input {spec.name!r}: dimension {want!r} (axis {axis}) is {got}, "
+                                          f"but {seen[1]!r} gave it {seen[0]}")
 
     def run(self, inputs: dict, *, outputs: str = "auto") -> list:
         """Outputs in the ONNX graph's output order. Inputs are numpy arrays, or DLPack arrays
@@ -177,7 +172,7 @@ class CompiledModel:
         `outputs`: "auto" gives numpy for numpy inputs and the inputs' framework's tensors (on the
         device, no copy) for DLPack inputs; "numpy" always copies to the host; "device" keeps them
         on the device (the framework's tensors, or TVM tensors for numpy inputs)."""
-        if outputs not in ("auto", "numpy", "device"):
+        if outputs not in _OUTPUT_MODES:
             raise PersistRNNError(f"run(outputs={outputs!r}): expected 'auto', 'numpy' or 'device'")
         arrays, framework, views = self._validate(inputs)
         main = getattr(self._local, "main", None)
@@ -192,7 +187,19 @@ class CompiledModel:
         # exchange API), where a from_dlpack per output costs ~5 us of host time on the H100 box.
         args = [v if v is not None and not to_host else a if isinstance(a, tvm.runtime.Tensor)
                 else tvm.runtime.tensor(a, dev) for a, v in zip(arrays, views)]
-        with _framework_stream(framework, dev) as captured:
+        if framework is not None and self._on_cuda and framework.__name__ == "torch":
+            # torch CUDA tensors: launch on torch's current stream (and into a torch.cuda.graph
+            # capture), so that the call is ordered with the user's torch work, and after the last
+            # call on any other stream (stream_order: the VM's memory pool is not stream-aware)
+            handle = current_stream_handle(framework, dev.index)
+            with ordered_after_other_streams(framework, dev.index, handle) as captured:
+                if any(a is v for a, v in zip(args, views) if v is not None):
+                    out = main(*args)  # tvm_ffi itself calls on the stream that torch's tensors name
+                else:
+                    with tvm_ffi.use_raw_stream(dev, handle):
+                        out = main(*args)
+        else:
+            captured = False
             out = main(*args)
         outs = list(out) if isinstance(out, (tvm_ffi.Array, tuple, list)) else [out]
         if to_host:
@@ -200,7 +207,7 @@ class CompiledModel:
         # once a CUDA graph was captured on the device, its replays write into pool memory that the
         # pool hands out again: device outputs leave the pool (stream_order.pool_shared_with_graph);
         # a captured call's own outputs are the graph's, and stay where its replays write them
-        copy_out = not captured and dev.dlpack_device_type() == 2 and pool_shared_with_graph(dev.index)
+        copy_out = not captured and self._on_cuda and pool_shared_with_graph(dev.index)
         if framework is None:
             return [_copied(o) if isinstance(o, tvm.runtime.Tensor) else o for o in outs] if copy_out else outs
         outs = [framework.from_dlpack(o) if isinstance(o, tvm.runtime.Tensor) else o for o in outs]

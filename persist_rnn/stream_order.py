@@ -15,7 +15,6 @@ own order holds, and an event from outside the capture may not be waited on.
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 
 _LOCK = threading.Lock()
@@ -52,20 +51,37 @@ def pool_shared_with_graph(device_index: int) -> bool:
     return device_index in _CAPTURED
 
 
-@contextlib.contextmanager
-def ordered_after_other_streams(torch, device_index: int, handle: int):
+class ordered_after_other_streams:  # noqa: N801 (used as a function: `with ordered_after_other_streams(...)`)
     """Run the body (one VM call) on torch's current stream `handle`, after the last call on another
-    stream. Yields whether the call is being captured into a CUDA graph (the device is then noted
-    for `pool_shared_with_graph`)."""
-    if torch.cuda.is_current_stream_capturing():
-        _CAPTURED.add(device_index)
-        yield True
-        return
-    with _LOCK:  # the VM call and the bookkeeping happen as one, so `_LAST` is the true last call
-        stream, done = _stream_and_event(torch, device_index, handle)
-        last = _LAST.get(device_index)
-        if last is not None and last[0] != handle:
-            stream.wait_event(last[1])
-        yield False
-        done.record(stream)
-        _LAST[device_index] = (handle, done)
+    stream. `with` gives whether the call is being captured into a CUDA graph (the device is then
+    noted for `pool_shared_with_graph`). A class, not a generator: run() pays it on every call."""
+
+    __slots__ = ("torch", "device_index", "handle", "stream", "done", "captured")
+
+    def __init__(self, torch, device_index: int, handle: int):
+        self.torch, self.device_index, self.handle = torch, device_index, handle
+
+    def __enter__(self) -> bool:
+        self.captured = self.torch.cuda.is_current_stream_capturing()
+        if self.captured:
+            _CAPTURED.add(self.device_index)
+            return True
+        _LOCK.acquire()  # the VM call and the bookkeeping happen as one, so `_LAST` is the true last call
+        try:
+            self.stream, self.done = _stream_and_event(self.torch, self.device_index, self.handle)
+            last = _LAST.get(self.device_index)
+            if last is not None and last[0] != self.handle:
+                self.stream.wait_event(last[1])
+        except BaseException:
+            _LOCK.release()
+            raise
+        return False
+
+    def __exit__(self, *exc) -> None:
+        if self.captured:
+            return
+        try:
+            self.done.record(self.stream)
+            _LAST[self.device_index] = (self.handle, self.done)
+        finally:
+            _LOCK.release()

@@ -2,7 +2,7 @@
 
 TVM asks `onnx_frontend._get_convert_map()` for its converter table on every node, so wrapping
 that function (for the duration of one import) is enough to add converters without editing TVM;
-`op_fixes` stands in for TVM's converters where they give silently wrong answers, `constant_gathers`
+`op_fixes` stands in for TVM's converters where they give silently wrong answers, `gathers`
 for its Gather where a constant index would cost kernels at run time.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tvm.relax.frontend.onnx import onnx_frontend as F
 from ..errors import PersistRNNError, last_line
 from .canonical import emit_canonical
 from .layer import read_layer
-from .constant_gathers import CONVERTERS as CONSTANT_GATHERS
+from .gathers import CONVERTERS as GATHERS
 from .op_fixes import CONVERTERS as OP_FIXES
 from .unrolled import emit_unrolled
 
@@ -106,7 +106,7 @@ def _lost_shapes(inputs) -> str:
 @contextlib.contextmanager
 def _converters_registered():
     original = F._get_convert_map
-    converters = {**original(), **OP_FIXES, **CONSTANT_GATHERS, **CONVERTERS}
+    converters = {**original(), **OP_FIXES, **GATHERS, **CONVERTERS}
     table = {op: _naming_failures(op, cls) for op, cls in converters.items()}
     F._get_convert_map = lambda: table
     try:
