@@ -192,12 +192,9 @@ class CompiledModel:
             # capture), so that the call is ordered with the user's torch work, and after the last
             # call on any other stream (stream_order: the VM's memory pool is not stream-aware)
             handle = current_stream_handle(framework, dev.index)
-            with ordered_after_other_streams(framework, dev.index, handle) as captured:
-                if any(a is v for a, v in zip(args, views) if v is not None):
-                    out = main(*args)  # tvm_ffi itself calls on the stream that torch's tensors name
-                else:
-                    with tvm_ffi.use_raw_stream(dev, handle):
-                        out = main(*args)
+            with tvm_ffi.use_raw_stream(dev, handle), ordered_after_other_streams(framework, dev.index,
+                                                                                  handle) as captured:
+                out = main(*args)
         else:
             captured = False
             out = main(*args)
