@@ -190,7 +190,9 @@ class CompiledModel:
         if framework is not None and self._on_cuda and framework.__name__ == "torch":
             # torch CUDA tensors: launch on torch's current stream (and into a torch.cuda.graph
             # capture), so that the call is ordered with the user's torch work, and after the last
-            # call on any other stream (stream_order: the VM's memory pool is not stream-aware)
+            # call on any other stream (stream_order: the VM's memory pool is not stream-aware).
+            # The raw-stream context stays even when torch's own tensors go to the VM: tvm_ffi
+            # did not take torch's stream from them on the H100 box (the side-stream tests trapped)
             handle = current_stream_handle(framework, dev.index)
             with tvm_ffi.use_raw_stream(dev, handle), ordered_after_other_streams(framework, dev.index,
                                                                                   handle) as captured:
