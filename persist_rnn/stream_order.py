@@ -77,11 +77,12 @@ class ordered_after_other_streams:  # noqa: N801 (used as a function: `with orde
             raise
         return False
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         if self.captured:
             return
         try:
-            self.done.record(self.stream)
-            _LAST[self.device_index] = (self.handle, self.done)
+            if exc_type is None:  # after a failed call, its own error is the one to see
+                self.done.record(self.stream)
+                _LAST[self.device_index] = (self.handle, self.done)
         finally:
             _LOCK.release()

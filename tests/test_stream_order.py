@@ -68,6 +68,15 @@ def test_a_captured_call_waits_for_nothing_and_marks_the_device(torch):
     assert stream_order.pool_shared_with_graph(0) and not stream_order.pool_shared_with_graph(1)
 
 
+def test_a_failed_call_records_nothing_and_frees_the_lock(torch):
+    torch.cuda.current = 7
+    with pytest.raises(RuntimeError, match="kernel failed"):
+        with stream_order.ordered_after_other_streams(torch, 0, 7):
+            raise RuntimeError("kernel failed")
+    assert torch.cuda.log == [] and not stream_order._LOCK.locked()
+    assert _call(torch, 7) is False and torch.cuda.log == [("record", 7)]
+
+
 def test_copied_tensor_leaves_the_pool():
     a = tvm.runtime.tensor(np.arange(6, dtype="float32").reshape(2, 3))
     b = runtime._copied(a)
