@@ -33,6 +33,12 @@ larger batches (on the H100 from B=20), where the FMA units' version waits on sh
 `group_size` and `rows_per_group` are then 32 and 16 (a warp, a row tile) and unused otherwise.
 When the CTA's gate rows are not whole 16-row tiles (GRU: 3 x `tile_units`), the last tile is
 padded with zero rows.
+
+With `dsmem` the CTAs of a cluster exchange h through distributed shared memory instead of L2:
+each keeps h in two shared copies by step parity (as a resident CTA does), writes its units of
+h(t) straight into every other CTA's next copy (`st.async`, 16 bytes a store), and waits on an
+mbarrier of its own that counts the bytes arriving. The cluster barrier, the exchange buffer's
+store and the reload of h from L2 leave the step; C(t) and h(t) stay on chip until the last step.
 """
 from __future__ import annotations
 
@@ -66,6 +72,7 @@ class Config:
     batch_tile: int = 0  # > 0: each tile of this many batch rows gets a direction's CTA (or cluster) of its own
     smem_runs: int = 0  # of each lane's runs of columns (column_run wide), how many live in shared memory
     mma_k_split: int = 0  # > 0: tensor-core dot products, this many warps splitting the columns of a row tile
+    dsmem: bool = False  # a cluster's CTAs send h(t) into each other's shared memory (no cluster barrier)
 
     def tensor_cores(self) -> bool:
         return self.mma_k_split > 0
@@ -119,6 +126,12 @@ class Config:
         """One CTA holds the direction and the step has one phase: h stays in shared memory,
         double-buffered by step parity (when the CTA's batch rows fit one chunk)."""
         return self.barrier(spec) == "cta" and not two_phase(spec)
+
+    def h_on_chip(self, spec: CellSpec) -> bool:
+        """h stays in two shared copies by step parity for the whole sequence: a resident CTA, or a
+        cluster whose CTAs exchange h through distributed shared memory (`dsmem`)."""
+        return self.resident(spec) or (self.dsmem and self.barrier(spec) == "cluster" and not two_phase(spec)
+                                       and not self.tensor_cores())
 
     def row_gates(self, spec: CellSpec) -> int:
         """Gates whose rows the work groups hold: all, or only the candidate's with partial sums."""
@@ -179,7 +192,7 @@ class Config:
                 + updates * (2 * spec.num_gates + 2) + 40)
 
     def shared_bytes(self, spec: CellSpec) -> int:
-        h_vectors = 2 if self.partial_sums(spec) or self.resident(spec) else 1  # h(t-1), and r * h(t-1) or h(t)
+        h_vectors = 2 if self.partial_sums(spec) or self.h_on_chip(spec) else 1  # h(t-1), and r * h(t-1) or h(t)
         tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.k_splits()  # dot results
         tile += 2 if self.partial_sums(spec) else 0  # z and h(t) of the tile
         return (4 * (h_vectors * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile * self.tile_units)
@@ -193,7 +206,7 @@ class Config:
         """Shared memory outside the dynamic allocation: a resident CTA's copies of h (kept apart so
         that TVM's sync planner sees them as two buffers) and the dot results."""
         tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.tile_units * self.k_splits()
-        return 4 * (2 * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile) if self.resident(spec) else 0
+        return 4 * (2 * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile) if self.h_on_chip(spec) else 0
 
     def dynamic_shared_bytes(self, spec: CellSpec) -> int:
         """Shared memory in the kernel's dynamic allocation: once `shared_bytes` passes 48 KiB,
@@ -201,7 +214,7 @@ class Config:
         results and a resident CTA's copies of h stay static); else none."""
         if self.shared_bytes(spec) <= STATIC_SHARED_BYTES:
             return 0
-        h_vectors = 0 if self.resident(spec) else (2 if self.partial_sums(spec) else 1)
+        h_vectors = 0 if self.h_on_chip(spec) else (2 if self.partial_sums(spec) else 1)
         return 4 * h_vectors * self.h_rows() * self.h_stride(spec) + self.smem_weight_bytes(spec)
 
     def barrier(self, spec: CellSpec) -> str:
@@ -284,9 +297,27 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
     if cfg.cluster and not 1 < cfg.ctas_per_direction(spec) <= max_cluster:
         out.append(f"a cluster of {cfg.ctas_per_direction(spec)} CTAs (this GPU: "
                    + (f"2 to {max_cluster})" if max_cluster else "no thread-block clusters)"))
+    if cfg.dsmem:
+        out += dsmem_problems(spec, cfg)
     if cfg.gru_barriers not in (1, 2) or (cfg.gru_barriers == 1 and not cfg.partial_sums(spec)):
         out.append(f"gru_barriers {cfg.gru_barriers}: 1 (partial sums) is for GRU with linear_before_reset=0 only; "
                    "else 2")
+    return out
+
+
+def dsmem_problems(spec: CellSpec, cfg: Config) -> list[str]:
+    """What the exchange through distributed shared memory needs: a cluster, one phase a step, the
+    FMA units' dot products, and units of h that 16-byte stores can carry."""
+    out = []
+    if not cfg.cluster or cfg.barrier(spec) != "cluster":
+        out.append("dsmem: h goes through distributed shared memory only between the CTAs of a cluster")
+    if two_phase(spec):
+        out.append("dsmem: GRU with linear_before_reset=0 has two phases a step (the exchange goes through L2)")
+    if cfg.tensor_cores():
+        out.append("dsmem: the FMA units' dot products only (the tensor cores read a padded copy of h)")
+    if cfg.tile_units % 4 or spec.hidden_size % 4:
+        out.append(f"dsmem: tile_units {cfg.tile_units} and hidden_size {spec.hidden_size} must be multiples of 4 "
+                   "(16-byte stores)")
     return out
 
 

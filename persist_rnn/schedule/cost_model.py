@@ -45,7 +45,9 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     phases = 2 if two_phase(spec) and not partial else 1
     split = phases == 1 or cfg.tile_units % cfg.rows_per_group == 0  # groups skip the phase not theirs
     chunks = math.ceil(batch / bc)
-    resident = cfg.barrier(spec) == "cta" and chunks == 1 and phases == 1 and not partial
+    # h stays in shared memory all sequence: a resident CTA, or a dsmem cluster (one chunk only)
+    resident = cfg.h_on_chip(spec) and chunks == 1 and phases == 1 and not partial
+    barrier = "dsmem" if resident and cfg.barrier(spec) == "cluster" else cfg.barrier(spec)
     dots = chunks * (1 if split else phases)  # passes of the dot products over all rows
     vec = 4 if H % 4 == 0 else 1
     unique_bytes = 4 * dv * min(32, cfg.group_size)  # distinct h bytes one warp-wide shared load touches
@@ -63,8 +65,7 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
         lds_per_thread = 2 * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
         unique_bytes, smem_w = 128, 0
     return {
-        "barrier_us": 0.0 if cfg.barrier(spec) == "cta" else phases * gpu.barrier_us(cfg.ctas_per_direction(spec),
-                                                                                      cfg.barrier(spec)),
+        "barrier_us": 0.0 if barrier == "cta" else phases * gpu.barrier_us(cfg.ctas_per_direction(spec), barrier),
         "chunks": phases * chunks,
         "l2_loads": 0 if resident else phases * chunks,
         "load_issue": 0 if resident else chunks * (phases * math.ceil(bc * H / vec / nt) + partial_loads) * per_scheduler,

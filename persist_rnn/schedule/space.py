@@ -1,7 +1,8 @@
 """The config space of the persistent kernel, pruned to what can run on a given GPU.
 
 Each config whose direction spans 2 to `max_cluster_ctas` CTAs also comes as a thread-block
-cluster (Hopper); each whose direction is one CTA or one cluster also comes with the batch split
+cluster (Hopper), and each cluster config also exchanging h through distributed shared memory
+(`Config.dsmem`) where the cell allows; each whose direction is one CTA or one cluster also comes with the batch split
 into tiles, one CTA or cluster each (`batch_tiles`). A config that only lacks registers comes
 with the fewest runs of weight columns moved to shared memory that make it fit (`_smem_weights`).
 Tensor-core configs (`Config.mma_k_split`, fp32 one-phase cells) split each row tile's columns
@@ -18,7 +19,7 @@ import dataclasses
 import itertools
 import math
 
-from tir_templates.config import Config, problems, two_phase
+from tir_templates.config import Config, dsmem_problems, problems, two_phase
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel
@@ -125,11 +126,20 @@ def _configs(spec, gpu, batch, group_sizes, weight_dtypes):
                         cfg = Config(tw, ws, rpg, bc, wdt, barriers)
                         yield cfg
                         if 1 < H // tw <= gpu.max_cluster_ctas:  # the same CTAs as one cluster
-                            yield dataclasses.replace(cfg, cluster=True)
+                            yield from _cluster_twins(spec, dataclasses.replace(cfg, cluster=True))
                 for tile in batch_tiles(spec, tw, batch, gpu):  # one CTA (or cluster) per tile of batch rows
-                    yield Config(tw, ws, rpg, tile, weight_dtypes[0], barriers, cluster=H // tw > 1, batch_tile=tile)
+                    tiled = Config(tw, ws, rpg, tile, weight_dtypes[0], barriers, cluster=H // tw > 1, batch_tile=tile)
+                    yield from _cluster_twins(spec, tiled) if tiled.cluster else [tiled]
         if group_sizes is GROUP_SIZES and weight_dtypes == ("float32",):
             yield from _tensor_core_configs(spec, tw, barriers, batch, gpu)
+
+
+def _cluster_twins(spec, cfg):
+    """A cluster config, and its twin exchanging h through distributed shared memory where the
+    cell and tile allow it."""
+    yield cfg
+    if not dsmem_problems(spec, dataclasses.replace(cfg, dsmem=True)):
+        yield dataclasses.replace(cfg, dsmem=True)
 
 
 def _tensor_core_configs(spec, tw, barriers, batch, gpu):

@@ -171,6 +171,21 @@ def test_cluster_configs_compile(cell, hidden, batch, tmp_path):
     assert a100.kernel is None and "no thread-block clusters" in a100.reason
 
 
+@pytest.mark.parametrize("cell,hidden,cfg", [
+    ("lstm", 256, Config(32, 4, 2, 1, cluster=True, dsmem=True)),
+    ("gru", 256, Config(32, 8, 4, 2, cluster=True, batch_tile=2, dsmem=True)),
+    ("rnn", 512, Config(64, 16, 4, 1, cluster=True, dsmem=True)),
+], ids=str)
+def test_dsmem_configs_compile(cell, hidden, cfg, tmp_path):
+    """h through distributed shared memory: st.async stores counted by an mbarrier, no cluster
+    barrier inside the step loop (one after init, and the chunked path's), no spills at sm_90."""
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=True)
+    source = cuda_source(persistent_kernel(spec, cfg), "sm_90")
+    assert "st.async.shared::cluster.mbarrier::complete_tx::bytes" in source
+    assert "prnn_dsmem_wait(" in source and "prnn_grid_barrier" not in source
+    assert max(nvcc_stats(source, "sm_90", tmp_path)) == 0
+
+
 @pytest.mark.parametrize("cell,hidden,batch,barrier", [("lstm", 64, 20, "cta"), ("gru", 64, 20, "cta"),
                                                         ("lstm", 256, 10, "cluster"), ("gru", 256, 20, "cluster")],
                          ids=str)

@@ -106,3 +106,29 @@ def test_barrier_indices_and_slots_do_not_collide():
     L = _layout("gru0", 64, "forward", Config(16, 4, 2, 3, gru_barriers=1))
     slots = [L.partial_slot(parity, gate, cta) for parity in (0, 1) for gate in (0, 1) for cta in range(L.CPD)]
     assert sorted(slots) == list(range(3, L.SLOTS))
+
+
+@pytest.mark.parametrize("cfg,hidden,direction", [
+    (Config(32, 4, 2, 1, cluster=True, dsmem=True), 256, "forward"),  # 8 CTAs, 56 stores each
+    (Config(32, 8, 4, 2, cluster=True, batch_tile=2, dsmem=True), 256, "bidirectional"),
+    (Config(4, 8, 4, 3, cluster=True, dsmem=True), 16, "reverse"),
+], ids=str)
+def test_dsmem_stores_give_every_peer_each_unit_once(cfg, hidden, direction):
+    """A dsmem cluster's 16-byte stores of h(t): each CTA sends its own units, never to itself,
+    and every other CTA of its cluster receives each (batch row, unit) of them exactly once; the
+    bytes each receives are what its mbarrier expects."""
+    L = _layout("lstm", hidden, direction, cfg)
+    assert L.dsmem and L.h_on_chip
+    received = collections.Counter()
+    for cta, tx in itertools.product(range(L.grid_size(2 * cfg.batch_chunk)), range(L.NT)):
+        for e in range(-(-L.SENDS // L.NT)):
+            if L.sends(tx, e):
+                peer, row, col = L.dsmem_store(cta, tx, e)
+                to = cta // L.CPD * L.CPD + peer
+                assert peer != cta % L.CPD and col // L.TW == cta % L.CPD and col % 4 == 0
+                for v in range(4):
+                    received[to, row, col + v] += 1
+    ctas = range(L.grid_size(2 * cfg.batch_chunk))
+    assert received == {(to, row, j): 1 for to in ctas for row in range(L.BC) for j in range(L.H)
+                        if j // L.TW != to % L.CPD}
+    assert all(sum(n for (to, _, _), n in received.items() if to == c) * 4 == L.RECV_BYTES for c in ctas)

@@ -7,7 +7,9 @@ its count of barrier arrivals must match every barrier's target (else the GPU wo
 Configs whose work groups hold whole units (rows_per_group a multiple of the gates, one pair per
 lane) take the lane-update path (`Config.lane_updates`); the others meet in shared memory. The
 tensor-core configs (`Config.mma_k_split`) are emulated as PTX defines the mma, reading each
-weight back from the fragment register the kernel loaded it into.
+weight back from the fragment register the kernel loaded it into. A dsmem cluster's exchange
+copies each CTA's stores, as its threads issue them, between the CTAs' copies of h, and flags a
+CTA that would receive other than the bytes its mbarrier expects.
 """
 from __future__ import annotations
 
@@ -77,6 +79,13 @@ CASES = [
     ("rnn", "reverse", 3, Config(16, 32, 16, 3, mma_k_split=2), dict(clip=1.0)),  # one resident CTA
     ("gru", "bidirectional", 3, Config(8, 32, 16, 3, mma_k_split=2), {}),  # 24 rows: the second tile padded
     ("rnn", "forward", 10, Config(4, 32, 16, 10, mma_k_split=2), {}),  # 4 rows in a 16-row tile, two n-tiles
+    # a cluster's CTAs sending h(t) into each other's shared memory (dsmem), h and C on chip
+    ("lstm", "bidirectional", 2, Config(4, 8, 4, 2, cluster=True, dsmem=True), dict(peepholes=True)),
+    ("lstm", "bidirectional", 5, Config(8, 4, 4, 2, cluster=True, batch_tile=2, dsmem=True), {}),  # ragged tile
+    ("gru", "reverse", 3, Config(4, 4, 3, 1, cluster=True, batch_tile=1, dsmem=True), {}),
+    ("rnn", "forward", 4, Config(4, 4, 2, 4, cluster=True, dsmem=True), dict(clip=1.0)),
+    ("lstm", "forward", 3, Config(4, 4, 4, 1, cluster=True, batch_tile=1, dsmem=True), {}),  # lane updates
+    ("lstm", "reverse", 5, Config(4, 8, 4, 2, cluster=True, dsmem=True), {}),  # 3 chunks: the exchange buffer
 ]
 
 

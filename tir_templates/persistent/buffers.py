@@ -88,12 +88,14 @@ class Thread:
 @dataclasses.dataclass(frozen=True)
 class Shared:
     """A CTA's shared memory: h(t-1) (`hs`; a resident CTA's second copy `hs2`), the dot results
-    (`gs`), and the partial-sum GRU's r * h(t-1) (`rs`) and its tile of h (`hm`)."""
+    (`gs`), the partial-sum GRU's r * h(t-1) (`rs`) and its tile of h (`hm`), and a dsmem
+    cluster's mbarriers, one per copy of h (`bar`)."""
     hs: Any
     hs2: Any
     gs: Any
     rs: Any
     hm: Any
+    bar: Any = None
 
 
 def _alloc(name, shape, dtype, scope=None):
@@ -104,10 +106,10 @@ def _alloc(name, shape, dtype, scope=None):
 
 def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     """A CUDA thread's registers and its CTA's shared memory."""
-    # a resident CTA's two copies of h stay in static shared memory: TVM merges dynamic shared
+    # the two copies of h of a resident CTA (or dsmem cluster) stay in static shared memory: TVM merges dynamic shared
     # allocations into one buffer, and its sync planner would then see the copies overlap
-    hs = _alloc("hs", L.HS_SHAPE, "float32", "shared" if L.resident else L.SMEM)
-    hs2 = _alloc("hs2", L.HS_SHAPE if L.resident else (1, 1), "float32", "shared")
+    hs = _alloc("hs", L.HS_SHAPE, "float32", "shared" if L.h_on_chip else L.SMEM)
+    hs2 = _alloc("hs2", L.HS_SHAPE if L.h_on_chip else (1, 1), "float32", "shared")
     gs = _alloc("gs", (1, 1) if L.LANE else (L.KS * L.BC, L.GTW), "float32", "shared")
     wreg = _alloc("wreg", (1, max(L.cfg.weight_regs(L.spec), 1)), L.WDT, "local")
     wsm = _alloc("wsm", (1, L.SR * L.RPG * L.DV, L.NT) if L.SR > 0 else (1, 1, 1), L.WDT,
@@ -125,8 +127,9 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     hm = _alloc("hm", (L.BC, L.TW) if L.partial_sums else (1, 1), "float32", "shared")
     wp = _alloc("wp", (1, max(L.PR * L.TW, 1)), L.WDT, "local")
     sacc = _alloc("sacc", (1, 1), "float32", "local")
+    bar = _alloc("bar", (2,), "uint64", "shared") if L.dsmem else None
     regs = Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, wt, acc, hv, bv)
-    return Thread(regs, cta, tx), Shared(hs, hs2, gs, rs, hm)
+    return Thread(regs, cta, tx), Shared(hs, hs2, gs, rs, hm, bar)
 
 
 def emulated_registers(L: Layout, n_b) -> Registers:

@@ -16,7 +16,7 @@ from .buffers import Args, emulated_registers, emulated_thread
 from .checks import check
 from .dot_fma import emulated_dot
 from .dots import emulated_dot_products, weights_in
-from .exchange import emulated_barrier, final_state, init_state, load_h, resident_states_out
+from .exchange import emulated_barrier, emulated_dsmem_exchange, final_state, init_state, load_h, resident_states_out
 from .gru_partial_sums import load_partial_weights, partial_update, publish_partials, reset_from_partials, tile_state
 from .gru_two_phase import candidate_phase, reset_phase
 from .inputs import advance, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
@@ -83,6 +83,32 @@ def emulated_partial_sum_steps(L, a, regs):
 
 
 @T.macro
+def emulated_dsmem_steps(L, a, regs):
+    """`kernel.one_chunk_steps` of a dsmem cluster: every CTA's step in pairs (hs -> hs2 -> hs,
+    each CTA's copies a view of one buffer), then the exchange between the CTAs' copies."""
+    hs_all = T.alloc_buffer((L.grid_size(a.n_b), L.BC, L.H), "float32")
+    hs2_all = T.alloc_buffer((L.grid_size(a.n_b), L.BC, L.H), "float32")
+    for cta in range(L.grid_size(a.n_b)):
+        hs = T.decl_buffer((L.BC, L.H), "float32", data=hs_all.data, elem_offset=cta * L.BC * L.H)
+        for tx in range(L.NT):
+            load_h(L, a, emulated_thread(L, regs, cta, tx), hs, 0, L.first_chunk(cta))
+    for s2 in range((a.n_t + 1) // 2):
+        for cta in range(L.grid_size(a.n_b)):
+            hs = T.decl_buffer((L.BC, L.H), "float32", data=hs_all.data, elem_offset=cta * L.BC * L.H)
+            hs2 = T.decl_buffer((L.BC, L.H), "float32", data=hs2_all.data, elem_offset=cta * L.BC * L.H)
+            emulated_step(L, a, regs, hs, hs2, cta, 2 * s2)
+        emulated_dsmem_exchange(L, a, hs2_all, 2 * s2)
+        if 2 * s2 + 1 < a.n_t:
+            for cta in range(L.grid_size(a.n_b)):
+                hs = T.decl_buffer((L.BC, L.H), "float32", data=hs_all.data, elem_offset=cta * L.BC * L.H)
+                hs2 = T.decl_buffer((L.BC, L.H), "float32", data=hs2_all.data, elem_offset=cta * L.BC * L.H)
+                emulated_step(L, a, regs.swapped(), hs2, hs, cta, 2 * s2 + 1)
+            emulated_dsmem_exchange(L, a, hs_all, 2 * s2 + 1)
+    for cta, tx in T.grid(L.grid_size(a.n_b), L.NT):
+        resident_states_out(L, a, emulated_thread(L, regs, cta, tx))
+
+
+@T.macro
 def emulated_one_chunk_steps(L, a, regs):
     """`kernel.one_chunk_steps`: a resident CTA runs its steps in pairs, h kept in its two
     copies (CTAs never meet); otherwise a grid barrier sits between two steps."""
@@ -102,6 +128,8 @@ def emulated_one_chunk_steps(L, a, regs):
                     emulated_step(L, a, regs.swapped(), hs2, hs, cta, 2 * s2 + 1)
             for tx in range(L.NT):
                 resident_states_out(L, a, emulated_thread(L, regs, cta, tx))
+    elif L.dsmem:
+        emulated_dsmem_steps(L, a, regs)
     else:
         for s in range(a.n_t):
             for cta in range(L.grid_size(a.n_b)):

@@ -5,7 +5,9 @@ of the two-phase GRU; the partial sums' slots follow, `Config.exchange_slots`). 
 barrier counter per direction, zeroed by a one-warp kernel before each launch, so concurrent
 launches never share a counter. A direction's CTAs meet once a step at that counter (the grid
 barrier) or at the thread-block cluster's hardware barrier; one CTA that holds its direction
-(resident) needs neither, and keeps h in shared memory, two copies by step parity.
+(resident) needs neither, and keeps h in shared memory, two copies by step parity. A cluster
+with `Config.dsmem` keeps h so too, and its CTAs send each other their units of h(t) through
+distributed shared memory, each counting what it received on an mbarrier of its own.
 """
 from __future__ import annotations
 
@@ -28,6 +30,55 @@ __device__ __forceinline__ void prnn_grid_barrier(unsigned int* counter, unsigne
     }
   }
   __syncthreads();
+}
+"""
+
+# the three helpers of the exchange through distributed shared memory (each source is emitted
+# once per function that calls it, so each stands alone)
+DSMEM_INIT = r"""
+__device__ __forceinline__ void prnn_dsmem_init(void* bars, unsigned int bytes) {
+  // Thread 0: one mbarrier per copy of h, one arrival (its own) and `bytes` from the peers a
+  // step, armed for the first step; visible to the cluster after the next cluster barrier.
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; ++i) {
+      unsigned int bar = (unsigned int)__cvta_generic_to_shared((unsigned long long*)bars + i);
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar) : "memory");
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+}
+"""
+DSMEM_SEND = r"""
+__device__ __forceinline__ void prnn_dsmem_send(void* src, unsigned int peer, void* bar) {
+  // 16 bytes of this CTA's h(t) to the same address in cluster CTA `peer`, counted by its `bar`
+  unsigned int to, to_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to) : "r"((unsigned int)__cvta_generic_to_shared(src)),
+               "r"(peer));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to_bar) : "r"((unsigned int)__cvta_generic_to_shared(bar)),
+               "r"(peer));
+  float4 v = *(const float4*)src;
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+               :: "r"(to), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(to_bar) : "memory");
+}
+"""
+DSMEM_WAIT = r"""
+__device__ __forceinline__ void prnn_dsmem_wait(void* bar, unsigned int parity, unsigned int bytes) {
+  // Every thread waits until the peers' bytes completed phase `parity` of `bar` (acquire: their
+  // h(t) is visible), then thread 0 arms the next phase. The peers cannot send into this copy
+  // again before this CTA has sent its next h, after a __syncthreads that follows every wait.
+  // A ~30 s clock64 timeout traps instead of hanging.
+  unsigned int addr = (unsigned int)__cvta_generic_to_shared(bar), done = 0;
+  long long start = clock64();
+  while (true) {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+                 "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+    if (done) break;
+    if (clock64() - start > (1LL << 36)) __trap();
+  }
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(addr), "r"(bytes) : "memory");
+  }
 }
 """
 
@@ -73,6 +124,52 @@ def step_barrier(L, a, cta, index):
                          T.Cast("uint32", index * L.CPD), source_code=GRID_BARRIER)
     elif L.cluster:  # barrier.cluster arrive (release) + wait (acquire): h(t) in global memory is visible
         T.cuda.cluster_sync()
+
+
+@T.macro
+def dsmem_init(L, bar):
+    """A dsmem CTA's two mbarriers, armed for the first step's bytes (the launch's first cluster
+    barrier, `step_barrier(.., 1)`, follows: no peer sends before both exist)."""
+    T.cuda.func_call("prnn_dsmem_init", T.address_of(bar[0]), T.uint32(L.RECV_BYTES), source_code=DSMEM_INIT)
+
+
+@T.macro
+def dsmem_exchange(L, a, t, hs_next, bar, s):
+    """The end of step s in a dsmem cluster: once the CTA's units of h(t) are in `hs_next` (and
+    every read of h(t-1) is done), send them to the same place in every peer's `hs_next`, then
+    wait for the peers' units. mbarrier s % 2 counts the bytes into `hs_next`, phase s // 2 of
+    it. The last step sends nothing: the final states come from registers."""
+    T.tvm_storage_sync("shared")
+    if s + 1 < a.n_t:
+        for e in T.unroll((L.SENDS + L.NT - 1) // L.NT):
+            if L.sends(t.tx, e):
+                peer, row, col = L.dsmem_store(t.cta, t.tx, e)
+                T.cuda.func_call("prnn_dsmem_send", T.address_of(hs_next[row, col]), T.Cast("uint32", peer),
+                                 T.address_of(bar[s % 2]), source_code=DSMEM_SEND)
+        T.cuda.func_call("prnn_dsmem_wait", T.address_of(bar[s % 2]), T.Cast("uint32", s // 2 % 2),
+                         T.uint32(L.RECV_BYTES), source_code=DSMEM_WAIT)
+
+
+@T.macro
+def emulated_dsmem_exchange(L, a, hs_next, s):
+    """`dsmem_exchange` in the CPU twin: every CTA's stores, as the GPU's threads issue them, from
+    its copy of h(t) (`hs_next`: one per CTA) into its peers'; a CTA receiving other than
+    RECV_BYTES a step would wait forever or read early on the GPU: flag it."""
+    if s + 1 < a.n_t:
+        received = T.alloc_buffer((L.grid_size(a.n_b),), "int64")
+        for cta in range(L.grid_size(a.n_b)):
+            received[cta] = T.int64(0)
+        for cta, tx in T.grid(L.grid_size(a.n_b), L.NT):
+            for e in range((L.SENDS + L.NT - 1) // L.NT):
+                if L.sends(tx, e):
+                    peer, row, col = L.dsmem_store(cta, tx, e)
+                    to = cta // L.CPD * L.CPD + peer
+                    for v in range(4):
+                        hs_next[to, row, col + v] = hs_next[cta, row, col + v]
+                    received[to] = received[to] + T.int64(16)
+        for cta in range(L.grid_size(a.n_b)):
+            if received[cta] != T.int64(L.RECV_BYTES):
+                a.ws[BARRIER_FLAG_WORD] = T.uint32(1)
 
 
 @T.macro

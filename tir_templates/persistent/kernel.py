@@ -2,7 +2,8 @@
 
 Read `cta_program` top to bottom. Each CTA loads its slice of the weights once, then per step:
     inputs (step s+1's in flight) -> h(t-1) . R -> gates and state update -> publish h(t)
-    -> one barrier across the direction's CTAs
+    -> one barrier across the direction's CTAs (or, in a dsmem cluster, h(t) sent into the
+       peers' shared memory and theirs awaited)
 and finally writes the final states. Who owns which units and rows is `layout.py`; the dot
 products are `dots.py`; the updates `update.py` (and GRU linear_before_reset=0's two kernels);
 the barriers and the exchange of h `exchange.py`. `emulated.py` runs the same macros on the CPU.
@@ -23,7 +24,7 @@ from .buffers import Args, cta_buffers
 from .checks import check
 from .dot_fma import dot_and_reduce
 from .dots import dot_products, weights_in
-from .exchange import final_state, init_state, load_h, resident_states_out, step_barrier
+from .exchange import dsmem_exchange, dsmem_init, final_state, init_state, load_h, resident_states_out, step_barrier
 from .gru_partial_sums import load_partial_weights, partial_update, publish_partials, reset_from_partials, tile_state
 from .gru_two_phase import candidate_phase, reset_phase
 from .inputs import advance, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
@@ -33,8 +34,9 @@ from .update import update
 
 @T.macro
 def one_step(L, a, t, sm, hs, hs_next, s):
-    """Step s when the CTA's batch rows are one chunk. A resident CTA (`hs_next` not None) reads
-    h(t-1) from `hs` and writes h(t) to `hs_next`; otherwise h(t-1) comes from the exchange buffer."""
+    """Step s when the CTA's batch rows are one chunk. With h on chip (`hs_next` not None: a
+    resident CTA, or a dsmem cluster) it reads h(t-1) from `hs` and writes h(t) to `hs_next`;
+    otherwise h(t-1) comes from the exchange buffer."""
     # step s+1's inputs (in flight all step), h(t-1) into shared memory (a resident CTA has it there)
     if hs_next is None:
         fetch(L, a, t, t.xn, s + 1, L.first_chunk(t.cta), False)
@@ -48,7 +50,9 @@ def one_step(L, a, t, sm, hs, hs_next, s):
     update(L, a, t, hs, sm.gs, s, L.first_chunk(t.cta), hs_next)
     advance(L, t, hs_next is not None)
     # one barrier per step (it starts with a __syncthreads; a resident CTA needs only that)
-    if hs_next is not None:
+    if hs_next is not None and L.dsmem:
+        dsmem_exchange(L, a, t, hs_next, sm.bar, s)
+    elif hs_next is not None:
         T.tvm_storage_sync("shared")
     else:
         step_barrier(L, a, t.cta, L.barrier_index(s, 1))
@@ -59,7 +63,7 @@ def one_chunk_steps(L, a, t, sm):
     """The CTA's batch rows are one chunk: step s+1's inputs are fetched while step s computes."""
     load_lengths(L, a, t, L.first_chunk(t.cta))
     fetch(L, a, t, t.xr, 0, L.first_chunk(t.cta), True)
-    if L.resident:  # h in shared memory for the whole sequence: steps in pairs, hs -> hs2 -> hs
+    if L.h_on_chip:  # h in shared memory for the whole sequence: steps in pairs, hs -> hs2 -> hs
         load_h(L, a, t, sm.hs, 0, L.first_chunk(t.cta))
         T.tvm_storage_sync("shared")
         for s2 in range((a.n_t + 1) // 2):
@@ -129,6 +133,8 @@ def cta_program(L, a, cta, tx):
             T.tvm_storage_sync("shared")
             publish_partials(L, a, t, sm.hm, 0, ch)
             T.tvm_storage_sync("shared")
+    if L.dsmem:
+        dsmem_init(L, sm.bar)
     step_barrier(L, a, cta, 1)
     if L.partial_sums:
         partial_sum_steps(L, a, t, sm)

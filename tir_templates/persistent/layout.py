@@ -17,6 +17,7 @@ BLOCK_M):
     UG        units per work group (lane updates)     UPT  (batch row, unit) pairs per thread
     XR        registers per pair: G inputs, C(t-1)    VEC  width of h's vector copies
     KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
+    SENDS, RECV_BYTES  dsmem: 16-byte stores a CTA sends a step, bytes each CTA receives
 """
 from __future__ import annotations
 
@@ -64,6 +65,10 @@ class Layout:
         self.cluster = cfg.barrier(spec) == "cluster"  # ... or at the cluster's hardware barrier
         self.VEC = 4 if self.H % 4 == 0 else 1
         self.resident = cfg.resident(spec)  # one CTA holds the direction: h stays in shared memory
+        self.dsmem = cfg.h_on_chip(spec) and self.cluster  # ... or a cluster's CTAs send it to each other
+        self.h_on_chip = cfg.h_on_chip(spec)
+        self.SENDS = (self.CPD - 1) * self.BC * self.TW // 4 if self.dsmem else 0
+        self.RECV_BYTES = 16 * self.SENDS
         # past 48 KiB, h(t-1) goes to dynamic shared memory (TVM's runtime raises the kernel's limit)
         self.SMEM = "global" if emulate else ("shared.dyn" if cfg.shared_bytes(spec) > STATIC_SHARED_BYTES
                                               else "shared")
@@ -185,6 +190,22 @@ class Layout:
     def mma_col(self, tx, i, j):
         """Column of R of A-fragment register j in the warp's i-th k-tile: lane % 4, +4 for 2 and 3."""
         return ((tx // 32 // self.RT) * self.KPW + i) * 8 + tx % 4 + 4 * (j // 2)
+
+    # --- h through distributed shared memory (dsmem) --------------------------------------------
+
+    def dsmem_store(self, cta, tx, e):
+        """(peer rank, batch row within the chunk, first unit) of thread tx's e-th 16-byte store of
+        its CTA's units of h(t): store q = e * NT + tx goes to the q // (BC * TW / 4) + 1-th rank
+        after the CTA's own, so that each peer receives every row of the CTA's TW units once."""
+        per_peer, per_row = self.BC * self.TW // 4, self.TW // 4
+        q = e * self.NT + tx
+        rank = cta % self.CPD
+        return ((rank + q // per_peer + 1) % self.CPD, q % per_peer // per_row,
+                rank * self.TW + q % per_row * 4)
+
+    def sends(self, tx, e):
+        """Whether thread tx's e-th store exists."""
+        return e * self.NT + tx < self.SENDS
 
     # --- steps, barriers and the exchange buffer's slots ----------------------------------------
 
