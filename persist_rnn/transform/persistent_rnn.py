@@ -101,14 +101,19 @@ def early_launch_safe(mod: tvm.IRModule, callees) -> set:
     return safe - unsafe
 
 
-def _independent_ctas(func, spec: CellSpec) -> bool:
-    """Whether `func` is a persistent kernel whose CTAs never wait for each other (one CTA a
-    direction or batch tile). Only those launch early: CTAs that meet at a barrier every step
-    were slower launched early on the H100 (GRU H=256 B=20: 0.32 -> 0.60 ms), placed by the
-    block scheduler around the GEMM's still-running CTAs, several to an SM."""
+#: the kernels that may launch early, by how their CTAs meet: one CTA a direction or batch tile
+#: ("cta"), or one thread-block cluster ("cluster", placed whole by the hardware, its CTAs held
+#: one to an SM by their registers); not CTAs behind a grid barrier
+EARLY_LAUNCH_BARRIERS = ("cta", "cluster")
+
+
+def _may_launch_early(func, spec: CellSpec) -> bool:
+    """Whether `func` is a persistent kernel whose CTAs meet at most inside a cluster. Kernels with
+    a grid barrier were slower launched early on the H100 (GRU H=256 B=20: 0.32 -> 0.60 ms),
+    placed by the block scheduler around the GEMM's still-running CTAs, several to an SM."""
     if str(func.attrs.get(LOWERING_ATTR, "")) != "persistent":
         return False
-    return all(cfg.barrier(spec) == "cta" for cfg in kernel_configs(func))
+    return all(cfg.barrier(spec) in EARLY_LAUNCH_BARRIERS for cfg in kernel_configs(func))
 
 
 def _needs_cooperative_launch(func, spec: CellSpec) -> bool:
@@ -175,7 +180,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 mod[gv] = projection_kernel(K, N, choose_tile(rows.get(gv.name_hint), N, num_sms), num_sms)
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
             for gv, func, spec in list(recurrences(mod)):
-                if gv.name_hint in early and _independent_ctas(func, spec):
+                if gv.name_hint in early and _may_launch_early(func, spec):
                     mod[gv] = func.with_attr(*EARLY_LAUNCH)
                 elif cooperative and _needs_cooperative_launch(func, spec):
                     mod[gv] = func.with_attr(*COOPERATIVE_LAUNCH)

@@ -119,6 +119,25 @@ def test_cluster_batch_tiles_match_onnxruntime(op, hidden, direction):
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 
+@pytest.mark.parametrize("op,hidden,direction,dtype,cfg", [
+    ("LSTM", 256, "forward", "float32", Config(32, 4, 2, 1, cluster=True, dsmem=True)),  # B > 1: the chunked path
+    ("GRU", 256, "bidirectional", "float32", Config(32, 8, 4, 1, cluster=True, batch_tile=1, dsmem=True)),
+    ("RNN", 128, "reverse", "float32", Config(16, 8, 2, 2, cluster=True, batch_tile=2, dsmem=True)),  # ragged tile
+    ("LSTM", 128, "forward", "float32", Config(32, 8, 4, 1, cluster=True, batch_tile=1, dsmem=True)),  # lane updates
+    ("LSTM", 256, "forward", "float16", Config(32, 8, 4, 1, "float16", cluster=True, batch_tile=1, dsmem=True)),
+], ids=str)
+def test_dsmem_exchange_matches_onnxruntime(op, hidden, direction, dtype, cfg):
+    """h through distributed shared memory between a cluster's CTAs, each (B, T) run three times:
+    a store that lands late, or a wait that passes early, shows as a run that differs."""
+    case = _layer_case(op, hidden, direction, dtype)
+    compiled = persist_rnn.compile(reference(case)[0], "cuda", config=cfg)
+    assert compiled.report()[0].lowering == "persistent", compiled.report()[0].reason
+    for batch, steps in itertools.product(BATCHES, STEPS):
+        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
+        errors = [max_rel_error(compiled.run(feeds), want) for _ in range(3)]
+        assert max(errors) <= TOLERANCE[dtype], f"B={batch} T={steps}: {errors}"
+
+
 @pytest.mark.parametrize("op,hidden,direction,dtype", [("LSTM", 1024, "bidirectional", "float32"),
                                                       ("GRU", 512, "forward", "float32"),
                                                       ("GRU", 1024, "bidirectional", "float16"),
@@ -188,6 +207,8 @@ def test_resident_lane_updates_repeat_exactly(op, direction, cfg):
     ("LSTM", 64, "forward", Config(64, 8, 4, 5)),  # one resident CTA, the whole batch one chunk
     ("RNN", 256, "forward", Config(32, 16, 2, 5)),  # 8 CTAs behind the grid barrier
     ("LSTM", 256, "forward", Config(32, 8, 4, 2, cluster=True, batch_tile=2)),  # a cluster a tile, the last ragged
+    ("LSTM", 256, "forward", Config(32, 8, 4, 2, cluster=True, batch_tile=2, dsmem=True)),  # ... h through dsmem
+    ("GRU", 256, "bidirectional", Config(32, 8, 3, 5, cluster=True, dsmem=True)),  # the whole batch one chunk
 ], ids=str)
 def test_ragged_lengths_match_onnxruntime(op, hidden, direction, cfg):
     """Sequences of different lengths (one empty) with initial states: a resident CTA loads only

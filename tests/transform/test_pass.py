@@ -128,7 +128,8 @@ def _computed_weights(model):
 
 
 def test_early_launch_only_where_safe():
-    """Programmatic dependent launch from sm_90 on, for kernels whose CTAs never meet and whose
+    """Programmatic dependent launch from sm_90 on, for kernels whose CTAs meet at most inside a
+    cluster and whose
     weights and biases are constants or parameters (read before griddepcontrol.wait); the built
     module has the wait in the recurrence and the trigger in the GEMM (helpers defined once)."""
     case = LayerCase(op="LSTM", hidden_size=32, input_size=16, batch=1)
@@ -139,6 +140,9 @@ def test_early_launch_only_where_safe():
     assert list(_early(PersistentRNN(sm80, config=resident)(from_onnx(model))).values()) == [False]
     grid = Config(8, 8, 4, 1)  # four CTAs meet at a barrier every step
     assert list(_early(PersistentRNN(CUDA, config=grid)(from_onnx(model))).values()) == [False]
+    for dsmem in (False, True):  # ... or as one cluster, placed whole by the hardware: early
+        cluster = Config(8, 8, 4, 1, cluster=True, dsmem=dsmem)
+        assert list(_early(PersistentRNN(CUDA, config=cluster)(from_onnx(model))).values()) == [True]
     computed = _computed_weights(make_model(case)[0])
     assert list(_early(PersistentRNN(CUDA, config=resident)(from_onnx(computed))).values()) == [False]
     out = PersistentRNN(CUDA, config=resident)(from_onnx(model))

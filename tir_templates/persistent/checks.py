@@ -16,11 +16,9 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     GRU linear_before_reset=0 kernels and fp32 shared-memory weights passed on the H100
     (docs/data/gpu_variants.log), tensor cores with whole row tiles too
     (docs/data/gpu-v4-tensor-cores.log), fp16 weights in shared memory too (H=1024 bidirectional,
-    H=2048; docs/data/gpu-v22-fp16-shared-weights.log; bf16 layers hold fp32 weights, the fp32 code);
-    tensor cores with a padded row tile have not."""
-    if cfg.dsmem:
-        return ("h through distributed shared memory (dsmem) passes the CPU emulation and nvcc but has not yet "
-                "been run on a GPU; compile with unverified=True to use it")
+    H=2048; docs/data/gpu-v22-fp16-shared-weights.log; bf16 layers hold fp32 weights, the fp32 code),
+    h through distributed shared memory (dsmem) too (docs/data/gpu-v24-dsmem.log); tensor cores
+    with a padded row tile have not."""
     if cfg.tensor_cores() and (cfg.row_gates(spec) * cfg.tile_units) % 16:
         return ("tensor cores with a padded row tile (the CTA's gate rows are not whole 16-row tiles): pass the "
                 "CPU emulation and nvcc but have not yet been run on a GPU; compile with unverified=True to use them")

@@ -1,0 +1,92 @@
+"""Batch 1 against cuDNN's own persistent kernels (issue 22), fp32, T=100, input = hidden.
+
+For each layer, in one run: our layer as the shipped tuning log builds it (`tuned`), the same
+config with h exchanged through distributed shared memory where it is a cluster config (`dsmem`;
+`dsmem_late`: the same, not launched during the input GEMM), and, with --retune, the tuner's pick over the whole space with dsmem allowed (`retuned`), timed in
+turn (`bench.interleaved_ms`); torch's cuDNN layer in a CUDA graph with TF32 off; and cuDNN's
+four algorithms called directly with strict fp32 math (`cudnn_direct.py`), each checked against
+torch's output first. One JSON line per layer.
+
+    python benchmarks/batch1.py --out results.jsonl [--layers LSTM:256:1 GRU:256:1] [--retune]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from unittest import mock
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import persist_rnn  # noqa: E402
+from persist_rnn.bench import cuda_ms, cudnn_ms, interleaved_ms, onnx_from_torch, torch_layer, vm_call  # noqa: E402
+from persist_rnn.transform import persistent_rnn  # noqa: E402
+from tir_templates.config import Config  # noqa: E402
+
+GRID = [(cell, h, 1) for cell in ("LSTM", "GRU") for h in (64, 256, 1024)] + [
+    (cell, 256, b) for cell in ("LSTM", "GRU") for b in (10, 20)]
+SHIPPED_LOG = os.path.join(os.path.dirname(__file__), "..", "docs", "data", "tune-h100.jsonl")
+
+
+def layer_row(cell, hidden, batch, retune, seq_len=100):
+    import torch
+
+    from persist_rnn.cudnn_direct import algorithm_rows
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    layer = torch_layer(cell, hidden, seed=hidden + batch)
+    x = torch.randn(seq_len, batch, hidden, device="cuda")
+    with torch.no_grad():
+        want = layer(x)[0]
+    model = onnx_from_torch(cell, layer, seq_len, batch)
+    feeds = {"X": x.cpu().numpy()}
+    row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len}
+    builds = {"tuned": persist_rnn.compile(model, "cuda", tuning_log=SHIPPED_LOG)}
+    cfg = Config.from_dict(builds["tuned"].report()[0].config)
+    if cfg.cluster:
+        builds["dsmem"] = persist_rnn.compile(model, "cuda", config=dataclasses.replace(cfg, dsmem=True))
+        with mock.patch.object(persistent_rnn, "EARLY_LAUNCH_BARRIERS", ("cta",)):  # as before: no early launch
+            builds["dsmem_late"] = persist_rnn.compile(model, "cuda", config=dataclasses.replace(cfg, dsmem=True))
+    if retune:
+        builds["retuned"] = persist_rnn.compile(model, "cuda", unverified=True, top_k=8, measure=True)
+    for name, compiled in builds.items():
+        got = compiled.run(feeds)[0][:, 0]
+        row[f"{name}_err"] = float(np.abs(got - want.cpu().numpy()).max() / max(1.0, float(want.abs().max())))
+        row[f"{name}_config"] = compiled.report()[0].config
+    row.update({f"{n}_ms": v for n, v in interleaved_ms({n: vm_call(c, feeds) for n, c in builds.items()}).items()})
+    row["cudnn_fp32_graph_ms"] = cudnn_ms(layer, x)[1]
+    with torch.no_grad():
+        direct = algorithm_rows(layer, x, want, cuda_ms)
+    row["cudnn_direct"] = direct
+    timed = {a: r["ms"] for a, r in direct.items() if "ms" in r and r["max_diff"] < 1e-3}
+    if timed:
+        row["cudnn_best_algo"] = min(timed, key=timed.get)
+        row["cudnn_best_ms"] = timed[row["cudnn_best_algo"]]
+        ours = min(row[f"{n}_ms"] for n in builds)
+        row["best_ours_ms"] = ours
+        row["best_cudnn_over_ours"] = row["cudnn_best_ms"] / ours
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--layers", nargs="*", help="CELL:H:B, default GRNN's batch-1 layers and H=256 at B=10, 20")
+    ap.add_argument("--retune", action="store_true", help="also tune over the whole space, dsmem allowed")
+    args = ap.parse_args()
+    layers = [(c, int(h), int(b)) for c, h, b in (s.split(":") for s in args.layers)] if args.layers else GRID
+    with open(args.out, "a") as f:
+        for cell, hidden, batch in layers:
+            row = layer_row(cell, hidden, batch, args.retune)
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
