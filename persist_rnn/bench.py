@@ -203,6 +203,7 @@ def layer_row(op, hidden, batch, seq_len, options, unrolled):
         eager, graph = cudnn_ms(layer, x)
         key = "tf32" if tf32 else "fp32"
         row[f"cudnn_{key}_eager_ms"], row[f"cudnn_{key}_graph_ms"] = eager, graph
+    row.update(direct_cudnn_columns(layer, x))
     torch.backends.cudnn.allow_tf32 = True
     row["cudnn_fp16_eager_ms"], row["cudnn_fp16_graph_ms"] = cudnn_ms(layer.half(), x.half())
     row["ort_cpu_ms"] = _ort_ms(model, feeds)
@@ -211,6 +212,29 @@ def layer_row(op, hidden, batch, seq_len, options, unrolled):
         row["tvm_unrolled_ms"] = compiled_ms(compile_model(model, "cuda", unroll=True), feeds)
         row["tvm_unrolled_compile_s"] = time.perf_counter() - t0
     return row
+
+
+def direct_cudnn_columns(layer, x) -> dict:
+    """cuDNN's four algorithms called directly with strict fp32 math (`cudnn_direct.py`; its
+    persistent ones beat torch's layer at batch 1), each checked against torch's fp32 output:
+    `cudnn_direct` per algorithm, and the fastest that matched as `cudnn_persist_best_ms`."""
+    import torch
+
+    from .cudnn_direct import algorithm_rows
+
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.no_grad():
+        want = layer(x)[0]
+        try:
+            rows = algorithm_rows(layer, x, want, cuda_ms)
+        except (RuntimeError, OSError) as err:  # no libcudnn beside torch, or its API differs
+            return {"cudnn_direct": {"error": str(err)}}
+    matched = {a: r["ms"] for a, r in rows.items() if "ms" in r and r["max_diff"] <= 1e-4 * max(1.0, float(want.abs().max()))}
+    out = {"cudnn_direct": rows}
+    if matched:
+        best = min(matched, key=matched.get)
+        out.update(cudnn_persist_best_ms=matched[best], cudnn_persist_best_algo=best)
+    return out
 
 
 def inputs_at_batch(compiled, npz: str, batch: int) -> dict:

@@ -12,6 +12,7 @@ Needs torch with CUDA (the GPU box); nothing here runs on a machine without one.
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import os
 import re
@@ -170,10 +171,15 @@ class CudnnRNN:
         self.lib.cudnnDestroyTensorDescriptor(b_desc)
 
 
+@functools.lru_cache(maxsize=1)
+def _cudnn() -> CudnnRNN:
+    return CudnnRNN()
+
+
 def algorithm_rows(layer, x, want, ms, math: str = "FMA") -> dict:
     """Every algorithm on `layer` and x: {algo: {"ms": ..., "max_diff": ...} or {"refused": ...}};
     `want` is torch's output at the same precision, `ms(call)` times a callable."""
-    cudnn = CudnnRNN()
+    cudnn = _cudnn()
     rows = {}
     for algo in ALGOS:
         try:

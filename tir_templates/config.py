@@ -130,7 +130,7 @@ class Config:
     def h_on_chip(self, spec: CellSpec) -> bool:
         """h stays in two shared copies by step parity for the whole sequence: a resident CTA, or a
         cluster whose CTAs exchange h through distributed shared memory (`dsmem`)."""
-        return self.resident(spec) or (self.dsmem and self.barrier(spec) == "cluster" and not two_phase(spec)
+        return self.resident(spec) or (bool(self.dsmem) and self.barrier(spec) == "cluster" and not two_phase(spec)
                                        and not self.tensor_cores())
 
     def row_gates(self, spec: CellSpec) -> int:

@@ -65,7 +65,7 @@ class Layout:
         self.cluster = cfg.barrier(spec) == "cluster"  # ... or at the cluster's hardware barrier
         self.VEC = 4 if self.H % 4 == 0 else 1
         self.resident = cfg.resident(spec)  # one CTA holds the direction: h stays in shared memory
-        self.dsmem = cfg.h_on_chip(spec) and self.cluster  # ... or a cluster's CTAs send it to each other
+        self.dsmem = bool(cfg.h_on_chip(spec) and self.cluster)  # ... or a cluster's CTAs send it to each other
         self.h_on_chip = cfg.h_on_chip(spec)
         self.SENDS = (self.CPD - 1) * self.BC * self.TW // 4 if self.dsmem else 0
         self.RECV_BYTES = 16 * self.SENDS
