@@ -120,11 +120,15 @@ def test_cluster_tiles_rank_first_and_beat_the_rest_of_the_space():
     older = _sweep_rows("v2")
     for q in quality:
         spec = CellSpec(q["cell"], 256, 256, linear_before_reset=q["cell"] == "gru")
-        top1 = rank(spec, candidate_configs(spec, H100, q["batch"]), H100, q["batch"])[0][1]
-        measured = {json.dumps(r["config"], sort_keys=True): r["measured_us"] for r in rows
-                    if (r["cell"], r["batch"]) == (q["cell"], q["batch"])}
+        ranked = [c for _, c in rank(spec, candidate_configs(spec, H100, q["batch"]), H100, q["batch"])]
+        # the whole space's top-1 exchanges h through distributed shared memory (measured faster on
+        # the H100 than the cluster barrier: docs/data/batch1-h100.jsonl); the sweep predates it
+        assert ranked[0].batch_tile and ranked[0].cluster and ranked[0].dsmem
+        top1 = next(c for c in ranked if not c.dsmem)
+        measured = {json.dumps({k: v for k, v in r["config"].items() if k != "dsmem"}, sort_keys=True): r["measured_us"]
+                    for r in rows if (r["cell"], r["batch"]) == (q["cell"], q["batch"])}
         assert top1.batch_tile and top1.cluster
-        assert measured[json.dumps(top1.as_dict(), sort_keys=True)] < min(
+        assert measured[json.dumps({k: v for k, v in top1.as_dict().items() if k != "dsmem"}, sort_keys=True)] < min(
             r["measured_us"] for r in older if (r["cell"], r["hidden"], r["batch"]) == (q["cell"], 256, q["batch"]))
 
 
