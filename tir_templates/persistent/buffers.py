@@ -106,8 +106,9 @@ def _alloc(name, shape, dtype, scope=None):
 
 def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     """A CUDA thread's registers and its CTA's shared memory."""
-    # the two copies of h of a resident CTA (or dsmem cluster) stay in static shared memory: TVM merges dynamic shared
-    # allocations into one buffer, and its sync planner would then see the copies overlap
+    # the two copies of h of a resident CTA (or a dsmem cluster) stay in static shared memory: TVM
+    # merges dynamic shared allocations into one buffer, and its sync planner would then see the
+    # copies overlap
     hs = _alloc("hs", L.HS_SHAPE, "float32", "shared" if L.h_on_chip else L.SMEM)
     hs2 = _alloc("hs2", L.HS_SHAPE if L.h_on_chip else (1, 1), "float32", "shared")
     gs = _alloc("gs", (1, 1) if L.LANE else (L.KS * L.BC, L.GTW), "float32", "shared")
