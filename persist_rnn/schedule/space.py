@@ -96,13 +96,25 @@ def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUMode
 def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
     """`cfg` with the fewest runs of weight columns moved to shared memory that make it fit, if
     the registers were what it lacked (None otherwise)."""
-    if not any("register" in p for p in problems_on(spec, cfg, gpu)):
-        return None
-    for runs in range(1, cfg.cols_per_lane(spec) // cfg.column_run(spec) + 1):
-        moved = dataclasses.replace(cfg, smem_runs=runs)
-        if not problems_on(spec, moved, gpu):
-            return moved
+    if _lacks_registers(spec, cfg, gpu):
+        # the registers a config needs fall as runs move out, so bisect for the fewest runs that
+        # leave enough, then walk on from there (shared memory grows with each run)
+        low, high = 1, cfg.cols_per_lane(spec) // cfg.column_run(spec)
+        while low < high:
+            mid = (low + high) // 2
+            if _lacks_registers(spec, dataclasses.replace(cfg, smem_runs=mid), gpu):
+                low = mid + 1
+            else:
+                high = mid
+        for runs in range(low, cfg.cols_per_lane(spec) // cfg.column_run(spec) + 1):
+            moved = dataclasses.replace(cfg, smem_runs=runs)
+            if not problems_on(spec, moved, gpu):
+                return moved
     return None
+
+
+def _lacks_registers(spec: CellSpec, cfg: Config, gpu: GPUModel) -> bool:
+    return any("register" in p for p in problems_on(spec, cfg, gpu))
 
 
 def problems_on(spec: CellSpec, cfg: Config, gpu: GPUModel) -> list[str]:
