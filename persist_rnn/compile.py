@@ -11,26 +11,30 @@ from .frontend.front_door import prepare
 from .pipeline import pipeline
 from .input_checks import input_checks
 from .runtime import CompiledModel, graph_inputs
+from .schedule.precision import checked as checked_precision
 from .targets import as_target
 
 
 def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, unroll=False, config=None,
             top_k=5, measure=None, persistent=True, unverified=False, verbose=False, shapes=None, constants=None,
-            simplify=True) -> CompiledModel:
+            simplify=True, precision="fp32") -> CompiledModel:
     """Compile an ONNX model. For CUDA targets each recurrent layer becomes a persistent kernel
     (unless `persistent=False`, or it cannot, in which case report() says why). `unverified`
     also allows kernel variants not yet run on a GPU (see tir_templates.persistent). TVM's
     converters print nothing unless `verbose`. `constants` ({"sr": 16000}) turn graph inputs into
     constants and `shapes` ({"input": (1, 512)}) fix input extents, for graphs that import only
     with known values; `simplify` then folds the graph with onnxslim (frontend.front_door); the
-    compiled model's `notes` say what was pinned and folded."""
+    compiled model's `notes` say what was pinned and folded. `precision` "tf32" lets fp32 layers'
+    recurrent steps run on the tensor cores at TF32, as torch.backends.cudnn.allow_tf32 lets cuDNN
+    (default "fp32": fp32 accuracy; schedule/precision.py)."""
     target = as_target(target)
+    precision = checked_precision(precision)
     model, notes = prepare(load_model(model_or_path), shapes, constants, simplify)
     mod = from_onnx(model, shape_dict, unroll=unroll, target_kind=target.kind.name, verbose=verbose)
     refuse_unsupported_on_cuda(mod, target)
     layers = []
     build = pipeline(target, tuning_log=tuning_log, report=layers, persistent=persistent, config=config,
-                     top_k=top_k, measure=measure, unverified=unverified)
+                     top_k=top_k, measure=measure, unverified=unverified, precision=precision)
     with tvm.transform.PassContext(opt_level=3):
         try:
             ex = tvm.compile(mod, target=target, relax_pipeline=build)

@@ -43,6 +43,7 @@ class LayerReport:
     source: str = ""  # "tuning_log" | "cost_model" | "measured" | ""
     early_launch: bool = False  # starts while the input projection runs (tir_templates.early_launch)
     cooperative_launch: bool = False  # a grid barrier: launched whole or not at all, never a hang
+    tf32_step: bool = False  # the recurrent step (some bucket's, at least) on the tensor cores at TF32 precision
     #: batch known only at run time: a config per bucket, [{max_batch (None: the rest), config, source, time_us}]
     buckets: list = dataclasses.field(default_factory=list)
 
@@ -57,8 +58,9 @@ class LayerReport:
         why = f" ({self.reason})" if self.reason else ""
         early = ", early launch" if self.early_launch else ", cooperative launch" if self.cooperative_launch else ""
         buckets = f", {len(self.buckets)} batch buckets" if self.buckets else ""
+        tf32 = ", TF32 step" if self.tf32_step else ""
         return (f"{self.node}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
-                f"{dirs}: {self.lowering}{early}{buckets}{why}")
+                f"{dirs}: {self.lowering}{tf32}{early}{buckets}{why}")
 
     def bucket_lines(self) -> list[str]:
         """One line per batch bucket: the batches it takes, its config and where it came from."""
@@ -87,10 +89,12 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
             spec = CellSpec.from_json(str(func.attrs[ATTR_KEY]))
             launch = func.attrs.get(EARLY_LAUNCH[0], [])
+            persistent = _attr(func, LOWERING_ATTR, "reference") == "persistent"
             out.append(_entry(spec, _attr(func, LOWERING_ATTR, "reference"), reason=_attr(func, REASON_ATTR),
                               config=json.loads(_attr(func, CONFIG_ATTR, "{}")), source=_attr(func, SOURCE_ATTR),
                               early_launch=EARLY_LAUNCH[1][0] in list(launch),
                               cooperative_launch=COOPERATIVE_LAUNCH[1][0] in list(launch),
+                              tf32_step=persistent and any(c.tf32() for c in kernel_configs(func)),
                               buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]"))))
     if mod.attrs is not None and UNROLLED_ATTR in mod.attrs:
         for text in json.loads(str(mod.attrs[UNROLLED_ATTR])):

@@ -120,3 +120,13 @@ def test_pins_on_the_command_line(tmp_path):
     assert res.exit_code == 0 and "LSTM input 128 hidden 128, 1 direction: persistent" in res.output
     res = _run("inspect", model, "--const", "sr")
     assert res.exit_code != 0 and "expected NAME=VALUES" in res.output
+
+
+def test_run_check_holds_each_precision_to_its_bound():
+    res = _run("run", f"{FIX}/torch_rnn_relu.onnx", "--inputs", f"{FIX}/torch_rnn_relu.npz", "--check",
+               "--target", "llvm", "--precision", "tf32")
+    assert res.exit_code == 0, res.output
+    assert "(bound at tf32: 0.002)" in res.output
+    res = CliRunner().invoke(main, ["run", f"{FIX}/torch_rnn_relu.onnx", "--inputs", f"{FIX}/torch_rnn_relu.npz",
+                                    "--precision", "fp16"])
+    assert res.exit_code == 2 and "'fp16' is not one of 'fp32', 'tf32'" in res.output

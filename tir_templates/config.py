@@ -32,7 +32,9 @@ leave partial sums in shared memory that the updating threads add. The tensor co
 larger batches (on the H100 from B=20), where the FMA units' version waits on shared-memory loads of h;
 `group_size` and `rows_per_group` are then 32 and 16 (a warp, a row tile) and unused otherwise.
 When the CTA's gate rows are not whole 16-row tiles (GRU: 3 x `tile_units`), the last tile is
-padded with zero rows.
+padded with zero rows. With `mma_precision` "tf32" (what `torch.backends.cudnn.allow_tf32` allows,
+asked for by compiling with precision="tf32") the weights are rounded to TF32 once, as they are
+loaded, and h(t-1) each step: one mma per tile instead of three, no splits.
 
 With `dsmem` the CTAs of a cluster exchange h through distributed shared memory instead of L2:
 each keeps h in two shared copies by step parity (as a resident CTA does), writes its units of
@@ -73,9 +75,18 @@ class Config:
     smem_runs: int = 0  # of each lane's runs of columns (column_run wide), how many live in shared memory
     mma_k_split: int = 0  # > 0: tensor-core dot products, this many warps splitting the columns of a row tile
     dsmem: bool = False  # a cluster's CTAs send h(t) into each other's shared memory (no cluster barrier)
+    mma_precision: str = "3xtf32"  # tensor cores: "3xtf32" (fp32 accuracy) or "tf32" (one mma of rounded operands)
 
     def tensor_cores(self) -> bool:
         return self.mma_k_split > 0
+
+    def tf32(self) -> bool:
+        """Tensor cores at TF32 precision (one mma of rounded operands, not 3xTF32)."""
+        return self.tensor_cores() and self.mma_precision == "tf32"
+
+    def mma_passes(self) -> int:
+        """mma instructions per (k-tile, n-tile): 3 for 3xTF32, 1 for TF32."""
+        return 1 if self.mma_precision == "tf32" else 3
 
     def k_splits(self) -> int:
         """Blocks of dot results a chunk leaves in shared memory: one per column split of a row
@@ -299,6 +310,8 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
                    + (f"2 to {max_cluster})" if max_cluster else "no thread-block clusters)"))
     if cfg.dsmem:
         out += dsmem_problems(spec, cfg)
+    if cfg.mma_precision not in ("3xtf32", "tf32") or (cfg.mma_precision == "tf32" and not cfg.tensor_cores()):
+        out.append(f"mma_precision {cfg.mma_precision!r}: '3xtf32' or, for tensor-core configs only, 'tf32'")
     if cfg.gru_barriers not in (1, 2) or (cfg.gru_barriers == 1 and not cfg.partial_sums(spec)):
         out.append(f"gru_barriers {cfg.gru_barriers}: 1 (partial sums) is for GRU with linear_before_reset=0 only; "
                    "else 2")
@@ -328,7 +341,7 @@ def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
     if two_phase(spec):
         out.append("tensor cores: GRU with linear_before_reset=0 has two phases a step (FMA units only)")
     if cfg.weight_dtype != "float32" or spec.dtype != "float32":
-        out.append("tensor cores: fp32 layers only (3xTF32)")
+        out.append("tensor cores: fp32 layers only (3xTF32 or TF32)")
     if cfg.smem_runs or cfg.batch_tile or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
         out.append("tensor cores: weights all in registers, no batch tiles, group_size 32 and rows_per_group 16")
     if spec.hidden_size % MMA_K or (spec.hidden_size // MMA_K) % cfg.mma_k_split:

@@ -59,9 +59,11 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     # partial sums: per thread, the summed partials of r (all units) and z, and its rows of R_z, R_r
     partial_loads = math.ceil(bc * (H + cfg.tile_units) / nt) * cfg.ctas_per_direction(spec) if partial else 0
     partial_fma = cfg.partial_rows(spec) * cfg.tile_units * bc * fp16
-    if cfg.tensor_cores():  # per warp and chunk: 3 mma per (k-tile, n-tile), 2 shared loads, the splits
-        mmas = 3 * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
-        fma = mmas * MMA_ISSUE_SLOTS + cfg.k_tiles_per_warp(spec) * (8 + 4 * cfg.n_tiles())
+    if cfg.tensor_cores():  # per warp and chunk: 3 (TF32: 1) mma per (k-tile, n-tile), 2 shared loads,
+        # the splits (3xTF32: A's 4 registers and B's 2 per n-tile, two instructions each; TF32: B's cvt)
+        mmas = cfg.mma_passes() * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
+        splits = 2 * cfg.n_tiles() if cfg.tf32() else 8 + 4 * cfg.n_tiles()
+        fma = mmas * MMA_ISSUE_SLOTS + cfg.k_tiles_per_warp(spec) * splits
         lds_per_thread = 2 * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
         unique_bytes, smem_w = 128, 0
     return {

@@ -26,6 +26,7 @@ from . import tuning_log
 from .cost_model import rank, step_us
 from .gpu import gpu_model, present_device
 from .measure import measure_configs
+from .precision import checked as checked_precision, precision_problem
 from .space import candidate_configs, most_common_problem, problems_on
 
 
@@ -52,39 +53,42 @@ def target_arch(target: tvm.target.Target) -> str:
 
 def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None = None, tuning_log_path=None,
                config=None, top_k: int = 5, measure=None, progress=None, unverified: bool = False,
-               buckets: tuple[int, ...] = BATCH_BUCKETS) -> Plan:
+               buckets: tuple[int, ...] = BATCH_BUCKETS, precision: str = "fp32") -> Plan:
     """The layer's kernel for `batch`, or, with batch None (known only at run time), one kernel
     per bucket of `buckets`. `measure`: time the top-K candidates (default: when a GPU is
-    present, and for buckets only when asked, as `persist-rnn tune` does)."""
+    present, and for buckets only when asked, as `persist-rnn tune` does). `precision`: what
+    the recurrent step may be computed at (precision.py)."""
+    precision = checked_precision(precision)
     if target.kind.name != "cuda":
         return Plan(None, reason=f"target {target.kind.name}: the persistent kernel is CUDA only")
     gpu = gpu_model(target_arch(target))
     if config is not None:
         cfg = config if isinstance(config, Config) else Config.from_dict(config)
-        bad = problems_on(spec, cfg, gpu)
+        bad = problems_on(spec, cfg, gpu) + [p for p in [precision_problem(cfg, precision)] if p]
         if bad:
             return Plan(None, reason="the forced config cannot run: " + "; ".join(bad))
         return _kernel(spec, cfg, "", None)  # forced by the caller: no search
     if batch is None and buckets:
         return plan_buckets(spec, target, buckets, tuning_log_path=tuning_log_path, top_k=top_k,
-                            measure=bool(measure), progress=progress, unverified=unverified)
+                            measure=bool(measure), progress=progress, unverified=unverified, precision=precision)
     plan = choose(spec, target, batch, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
-                  progress=progress, unverified=unverified)
+                  progress=progress, unverified=unverified, precision=precision)
     return plan if plan.config is None else _kernel(spec, plan.config, plan.source, plan.time_us)
 
 
 def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuning_log_path=None, top_k: int = 5,
-           measure=None, progress=None, unverified: bool = False) -> Plan:
+           measure=None, progress=None, unverified: bool = False, precision: str = "fp32") -> Plan:
     """`plan_layer`'s choice of config for one batch, without building the kernel."""
     gpu = gpu_model(target_arch(target))
-    wl = tuning_log.workload(spec, batch, gpu.arch)
+    wl = tuning_log.workload(spec, batch, gpu.arch, precision)
     if tuning_log_path:
         rec = tuning_log.lookup(tuning_log_path, wl)
-        usable = rec is not None and (unverified or not unverified_reason(spec, rec.config))
+        usable = (rec is not None and (unverified or not unverified_reason(spec, rec.config))
+                  and not precision_problem(rec.config, precision))
         settled = rec is not None and (rec.source == "measured" or measure is not True)  # tune re-measures guesses
         if usable and settled and not problems_on(spec, rec.config, gpu):
             return Plan(None, rec.config, "tuning_log", time_us=rec.time_us)
-    fitting = candidate_configs(spec, gpu, batch)
+    fitting = candidate_configs(spec, gpu, batch, precision)
     usable = [c for c in fitting if unverified or not unverified_reason(spec, c)]
     ranked = rank(spec, usable, gpu, batch) if batch is not None else rank_for_any_batch(spec, usable, gpu)
     if not ranked:
@@ -129,12 +133,13 @@ def one_launch_kind(spec: CellSpec, chosen: list) -> list:
 
 
 def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, ...], *, tuning_log_path=None,
-                 top_k: int = 5, measure: bool = False, progress=None, unverified: bool = False) -> Plan:
+                 top_k: int = 5, measure: bool = False, progress=None, unverified: bool = False,
+                 precision: str = "fp32") -> Plan:
     """One config per batch bucket (batch <= its bound; the last takes every larger batch too),
     each chosen as for a static build of its bound; neighbours with one config share a kernel. A
     bucket with no config of its own is served by its neighbour's (every config runs every batch)."""
     chosen = [(b, choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
-                         progress=progress, unverified=unverified)) for b in sorted(buckets)]
+                         progress=progress, unverified=unverified, precision=precision)) for b in sorted(buckets)]
     usable = [(b, p) for b, p in chosen if p.config is not None]
     if not usable:
         return chosen[0][1]

@@ -6,7 +6,7 @@ cluster (Hopper), and each cluster config also exchanging h through distributed 
 into tiles, one CTA or cluster each (`batch_tiles`). A config that only lacks registers comes
 with the fewest runs of weight columns moved to shared memory that make it fit (`_smem_weights`).
 Tensor-core configs (`Config.mma_k_split`, fp32 one-phase cells) split each row tile's columns
-over 1 to 16 warps. Pruning beyond `problems` (what cannot run): batch chunks are only the
+over 1 to 16 warps, at 3xTF32 and, in a build at precision "tf32", at TF32 too. Pruning beyond `problems` (what cannot run): batch chunks are only the
 smallest chunk for 1 to 4 passes over the weights (a smaller chunk with the same pass count only
 wastes lanes; more passes multiply the per-chunk latencies), and groups of 1 or 2 lanes only when
 nothing wider fits (and groups of 2 for a resident CTA whose lanes update their units from weights
@@ -23,6 +23,7 @@ from tir_templates.config import Config, dsmem_problems, problems, two_phase
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel
+from .precision import mma_precisions
 
 GROUP_SIZES = (4, 8, 16, 32)
 NARROW_GROUPS = (1, 2)
@@ -43,10 +44,10 @@ def batch_chunks(batch: int | None) -> list[int]:
     return sorted({math.ceil(batch / k) for k in range(1, MAX_PASSES + 1)}, reverse=True)
 
 
-def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[Config]:
+def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None, precision: str = "fp32") -> list[Config]:
     """Every config that passes `problems` for `spec` on `gpu` at batch size `batch`
-    (None: unknown at compile time, chunks of 8)."""
-    wide, narrow = (_fitting(spec, gpu, batch, groups) for groups in (GROUP_SIZES, NARROW_GROUPS))
+    (None: unknown at compile time, chunks of 8), in a build at `precision` (precision.py)."""
+    wide, narrow = (_fitting(spec, gpu, batch, groups, precision) for groups in (GROUP_SIZES, NARROW_GROUPS))
     if not wide:
         return narrow
     # a resident CTA's step is all latency, and one shuffle level fewer pays there: on the H100
@@ -55,11 +56,11 @@ def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[
     return wide + [c for c in narrow if c.group_size == 2 and c.resident(spec) and c.lane_updates(spec) and not c.smem_runs]
 
 
-def _fitting(spec: CellSpec, gpu: GPUModel, batch: int | None, groups) -> list[Config]:
+def _fitting(spec: CellSpec, gpu: GPUModel, batch: int | None, groups, precision: str = "fp32") -> list[Config]:
     """The configs with work groups of `groups` lanes that fit, weights moved to shared memory
     where registers alone cannot hold them."""
     out = []
-    for cfg in _configs(spec, gpu, batch, groups, _weight_dtypes(spec)):
+    for cfg in _configs(spec, gpu, batch, groups, _weight_dtypes(spec), mma_precisions(spec, precision)):
         fit = cfg if not problems_on(spec, cfg, gpu) else _smem_weights(spec, cfg, gpu)
         if fit is not None:
             out.append(fit)
@@ -122,7 +123,7 @@ def problems_on(spec: CellSpec, cfg: Config, gpu: GPUModel) -> list[str]:
     return problems(spec, cfg, gpu.num_sms, gpu.max_shared_bytes, gpu.max_cluster_ctas)
 
 
-def _configs(spec, gpu, batch, group_sizes, weight_dtypes):
+def _configs(spec, gpu, batch, group_sizes, weight_dtypes, mma_kinds=("3xtf32",)):
     H, D = spec.hidden_size, spec.num_directions
     variants = (2, 1) if two_phase(spec) else (2,)  # GRU linear_before_reset=0: two barriers or partial sums
     for tw, barriers in itertools.product(_divisors(H, H), variants):
@@ -143,7 +144,7 @@ def _configs(spec, gpu, batch, group_sizes, weight_dtypes):
                     tiled = Config(tw, ws, rpg, tile, weight_dtypes[0], barriers, cluster=H // tw > 1, batch_tile=tile)
                     yield from _cluster_twins(spec, tiled) if tiled.cluster else [tiled]
         if group_sizes is GROUP_SIZES and weight_dtypes == ("float32",):
-            yield from _tensor_core_configs(spec, tw, barriers, batch, gpu)
+            yield from _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds)
 
 
 def _cluster_twins(spec, cfg):
@@ -154,11 +155,12 @@ def _cluster_twins(spec, cfg):
         yield dataclasses.replace(cfg, dsmem=True)
 
 
-def _tensor_core_configs(spec, tw, barriers, batch, gpu):
-    """The tensor-core twins of tile width `tw`: each column split, batch chunk and cluster choice
-    (`problems` prunes what the cell, the tile or the registers rule out)."""
-    for ks, bc in itertools.product(TENSOR_CORE_SPLITS, batch_chunks(batch)):
-        cfg = Config(tw, 32, 16, bc, "float32", barriers, mma_k_split=ks)
+def _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds):
+    """The tensor-core twins of tile width `tw`: each column split, batch chunk, mma precision
+    of `mma_kinds` and cluster choice (`problems` prunes what the cell, the tile or the registers
+    rule out)."""
+    for ks, bc, kind in itertools.product(TENSOR_CORE_SPLITS, batch_chunks(batch), mma_kinds):
+        cfg = Config(tw, 32, 16, bc, "float32", barriers, mma_k_split=ks, mma_precision=kind)
         yield cfg
         if 1 < spec.hidden_size // tw <= gpu.max_cluster_ctas:
             yield dataclasses.replace(cfg, cluster=True)

@@ -22,12 +22,17 @@ WORKLOAD_KEYS = ("cell", "input_size", "hidden_size", "batch", "directions", "dt
 SOURCES = ("measured", "cost_model")
 
 
-def workload(spec: CellSpec, batch: int | None, arch: str) -> dict:
-    return {
+def workload(spec: CellSpec, batch: int | None, arch: str, precision: str = "fp32") -> dict:
+    """The record's key; "precision" only for a build that allows less than fp32 (the records of
+    fp32 builds are what they were before the option)."""
+    wl = {
         "cell": spec.cell, "input_size": spec.input_size, "hidden_size": spec.hidden_size,
         "batch": batch, "directions": spec.num_directions, "dtype": spec.dtype,
         "linear_before_reset": spec.linear_before_reset, "arch": arch, "template_version": TEMPLATE_VERSION,
     }
+    if precision != "fp32":
+        wl["precision"] = precision
+    return wl
 
 
 @dataclasses.dataclass
@@ -54,13 +59,15 @@ def _parse(line: str, where: str) -> Record:
     missing = [k for k in WORKLOAD_KEYS if not isinstance(wl, dict) or k not in wl]
     if missing:
         raise PersistRNNError(f"{where}: workload lacks {missing}")
-    cfg_fields = [f.name for f in dataclasses.fields(Config)]
+    fields = dataclasses.fields(Config)
+    cfg_fields = [f.name for f in fields]
     if not isinstance(cfg, dict) or any(k not in cfg for k in cfg_fields[:4]):
         raise PersistRNNError(f"{where}: config needs {cfg_fields}")
+    text = {f.name for f in fields if f.type == "str"}  # weight_dtype, mma_precision; the rest are numbers
     try:
-        config = Config(**{k: (int(cfg[k]) if k != "weight_dtype" else str(cfg[k])) for k in cfg_fields if k in cfg})
+        config = Config(**{k: (str(cfg[k]) if k in text else int(cfg[k])) for k in cfg_fields if k in cfg})
     except (TypeError, ValueError) as err:
-        raise PersistRNNError(f"{where}: config values must be integers ({err})") from None
+        raise PersistRNNError(f"{where}: config values must be integers, and {sorted(text)} strings ({err})") from None
     if d["source"] not in SOURCES:
         raise PersistRNNError(f"{where}: source {d['source']!r}, expected one of {SOURCES}")
     t = d.get("time_us")
@@ -87,7 +94,7 @@ def lookup(path: str, wl: dict) -> Record | None:
     hits, stale = [], 0
     for rec in read(path):
         same_shape = all(rec.workload.get(k) == wl[k] for k in WORKLOAD_KEYS if k not in ("arch", "template_version"))
-        if not same_shape:
+        if not same_shape or rec.workload.get("precision", "fp32") != wl.get("precision", "fp32"):
             continue
         if rec.workload["arch"] != wl["arch"] or rec.workload["template_version"] != wl["template_version"]:
             stale += 1

@@ -32,6 +32,7 @@ from ..errors import PersistRNNError
 from ..report import BUCKETS_ATTR, CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR, kernel_configs
 from ..schedule.gpu import gpu_model
 from ..schedule.planner import plan_layer, target_arch
+from ..schedule.precision import checked as checked_precision
 from ..targets import as_target
 from .batch_invariants import broadcast_batch_invariants
 from .call_sites import call_args, call_site_batches, call_site_rows, call_tir_sites
@@ -130,13 +131,15 @@ def _needs_cooperative_launch(func, spec: CellSpec) -> bool:
 
 
 def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None,
-                  unverified=False, cooperative=True) -> tvm.ir.transform.Pass:
+                  unverified=False, cooperative=True, precision="fp32") -> tvm.ir.transform.Pass:
     """The pass. `config` forces one schedule config (a dict or Config) for every layer;
     `tuning_log` is a JSON-lines path whose records are reused; `measure` (default: when a GPU is
     present) times the cost model's top_k candidates; `unverified` lets the planner pick kernel
     variants that have not yet run on a GPU; `cooperative` (default) launches grid-barrier kernels
-    cooperatively (see `_needs_cooperative_launch`; off only to measure what it costs)."""
+    cooperatively (see `_needs_cooperative_launch`; off only to measure what it costs);
+    `precision` "tf32" lets fp32 layers' steps use the tensor cores at TF32 (schedule/precision.py)."""
     target = as_target(target)
+    precision = checked_precision(precision)
 
     @tvm.ir.transform.module_pass(opt_level=0, name="PersistentRNN")
     def _pass(mod: tvm.IRModule, ctx) -> tvm.IRModule:
@@ -157,7 +160,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             same = (dataclasses.replace(spec, node=""), batches.get(gv.name_hint))  # stacked twins plan once
             if same not in plans:
                 plans[same] = plan_layer(spec, target, batch=same[1], tuning_log_path=tuning_log, config=config,
-                                         top_k=top_k, measure=measure, unverified=unverified)
+                                         top_k=top_k, measure=measure, unverified=unverified, precision=precision)
             plan = plans[same]
             if plan.kernel is None:
                 new = reference_scan(spec, target.kind.name).with_attr(REASON_ATTR, plan.reason)

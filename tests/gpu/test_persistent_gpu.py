@@ -13,6 +13,7 @@ import pytest
 import persist_rnn
 from persist_rnn.schedule.cost_model import rank
 from persist_rnn.schedule.gpu import gpu_model
+from persist_rnn.schedule.precision import TOLERANCE as PRECISION_TOLERANCE
 from persist_rnn.schedule.space import candidate_configs
 from persist_rnn.testing import (
     LayerCase,
@@ -174,6 +175,33 @@ def test_tensor_cores_match_onnxruntime(op, hidden, direction, keep):
     cfg = _model_best(spec, lambda c: c.tensor_cores() and keep(spec, c))
     failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["float32"])
     assert not failures, f"{cfg}: " + ", ".join(failures)
+
+
+@pytest.mark.parametrize("op,hidden,direction,keep", [
+    ("LSTM", 1024, "forward", _whole_tiles),
+    ("LSTM", 256, "bidirectional", _whole_tiles),
+    ("GRU", 256, "forward", _whole_tiles),
+    ("RNN", 128, "reverse", lambda s, c: _whole_tiles(s, c) and not c.cluster),
+    ("GRU", 64, "bidirectional", lambda s, c: c.barrier(s) == "cta" and _whole_tiles(s, c)),
+], ids=["lstm1024", "lstm256-bidir", "gru256", "rnn128", "gru64-one-cta"])
+def test_tf32_matches_onnxruntime_within_its_bound(op, hidden, direction, keep):
+    """The TF32 step (precision="tf32": one mma of rounded operands) of the model's best TF32
+    config of each kind, over the whole (B, T) matrix: within TF32's bound (precision.TOLERANCE),
+    and off fp32's result by more than fp32 arithmetic would be (the rounding is really there)."""
+    case = _layer_case(op, hidden, direction)
+    spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
+    gpu = gpu_model("sm_90")
+    cfg = next(c for _, c in rank(spec, candidate_configs(spec, gpu, BATCHES[-1], "tf32"), gpu, BATCHES[-1])
+               if c.tf32() and keep(spec, c))
+    compiled = persist_rnn.compile(reference(case)[0], "cuda", config=cfg, precision="tf32")
+    assert compiled.report()[0].tf32_step
+    errors = {}
+    for batch, steps in itertools.product(BATCHES, STEPS):
+        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
+        errors[batch, steps] = max_rel_error(compiled.run(feeds), want)
+    failures = [f"B={b} T={t}: {e:.2e}" for (b, t), e in errors.items() if not e <= PRECISION_TOLERANCE["tf32"]]
+    assert not failures, f"{cfg}: " + ", ".join(failures)
+    assert max(errors.values()) > TOLERANCE["float32"] / 10, errors
 
 
 @pytest.mark.parametrize("cell", ["rnn", "lstm", "gru0"])

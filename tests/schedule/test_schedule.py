@@ -1,6 +1,7 @@
 """Config space, cost model and tuning logs: plain Python, no GPU."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -369,3 +370,36 @@ def test_buckets_never_mix_grid_and_cluster_barriers(tmp_path):
     plan = plan_layer(spec, TARGET, batch=None, tuning_log_path=mixed_barrier_log(tmp_path / "t.jsonl", spec),
                       measure=False)
     assert [b["config"] for b in plan.buckets] == [CLUSTER_256.as_dict()]
+
+
+# ---- precision -------------------------------------------------------------------------------
+
+def test_tf32_configs_only_in_a_tf32_build_of_an_fp32_layer():
+    spec = CellSpec("lstm", 256, 256)
+    assert not any(c.tf32() for c in candidate_configs(spec, H100, 10))
+    tf32 = [c for c in candidate_configs(spec, H100, 10, "tf32") if c.tf32()]
+    assert tf32 and all(problems_on(spec, c, H100) == [] for c in tf32)
+    assert not any(c.tf32() for c in candidate_configs(CellSpec("lstm", 256, 256, dtype="float16"), H100, 10, "tf32"))
+    # one mma where 3xTF32 issues three, no splits of the weights: the model prices it cheaper
+    three = dataclasses.replace(tf32[0], mma_precision="3xtf32")
+    assert step_us(spec, tf32[0], H100, 10) < step_us(spec, three, H100, 10)
+
+
+def test_a_tf32_config_is_refused_where_fp32_was_asked_for(tmp_path):
+    """Forced or from a tuning log, a TF32 step never enters an fp32 build: it would lose accuracy
+    the user did not give up. The tf32 build keys its records apart."""
+    spec = CellSpec("lstm", 256, 256)
+    cfg = Config(4, 32, 16, 10, mma_k_split=4, mma_precision="tf32")
+    plan = plan_layer(spec, TARGET, batch=10, config=cfg)
+    assert plan.kernel is None and "precision='tf32'" in plan.reason
+    assert plan_layer(spec, TARGET, batch=10, config=cfg, precision="tf32").kernel is not None
+    log = str(tmp_path / "tune.jsonl")
+    wl = tuning_log.workload(spec, 10, "sm_90", "tf32")
+    assert wl["precision"] == "tf32" and "precision" not in tuning_log.workload(spec, 10, "sm_90")
+    tuning_log.append(log, tuning_log.Record(wl, cfg, 1.0, "measured"))
+    assert tuning_log.lookup(log, tuning_log.workload(spec, 10, "sm_90")) is None
+    assert tuning_log.lookup(log, wl).config == cfg  # read back with its string field
+    with pytest.raises(PersistRNNError, match="precision 'fp16'"):
+        plan_layer(spec, TARGET, batch=10, precision="fp16")
+    # without a GPU to measure them, the planner keeps to the FMA units at either precision
+    assert not plan_layer(spec, TARGET, batch=10, measure=False, precision="tf32").config.tensor_cores()

@@ -6,6 +6,7 @@ planner picks.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -238,3 +239,18 @@ def test_projection_kernel_compiles_without_spills(K, N, tile, arch, tmp_path):
     assert max(nvcc_stats(source, arch, tmp_path)) == 0
     if tile is None:  # rows known only at run time: a kernel per tile, the host picks by M
         assert len(set(re.findall(r"void __launch_bounds__\(\d+\) (\w+)\(", source))) == len(TILES)
+
+
+@pytest.mark.parametrize("cell,hidden,batch", [("lstm", 1024, 20), ("gru", 256, 10), ("rnn", 64, 1)], ids=str)
+def test_tf32_configs_compile_with_a_third_of_the_mmas(cell, hidden, batch, tmp_path):
+    """At TF32 (precision="tf32") the model's best tensor-core config issues one mma where its
+    3xTF32 twin issues three, rounds h(t-1) with cvt.rna each step and builds without spills."""
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=True)
+    gpu = gpu_model("sm_90")
+    cfg = next(c for _, c in rank(spec, candidate_configs(spec, gpu, batch, "tf32"), gpu, batch) if c.tf32())
+    call = "tvm_builtin_ptx_mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(acc"
+    tf32 = cuda_source(persistent_kernel(spec, cfg), "sm_90")
+    three = cuda_source(persistent_kernel(spec, dataclasses.replace(cfg, mma_precision="3xtf32")), "sm_90")
+    assert tf32.count(call) > 0 and three.count(call) == 3 * tf32.count(call)
+    assert "cvt.rna.tf32.f32" in tf32
+    assert max(nvcc_stats(tf32, "sm_90", tmp_path)) == 0, cfg

@@ -16,9 +16,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+from tvm.script import tirx as T
 
 from persist_rnn.schedule.measure import kernel_arrays
+from persist_rnn.schedule.precision import TOLERANCE
 from tir_templates.config import Config
+from tir_templates.persistent.dot_mma import tf32_rounded
 from tir_templates.persistent import (
     BARRIER_FLAG_WORD,
     emulated_persistent_kernel,
@@ -137,3 +140,46 @@ def test_operands_given_once_for_the_batch(cell, direction, batch, cfg, flags):
         got = _run_llvm(func, [a.copy() for a in given_once])
         for name, g, w in zip(("Y", "Y_h", "Y_c")[:3 if cell == "lstm" else 2], got[7:10], want[7:10]):
             np.testing.assert_allclose(g, w, atol=1e-5, err_msg=name)
+
+
+#: tensor cores at TF32 precision: a grid of two column splits, a padded GRU tile, a resident RNN CTA
+TF32_CASES = [
+    ("lstm", "bidirectional", 3, Config(4, 32, 16, 3, mma_k_split=2, mma_precision="tf32"), dict(peepholes=True)),
+    ("gru", "bidirectional", 10, Config(8, 32, 16, 10, mma_k_split=2, mma_precision="tf32"), {}),
+    ("rnn", "reverse", 3, Config(16, 32, 16, 3, mma_k_split=2, mma_precision="tf32"), dict(clip=1.0)),
+]
+
+
+@pytest.mark.parametrize("cell,direction,batch,cfg,flags", TF32_CASES, ids=lambda v: str(v))
+def test_tf32_rounds_its_operands_within_the_bound(cell, direction, batch, cfg, flags):
+    """The TF32 twin rounds R and h(t-1) as cvt.rna does: within TF32's bound of the fp32
+    reference (precision.TOLERANCE), and measurably off it (the 3xTF32 twin agrees to 1e-5), so
+    the rounding is really there."""
+    spec = CellSpec(cell.rstrip("0"), I, H, direction, linear_before_reset=(cell == "gru"), **flags)
+    arrays = kernel_arrays(spec, batch, STEPS, seed=3, slots=cfg.exchange_slots(spec))
+    want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+    got = _run_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
+    scale = max(1.0, float(np.abs(want[7]).max()))
+    err = float(np.abs(got[7] - want[7]).max()) / scale
+    assert 1e-5 < err <= TOLERANCE["tf32"], err
+
+
+def test_tf32_rounding_is_round_to_nearest_ties_away():
+    """`tf32_rounded` against numpy's own rounding of the mantissa to 10 bits (ties away from
+    zero), over random values, exact halfway cases and values that round up into the next binade."""
+    rng = np.random.default_rng(0)
+    mantissa = rng.integers(0, 1 << 23, 2000, dtype=np.uint32)
+    halfway = (mantissa & np.uint32(0xFFFFE000)) | np.uint32(0x1000)
+    bits = np.concatenate([mantissa, halfway, [0x7FFFFF, 0x7FF000]]).astype(np.uint32) | np.uint32(0x3F800000)
+    x = np.concatenate([bits.view(np.float32), -bits.view(np.float32), rng.standard_normal(2000).astype("float32")])
+    x = x.astype("float32")
+
+    @T.prim_func
+    def rounded(a: T.Buffer((x.size,), "float32"), b: T.Buffer((x.size,), "float32")):
+        for i in range(x.size):
+            b[i] = tf32_rounded(a[i])
+
+    got = _run_llvm(rounded, [x, np.zeros_like(x)])[1]
+    m, e = np.frexp(x.astype("float64"))  # x = m 2^e, 0.5 <= |m| < 1: 11 significant bits are m's first 11
+    want = (np.sign(m) * np.floor(np.abs(m) * 2.0 ** 11 + 0.5) / 2.0 ** 11 * 2.0 ** e).astype("float32")
+    np.testing.assert_array_equal(got, want)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax
 
@@ -176,3 +177,17 @@ def test_grid_barrier_kernels_launch_cooperatively():
     assert report.buckets and any(b["config"]["cluster"] is False for b in report.buckets)
     assert list(_cooperative(out).values()) == [True]
     tvm.compile(PersistentRNN(CUDA, config=grid)(from_onnx(model)), target=CUDA)
+
+
+def test_a_tf32_step_is_reported_and_a_bad_precision_named():
+    """precision="tf32" lets a layer's step run at TF32; report() says so on the layer's line. An
+    unknown precision is refused before anything is imported."""
+    model, _ = make_model(LayerCase(op="LSTM", hidden_size=32, input_size=16, batch=4))
+    cfg = Config(8, 32, 16, 4, mma_k_split=1, mma_precision="tf32")
+    out = PersistentRNN(CUDA, measure=False, precision="tf32", config=cfg)(from_onnx(model))
+    [layer] = layer_report(out)
+    assert layer.lowering == "persistent" and layer.tf32_step and "TF32 step" in layer.line()
+    [layer] = layer_report(PersistentRNN(CUDA, measure=False, precision="tf32")(from_onnx(model)))
+    assert not layer.tf32_step  # no GPU to measure it: the FMA units
+    with pytest.raises(persist_rnn.PersistRNNError, match="precision 'bf16'"):
+        persist_rnn.compile(model, CUDA, precision="bf16")

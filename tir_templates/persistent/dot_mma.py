@@ -1,8 +1,10 @@
-"""The recurrent dot products on the tensor cores, with fp32 accuracy (3xTF32, config.py): each
-warp holds one 16-row tile of the CTA's gate rows over its share of the columns as mma A
-fragments; h(t-1) of the chunk is the B operand (batch rows padded to 8); the column splits'
-partial sums meet in shared memory (`gs`), where the updating threads add them.
-`emulated_mma_dot` is the CPU twin's version, the product as PTX defines it.
+"""The recurrent dot products on the tensor cores, with fp32 accuracy (3xTF32, config.py) or at
+TF32 precision (`L.TF32`: weights rounded once as they are loaded, one mma a tile): each warp
+holds one 16-row tile of the CTA's gate rows over its share of the columns as mma A fragments;
+h(t-1) of the chunk is the B operand (batch rows padded to 8); the column splits' partial sums
+meet in shared memory (`gs`), where the updating threads add them.
+`emulated_mma_dot` is the CPU twin's version, the product as PTX defines it (TF32 operands
+rounded as `cvt.rna.tf32.f32` rounds them).
 """
 from __future__ import annotations
 
@@ -21,14 +23,36 @@ def tf32_split(hi, lo, j, x):
     lo[j] = x - T.reinterpret("float32", hi[j])
 
 
+def tf32_rounded(x):
+    """x rounded to TF32 (10 mantissa bits, to nearest, ties away from zero: what
+    `cvt.rna.tf32.f32` does to finite values), as an fp32 value; plain integer arithmetic, so
+    that the CPU twin rounds exactly as the GPU does."""
+    bits = T.reinterpret("uint32", x)
+    return T.reinterpret("float32", (bits + T.uint32(0x1000)) & T.uint32(0xFFFFE000))
+
+
+def a_operand(L, w):
+    """A weight as it is held: TF32-rounded at TF32 (the mma reads its bits), else as given
+    (3xTF32 splits it each step)."""
+    return tf32_rounded(w) if L.TF32 else w
+
+
+def b_operand(L, x):
+    """An element of h(t-1) as the mma reads it: TF32-rounded at TF32, else exact (3xTF32 is
+    emulated as the fp32 product it approximates)."""
+    return tf32_rounded(x) if L.TF32 else x
+
+
 @T.macro
 def mma_load_weights(L, a, t):
-    """The warp's row tile over its k-tiles, as mma A fragments in registers."""
+    """The warp's row tile over its k-tiles, as mma A fragments in registers (TF32: rounded
+    once here, not every step)."""
     for i in T.unroll(L.KPW):
         for j in T.unroll(4):
-            t.wreg[t.row, i * 4 + j] = T.if_then_else(L.mma_row_in_tile(t.tx, j) < L.GTW,
-                                                      a.r[L.dir_of(t.cta), L.mma_row(t.cta, t.tx, j), L.mma_col(t.tx, i, j)],
-                                                      T.float32(0))  # a padded tile's zero rows
+            t.wreg[t.row, i * 4 + j] = a_operand(L, T.if_then_else(
+                L.mma_row_in_tile(t.tx, j) < L.GTW,
+                a.r[L.dir_of(t.cta), L.mma_row(t.cta, t.tx, j), L.mma_col(t.tx, i, j)],
+                T.float32(0)))  # a padded tile's zero rows
 
 
 @T.macro
@@ -39,10 +63,29 @@ def mma(acc, nt, a, b):
 
 
 @T.macro
-def mma_dot(L, t, hs, gs):
-    """Each warp's row tile times h(t-1) over its k-tiles, 3xTF32 (the high parts' product plus
-    both cross products, fp32 accumulation), then its C fragments into `gs` block
-    `tx // 32 // RT` (the warp's column split) for the updating threads to add."""
+def load_b_fragment(L, t, hs, i, nt):
+    """h(t-1)'s B fragment of k-tile i, n-tile nt: batch row lane / 4, column lane % 4 (+4)."""
+    for j in T.unroll(2):
+        t.bv[j] = hs[nt * 8 + t.tx % 32 // 4, ((t.tx // 32 // L.RT) * L.KPW + i) * 8 + t.tx % 4 + 4 * j]
+
+
+@T.macro
+def mma_dot_tf32(L, t, hs):
+    """TF32: h(t-1) rounded to TF32, one mma per (k-tile, n-tile) with the rounded weights."""
+    bh = T.alloc_buffer((2,), "uint32", scope="local")
+    for a in T.unroll(L.NTL * 4):
+        t.acc[a] = T.float32(0)
+    for i in T.unroll(L.KPW):
+        for nt in T.unroll(L.NTL):
+            load_b_fragment(L, t, hs, i, nt)
+            for j in T.unroll(2):
+                T.ptx.cvt.rna.tf32.f32(bh[j], t.bv[j])
+            mma(t.acc, nt, [T.reinterpret("uint32", t.wreg[0, i * 4 + j]) for j in range(4)], [bh[0], bh[1]])
+
+
+@T.macro
+def mma_dot_3xtf32(L, t, hs):
+    """3xTF32: the high parts' product plus both cross products, fp32 accumulation."""
     ah = T.alloc_buffer((4,), "uint32", scope="local")  # one k-tile's A fragment, split
     al = T.alloc_buffer((4,), "float32", scope="local")
     bh = T.alloc_buffer((2,), "uint32", scope="local")  # ... and one n-tile's B fragment
@@ -51,8 +94,7 @@ def mma_dot(L, t, hs, gs):
         t.acc[a] = T.float32(0)
     for i in T.unroll(L.KPW):
         for nt in T.unroll(L.NTL):
-            for j in T.unroll(2):  # B fragment: batch row lane / 4, column lane % 4 (+4)
-                t.bv[j] = hs[nt * 8 + t.tx % 32 // 4, ((t.tx // 32 // L.RT) * L.KPW + i) * 8 + t.tx % 4 + 4 * j]
+            load_b_fragment(L, t, hs, i, nt)
             for j in T.unroll(4):
                 tf32_split(ah, al, j, t.wreg[0, i * 4 + j])
             for j in T.unroll(2):
@@ -64,6 +106,16 @@ def mma_dot(L, t, hs, gs):
             mma(t.acc, nt, a_lo, b_hi)  # the small terms first
             mma(t.acc, nt, a_hi, b_lo)
             mma(t.acc, nt, a_hi, b_hi)
+
+
+@T.macro
+def mma_dot(L, t, hs, gs):
+    """Each warp's row tile times h(t-1) over its k-tiles, then its C fragments into `gs` block
+    `tx // 32 // RT` (the warp's column split) for the updating threads to add."""
+    if L.TF32:
+        mma_dot_tf32(L, t, hs)
+    else:
+        mma_dot_3xtf32(L, t, hs)
     for nt in T.unroll(L.NTL):
         for j in T.unroll(4):  # C fragment: row lane / 4 (+8 for 2, 3), batch row 2 * (lane % 4) (+1 for 1, 3)
             if nt * 8 + t.tx % 4 * 2 + j % 2 < L.BC and L.mma_row_in_tile(t.tx, j // 2) < L.GTW:
@@ -83,4 +135,5 @@ def emulated_mma_dot(L, regs, hs, gs, cta):
                 gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m] = (
                     gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m]
                     + regs.wreg[cta * L.NT + w * 32 + 4 * (m % 8) + k % 4, i * 4 + m // 8 + 2 * (k // 4)]
-                    * hs[nt * 8 + nn, ((w // L.RT) * L.KPW + i) * 8 + k])
+                    * b_operand(L, hs[nt * 8 + nn, ((w // L.RT) * L.KPW + i) * 8 + k]))
+

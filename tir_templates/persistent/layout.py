@@ -17,6 +17,7 @@ BLOCK_M):
     UG        units per work group (lane updates)     UPT  (batch row, unit) pairs per thread
     XR        registers per pair: G inputs, C(t-1)    VEC  width of h's vector copies
     KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
+    TF32              tensor cores at TF32 precision: one mma of rounded operands (else 3xTF32)
     SENDS, RECV_BYTES  dsmem: 16-byte stores a CTA sends a step, bytes each CTA receives
 """
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Layout:
         self.FAST = not emulate  # CUDA's fast sigmoid (the llvm twin keeps expf and division)
         self.XR = self.G + 1
         self.MMA = cfg.tensor_cores()
+        self.TF32 = cfg.tf32()  # one mma of TF32-rounded operands (else 3xTF32)
         self.KS = cfg.k_splits()
         self.RT = cfg.row_tiles(spec) if self.MMA else 0
         self.KPW = cfg.k_tiles_per_warp(spec) if self.MMA else 0

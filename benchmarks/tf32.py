@@ -1,0 +1,92 @@
+"""fp32 layers at TF32 (issue 20, item 2): our precision="tf32" build against cuDNN with TF32
+allowed, in one run, T=100, input = hidden.
+
+For each layer of GRNN's grid: our fp32 build as the shipped tuning log makes it (`fp32`) and
+our TF32 build, the tuner's pick with TF32 steps allowed (`tf32`), timed in turn
+(`bench.interleaved_ms`); torch's cuDNN layer in a CUDA graph with TF32 allowed (what torch users
+run by default) and with it off; cuDNN's four algorithms called directly with CUDNN_DEFAULT_MATH
+(TF32 allowed on fp32 data), each checked against torch's TF32 output first. Errors are against
+torch's strict fp32 output, relative to the output scale. One JSON line per layer.
+
+    python benchmarks/tf32.py --out results.jsonl [--layers LSTM:1024:20 GRU:256:10]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import persist_rnn  # noqa: E402
+from persist_rnn.bench import cuda_ms, cudnn_ms, interleaved_ms, onnx_from_torch, torch_layer, vm_call  # noqa: E402
+
+GRID = [(cell, h, b) for cell in ("LSTM", "GRU") for h in (64, 256, 1024) for b in (1, 10, 20)]
+SHIPPED_LOG = os.path.join(os.path.dirname(__file__), "..", "docs", "data", "tune-h100.jsonl")
+#: a cuDNN algorithm's output counts as the layer's when it is this close to torch's TF32 output
+#: (the two round differently; a wrong call is off by O(1))
+SAME_LAYER = 1e-2
+
+
+def _relative(got, want) -> float:
+    return float(np.abs(got - want).max() / max(1.0, float(np.abs(want).max())))
+
+
+def layer_row(cell, hidden, batch, seq_len=100, top_k=2):
+    import torch
+
+    from persist_rnn.cudnn_direct import algorithm_rows
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    layer = torch_layer(cell, hidden, seed=hidden + batch)
+    x = torch.randn(seq_len, batch, hidden, device="cuda")
+    with torch.no_grad():
+        strict = layer(x)[0]
+    model = onnx_from_torch(cell, layer, seq_len, batch)
+    feeds = {"X": x.cpu().numpy()}
+    row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len}
+    builds = {"fp32": persist_rnn.compile(model, "cuda", tuning_log=SHIPPED_LOG),
+              "tf32": persist_rnn.compile(model, "cuda", precision="tf32", unverified=True, measure=True,
+                                          top_k=top_k)}
+    for name, compiled in builds.items():
+        row[f"{name}_err"] = _relative(compiled.run(feeds)[0][:, 0], strict.cpu().numpy())
+        row[f"{name}_config"] = compiled.report()[0].config
+    row.update({f"{n}_ms": v for n, v in interleaved_ms({n: vm_call(c, feeds) for n, c in builds.items()}).items()})
+    row["cudnn_fp32_graph_ms"] = cudnn_ms(layer, x)[1]
+    torch.backends.cudnn.allow_tf32 = True
+    with torch.no_grad():
+        tf32_out = layer(x)[0]
+    row["cudnn_tf32_err"] = _relative(tf32_out.cpu().numpy(), strict.cpu().numpy())
+    row["cudnn_tf32_graph_ms"] = cudnn_ms(layer, x)[1]
+    with torch.no_grad():
+        direct = algorithm_rows(layer, x, tf32_out, cuda_ms, math="DEFAULT")
+    row["cudnn_direct_tf32"] = direct
+    timed = {"torch_graph": row["cudnn_tf32_graph_ms"]}
+    timed.update({a: r["ms"] for a, r in direct.items() if "ms" in r and r["max_diff"] < SAME_LAYER})
+    row["cudnn_tf32_best_algo"] = min(timed, key=timed.get)
+    row["cudnn_tf32_best_ms"] = timed[row["cudnn_tf32_best_algo"]]
+    row["best_cudnn_tf32_over_ours"] = row["cudnn_tf32_best_ms"] / row["tf32_ms"]
+    row["cudnn_tf32_graph_over_ours"] = row["cudnn_tf32_graph_ms"] / row["tf32_ms"]
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--layers", nargs="*", help="CELL:H:B, default GRNN's 18 layers")
+    args = ap.parse_args()
+    layers = [(c, int(h), int(b)) for c, h, b in (s.split(":") for s in args.layers)] if args.layers else GRID
+    with open(args.out, "a") as f:
+        for cell, hidden, batch in layers:
+            row = layer_row(cell, hidden, batch)
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct_tf32"}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
