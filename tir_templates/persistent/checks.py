@@ -17,11 +17,9 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     (docs/data/gpu_variants.log), tensor cores with whole row tiles too
     (docs/data/gpu-v4-tensor-cores.log), fp16 weights in shared memory too (H=1024 bidirectional,
     H=2048; docs/data/gpu-v22-fp16-shared-weights.log; bf16 layers hold fp32 weights, the fp32 code),
-    h through distributed shared memory (dsmem) too (docs/data/gpu-v24-dsmem.log); tensor cores
-    with a padded row tile have not, nor tensor cores at TF32 precision."""
-    if cfg.tf32():
-        return ("tensor cores at TF32 precision (mma_precision 'tf32'): pass the CPU emulation and nvcc but have "
-                "not yet been run on a GPU; compile with unverified=True to use them")
+    h through distributed shared memory (dsmem) too (docs/data/gpu-v24-dsmem.log), tensor cores at
+    TF32 precision with whole row tiles too (docs/data/gpu-v25-tf32.log); tensor cores with a padded
+    row tile (either precision) have not."""
     if cfg.tensor_cores() and (cfg.row_gates(spec) * cfg.tile_units) % 16:
         return ("tensor cores with a padded row tile (the CTA's gate rows are not whole 16-row tiles): pass the "
                 "CPU emulation and nvcc but have not yet been run on a GPU; compile with unverified=True to use them")
