@@ -84,9 +84,17 @@ class Config:
         """Tensor cores at TF32 precision (one mma of rounded operands, not 3xTF32)."""
         return self.tensor_cores() and self.mma_precision == "tf32"
 
+    def f16_mma(self) -> bool:
+        """Tensor cores on an fp16 layer's fp16 weights (mma m16n8k16, h(t-1) rounded to fp16)."""
+        return self.tensor_cores() and self.weight_dtype == "float16"
+
+    def mma_k(self) -> int:
+        """Columns of one k-tile: the mma's K (16 for fp16 operands, 8 for TF32)."""
+        return MMA_K_F16 if self.weight_dtype == "float16" else MMA_K
+
     def mma_passes(self) -> int:
-        """mma instructions per (k-tile, n-tile): 3 for 3xTF32, 1 for TF32."""
-        return 1 if self.mma_precision == "tf32" else 3
+        """mma instructions per (k-tile, n-tile): 3 for 3xTF32, 1 for TF32 and fp16."""
+        return 1 if self.mma_precision == "tf32" or self.weight_dtype == "float16" else 3
 
     def k_splits(self) -> int:
         """Blocks of dot results a chunk leaves in shared memory: one per column split of a row
@@ -99,8 +107,8 @@ class Config:
         return -(-self.row_gates(spec) * self.tile_units // MMA_M)
 
     def k_tiles_per_warp(self, spec: CellSpec) -> int:
-        """8-column k-tiles of R each warp holds (tensor cores)."""
-        return spec.hidden_size // MMA_K // self.mma_k_split
+        """k-tiles of R (`mma_k` columns each) each warp holds (tensor cores)."""
+        return spec.hidden_size // self.mma_k() // self.mma_k_split
 
     def n_tiles(self) -> int:
         """8-wide tiles of the batch chunk (tensor cores: the mma's N, padded)."""
@@ -245,6 +253,8 @@ class Config:
 
 #: the tensor cores' mma shape (m16n8k8, TF32 operands, fp32 accumulators)
 MMA_M, MMA_N, MMA_K = 16, 8, 8
+#: ... and its K with fp16 operands (m16n8k16)
+MMA_K_F16 = 16
 
 #: shared memory a CTA may use without opting in to more (dynamic shared memory beyond it)
 STATIC_SHARED_BYTES = 48 * 1024
@@ -335,16 +345,20 @@ def dsmem_problems(spec: CellSpec, cfg: Config) -> list[str]:
 
 
 def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
-    """What the tensor-core dot products need: one phase a step, fp32 weights in registers and
-    8-column k-tiles split evenly over the warps of a row tile."""
+    """What the tensor-core dot products need: one phase a step, weights in registers at the
+    layer's precision (fp32 layers: fp32, for 3xTF32 or TF32; fp16 layers: fp16, for the f16 mma)
+    and k-tiles split evenly over the warps of a row tile."""
     out = []
     if two_phase(spec):
         out.append("tensor cores: GRU with linear_before_reset=0 has two phases a step (FMA units only)")
-    if cfg.weight_dtype != "float32" or spec.dtype != "float32":
-        out.append("tensor cores: fp32 layers only (3xTF32 or TF32)")
+    if (cfg.weight_dtype, spec.dtype) not in (("float32", "float32"), ("float16", "float16")):
+        out.append("tensor cores: fp32 layers with fp32 weights (3xTF32 or TF32), fp16 layers with fp16 weights")
+    if cfg.f16_mma() and cfg.mma_precision != "3xtf32":
+        out.append(f"tensor cores: mma_precision {cfg.mma_precision!r} is for fp32 layers (fp16 layers' mma is fp16)")
     if cfg.smem_runs or cfg.batch_tile or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
         out.append("tensor cores: weights all in registers, no batch tiles, group_size 32 and rows_per_group 16")
-    if spec.hidden_size % MMA_K or (spec.hidden_size // MMA_K) % cfg.mma_k_split:
-        out.append(f"tensor cores: {spec.hidden_size // MMA_K} k-tiles of 8 columns do not split over "
+    k = cfg.mma_k()
+    if spec.hidden_size % k or (spec.hidden_size // k) % cfg.mma_k_split:
+        out.append(f"tensor cores: {spec.hidden_size // k} k-tiles of {k} columns do not split over "
                    f"{cfg.mma_k_split} warps")
     return out

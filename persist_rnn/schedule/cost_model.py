@@ -62,7 +62,8 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     if cfg.tensor_cores():  # per warp and chunk: 3 (TF32: 1) mma per (k-tile, n-tile), 2 shared loads,
         # the splits (3xTF32: A's 4 registers and B's 2 per n-tile, two instructions each; TF32: B's cvt)
         mmas = cfg.mma_passes() * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
-        splits = 2 * cfg.n_tiles() if cfg.tf32() else 8 + 4 * cfg.n_tiles()
+        # (fp16: B's two registers packed from four fp32 values, ~4 instructions each)
+        splits = 8 * cfg.n_tiles() if cfg.f16_mma() else 2 * cfg.n_tiles() if cfg.tf32() else 8 + 4 * cfg.n_tiles()
         fma = mmas * MMA_ISSUE_SLOTS + cfg.k_tiles_per_warp(spec) * splits
         lds_per_thread = 2 * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
         unique_bytes, smem_w = 128, 0

@@ -5,8 +5,9 @@ cluster (Hopper), and each cluster config also exchanging h through distributed 
 (`Config.dsmem`) where the cell allows; each whose direction is one CTA or one cluster also comes with the batch split
 into tiles, one CTA or cluster each (`batch_tiles`). A config that only lacks registers comes
 with the fewest runs of weight columns moved to shared memory that make it fit (`_smem_weights`).
-Tensor-core configs (`Config.mma_k_split`, fp32 one-phase cells) split each row tile's columns
-over 1 to 16 warps, at 3xTF32 and, in a build at precision "tf32", at TF32 too. Pruning beyond `problems` (what cannot run): batch chunks are only the
+Tensor-core configs (`Config.mma_k_split`, one-phase cells) split each row tile's columns over 1
+to 16 warps: an fp32 layer's at 3xTF32 and, in a build at precision "tf32", at TF32 too; an fp16
+layer's on its fp16 weights. Pruning beyond `problems` (what cannot run): batch chunks are only the
 smallest chunk for 1 to 4 passes over the weights (a smaller chunk with the same pass count only
 wastes lanes; more passes multiply the per-chunk latencies), and groups of 1 or 2 lanes only when
 nothing wider fits (and groups of 2 for a resident CTA whose lanes update their units from weights
@@ -143,8 +144,8 @@ def _configs(spec, gpu, batch, group_sizes, weight_dtypes, mma_kinds=("3xtf32",)
                 for tile in batch_tiles(spec, tw, batch, gpu):  # one CTA (or cluster) per tile of batch rows
                     tiled = Config(tw, ws, rpg, tile, weight_dtypes[0], barriers, cluster=H // tw > 1, batch_tile=tile)
                     yield from _cluster_twins(spec, tiled) if tiled.cluster else [tiled]
-        if group_sizes is GROUP_SIZES and weight_dtypes == ("float32",):
-            yield from _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds)
+        if group_sizes is GROUP_SIZES:
+            yield from _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds, weight_dtypes[0])
 
 
 def _cluster_twins(spec, cfg):
@@ -155,12 +156,12 @@ def _cluster_twins(spec, cfg):
         yield dataclasses.replace(cfg, dsmem=True)
 
 
-def _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds):
+def _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds, weight_dtype):
     """The tensor-core twins of tile width `tw`: each column split, batch chunk, mma precision
     of `mma_kinds` and cluster choice (`problems` prunes what the cell, the tile or the registers
     rule out)."""
     for ks, bc, kind in itertools.product(TENSOR_CORE_SPLITS, batch_chunks(batch), mma_kinds):
-        cfg = Config(tw, 32, 16, bc, "float32", barriers, mma_k_split=ks, mma_precision=kind)
+        cfg = Config(tw, 32, 16, bc, weight_dtype, barriers, mma_k_split=ks, mma_precision=kind)
         yield cfg
         if 1 < spec.hidden_size // tw <= gpu.max_cluster_ctas:
             yield dataclasses.replace(cfg, cluster=True)

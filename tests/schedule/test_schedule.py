@@ -404,3 +404,16 @@ def test_a_tf32_config_is_refused_where_fp32_was_asked_for(tmp_path):
         plan_layer(spec, TARGET, batch=10, precision="fp16")
     # without a GPU to measure them, the planner keeps to the FMA units at either precision
     assert not plan_layer(spec, TARGET, batch=10, measure=False, precision="tf32").config.tensor_cores()
+
+
+def test_fp16_layers_get_f16_tensor_core_configs_only_on_fp16_weights():
+    """An fp16 layer's tensor-core configs hold fp16 weights (mma m16n8k16, half the registers of
+    TF32's A fragments per column); fp32 weights or a TF32 mma on an fp16 layer are refused."""
+    spec = CellSpec("lstm", 1024, 1024, dtype="float16")
+    mma = [c for c in candidate_configs(spec, H100, 20, "tf32") if c.tensor_cores()]
+    assert mma and all(c.f16_mma() and c.mma_k() == 16 and c.mma_passes() == 1 for c in mma)
+    fp32 = CellSpec("lstm", 1024, 1024)
+    assert mma[0].weight_regs(spec) * 2 == dataclasses.replace(mma[0], weight_dtype="float32").weight_regs(fp32)
+    assert any("fp16 layers with fp16 weights" in p
+               for p in problems_on(spec, dataclasses.replace(mma[0], weight_dtype="float32"), H100))
+    assert any("is for fp32 layers" in p for p in problems_on(spec, dataclasses.replace(mma[0], mma_precision="tf32"), H100))

@@ -254,3 +254,22 @@ def test_tf32_configs_compile_with_a_third_of_the_mmas(cell, hidden, batch, tmp_
     assert tf32.count(call) > 0 and three.count(call) == 3 * tf32.count(call)
     assert "cvt.rna.tf32.f32" in tf32
     assert max(nvcc_stats(tf32, "sm_90", tmp_path)) == 0, cfg
+
+
+@pytest.mark.parametrize("cell,hidden,batch,arches", [("lstm", 1024, 20, ("sm_90",)), ("gru", 256, 10, ("sm_80", "sm_90")),
+                                                      ("rnn", 64, 1, ("sm_90",))], ids=str)
+def test_f16_mma_configs_compile(cell, hidden, batch, arches, tmp_path):
+    """An fp16 layer's best tensor-core config by the model: m16n8k16 mma on fp16 pairs, one per
+    (k-tile of 16, n-tile) in each copy of the step the kernel has, no spills (RNN H=64 B=1's,
+    one warp per row tile, has 8 bytes of stack at sm_80, not at sm_90: ptxas's, at 56 registers);
+    without a GPU to measure it the planner keeps the FMA units."""
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=True, dtype="float16")
+    for arch in arches:
+        gpu = gpu_model(arch)
+        cfg = next(c for _, c in rank(spec, candidate_configs(spec, gpu, batch), gpu, batch) if c.f16_mma())
+        source = cuda_source(persistent_kernel(spec, cfg), arch)
+        calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_f16_f16_f32(acc")
+        assert calls and calls % (cfg.k_tiles_per_warp(spec) * cfg.n_tiles()) == 0, cfg  # per copy of the step
+        assert max(nvcc_stats(source, arch, tmp_path)) == 0, cfg
+        target = tvm.target.Target({"kind": "cuda", "arch": arch})
+        assert not plan_layer(spec, target, batch=batch, measure=False).config.tensor_cores()

@@ -132,3 +132,25 @@ def test_dsmem_stores_give_every_peer_each_unit_once(cfg, hidden, direction):
     assert received == {(to, row, j): 1 for to in ctas for row in range(L.BC) for j in range(L.H)
                         if j // L.TW != to % L.CPD}
     assert all(sum(n for (to, _, _), n in received.items() if to == c) * 4 == L.RECV_BYTES for c in ctas)
+
+
+@pytest.mark.parametrize("cell,hidden,cfg", [("lstm", 64, Config(8, 32, 16, 10, "float16", mma_k_split=2)),
+                                             ("gru", 32, Config(8, 32, 16, 3, "float16", mma_k_split=1))], ids=str)
+def test_f16_fragments_follow_the_ptx_layout_and_cover_the_rows_once(cell, hidden, cfg):
+    """fp16 mma (m16n8k16): half e of A-fragment register j of lane l is, by the PTX ISA's
+    figure for .f16 A fragments, row l / 4 (+8 for j odd) and column 2 (l % 4) + e (+8 for j >= 2)
+    of the warp's 16 x 16 tile; the warps' fragments hold each (gate row, column) of a CTA once."""
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=True, dtype="float16")
+    L = Layout(spec, cfg)
+    assert L.F16 and L.KPW == hidden // 16 // cfg.mma_k_split
+    for lane, j, e in itertools.product(range(32), range(4), range(2)):
+        ptx_row = lane // 4 + (8 if j in (1, 3) else 0)
+        ptx_col = (lane % 4) * 2 + e + (8 if j >= 2 else 0)
+        assert (L.mma_row_in_tile(lane, j), L.mma_col_f16(lane, 0, j, e)) == (ptx_row, ptx_col)
+    for cta in range(L.CPD):
+        held = collections.Counter()
+        for tx, i, j, e in itertools.product(range(L.NT), range(L.KPW), range(4), range(2)):
+            if L.mma_row_in_tile(tx, j) < L.GTW:
+                held[L.mma_row(cta, tx, j), L.mma_col_f16(tx, i, j, e)] += 1
+        rows = [g * L.H + cta * L.TW + u for g in range(L.G) for u in range(L.TW)]
+        assert held == {(row, c): 1 for row in rows for c in range(L.H)}

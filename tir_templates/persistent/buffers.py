@@ -112,7 +112,7 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     hs = _alloc("hs", L.HS_SHAPE, "float32", "shared" if L.h_on_chip else L.SMEM)
     hs2 = _alloc("hs2", L.HS_SHAPE if L.h_on_chip else (1, 1), "float32", "shared")
     gs = _alloc("gs", (1, 1) if L.LANE else (L.KS * L.BC, L.GTW), "float32", "shared")
-    wreg = _alloc("wreg", (1, max(L.cfg.weight_regs(L.spec), 1)), L.WDT, "local")
+    wreg = _alloc("wreg", (1, max(L.cfg.weight_regs(L.spec), 1)), "uint32" if L.F16 else L.WDT, "local")
     wsm = _alloc("wsm", (1, L.SR * L.RPG * L.DV, L.NT) if L.SR > 0 else (1, 1, 1), L.WDT,
                  L.SMEM if L.SR > 0 else "local")
     wt = _alloc("wt", (L.RPG * L.DV if L.SR > 0 else 1,), L.WDT, "local")
@@ -143,7 +143,7 @@ def emulated_registers(L: Layout, n_b) -> Registers:
     wp = _alloc("wp", (rows, max(L.PR * L.TW, 1)), L.WDT)
     sacc = _alloc("sacc", (rows, 1), "float32")
     rbr = _alloc("rbr", (rows, L.UPT * L.G), "float32")
-    wreg = _alloc("wreg", (rows, max(L.cfg.weight_regs(L.spec), 1)), L.WDT)
+    wreg = _alloc("wreg", (rows, max(L.cfg.weight_regs(L.spec), 1)), "uint32" if L.F16 else L.WDT)
     wsm = _alloc("wsm", (L.grid_size(n_b), max(L.SR * L.RPG * L.DV, 1), L.NT), L.WDT)
     return Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc)
 

@@ -12,6 +12,8 @@ from tvm.script import tirx as T
 
 #: the tensor cores' instruction: D = A B + C, m16n8k8, TF32 operands, fp32 accumulators
 MMA_TF32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+#: ... m16n8k16 with fp16 operands (two halves a 32-bit register, the lower k in the low half)
+MMA_F16 = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 
 
 @T.macro
@@ -31,6 +33,21 @@ def tf32_rounded(x):
     return T.reinterpret("float32", (bits + T.uint32(0x1000)) & T.uint32(0xFFFFE000))
 
 
+def half_bits(x):
+    """fp32 x rounded to fp16 (to nearest even), as its 16 bits in a uint32."""
+    return T.Cast("uint32", T.reinterpret("uint16", T.Cast("float16", x)))
+
+
+def f16_pair(lo, hi):
+    """Two values as one fp16x2 fragment register: `lo` in the low half (the lower k)."""
+    return half_bits(lo) | (half_bits(hi) << T.uint32(16))
+
+
+def f16_half(reg, e):
+    """Half e (0: low) of an fp16x2 register, as fp32."""
+    return T.Cast("float32", T.reinterpret("float16", T.Cast("uint16", (reg >> T.uint32(16 * e)) & T.uint32(0xFFFF))))
+
+
 def a_operand(L, w):
     """A weight as it is held: TF32-rounded at TF32 (the mma reads its bits), else as given
     (3xTF32 splits it each step)."""
@@ -38,21 +55,34 @@ def a_operand(L, w):
 
 
 def b_operand(L, x):
-    """An element of h(t-1) as the mma reads it: TF32-rounded at TF32, else exact (3xTF32 is
-    emulated as the fp32 product it approximates)."""
+    """An element of h(t-1) as the mma reads it: rounded to TF32 at TF32 or to fp16 for the fp16
+    mma, else exact (3xTF32 is emulated as the fp32 product it approximates)."""
+    if L.F16:
+        return T.Cast("float32", T.Cast("float16", x))
     return tf32_rounded(x) if L.TF32 else x
+
+
+def weight(L, a, t, j, col):
+    """R's element in A-fragment register j's row and column `col` (a padded tile's rows: zero)."""
+    return T.if_then_else(L.mma_row_in_tile(t.tx, j) < L.GTW, a.r[L.dir_of(t.cta), L.mma_row(t.cta, t.tx, j), col],
+                          T.float32(0))
 
 
 @T.macro
 def mma_load_weights(L, a, t):
     """The warp's row tile over its k-tiles, as mma A fragments in registers (TF32: rounded
-    once here, not every step)."""
+    once here, not every step; fp16: two weights a register)."""
     for i in T.unroll(L.KPW):
         for j in T.unroll(4):
-            t.wreg[t.row, i * 4 + j] = a_operand(L, T.if_then_else(
-                L.mma_row_in_tile(t.tx, j) < L.GTW,
-                a.r[L.dir_of(t.cta), L.mma_row(t.cta, t.tx, j), L.mma_col(t.tx, i, j)],
-                T.float32(0)))  # a padded tile's zero rows
+            if L.F16 and L.emulate:  # the pair's bits in plain arithmetic, as the CPU can run it
+                t.wreg[t.row, i * 4 + j] = f16_pair(weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)),
+                                                    weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)))
+            elif L.F16:  # cvt packs its first source into the high half (nvcc gave sm_80 a stack
+                # frame for the bit puns of the plain version)
+                T.ptx.cvt.rn.f16x2.f32(t.wreg[t.row, i * 4 + j], weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)),
+                                       weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)))
+            else:
+                t.wreg[t.row, i * 4 + j] = a_operand(L, weight(L, a, t, j, L.mma_col(t.tx, i, j)))
 
 
 @T.macro
@@ -67,6 +97,24 @@ def load_b_fragment(L, t, hs, i, nt):
     """h(t-1)'s B fragment of k-tile i, n-tile nt: batch row lane / 4, column lane % 4 (+4)."""
     for j in T.unroll(2):
         t.bv[j] = hs[nt * 8 + t.tx % 32 // 4, ((t.tx // 32 // L.RT) * L.KPW + i) * 8 + t.tx % 4 + 4 * j]
+
+
+@T.macro
+def mma_dot_f16(L, t, hs):
+    """fp16: h(t-1) rounded to fp16 in pairs, one m16n8k16 mma per (k-tile, n-tile) with the
+    fp16 weights, fp32 accumulation."""
+    bh = T.alloc_buffer((2,), "uint32", scope="local")
+    for a in T.unroll(L.NTL * 4):
+        t.acc[a] = T.float32(0)
+    for i in T.unroll(L.KPW):
+        for nt in T.unroll(L.NTL):
+            for j in T.unroll(2):  # B fragment: batch row lane / 4, columns 2 * (lane % 4) + {0, 1} (+8);
+                # cvt packs its first source into the high half
+                T.ptx.cvt.rn.f16x2.f32(bh[j], hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 1)],
+                                       hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 0)])
+            T.ptx[MMA_F16](t.acc[nt * 4], t.acc[nt * 4 + 1], t.acc[nt * 4 + 2], t.acc[nt * 4 + 3],
+                           *[t.wreg[0, i * 4 + j] for j in range(4)], bh[0], bh[1],
+                           t.acc[nt * 4], t.acc[nt * 4 + 1], t.acc[nt * 4 + 2], t.acc[nt * 4 + 3])
 
 
 @T.macro
@@ -112,7 +160,9 @@ def mma_dot_3xtf32(L, t, hs):
 def mma_dot(L, t, hs, gs):
     """Each warp's row tile times h(t-1) over its k-tiles, then its C fragments into `gs` block
     `tx // 32 // RT` (the warp's column split) for the updating threads to add."""
-    if L.TF32:
+    if L.F16:
+        mma_dot_f16(L, t, hs)
+    elif L.TF32:
         mma_dot_tf32(L, t, hs)
     else:
         mma_dot_3xtf32(L, t, hs)
@@ -124,10 +174,23 @@ def mma_dot(L, t, hs, gs):
 
 
 @T.macro
-def emulated_mma_dot(L, regs, hs, gs, cta):
-    """The mma's product as PTX defines it (C[m, n] = sum over k of A[m, k] B[k, n]), with A
-    read back from where `mma_load_weights` put it: element (m, k) of a warp's 16 x 8 tile sits
-    in lane 4 * (m % 8) + k % 4, register m // 8 + 2 * (k // 4)."""
+def emulated_mma_dot_f16(L, regs, hs, gs, cta):
+    """`emulated_mma_dot` for the fp16 mma (m16n8k16): element (m, k) of a warp's 16 x 16 tile
+    sits in lane 4 * (m % 8) + (k % 8) // 2, register m // 8 + 2 * (k // 8), half k % 2."""
+    for w, nt, m, nn in T.grid(L.RT * L.KS, L.NTL, 16, 8):
+        if nt * 8 + nn < L.BC and (w % L.RT) * 16 + m < L.GTW:
+            gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m] = T.float32(0)
+            for i, k in T.grid(L.KPW, 16):
+                gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m] = (
+                    gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m]
+                    + f16_half(regs.wreg[cta * L.NT + w * 32 + 4 * (m % 8) + k % 8 // 2, i * 4 + m // 8 + 2 * (k // 8)],
+                               k % 2)
+                    * b_operand(L, hs[nt * 8 + nn, ((w // L.RT) * L.KPW + i) * 16 + k]))
+
+
+@T.macro
+def emulated_mma_dot_tf32(L, regs, hs, gs, cta):
+    """`emulated_mma_dot` for the TF32 shapes (m16n8k8)."""
     for w, nt, m, nn in T.grid(L.RT * L.KS, L.NTL, 16, 8):
         if nt * 8 + nn < L.BC and (w % L.RT) * 16 + m < L.GTW:
             gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m] = T.float32(0)
@@ -137,3 +200,13 @@ def emulated_mma_dot(L, regs, hs, gs, cta):
                     + regs.wreg[cta * L.NT + w * 32 + 4 * (m % 8) + k % 4, i * 4 + m // 8 + 2 * (k // 4)]
                     * b_operand(L, hs[nt * 8 + nn, ((w // L.RT) * L.KPW + i) * 8 + k]))
 
+
+@T.macro
+def emulated_mma_dot(L, regs, hs, gs, cta):
+    """The mma's product as PTX defines it (C[m, n] = sum over k of A[m, k] B[k, n]), with A
+    read back from where `mma_load_weights` put it: element (m, k) of a warp's 16 x 8 tile sits
+    in lane 4 * (m % 8) + k % 4, register m // 8 + 2 * (k // 4)."""
+    if L.F16:
+        emulated_mma_dot_f16(L, regs, hs, gs, cta)
+    else:
+        emulated_mma_dot_tf32(L, regs, hs, gs, cta)

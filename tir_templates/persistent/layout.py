@@ -18,6 +18,7 @@ BLOCK_M):
     XR        registers per pair: G inputs, C(t-1)    VEC  width of h's vector copies
     KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
     TF32              tensor cores at TF32 precision: one mma of rounded operands (else 3xTF32)
+    F16               tensor cores on fp16 weights: m16n8k16, two halves a fragment register
     SENDS, RECV_BYTES  dsmem: 16-byte stores a CTA sends a step, bytes each CTA receives
 """
 from __future__ import annotations
@@ -80,6 +81,7 @@ class Layout:
         self.XR = self.G + 1
         self.MMA = cfg.tensor_cores()
         self.TF32 = cfg.tf32()  # one mma of TF32-rounded operands (else 3xTF32)
+        self.F16 = cfg.f16_mma()  # an fp16 layer's mma: fp16 weights, h(t-1) rounded to fp16, K = 16
         self.KS = cfg.k_splits()
         self.RT = cfg.row_tiles(spec) if self.MMA else 0
         self.KPW = cfg.k_tiles_per_warp(spec) if self.MMA else 0
@@ -192,6 +194,11 @@ class Layout:
     def mma_col(self, tx, i, j):
         """Column of R of A-fragment register j in the warp's i-th k-tile: lane % 4, +4 for 2 and 3."""
         return ((tx // 32 // self.RT) * self.KPW + i) * 8 + tx % 4 + 4 * (j // 2)
+
+    def mma_col_f16(self, tx, i, j, e):
+        """fp16 (m16n8k16): column of R of half e of A-fragment register j in the warp's i-th
+        k-tile: 2 * (lane % 4) + e, +8 for registers 2 and 3 (B fragments: the same k, j < 2)."""
+        return ((tx // 32 // self.RT) * self.KPW + i) * 16 + 2 * (tx % 4) + e + 8 * (j // 2)
 
     # --- h through distributed shared memory (dsmem) --------------------------------------------
 
