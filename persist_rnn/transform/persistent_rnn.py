@@ -24,6 +24,7 @@ from tvm import relax
 
 from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH, supports_early_launch
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
+from tir_templates.projection_mma import projection_mma_kernel
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
@@ -135,7 +136,8 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
     """The pass. `config` forces one schedule config (a dict or Config) for every layer;
     `tuning_log` is a JSON-lines path whose records are reused; `measure` (default: when a GPU is
     present) times the cost model's top_k candidates; `unverified` lets the planner pick kernel
-    variants that have not yet run on a GPU; `cooperative` (default) launches grid-barrier kernels
+    variants that have not yet run on a GPU (and the input projections on the tensor cores,
+    tir_templates/projection_mma.py); `cooperative` (default) launches grid-barrier kernels
     cooperatively (see `_needs_cooperative_launch`; off only to measure what it costs);
     `precision` "tf32" lets fp32 layers' steps use the tensor cores at TF32 (schedule/precision.py)."""
     target = as_target(target)
@@ -180,7 +182,10 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             arch = target_arch(target)
             num_sms = gpu_model(arch).num_sms
             for gv, K, N in todo:
-                mod[gv] = projection_kernel(K, N, choose_tile(rows.get(gv.name_hint), N, num_sms), num_sms)
+                if unverified:  # the tensor cores' GEMM, at the build's precision: not yet run on a GPU
+                    mod[gv] = projection_mma_kernel(K, N, "tf32" if precision == "tf32" else "3xtf32")
+                else:
+                    mod[gv] = projection_kernel(K, N, choose_tile(rows.get(gv.name_hint), N, num_sms), num_sms)
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
             for gv, func, spec in list(recurrences(mod)):
                 if gv.name_hint in early and _may_launch_early(func, spec):

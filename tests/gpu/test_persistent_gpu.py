@@ -225,6 +225,18 @@ def test_f16_mma_matches_onnxruntime(op, hidden, direction, keep):
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 
+@pytest.mark.parametrize("op,hidden,direction,precision", [("LSTM", 1024, "forward", "fp32"), ("GRU", 256, "bidirectional", "fp32"),
+                                                          ("LSTM", 1024, "forward", "tf32"), ("RNN", 64, "reverse", "tf32")])
+def test_tensor_core_projection_matches_onnxruntime(op, hidden, direction, precision):
+    """The input projection on the tensor cores (projection_mma.py, built with unverified=True):
+    3xTF32 keeps fp32's bound, TF32 its own, over the whole (B, T) matrix (ragged M = T B).
+    Not yet run on a GPU (written 2026-11-25, when the session's device time had run out)."""
+    case = _layer_case(op, hidden, direction)
+    compiled = persist_rnn.compile(reference(case)[0], "cuda", measure=False, unverified=True, precision=precision)
+    failures = _failures(compiled, case, PRECISION_TOLERANCE[precision])
+    assert not failures, ", ".join(failures)
+
+
 @pytest.mark.parametrize("cell", ["rnn", "lstm", "gru0"])
 def test_matched_cell_loops_on_gpu(cell):
     """Cells written as primitive ops (torch RNNCell/LSTMCell loops, Keras-style GRU with

@@ -191,3 +191,18 @@ def test_a_tf32_step_is_reported_and_a_bad_precision_named():
     assert not layer.tf32_step  # no GPU to measure it: the FMA units
     with pytest.raises(persist_rnn.PersistRNNError, match="precision 'bf16'"):
         persist_rnn.compile(model, CUDA, precision="bf16")
+
+
+def test_projections_go_to_the_tensor_cores_only_when_unverified_kernels_are_allowed():
+    """The tensor-core GEMM (projection_mma.py) has not run on a GPU: only with unverified=True,
+    then at the build's precision (3xTF32 for fp32, TF32 for tf32)."""
+    model, _ = make_model(LayerCase(op="GRU", hidden_size=32, input_size=16, batch=4, linear_before_reset=1))
+
+    def projections(**kw):
+        out = PersistentRNN(CUDA, measure=False, **kw)(from_onnx(model))
+        return [json.loads(str(f.attrs["persist_rnn.projection"])) for _, f in out.functions.items()
+                if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and "persist_rnn.projection" in f.attrs]
+
+    assert [p.get("mma") for p in projections()] == [None]
+    assert [p.get("mma") for p in projections(unverified=True)] == ["3xtf32"]
+    assert [p.get("mma") for p in projections(unverified=True, precision="tf32")] == ["tf32"]

@@ -1,0 +1,62 @@
+"""The input projection on the tensor cores: fragment maps against the PTX ISA's figures, the CPU
+twin against numpy at each precision, and nvcc without spills."""
+from __future__ import annotations
+
+import itertools
+import shutil
+
+import numpy as np
+import pytest
+
+from persist_rnn.schedule.precision import TOLERANCE
+from tir_templates.projection_mma import (
+    a_fragment,
+    b_fragment,
+    c_fragment,
+    emulated_projection_mma_kernel,
+    projection_mma_kernel,
+)
+
+from test_cuda_codegen import cuda_source, nvcc_stats
+from test_projection import operands, run_on_cpu
+
+#: (M, K, N): ragged M and N; K not a multiple of the 32-column k-slice; K and N not multiples of 4
+SHAPES = [(100, 64, 256), (65, 40, 192), (37, 12, 20), (130, 6, 18)]
+
+
+def test_fragments_follow_the_ptx_figures():
+    """m16n8k8 .tf32 (PTX ISA 9.7.14.5.x): A's a0..a3 of lane l are (l/4, l%4), (l/4+8, l%4),
+    (l/4, l%4+4), (l/4+8, l%4+4); B's b0, b1 are (k l%4, column l/4) and (l%4+4, l/4); C's c0..c3
+    are (l/4, 2(l%4)), (l/4, 2(l%4)+1), (l/4+8, 2(l%4)), (l/4+8, 2(l%4)+1). Each covers its tile once."""
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        assert [a_fragment(lane, r) for r in range(4)] == [(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)]
+        assert [b_fragment(lane, r) for r in range(2)] == [(t, g), (t + 4, g)]
+        assert [c_fragment(lane, r) for r in range(4)] == [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]
+    for frag, regs, shape in ((a_fragment, 4, (16, 8)), (b_fragment, 2, (8, 8)), (c_fragment, 4, (16, 8))):
+        held = sorted(frag(lane, r) for lane, r in itertools.product(range(32), range(regs)))
+        assert held == sorted(itertools.product(range(shape[0]), range(shape[1])))
+
+
+@pytest.mark.parametrize("precision", ["3xtf32", "tf32"])
+@pytest.mark.parametrize("M,K,N", SHAPES, ids=str)
+def test_emulated_projection_mma_matches_numpy(M, K, N, precision):
+    """Loads, staging and bounds, the products as the mma takes them: 3xTF32 to fp32's 1e-4 of the
+    output scale; TF32 within its bound and off the exact product by more than fp32 would be."""
+    x, w, b = operands(M, K, N)
+    want = x.astype("float64") @ w + b
+    err = np.abs(run_on_cpu(emulated_projection_mma_kernel(K, N, precision), x, w, b) - want).max() / np.abs(want).max()
+    if precision == "3xtf32":
+        assert err <= 1e-6
+    else:
+        assert 1e-5 < err <= TOLERANCE["tf32"], err
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (TVM compiles CUDA with it)")
+@pytest.mark.parametrize("precision", ["3xtf32", "tf32"])
+@pytest.mark.parametrize("K,N,arch", [(1024, 4096, "sm_90"), (256, 768, "sm_80"), (40, 192, "sm_90")], ids=str)
+def test_projection_mma_compiles_without_spills(K, N, arch, precision, tmp_path):
+    source = cuda_source(projection_mma_kernel(K, N, precision), arch)
+    calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(acc")
+    assert calls == (1 if precision == "tf32" else 3) * (32 // 8) * 2 * 4  # per k-slice: 2 x 4 tiles, unrolled
+    assert max(nvcc_stats(source, arch, tmp_path)) == 0

@@ -1,0 +1,231 @@
+"""The input projection xw = x @ w_t + b on the tensor cores: mma.sync m16n8k8 with TF32 operands.
+
+The FMA GEMM (`projection.py`) reaches ~38 TFLOP/s on the H100, ~0.43 ms of an LSTM H=1024 B=20
+layer. This one computes the same tiles with the tensor cores, at the layer's precision:
+"3xtf32" (each operand split into a TF32 high part and the fp32 remainder, three mma: fp32
+accuracy, as the recurrent step's tensor-core configs) or "tf32" (operands rounded to TF32, one
+mma: a build at precision "tf32"). Read top to bottom in `block_program`:
+    per k-tile: registers -> shared memory (x transposed, both padded by 8 floats so that a
+    fragment's 8 x 4 lanes hit 32 banks), sync, next tile's global loads issued,
+    each warp's 32 x 32 of the CTA's 64 x 64 tile as 2 x 4 mma tiles, sync
+    then out = acc + b from the C fragments.
+`emulated_projection_mma_kernel` runs the same staging serially on the CPU and takes each
+product as the mma defines it (operands rounded or split as the GPU's are); the fragments' lane
+and register maps are checked against the PTX ISA's figures on plain ints (`a_fragment`,
+`b_fragment`, `c_fragment`).
+
+Signature: x (M, K), w_t (K, N), b (N,) -> out (M, N), all float32, M = T*B symbolic.
+"""
+from __future__ import annotations
+
+import json
+
+import tvm
+from tvm.script import tirx as T
+
+from .early_launch import allow_next_kernel
+from .persistent.dot_mma import MMA_TF32, tf32_rounded
+from .projection import OPAQUE, PROJECTION_ATTR
+
+BM, BN, BK = 64, 64, 32  # the CTA's tile of out, and the k-slice per shared-memory round
+WM, WN = 32, 32  # a warp's tile of out
+WARPS_N = BN // WN
+NT = (BM // WM) * WARPS_N * 32  # threads: 4 warps
+MT, NTL = WM // 16, WN // 8  # mma tiles of a warp's tile along M and N
+PAD = 8  # floats of padding per shared row
+PRECISIONS = ("3xtf32", "tf32")
+
+
+def a_fragment(lane, reg):
+    """(row, k) within a 16 x 8 A tile of register `reg` of `lane` (PTX ISA, m16n8k8 .tf32)."""
+    return lane // 4 + 8 * (reg % 2), lane % 4 + 4 * (reg // 2)
+
+
+def b_fragment(lane, reg):
+    """(k, column) within an 8 x 8 B tile of register `reg` of `lane`."""
+    return lane % 4 + 4 * reg, lane // 4
+
+
+def c_fragment(lane, reg):
+    """(row, column) within a 16 x 8 C tile of accumulator `reg` of `lane`."""
+    return lane // 4 + 8 * (reg // 2), 2 * (lane % 4) + reg % 2
+
+
+def _launch(K: int, N: int, precision: str, emulate: bool):
+    """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`)."""
+    VK = 4 if K % 4 == 0 else 1  # x loads along K, float4 when rows stay 16-byte aligned
+    VN = 4 if N % 4 == 0 else 1  # w_t loads along N
+    A_LOADS = BM * BK // (NT * VK)
+    B_LOADS = BK * BN // (NT * VN)
+    KT = (K + BK - 1) // BK
+    passes = 1 if precision == "tf32" else 3
+
+    def x_vector(e, t):
+        """(row, k) within the tile of thread t's e-th vector of x: VK consecutive k of one row."""
+        return (e * NT + t) // (BK // VK), (e * NT + t) % (BK // VK) * VK
+
+    def w_vector(e, t):
+        """(k, column) within the tile of thread t's e-th vector of w_t: VN consecutive columns."""
+        return (e * NT + t) // (BN // VN), (e * NT + t) % (BN // VN) * VN
+
+    def warp_row(t, mt):
+        return (t // 32 // WARPS_N) * WM + mt * 16
+
+    def warp_col(t, nt):
+        return (t // 32 % WARPS_N) * WN + nt * 8
+
+    @T.macro
+    def fetch_vectors(src, dst, reg, loads, vec, vector, row0, col0, n_rows, n_cols, t):
+        """Thread t's `loads` vectors of one operand's tile at (row0, col0) into registers (zeros
+        outside n_rows x n_cols)."""
+        for e in T.unroll(loads):
+            if T.And(row0 + vector(e, t)[0] < n_rows, col0 + vector(e, t)[1] < n_cols):
+                for v in T.vectorized(vec):
+                    dst[reg, e * vec + v] = src[row0 + vector(e, t)[0], col0 + vector(e, t)[1] + v]
+            else:
+                for v in T.vectorized(vec):
+                    dst[reg, e * vec + v] = T.float32(0)
+
+    @T.macro
+    def fetch(x, w, ra, rb, reg, by, bx, t, kt, n_m):
+        fetch_vectors(x, ra, reg, A_LOADS, VK, x_vector, by * BM, kt * BK, n_m, K, t)
+        fetch_vectors(w, rb, reg, B_LOADS, VN, w_vector, kt * BK, bx * BN, K, N, t)
+
+    @T.macro
+    def stage(a_s, b_s, ra, rb, reg, t):
+        """Registers into shared memory: x transposed (k-major), w_t as it is."""
+        for e in T.unroll(A_LOADS):
+            for v in T.unroll(VK):
+                a_s[x_vector(e, t)[1] + v, x_vector(e, t)[0]] = ra[reg, e * VK + v]
+        for e in T.unroll(B_LOADS):
+            for v in T.vectorized(VN):
+                b_s[w_vector(e, t)[0], w_vector(e, t)[1] + v] = rb[reg, e * VN + v]
+
+    @T.macro
+    def split(hi, lo, j, x):
+        """x as TF32 `hi[j]` and, for 3xTF32, the fp32 remainder `lo[j]`."""
+        T.ptx.cvt.rna.tf32.f32(hi[j], x)
+        if passes == 3:
+            lo[j] = x - T.reinterpret("float32", hi[j])
+
+    @T.macro
+    def mma(acc, f, a, b):
+        T.ptx[MMA_TF32](acc[f * 4], acc[f * 4 + 1], acc[f * 4 + 2], acc[f * 4 + 3], *a, *b,
+                        acc[f * 4], acc[f * 4 + 1], acc[f * 4 + 2], acc[f * 4 + 3])
+
+    @T.macro
+    def warp_products(a_s, b_s, acc, t):
+        """The warp's 2 x 4 mma tiles over the k-tile's four 8-column slices."""
+        ah = T.alloc_buffer((MT * 4,), "uint32", scope="local")
+        al = T.alloc_buffer((MT * 4,), "float32", scope="local")
+        bh = T.alloc_buffer((2,), "uint32", scope="local")
+        bl = T.alloc_buffer((2,), "float32", scope="local")
+        for ks in T.unroll(BK // 8):
+            for mt in T.unroll(MT):
+                for j in T.unroll(4):
+                    split(ah, al, mt * 4 + j, a_s[ks * 8 + a_fragment(t % 32, j)[1], warp_row(t, mt) + a_fragment(t % 32, j)[0]])
+            for nt in T.unroll(NTL):
+                for j in T.unroll(2):
+                    split(bh, bl, j, b_s[ks * 8 + b_fragment(t % 32, j)[0], warp_col(t, nt) + b_fragment(t % 32, j)[1]])
+                for mt in T.unroll(MT):
+                    if passes == 3:  # the small terms first
+                        mma(acc, mt * NTL + nt, [T.reinterpret("uint32", al[mt * 4 + j]) for j in range(4)], [bh[0], bh[1]])
+                        mma(acc, mt * NTL + nt, [ah[mt * 4 + j] for j in range(4)], [T.reinterpret("uint32", bl[j]) for j in range(2)])
+                    mma(acc, mt * NTL + nt, [ah[mt * 4 + j] for j in range(4)], [bh[0], bh[1]])
+
+    @T.macro
+    def store(out, b, acc, by, bx, t, n_m):
+        """out = acc + b from the C fragments, for the rows and columns that exist."""
+        for mt, nt, j in T.grid(MT, NTL, 4):
+            if T.And(by * BM + warp_row(t, mt) + c_fragment(t % 32, j)[0] < n_m,
+                     bx * BN + warp_col(t, nt) + c_fragment(t % 32, j)[1] < N):
+                out[by * BM + warp_row(t, mt) + c_fragment(t % 32, j)[0], bx * BN + warp_col(t, nt) + c_fragment(t % 32, j)[1]] = (
+                    acc[(mt * NTL + nt) * 4 + j] + b[bx * BN + warp_col(t, nt) + c_fragment(t % 32, j)[1]])
+
+    @T.macro
+    def block_program(x, w, b, out, by, bx, t, n_m):
+        """One CTA's tile, thread t's view (the CUDA kernel's body)."""
+        a_s = T.alloc_buffer((BK, BM + PAD), "float32", scope="shared")
+        b_s = T.alloc_buffer((BK, BN + PAD), "float32", scope="shared")
+        acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
+        ra = T.alloc_buffer((1, A_LOADS * VK), "float32", scope="local")
+        rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
+        T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
+        for a in T.unroll(MT * NTL * 4):
+            acc[a] = T.float32(0)
+        fetch(x, w, ra, rb, 0, by, bx, t, 0, n_m)
+        for kt in range(KT):
+            stage(a_s, b_s, ra, rb, 0, t)
+            T.tvm_storage_sync("shared")
+            if kt + 1 < KT:  # the next tile's loads are in flight during this tile's mma
+                fetch(x, w, ra, rb, 0, by, bx, t, kt + 1, n_m)
+            warp_products(a_s, b_s, acc, t)
+            T.tvm_storage_sync("shared")
+        store(out, b, acc, by, bx, t, n_m)
+
+    def operand(v):
+        """A value as the mma reads it: rounded to TF32 at "tf32"; exact for 3xTF32 (emulated as
+        the fp32 product it approximates)."""
+        return tf32_rounded(v) if passes == 1 else v
+
+    @T.macro
+    def emulated_blocks(x, w, b, out, n_m):
+        """The CTAs one after another, threads as serial loops; each warp's products from shared
+        memory as the mma defines them."""
+        for by in range((n_m + BM - 1) // BM):
+            for bx in range((N + BN - 1) // BN):
+                a_s = T.alloc_buffer((BK, BM + PAD), "float32")
+                b_s = T.alloc_buffer((BK, BN + PAD), "float32")
+                acc = T.alloc_buffer((BM, BN), "float32")
+                ra = T.alloc_buffer((NT, A_LOADS * VK), "float32")
+                rb = T.alloc_buffer((NT, B_LOADS * VN), "float32")
+                for i, j in T.grid(BM, BN):
+                    acc[i, j] = T.float32(0)
+                for kt in range(KT):
+                    for t in range(NT):
+                        fetch(x, w, ra, rb, t, by, bx, t, kt, n_m)
+                        stage(a_s, b_s, ra, rb, t, t)
+                    for i, j, k in T.grid(BM, BN, BK):
+                        acc[i, j] = acc[i, j] + operand(a_s[k, i]) * operand(b_s[k, j])
+                for i, j in T.grid(BM, BN):
+                    if T.And(by * BM + i < n_m, bx * BN + j < N):
+                        out[by * BM + i, bx * BN + j] = acc[i, j] + b[bx * BN + j]
+
+    @T.macro
+    def launch(x, w, b, out, n_m):
+        if emulate:
+            emulated_blocks(x, w, b, out, n_m)
+        else:
+            for by in T.thread_binding((n_m + BM - 1) // BM, thread="blockIdx.y"):
+                for bx in T.thread_binding((N + BN - 1) // BN, thread="blockIdx.x"):
+                    for t in T.thread_binding(NT, thread="threadIdx.x"):
+                        block_program(x, w, b, out, by, bx, t, n_m)
+
+    return launch
+
+
+def _build(K: int, N: int, precision: str, emulate: bool) -> tvm.tirx.PrimFunc:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
+    launch = _launch(K, N, precision, emulate)
+
+    @T.prim_func(private=True)
+    def kernel(x_h: T.handle, w: T.Buffer((K, N), "float32"), b: T.Buffer((N,), "float32"), out_h: T.handle):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
+        n_m = T.int64()
+        x = T.match_buffer(x_h, (n_m, K), "float32")
+        out = T.match_buffer(out_h, (n_m, N), "float32")
+        launch(x, w, b, out, n_m)
+
+    return kernel.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N, "mma": precision}))
+
+
+def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
+    """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
+    accuracy; "tf32")."""
+    return _build(K, N, precision, emulate=False)
+
+
+def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
+    """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""
+    return _build(K, N, precision, emulate=True)
