@@ -25,6 +25,27 @@ def _finish(fig, ax, title, path, legend_size=8):
     fig.savefig(path, dpi=120)
 
 
+def precision_lines(rows) -> list[str]:
+    """`persist-rnn bench --precision`'s rows as one table per precision, each layer against cuDNN
+    at that precision, and per precision: the geomean over torch's CUDA graph and over the best
+    cuDNN variant, and the layers slower than that best (issue 20's floors)."""
+    out = []
+    for precision in dict.fromkeys(r["precision"] for r in rows):
+        sel = [r for r in rows if r["precision"] == precision]
+        out += ["", f"## {precision}: each layer against cuDNN at {precision} (T=100, input = hidden)", "",
+                "| layer | ours ms | error | torch graph ms | best cuDNN ms | best | best ÷ ours | graph ÷ ours |",
+                "|---|---|---|---|---|---|---|---|"]
+        out += [f"| {r['cell']} H={r['hidden']} B={r['batch']} | {r['ours_ms']:.4f} | {r['ours_err']:.1e} | "
+                f"{r['torch_graph_ms']:.4f} | {r['best_cudnn_ms']:.4f} | {r['best_cudnn']} | "
+                f"{r['best_cudnn_over_ours']:.2f}x | {r['torch_graph_over_ours']:.2f}x |" for r in sel]
+        slower = [f"{r['cell']} H={r['hidden']} B={r['batch']} ({r['best_cudnn_over_ours']:.2f}x)"
+                  for r in sel if r["best_cudnn_over_ours"] < 1]
+        out += ["", f"Geomean over {len(sel)} layers: {geomean([r['torch_graph_over_ours'] for r in sel]):.2f}x against "
+                f"torch's CUDA graph, {geomean([r['best_cudnn_over_ours'] for r in sel]):.2f}x against the best cuDNN "
+                f"variant; slower than it: {', '.join(slower) or 'none'}."]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
@@ -149,6 +170,7 @@ def main():
         ax.set_ylabel("ms")
         _finish(fig, ax, f"Real models — {label}", os.path.join(args.docs, "img", "models.png"), legend_size=7)
         lines += ["", "![models](img/models.png)"]
+    lines += precision_lines([r for r in rows if r["part"] == "precision"])
     with open(os.path.join(args.docs, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

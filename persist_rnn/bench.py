@@ -238,6 +238,57 @@ def direct_cudnn_columns(layer, x) -> dict:
     return out
 
 
+#: what `--precision` measures: for each, our build's precision option, the ONNX model's dtype, and
+#: cuDNN's math type for its algorithms called directly (FMA: strict fp32; DEFAULT: TF32 allowed on
+#: fp32 data; TENSOR_OP: fp16 data on the tensor cores, fp32 accumulation)
+PRECISIONS = {"fp32": ("fp32", "float32", "FMA"), "tf32": ("tf32", "float32", "DEFAULT"),
+              "fp16": ("fp32", "float16", "TENSOR_OP")}
+
+
+def precision_row(op, hidden, batch, seq_len, options, precision) -> dict:
+    """One layer at `precision` against cuDNN at the same precision, in one run: torch's layer
+    (eager and CUDA graph; TF32 allowed only at "tf32"; fp16 layer and input at "fp16") and its
+    four algorithms called directly, each checked against torch's output at that precision within
+    the precision's bound (schedule/precision.py; fp16: 2e-3); the fastest of those is
+    `best_cudnn_ms`. `ours_err`: ours against torch's strict fp32 layer, over the output scale."""
+    import copy
+
+    import torch
+
+    from .cudnn_direct import algorithm_rows
+    from .schedule.precision import TOLERANCE
+
+    build_precision, dtype, math = PRECISIONS[precision]
+    torch.backends.cudnn.allow_tf32 = False
+    layer = torch_layer(op, hidden, seed=hidden + batch)
+    x = torch.randn(seq_len, batch, hidden, device="cuda")
+    with torch.no_grad():
+        strict = layer(x)[0].cpu().numpy()
+    feeds = {"X": x.cpu().numpy().astype(dtype)}
+    compiled = compile_model(onnx_from_torch(op, layer, seq_len, batch, dtype), "cuda", precision=build_precision, **options)
+    row = {"part": "precision", "precision": precision, "cell": op, "hidden": hidden, "batch": batch,
+           "seq_len": seq_len, "ours_ms": compiled_ms(compiled, feeds), "config": compiled.report()[0].config}
+    got = compiled.run(feeds)[0][:, 0].astype("float32")
+    row["ours_err"] = float(np.abs(got - strict).max() / max(1.0, float(np.abs(strict).max())))
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    theirs, tx = (copy.deepcopy(layer).half(), x.half()) if dtype == "float16" else (layer, x)
+    with torch.no_grad():
+        want = theirs(tx)[0]
+        row["torch_eager_ms"], row["torch_graph_ms"] = cudnn_ms(theirs, tx)
+        try:
+            direct = algorithm_rows(theirs, tx, want, cuda_ms, math=math)
+        except (RuntimeError, OSError) as err:  # no libcudnn beside torch, or its API differs
+            direct = {"error": str(err)}
+    bound = TOLERANCE.get(precision, 2e-3) * max(1.0, float(want.float().abs().max()))
+    timed = {"torch_graph": row["torch_graph_ms"]}
+    timed.update({a: r["ms"] for a, r in direct.items() if isinstance(r, dict) and "ms" in r and r["max_diff"] <= bound})
+    best = min(timed, key=timed.get)
+    row.update(cudnn_direct=direct, best_cudnn=best, best_cudnn_ms=timed[best],
+               best_cudnn_over_ours=timed[best] / row["ours_ms"], torch_graph_over_ours=row["torch_graph_ms"] / row["ours_ms"])
+    torch.backends.cudnn.allow_tf32 = True
+    return row
+
+
 def inputs_at_batch(compiled, npz: str, batch: int) -> dict:
     """An example's inputs tiled or cut to `batch` along each input's symbolic batch axis (an axis
     whose name holds "batch"; inputs without one stay as they are)."""
@@ -281,10 +332,11 @@ def model_rows(name, batches, options, examples_dir):
 
 
 def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), examples_dir="examples", log=print,
-              unverified=False, layers=()):
+              unverified=False, layers=(), precisions=()):
     """Measure `parts` and append JSON lines to `out` (the first one describes the machine and
     whether kernels not yet verified on a GPU were allowed); `layers`, (cell, hidden, batch)
-    triples, keeps only those layers of the parts."""
+    triples, keeps only those layers of the parts; `precisions` (of PRECISIONS) adds GRNN's grid
+    at each, against cuDNN at the same precision (`precision_row`)."""
     options = {"tuning_log": tuning_log, "unverified": unverified}
     try:
         import torch
@@ -310,6 +362,8 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
         jobs += [("LSTM", 256, 10, t, False) for t in (10, 50, 200, 400)]
     if layers:
         jobs = [job for job in jobs if tuple(job[:3]) in set(layers)]
+    grid = [(op, h, b) for op in ("LSTM", "GRU") for h in (64, 256, 1024) for b in (1, 10, 20)]
+    precision_jobs = [(p, *layer) for p in precisions for layer in grid if not layers or layer in set(layers)]
     with open(out, "a") as f:
         f.write(json.dumps(meta) + "\n")
         for op, h, b, t, unrolled in jobs:
@@ -317,6 +371,11 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
             f.write(json.dumps(row) + "\n")
             f.flush()
             log(json.dumps(row))
+        for precision, op, h, b in precision_jobs:
+            row = precision_row(op, h, b, 100, options, precision)
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            log(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}))
         if "models" in parts:
             for name, batches in (("char_rnn", (1, 16, 64)), ("speech_gru", (1, 8, 64)), ("text_classifier", (1, 8, 64))):
                 for row in model_rows(name, batches, options, examples_dir):

@@ -272,13 +272,31 @@ def calibrate(out_dir, sweeps, arch, configs, sweep_out):
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
 @click.option("--layer", "layers", multiple=True, callback=lambda ctx, param, v: tuple(_layer_key(s) for s in v),
               help="only this layer of the parts, as CELL:HIDDEN:BATCH, e.g. GRU:1024:20 (repeatable)")
-def bench(out, parts, tuning_log, unrolled_hidden, examples_dir, unverified, layers):
+@click.option("--precision", "precisions", callback=lambda ctx, param, v: _precisions(v),
+              help="also GRNN's grid at each of these precisions, against cuDNN at the same precision, "
+                   "comma-separated: fp32, tf32, fp16 (e.g. --precision fp32,tf32,fp16)")
+def bench(out, parts, tuning_log, unrolled_hidden, examples_dir, unverified, layers, precisions):
     """Benchmark against cuDNN, ONNX Runtime and unrolled TVM (needs torch and a CUDA GPU);
-    `python benchmarks/report.py OUT` makes the tables and plots."""
+    `python benchmarks/report.py OUT` makes the tables and plots. With --precision alone, only
+    the precision grid is measured."""
     from .bench import PARTS, run_suite
 
-    run_suite(out, parts or PARTS, tuning_log, unrolled_hidden, examples_dir, log=click.echo, unverified=unverified,
-              layers=layers)
+    run_suite(out, parts or (() if precisions else PARTS), tuning_log, unrolled_hidden, examples_dir, log=click.echo,
+              unverified=unverified, layers=layers, precisions=precisions)
+
+
+def _precisions(text) -> tuple[str, ...]:
+    """--precision fp32,tf32,fp16 as a tuple, each one the suite measures."""
+    from .bench import PRECISIONS
+
+    if not text:
+        return ()
+    names = tuple(p.strip() for p in text.split(",") if p.strip())
+    bad = [p for p in names if p not in PRECISIONS]
+    if bad:
+        why = " (bf16 layers are not benchmarked yet)" if "bf16" in bad else ""
+        raise click.BadParameter(f"{', '.join(bad)}: choose from {', '.join(PRECISIONS)}{why}", param_hint="--precision")
+    return names
 
 
 def _layer_key(text: str) -> tuple[str, int, int]:

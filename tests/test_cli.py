@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -130,3 +131,19 @@ def test_run_check_holds_each_precision_to_its_bound():
     res = CliRunner().invoke(main, ["run", f"{FIX}/torch_rnn_relu.onnx", "--inputs", f"{FIX}/torch_rnn_relu.npz",
                                     "--precision", "fp16"])
     assert res.exit_code == 2 and "'fp16' is not one of 'fp32', 'tf32'" in res.output
+
+
+def test_bench_precisions_are_checked_and_reported(tmp_path):
+    """--precision takes fp32, tf32, fp16 (bf16 is named as not benchmarked yet); the report
+    makes one table per precision with the floors' numbers."""
+    res = _run("bench", "--out", str(tmp_path / "r.jsonl"), "--precision", "fp32,bf16")
+    assert res.exit_code == 2 and "bf16 layers are not benchmarked yet" in res.output
+    res = _run("bench", "--out", str(tmp_path / "r.jsonl"), "--precision", "tf32,fp16")
+    assert res.exit_code == 0 and res.output.startswith("skip:")
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    from report import precision_lines
+
+    row = dict(precision="tf32", cell="GRU", hidden=1024, batch=1, ours_ms=0.2, ours_err=1e-4, torch_graph_ms=0.6,
+               best_cudnn_ms=0.1, best_cudnn="PERSIST_DYNAMIC", best_cudnn_over_ours=0.5, torch_graph_over_ours=3.0)
+    text = "\n".join(precision_lines([row, {**row, "batch": 20, "best_cudnn_over_ours": 2.0}]))
+    assert "## tf32" in text and "slower than it: GRU H=1024 B=1 (0.50x)" in text and "1.00x against the best" in text
