@@ -24,6 +24,7 @@ import tvm
 from tvm.script import tirx as T
 
 from .early_launch import allow_next_kernel
+from .gemm_staging import gemm_staging
 from .persistent.dot_mma import MMA_TF32, tf32_rounded
 from .projection import OPAQUE, PROJECTION_ATTR
 
@@ -53,53 +54,17 @@ def c_fragment(lane, reg):
 
 def _launch(K: int, N: int, precision: str, emulate: bool):
     """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`)."""
-    VK = 4 if K % 4 == 0 else 1  # x loads along K, float4 when rows stay 16-byte aligned
-    VN = 4 if N % 4 == 0 else 1  # w_t loads along N
-    A_LOADS = BM * BK // (NT * VK)
-    B_LOADS = BK * BN // (NT * VN)
+    staging = gemm_staging(K, N, BM, BN, BK, NT)
+    fetch, stage, VN = staging.fetch, staging.stage, staging.VN
+    A_LOADS, B_LOADS, VK = staging.A_LOADS, staging.B_LOADS, staging.VK
     KT = (K + BK - 1) // BK
     passes = 1 if precision == "tf32" else 3
-
-    def x_vector(e, t):
-        """(row, k) within the tile of thread t's e-th vector of x: VK consecutive k of one row."""
-        return (e * NT + t) // (BK // VK), (e * NT + t) % (BK // VK) * VK
-
-    def w_vector(e, t):
-        """(k, column) within the tile of thread t's e-th vector of w_t: VN consecutive columns."""
-        return (e * NT + t) // (BN // VN), (e * NT + t) % (BN // VN) * VN
 
     def warp_row(t, mt):
         return (t // 32 // WARPS_N) * WM + mt * 16
 
     def warp_col(t, nt):
         return (t // 32 % WARPS_N) * WN + nt * 8
-
-    @T.macro
-    def fetch_vectors(src, dst, reg, loads, vec, vector, row0, col0, n_rows, n_cols, t):
-        """Thread t's `loads` vectors of one operand's tile at (row0, col0) into registers (zeros
-        outside n_rows x n_cols)."""
-        for e in T.unroll(loads):
-            if T.And(row0 + vector(e, t)[0] < n_rows, col0 + vector(e, t)[1] < n_cols):
-                for v in T.vectorized(vec):
-                    dst[reg, e * vec + v] = src[row0 + vector(e, t)[0], col0 + vector(e, t)[1] + v]
-            else:
-                for v in T.vectorized(vec):
-                    dst[reg, e * vec + v] = T.float32(0)
-
-    @T.macro
-    def fetch(x, w, ra, rb, reg, by, bx, t, kt, n_m):
-        fetch_vectors(x, ra, reg, A_LOADS, VK, x_vector, by * BM, kt * BK, n_m, K, t)
-        fetch_vectors(w, rb, reg, B_LOADS, VN, w_vector, kt * BK, bx * BN, K, N, t)
-
-    @T.macro
-    def stage(a_s, b_s, ra, rb, reg, t):
-        """Registers into shared memory: x transposed (k-major), w_t as it is."""
-        for e in T.unroll(A_LOADS):
-            for v in T.unroll(VK):
-                a_s[x_vector(e, t)[1] + v, x_vector(e, t)[0]] = ra[reg, e * VK + v]
-        for e in T.unroll(B_LOADS):
-            for v in T.vectorized(VN):
-                b_s[w_vector(e, t)[0], w_vector(e, t)[1] + v] = rb[reg, e * VN + v]
 
     @T.macro
     def split(hi, lo, j, x):
