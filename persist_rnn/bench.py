@@ -20,7 +20,11 @@ import time
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from tir_templates.spec import CellSpec
+
 from .compile import compile as compile_model
+from .schedule.floor import floor_ms
+from .schedule.gpu import gpu_model
 from .testing import torch_to_onnx_weights
 
 PARTS = ("grid", "batch", "seq", "models")
@@ -285,6 +289,9 @@ def precision_row(op, hidden, batch, seq_len, options, precision) -> dict:
     best = min(timed, key=timed.get)
     row.update(cudnn_direct=direct, best_cudnn=best, best_cudnn_ms=timed[best],
                best_cudnn_over_ours=timed[best] / row["ours_ms"], torch_graph_over_ours=row["torch_graph_ms"] / row["ours_ms"])
+    spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU", dtype=dtype)
+    row.update(floor_ms(spec, batch, seq_len, gpu_model("sm_90"), precision))  # the physical floor (floor.py)
+    row["ours_over_floor"] = row["ours_ms"] / row["floor_ms"]
     torch.backends.cudnn.allow_tf32 = True
     return row
 

@@ -144,6 +144,8 @@ def test_bench_precisions_are_checked_and_reported(tmp_path):
     from report import precision_lines
 
     row = dict(precision="tf32", cell="GRU", hidden=1024, batch=1, ours_ms=0.2, ours_err=1e-4, torch_graph_ms=0.6,
-               best_cudnn_ms=0.1, best_cudnn="PERSIST_DYNAMIC", best_cudnn_over_ours=0.5, torch_graph_over_ours=3.0)
+               best_cudnn_ms=0.1, best_cudnn="PERSIST_DYNAMIC", best_cudnn_over_ours=0.5, torch_graph_over_ours=3.0,
+               floor_ms=0.05, ours_over_floor=4.0)
     text = "\n".join(precision_lines([row, {**row, "batch": 20, "best_cudnn_over_ours": 2.0}]))
     assert "## tf32" in text and "slower than it: GRU H=1024 B=1 (0.50x)" in text and "1.00x against the best" in text
+    assert "more than 3x the floor: GRU H=1024 B=1 (4.0x), GRU H=1024 B=20 (4.0x)" in text
