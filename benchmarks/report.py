@@ -43,6 +43,12 @@ def precision_lines(rows) -> list[str]:
                   for r in sel if r["best_cudnn_over_ours"] < 1]
         far = [f"{r['cell']} H={r['hidden']} B={r['batch']} ({r['ours_over_floor']:.1f}x)"
                for r in sel if r["ours_over_floor"] > 3]
+        flash = [r for r in sel if r.get("flashrnn_best_ms")]
+        if flash:
+            out += ["", f"FlashRNN ({precision}), fastest backend that matched torch: "
+                    + ", ".join(f"{r['cell']} H={r['hidden']} B={r['batch']} {r['flashrnn_best_ms']:.4f} ms "
+                                f"({r['flashrnn_best']}, {r['flashrnn_over_ours']:.2f}x)" for r in flash)
+                    + f"; geomean over these {len(flash)} layers {geomean([r['flashrnn_over_ours'] for r in flash]):.2f}x."]
         out += ["", f"Geomean over {len(sel)} layers: {geomean([r['torch_graph_over_ours'] for r in sel]):.2f}x against "
                 f"torch's CUDA graph, {geomean([r['best_cudnn_over_ours'] for r in sel]):.2f}x against the best cuDNN "
                 f"variant; slower than it: {', '.join(slower) or 'none'}; more than 3x the floor: "

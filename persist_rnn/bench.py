@@ -254,7 +254,7 @@ def precision_row(op, hidden, batch, seq_len, options, precision) -> dict:
     (eager and CUDA graph; TF32 allowed only at "tf32"; fp16 layer and input at "fp16") and its
     four algorithms called directly, each checked against torch's output at that precision within
     the precision's bound (schedule/precision.py; fp16: 2e-3); the fastest of those is
-    `best_cudnn_ms`. `ours_err`: ours against torch's strict fp32 layer, over the output scale."""
+    `best_cudnn_ms`. fp16 rows add FlashRNN's backends (`flashrnn_columns`). `ours_err`: ours against torch's strict fp32 layer, over the output scale."""
     import copy
 
     import torch
@@ -289,11 +289,37 @@ def precision_row(op, hidden, batch, seq_len, options, precision) -> dict:
     best = min(timed, key=timed.get)
     row.update(cudnn_direct=direct, best_cudnn=best, best_cudnn_ms=timed[best],
                best_cudnn_over_ours=timed[best] / row["ours_ms"], torch_graph_over_ours=row["torch_graph_ms"] / row["ours_ms"])
+    if dtype == "float16":  # FlashRNN runs fp16 (and bf16), not fp32
+        row.update(flashrnn_columns(theirs, tx, want, bound, row["ours_ms"]))
     spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU", dtype=dtype)
     row.update(floor_ms(spec, batch, seq_len, gpu_model("sm_90"), precision))  # the physical floor (floor.py)
     row["ours_over_floor"] = row["ours_ms"] / row["floor_ms"]
     torch.backends.cudnn.allow_tf32 = True
     return row
+
+
+def flashrnn_columns(layer, x, want, bound, ours_ms) -> dict:
+    """FlashRNN's backends on the same layer (`flashrnn_anchor.py`, input projection included),
+    each checked against torch's output within `bound`: `flashrnn` per backend ({"ms", "max_diff"}
+    or {"refused": why}), the fastest that matched as `flashrnn_best_ms`."""
+    import torch
+
+    from .flashrnn_anchor import BACKENDS, flashrnn_call
+
+    rows = {}
+    for backend in BACKENDS:
+        try:
+            with torch.no_grad():
+                call, y = flashrnn_call(layer, x, backend)
+                rows[backend] = {"max_diff": float((y.float() - want.float()).abs().max()), "ms": cuda_ms(call)}
+        except Exception as err:  # not installed, a JIT build that fails, a shape or dtype it refuses
+            rows[backend] = {"refused": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]}
+    out = {"flashrnn": rows}
+    matched = {b: r["ms"] for b, r in rows.items() if "ms" in r and r["max_diff"] <= bound}
+    if matched:
+        best = min(matched, key=matched.get)
+        out.update(flashrnn_best=best, flashrnn_best_ms=matched[best], flashrnn_over_ours=matched[best] / ours_ms)
+    return out
 
 
 def inputs_at_batch(compiled, npz: str, batch: int) -> dict:

@@ -1,0 +1,78 @@
+"""FlashRNN (Pöppel et al. 2024, arXiv 2412.07752; `flashrnn` on PyPI) as a benchmark anchor: torch's
+nn.LSTM / nn.GRU layer run by FlashRNN's kernels, input projection included, so that it times the
+same whole layer as ours.
+
+FlashRNN takes the input projection precomputed (Wx, [B, T, G, N, D]) and a recurrent matrix per
+gate and head (R, [G, N, D, P]: output unit, then the previous step's unit, as torch's W_hh); one head here (N = 1, D = H). Its LSTM gates are torch's
+order (i, f, g, o), bias b_ih + b_hh. Its GRU (FlashRNN's vanilla/gru.py) takes Wx for (r, z, n),
+R for (n, r, z) and four biases (b_hn, b_r, b_z, b_in): torch's GRU, reset applied after R_hn h
+(ONNX's linear_before_reset=1). `check_against_torch` runs its pure-torch `vanilla` backend, which
+the CUDA backends must agree with, against torch's layer.
+"""
+from __future__ import annotations
+
+#: FlashRNN's backends, fastest first by its paper; `vanilla` is its pure-torch reference
+BACKENDS = ("cuda_fused", "cuda", "triton")
+DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
+
+
+def flashrnn_operands(layer):
+    """(project, R, b, function): `project(x)` maps torch's (T, B, I) input to FlashRNN's Wx, and R,
+    b its weights, from torch's single-layer unidirectional `layer`, in the layer's dtype."""
+    import torch
+
+    H = layer.hidden_size
+    w_ih, w_hh = layer.weight_ih_l0, layer.weight_hh_l0
+    b_ih, b_hh = layer.bias_ih_l0, layer.bias_hh_l0
+    if isinstance(layer, torch.nn.LSTM):
+        function, G = "lstm", 4
+        R = w_hh.view(G, H, H)  # [G, D_out, D_in], as torch holds it
+        b = (b_ih + b_hh).view(G, H)
+        w_x, b_x = w_ih, None
+    elif isinstance(layer, torch.nn.GRU):
+        function, G = "gru", 3
+        r, z, n = w_hh.view(G, H, H)
+        R = torch.stack((n, r, z))
+        bi, bh = b_ih.view(G, H), b_hh.view(G, H)
+        b = torch.stack((bh[2], bi[0] + bh[0], bi[1] + bh[1], bi[2]))
+        w_x, b_x = w_ih, None
+    else:
+        raise TypeError(f"FlashRNN anchor: nn.LSTM or nn.GRU, got {type(layer).__name__}")
+    gates_x = w_x.shape[0] // H
+
+    def project(x):
+        T, B, _ = x.shape
+        wx = torch.nn.functional.linear(x, w_x, b_x)  # (T, B, gates_x * H)
+        return wx.view(T, B, gates_x, 1, H).transpose(0, 1)
+
+    return project, R[:, None].contiguous(), b[:, None].contiguous(), function
+
+
+def flashrnn_call(layer, x, backend: str):
+    """A no-argument forward of `layer` on x (T, B, I) through FlashRNN's `backend`, input
+    projection included; returns (call, y) with y (T, B, H) filled by each call. Raises whatever
+    FlashRNN raises for a shape or dtype it refuses (the bench records it)."""
+    import torch
+    from flashrnn import flashrnn
+
+    project, R, b, function = flashrnn_operands(layer)
+    dtype = DTYPES[str(x.dtype).replace("torch.", "")]
+    y = torch.empty(x.shape[0], x.shape[1], layer.hidden_size, device=x.device, dtype=x.dtype)
+
+    def call():
+        states, _ = flashrnn(project(x), R, b, function=function, backend=backend, dtype=dtype)
+        y.copy_(states[0, :, :, 0].transpose(0, 1))  # [S, B, T, N, D]: h of every step
+
+    call()
+    return call, y
+
+
+def check_against_torch(layer, x) -> float:
+    """max |FlashRNN's vanilla backend - torch's layer| on x: the operands' conversion is right when
+    it is at rounding level."""
+    import torch
+
+    call, y = flashrnn_call(layer, x, "vanilla")
+    with torch.no_grad():
+        want = layer(x)[0]
+    return float((y - want).abs().max())
