@@ -15,12 +15,11 @@ order of adding them aside).
 """
 from __future__ import annotations
 
-import json
 
 import tvm
 from tvm.script import tirx as T
 
-from .projection import OPAQUE, PROJECTION_ATTR
+from .gemm_signature import gemm_func
 
 #: the widest output this kernel takes: one warp's lanes store one column each
 MAX_N = 32
@@ -73,12 +72,8 @@ def narrow_dense_kernel(K: int, N: int, emulate: bool = False) -> tvm.tirx.PrimF
                     total[c] = total[c] + acc[lane, c]
                 out[m, c] = total[c] + b[c]
 
-    @T.prim_func(private=True)
-    def kernel(x_h: T.handle, w: T.Buffer((K, N), "float32"), b: T.Buffer((N,), "float32"), out_h: T.handle):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
-        n_m = T.int64()
-        x = T.match_buffer(x_h, (n_m, K), "float32")
-        out = T.match_buffer(out_h, (n_m, N), "float32")
+    @T.macro
+    def launch(x, w, b, out, n_m):
         if emulate:
             emulated_rows(x, w, b, out, n_m)
         else:
@@ -87,7 +82,7 @@ def narrow_dense_kernel(K: int, N: int, emulate: bool = False) -> tvm.tirx.PrimF
                     if bx * WARPS + tx // 32 < n_m:  # the same for the whole warp: its shuffle is whole
                         row_program(x, w, b, out, bx * WARPS + tx // 32, tx % 32)
 
-    return kernel.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N, "tile": "a warp per row"}))
+    return gemm_func(K, N, launch, {"tile": "a warp per row"})
 
 
 def emulated_narrow_dense_kernel(K: int, N: int) -> tvm.tirx.PrimFunc:

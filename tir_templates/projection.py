@@ -24,14 +24,10 @@ from tvm import te
 from tvm.script import tirx as T
 
 from .early_launch import allow_next_kernel
+from .gemm_signature import OPAQUE, PROJECTION_ATTR, gemm_func, tile_grid
 from .gemm_staging import gemm_staging
 from .persistent.layout import both
 
-#: function attribute of a projection, reference or kernel: {"K": ..., "N": ...}
-PROJECTION_ATTR = "persist_rnn.projection"
-#: TVM's op pattern "opaque": FuseOps leaves the projection whole in any pipeline position, so
-#: that PersistentRNN still finds it (reference) and no fused kernel swallows it (tiled GEMM)
-OPAQUE = 8
 #: (BM, BN, TT) the kernel can be built with: CTA tile BM x BN, thread tile TT x TT
 TILES = ((128, 128, 8), (64, 64, 8), (64, 64, 4))
 
@@ -168,17 +164,7 @@ def _tile_launch(K: int, N: int, tile: tuple[int, int, int], emulate: bool):
                 for t in range(NT):
                     store(out, b, acc, t, by, bx, t, n_m)
 
-    @T.macro
-    def launch(x, w, b, out, n_m):
-        if emulate:
-            emulated_blocks(x, w, b, out, n_m)
-        else:
-            for by in T.thread_binding((n_m + BM - 1) // BM, thread="blockIdx.y"):
-                for bx in T.thread_binding((N + BN - 1) // BN, thread="blockIdx.x"):
-                    for t in T.thread_binding(NT, thread="threadIdx.x"):
-                        block_program(x, w, b, out, by, bx, t, n_m)
-
-    return launch
+    return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
 
 
 def _build(K: int, N: int, tile: tuple[int, int, int] | None, num_sms: int, emulate: bool) -> tvm.tirx.PrimFunc:
@@ -197,16 +183,7 @@ def _build(K: int, N: int, tile: tuple[int, int, int] | None, num_sms: int, emul
             else:
                 small(x, w, b, out, n_m)
 
-    @T.prim_func(private=True)
-    def kernel(x_h: T.handle, w: T.Buffer((K, N), "float32"), b: T.Buffer((N,), "float32"), out_h: T.handle):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
-        n_m = T.int64()
-        x = T.match_buffer(x_h, (n_m, K), "float32")
-        out = T.match_buffer(out_h, (n_m, N), "float32")
-        launch(x, w, b, out, n_m)
-
-    chosen = list(tile) if tile is not None else f"by rows, {num_sms} SMs"
-    return kernel.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N, "tile": chosen}))
+    return gemm_func(K, N, launch, {"tile": list(tile) if tile is not None else f"by rows, {num_sms} SMs"})
 
 
 def projection_kernel(K: int, N: int, tile: tuple[int, int, int] | None = TILES[0],

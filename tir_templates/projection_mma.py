@@ -18,7 +18,6 @@ Signature: x (M, K), w_t (K, N), b (N,) -> out (M, N), all float32, M = T*B symb
 """
 from __future__ import annotations
 
-import json
 
 import tvm
 from tvm.script import tirx as T
@@ -26,7 +25,7 @@ from tvm.script import tirx as T
 from .early_launch import allow_next_kernel
 from .gemm_staging import gemm_staging
 from .persistent.dot_mma import MMA_TF32, tf32_rounded
-from .projection import OPAQUE, PROJECTION_ATTR
+from .gemm_signature import gemm_func, tile_grid
 
 BM, BN, BK = 64, 64, 32  # the CTA's tile of out, and the k-slice per shared-memory round
 WM, WN = 32, 32  # a warp's tile of out
@@ -156,33 +155,13 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
                     if T.And(by * BM + i < n_m, bx * BN + j < N):
                         out[by * BM + i, bx * BN + j] = acc[i, j] + b[bx * BN + j]
 
-    @T.macro
-    def launch(x, w, b, out, n_m):
-        if emulate:
-            emulated_blocks(x, w, b, out, n_m)
-        else:
-            for by in T.thread_binding((n_m + BM - 1) // BM, thread="blockIdx.y"):
-                for bx in T.thread_binding((N + BN - 1) // BN, thread="blockIdx.x"):
-                    for t in T.thread_binding(NT, thread="threadIdx.x"):
-                        block_program(x, w, b, out, by, bx, t, n_m)
-
-    return launch
+    return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
 
 
 def _build(K: int, N: int, precision: str, emulate: bool) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
-    launch = _launch(K, N, precision, emulate)
-
-    @T.prim_func(private=True)
-    def kernel(x_h: T.handle, w: T.Buffer((K, N), "float32"), b: T.Buffer((N,), "float32"), out_h: T.handle):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
-        n_m = T.int64()
-        x = T.match_buffer(x_h, (n_m, K), "float32")
-        out = T.match_buffer(out_h, (n_m, N), "float32")
-        launch(x, w, b, out, n_m)
-
-    return kernel.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N, "mma": precision}))
+    return gemm_func(K, N, _launch(K, N, precision, emulate), {"mma": precision})
 
 
 def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:

@@ -1,0 +1,50 @@
+"""What every input-projection kernel shares: its signature, x (M, K), w_t (K, N), b (N,) -> out
+(M, N), all float32 with M symbolic, and the attribute that marks it (`gemm_func`); and the grid of
+a tiled one, a CTA per BM x BN tile of out (`tile_grid`). The FMA GEMM (`projection.py`), the
+tensor-core GEMM (`projection_mma.py`) and the narrow dense layer (`narrow_dense.py`) differ only
+in their bodies.
+"""
+from __future__ import annotations
+
+import json
+
+import tvm
+from tvm.script import tirx as T
+
+#: function attribute of a projection, reference or kernel: {"K": ..., "N": ...}
+PROJECTION_ATTR = "persist_rnn.projection"
+#: TVM's op pattern "opaque": FuseOps leaves the projection whole in any pipeline position, so
+#: that PersistentRNN still finds it (reference) and no fused kernel swallows it (tiled GEMM)
+OPAQUE = 8
+
+
+def gemm_func(K: int, N: int, launch, info: dict) -> tvm.tirx.PrimFunc:
+    """The projection PrimFunc whose body is the macro launch(x, w, b, out, n_m); `info` joins K
+    and N in its PROJECTION_ATTR."""
+
+    @T.prim_func(private=True)
+    def kernel(x_h: T.handle, w: T.Buffer((K, N), "float32"), b: T.Buffer((N,), "float32"), out_h: T.handle):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
+        n_m = T.int64()
+        x = T.match_buffer(x_h, (n_m, K), "float32")
+        out = T.match_buffer(out_h, (n_m, N), "float32")
+        launch(x, w, b, out, n_m)
+
+    return kernel.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N, **info}))
+
+
+def tile_grid(N: int, BM: int, BN: int, NT: int, block_program, emulated_blocks, emulate: bool):
+    """The macro launch(x, w, b, out, n_m) of a tiled GEMM: block_program(x, w, b, out, by, bx,
+    t, n_m) on a CTA of NT threads per BM x BN tile of out, or `emulated_blocks` (serially)."""
+
+    @T.macro
+    def launch(x, w, b, out, n_m):
+        if emulate:
+            emulated_blocks(x, w, b, out, n_m)
+        else:
+            for by in T.thread_binding((n_m + BM - 1) // BM, thread="blockIdx.y"):
+                for bx in T.thread_binding((N + BN - 1) // BN, thread="blockIdx.x"):
+                    for t in T.thread_binding(NT, thread="threadIdx.x"):
+                        block_program(x, w, b, out, by, bx, t, n_m)
+
+    return launch
