@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU box, one part per `device run` call (each fits its 10 minutes).
 # Bring TVM there first (../shared/device/README.md), with the CLI's pure-Python dependencies:
-#     bash ../shared/device/make-bundle.sh click==8.4.0 tqdm==4.70.1
+#     bash ../shared/device/make-bundle.sh click==8.5.1 tqdm==4.70.1 onnxslim==0.1.98 colorama==0.4.6 \
+#         flashrnn==1.0.8 einops==0.8.2 ninja==1.13.2      # FlashRNN: the fp16 anchor of `precision`
 # then, in the repo root on the box:
 #     export PYTHONPATH=/tmp/site:$PWD; bash benchmarks/gpu_session.sh tests       # pytest -m gpu
 #       (over 10 minutes? split it: PYTEST_ARGS="-k LSTM" ..., "-k GRU", "-k 'not LSTM and not GRU'")
 #     ... calibrate   # persist-rnn calibrate: barrier costs + config sample -> $OUT/calibration/<arch>.json
 #     ... bench       # persist-rnn bench -> $OUT/bench.jsonl (then benchmarks/report.py here)
 #     ... bench-unverified   # the same with the kernels not yet verified (once `tests` passed)
+#     ... new         # the GPU tests of the kernels built but not yet run (fp16 mma, tensor-core GEMM)
+#     ... precision   # persist-rnn bench --precision fp32,tf32,fp16 -> $OUT/precision.jsonl
 # Logs and results go to $OUT (the device tool brings them back).
 set -o pipefail
 OUT=${OUT:-/tmp/persist_rnn_out}
@@ -21,6 +24,10 @@ for part in "${@:-tests}"; do
     bench) python3 -m persist_rnn.cli bench --out "$OUT/bench.jsonl" 2>&1 | tee "$OUT/bench.log" ;;
     bench-unverified) python3 -m persist_rnn.cli bench --unverified --parts grid --out "$OUT/bench-unverified.jsonl" 2>&1 \
                         | tee "$OUT/bench-unverified.log" ;;
-    *) echo "unknown part $part (tests, calibrate, bench, bench-unverified)"; exit 2 ;;
+    new) python3 -m pytest -q -rf tests/gpu/test_persistent_gpu.py tests/test_flashrnn_anchor.py \
+           -k "f16_mma or tensor_core_projection or tf32 or flashrnn" 2>&1 | tail -40 | tee "$OUT/gpu_new.log" ;;
+    precision) python3 -m persist_rnn.cli bench --precision fp32,tf32,fp16 --out "$OUT/precision.jsonl" 2>&1 \
+                 | tee "$OUT/precision.log" ;;
+    *) echo "unknown part $part (tests, calibrate, bench, bench-unverified, new, precision)"; exit 2 ;;
   esac
 done
