@@ -328,8 +328,9 @@ def log_list(path):
     for rec in records:
         w = rec.workload
         t = f"{rec.time_us:.2f} us/step" if rec.time_us is not None else "not measured"
+        allowed = f" precision={w['precision']}" if "precision" in w else ""  # a build that allowed less than fp32
         click.echo(f"{w['cell']} I={w['input_size']} H={w['hidden_size']} B={w['batch']} D={w['directions']} "
-                   f"{w['dtype']} {w['arch']} v{w['template_version']}: {rec.config.as_dict()} {t} [{rec.source}]")
+                   f"{w['dtype']}{allowed} {w['arch']} v{w['template_version']}: {rec.config.as_dict()} {t} [{rec.source}]")
 
 
 @log.command("merge")

@@ -60,9 +60,12 @@ def test_log_list_and_merge(tmp_path):
     log = str(tmp_path / "a.jsonl")
     assert _run("compile", f"{FIX}/torch_rnn_relu.onnx", "-o", str(tmp_path / "m.so"), "--tuning-log", log).exit_code == 0
     res = _run("log", "list", log)
-    assert "rnn I=10 H=8" in res.output and "[cost_model]" in res.output
+    assert "rnn I=10 H=8" in res.output and "[cost_model]" in res.output and "precision=" not in res.output
+    assert _run("compile", f"{FIX}/torch_rnn_relu.onnx", "-o", str(tmp_path / "m.so"), "--tuning-log", log,
+                "--precision", "tf32").exit_code == 0
+    assert "float32 precision=tf32 sm_90" in _run("log", "list", log).output  # a record of its own
     res = _run("log", "merge", log, log, "-o", str(tmp_path / "m.jsonl"))
-    assert "1 workloads" in res.output
+    assert "2 workloads" in res.output  # the fp32 build's and the tf32 build's, each once
 
 
 def test_bench_without_gpu_skips_with_a_message(tmp_path):
