@@ -29,7 +29,7 @@ def pipeline(target, *, tuning_log=None, report: list | None = None, persistent:
     with `power` made exact first (ExactPower: TVM's CUDA fast math gets negative bases wrong),
     dense layers over symbolic rows as the projection GEMM on CUDA (DenseToProjection) and, for
     CUDA, dlight's schedules kept to ones that build (`_cuda_pipeline`).
-    `options` go to PersistentRNN (config, top_k, measure, unverified); `report`, a list, receives
+    `options` go to PersistentRNN (config, top_k, measure, unverified, precision); `report`, a list, receives
     one LayerReport per recurrent layer as the pass leaves them."""
     target = as_target(target)
     passes = [ExactPower()]
