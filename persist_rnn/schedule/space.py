@@ -101,25 +101,37 @@ def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUMode
 def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
     """`cfg` with the fewest runs of weight columns moved to shared memory that make it fit, if
     the registers were what it lacked (None otherwise)."""
-    if _lacks_registers(spec, cfg, gpu):
-        # the registers a config needs fall as runs move out, so bisect for the fewest runs that
-        # leave enough, then walk on from there (shared memory grows with each run)
-        low, high = 1, cfg.cols_per_lane(spec) // cfg.column_run(spec)
-        while low < high:
-            mid = (low + high) // 2
-            if _lacks_registers(spec, dataclasses.replace(cfg, smem_runs=mid), gpu):
-                low = mid + 1
-            else:
-                high = mid
-        for runs in range(low, cfg.cols_per_lane(spec) // cfg.column_run(spec) + 1):
-            moved = dataclasses.replace(cfg, smem_runs=runs)
-            if not problems_on(spec, moved, gpu):
-                return moved
+    problems = problems_on(spec, cfg, gpu)
+    if not any(_REGISTERS in p for p in problems) or any(not _movable(p) for p in problems):
+        return None  # moving weights out cannot mend what is not registers (or dynamic memory)
+    # the registers a config needs fall as runs move out, so bisect for the fewest runs that
+    # leave enough, then walk on from there until shared memory, which grows with each run, is
+    # exceeded
+    low, high = 1, cfg.cols_per_lane(spec) // cfg.column_run(spec)
+    while low < high:
+        mid = (low + high) // 2
+        if any(_REGISTERS in p for p in problems_on(spec, dataclasses.replace(cfg, smem_runs=mid), gpu)):
+            low = mid + 1
+        else:
+            high = mid
+    for runs in range(low, cfg.cols_per_lane(spec) // cfg.column_run(spec) + 1):
+        moved = dataclasses.replace(cfg, smem_runs=runs)
+        problems = problems_on(spec, moved, gpu)
+        if not problems:
+            return moved
+        if any(_SHARED_LIMIT in p for p in problems):
+            return None
     return None
 
 
-def _lacks_registers(spec: CellSpec, cfg: Config, gpu: GPUModel) -> bool:
-    return any("register" in p for p in problems_on(spec, cfg, gpu))
+#: the words of the `problems` that moving weight runs to shared memory changes: too many registers
+#: (fewer with each run), a dynamic allocation too small for TVM to raise the limit (larger with
+#: each run), the shared-memory limit (exceeded for good once exceeded)
+_REGISTERS, _DYNAMIC, _SHARED_LIMIT = "register", "dynamic shared memory", "bytes of shared memory (at most"
+
+
+def _movable(problem: str) -> bool:
+    return _REGISTERS in problem or _DYNAMIC in problem
 
 
 def problems_on(spec: CellSpec, cfg: Config, gpu: GPUModel) -> list[str]:
