@@ -177,13 +177,18 @@ def test_tensor_cores_match_onnxruntime(op, hidden, direction, keep):
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 
-@pytest.mark.parametrize("op,hidden,direction,keep", [
+#: one layer of each kind a tensor-core step takes (a grid, a bidirectional cluster, GRU, a
+#: reverse RNN, one CTA) with the filter its config must pass: the new mma variants' GPU cases
+MMA_KINDS = pytest.mark.parametrize("op,hidden,direction,keep", [
     ("LSTM", 1024, "forward", _whole_tiles),
     ("LSTM", 256, "bidirectional", _whole_tiles),
     ("GRU", 256, "forward", _whole_tiles),
     ("RNN", 128, "reverse", lambda s, c: _whole_tiles(s, c) and not c.cluster),
     ("GRU", 64, "bidirectional", lambda s, c: c.barrier(s) == "cta" and _whole_tiles(s, c)),
 ], ids=["lstm1024", "lstm256-bidir", "gru256", "rnn128", "gru64-one-cta"])
+
+
+@MMA_KINDS
 def test_tf32_matches_onnxruntime_within_its_bound(op, hidden, direction, keep):
     """The TF32 step (precision="tf32": one mma of rounded operands) of the model's best TF32
     config of each kind, over the whole (B, T) matrix: within TF32's bound (precision.TOLERANCE),
@@ -205,13 +210,7 @@ def test_tf32_matches_onnxruntime_within_its_bound(op, hidden, direction, keep):
     assert max(errors.values()) > TOLERANCE["float32"] / 10, errors
 
 
-@pytest.mark.parametrize("op,hidden,direction,keep", [
-    ("LSTM", 1024, "forward", _whole_tiles),
-    ("LSTM", 256, "bidirectional", _whole_tiles),
-    ("GRU", 256, "forward", _whole_tiles),
-    ("RNN", 128, "reverse", lambda s, c: _whole_tiles(s, c) and not c.cluster),
-    ("GRU", 64, "bidirectional", lambda s, c: c.barrier(s) == "cta" and _whole_tiles(s, c)),
-], ids=["lstm1024", "lstm256-bidir", "gru256", "rnn128", "gru64-one-cta"])
+@MMA_KINDS
 def test_f16_mma_matches_onnxruntime(op, hidden, direction, keep):
     """fp16 models on the tensor cores (m16n8k16 on their fp16 weights, h(t-1) rounded to fp16):
     the model's best such config of each kind over the whole (B, T) matrix, within the fp16 bound.
