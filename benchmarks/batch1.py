@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn  # noqa: E402
-from persist_rnn.bench import cuda_ms, cudnn_ms, interleaved_ms, onnx_from_torch, torch_layer, vm_call  # noqa: E402
+from persist_rnn.bench import cuda_ms, cudnn_ms, interleaved_ms, strict_fp32_case, vm_call  # noqa: E402
 from persist_rnn.transform import persistent_rnn  # noqa: E402
 from tir_templates.config import Config  # noqa: E402
 
@@ -37,14 +37,7 @@ def layer_row(cell, hidden, batch, retune, seq_len=100):
 
     from persist_rnn.cudnn_direct import algorithm_rows
 
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    layer = torch_layer(cell, hidden, seed=hidden + batch)
-    x = torch.randn(seq_len, batch, hidden, device="cuda")
-    with torch.no_grad():
-        want = layer(x)[0]
-    model = onnx_from_torch(cell, layer, seq_len, batch)
-    feeds = {"X": x.cpu().numpy()}
+    layer, x, want, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len)
     row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len}
     builds = {"tuned": persist_rnn.compile(model, "cuda", tuning_log=SHIPPED_LOG)}
     cfg = Config.from_dict(builds["tuned"].report()[0].config)

@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn  # noqa: E402
-from persist_rnn.bench import cuda_ms, cudnn_ms, interleaved_ms, onnx_from_torch, torch_layer, vm_call  # noqa: E402
+from persist_rnn.bench import cuda_ms, cudnn_ms, interleaved_ms, strict_fp32_case, vm_call  # noqa: E402
 
 GRID = [(cell, h, b) for cell in ("LSTM", "GRU") for h in (64, 256, 1024) for b in (1, 10, 20)]
 SHIPPED_LOG = os.path.join(os.path.dirname(__file__), "..", "docs", "data", "tune-h100.jsonl")
@@ -40,14 +40,7 @@ def layer_row(cell, hidden, batch, seq_len=100, top_k=2):
 
     from persist_rnn.cudnn_direct import algorithm_rows
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    layer = torch_layer(cell, hidden, seed=hidden + batch)
-    x = torch.randn(seq_len, batch, hidden, device="cuda")
-    with torch.no_grad():
-        strict = layer(x)[0]
-    model = onnx_from_torch(cell, layer, seq_len, batch)
-    feeds = {"X": x.cpu().numpy()}
+    layer, x, strict, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len)
     row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len}
     builds = {"fp32": persist_rnn.compile(model, "cuda", tuning_log=SHIPPED_LOG),
               "tf32": persist_rnn.compile(model, "cuda", precision="tf32", measure=True,

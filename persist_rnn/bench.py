@@ -58,6 +58,21 @@ def onnx_from_torch(op, layer, seq_len, batch, dtype="float32"):
     return model
 
 
+def strict_fp32_case(op, hidden, batch, seq_len, dtype="float32"):
+    """(layer, x, y, model, feeds) of one benchmark layer: torch's layer (input = hidden) on the GPU
+    with TF32 off, its input x and strict fp32 output y (T, B, H), the layer as an ONNX model of
+    `dtype` and that model's feeds."""
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    layer = torch_layer(op, hidden, seed=hidden + batch)
+    x = torch.randn(seq_len, batch, hidden, device="cuda")
+    with torch.no_grad():
+        y = layer(x)[0]
+    return layer, x, y, onnx_from_torch(op, layer, seq_len, batch, dtype), {"X": x.cpu().numpy().astype(dtype)}
+
+
 def grid_arguments(ap):
     """Options choosing a part of GRNN's grid (benchmarks/ scripts): cells, hidden sizes, batches,
     and the tuning log to compile with."""
@@ -263,13 +278,9 @@ def precision_row(op, hidden, batch, seq_len, options, precision) -> dict:
     from .schedule.precision import TOLERANCE
 
     build_precision, dtype, math = PRECISIONS[precision]
-    torch.backends.cudnn.allow_tf32 = False
-    layer = torch_layer(op, hidden, seed=hidden + batch)
-    x = torch.randn(seq_len, batch, hidden, device="cuda")
-    with torch.no_grad():
-        strict = layer(x)[0].cpu().numpy()
-    feeds = {"X": x.cpu().numpy().astype(dtype)}
-    compiled = compile_model(onnx_from_torch(op, layer, seq_len, batch, dtype), "cuda", precision=build_precision, **options)
+    layer, x, strict, model, feeds = strict_fp32_case(op, hidden, batch, seq_len, dtype)
+    strict = strict.cpu().numpy()
+    compiled = compile_model(model, "cuda", precision=build_precision, **options)
     row = {"part": "precision", "precision": precision, "cell": op, "hidden": hidden, "batch": batch,
            "seq_len": seq_len, "ours_ms": compiled_ms(compiled, feeds), "config": compiled.report()[0].config}
     got = compiled.run(feeds)[0][:, 0].astype("float32")

@@ -9,14 +9,17 @@ import click
 import numpy as np
 
 from .errors import PersistRNNError
-from .schedule.precision import TOLERANCE
+from .schedule.precision import PRECISIONS, TOLERANCE
 
 UNVERIFIED_HELP = ("also use kernel variants not yet run on a GPU (today: tensor cores with a padded row tile, fp16 "
                    "layers' and the input projection's tensor-core kernels)")
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)": "int64",
                "tensor(int32)": "int32", "tensor(float16)": "float16", "tensor(bool)": "bool"}
-PRECISION_HELP = ("what an fp32 layer's recurrent step may run at: fp32 (fp32 accuracy) or tf32 (tensor cores at TF32, "
-                  "as torch.backends.cudnn.allow_tf32 allows cuDNN)")
+#: compile, run and tune: what an fp32 layer's recurrent step may run at (schedule/precision.py)
+_precision_option = click.option(
+    "--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
+    help="what an fp32 layer's recurrent step may run at: fp32 (fp32 accuracy) or tf32 (tensor cores at TF32, "
+         "as torch.backends.cudnn.allow_tf32 allows cuDNN)")
 TARGET_HELP = 'a name ("llvm", "cuda") or a JSON target, e.g. \'{"kind": "cuda", "arch": "sm_80"}\''
 
 
@@ -77,7 +80,7 @@ def _verbose() -> bool:
 @click.option("--tuning-log", type=click.Path(dir_okay=False), help="reuse (and extend) this tuning log")
 @click.option("--unroll", is_flag=True, help="unroll recurrences into primitive ops (static shapes only)")
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
-@click.option("--precision", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True, help=PRECISION_HELP)
+@_precision_option
 @_pin_options
 def compile(model, output, target, tuning_log, unroll, unverified, precision, shape_opts, const_opts):
     """Compile MODEL into a shared library (plus OUTPUT.json describing it)."""
@@ -105,7 +108,7 @@ def compile(model, output, target, tuning_log, unroll, unverified, precision, sh
 @click.option("--check", is_flag=True, help="compare with ONNX Runtime and print the max error")
 @click.option("--save", type=click.Path(dir_okay=False), help="write the outputs to this .npz")
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
-@click.option("--precision", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True, help=PRECISION_HELP)
+@_precision_option
 @_pin_options
 def run(model, inputs_path, target, tuning_log, check, save, unverified, precision, shape_opts, const_opts):
     """Compile MODEL, run it on INPUTS and print the outputs' shapes (pinned inputs may be left out
@@ -188,7 +191,7 @@ def inspect(model, target, tuning_log, shape_opts, const_opts):
 @click.option("--log", "log_path", required=True, type=click.Path(dir_okay=False), help="tuning log to append to")
 @click.option("--batches", help="batch buckets to tune a layer whose batch is symbolic for, comma-separated "
                                  "bounds (default: the compiler's, 1,2,4,8,16,32,64)")
-@click.option("--precision", type=click.Choice(["fp32", "tf32"]), default="fp32", show_default=True, help=PRECISION_HELP)
+@_precision_option
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
 def tune(model, target, top_k, log_path, batches, precision, unverified):
     """Measure the cost model's top-K configs of every recurrent layer and log the fastest (for a

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 #: FlashRNN's backends, fastest first by its paper; `vanilla` is its pure-torch reference
 BACKENDS = ("cuda_fused", "cuda", "triton")
-DTYPES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
 
 
 def flashrnn_operands(layer):
@@ -28,22 +27,18 @@ def flashrnn_operands(layer):
         function, G = "lstm", 4
         R = w_hh.view(G, H, H)  # [G, D_out, D_in], as torch holds it
         b = (b_ih + b_hh).view(G, H)
-        w_x, b_x = w_ih, None
     elif isinstance(layer, torch.nn.GRU):
         function, G = "gru", 3
         r, z, n = w_hh.view(G, H, H)
         R = torch.stack((n, r, z))
         bi, bh = b_ih.view(G, H), b_hh.view(G, H)
         b = torch.stack((bh[2], bi[0] + bh[0], bi[1] + bh[1], bi[2]))
-        w_x, b_x = w_ih, None
     else:
         raise TypeError(f"FlashRNN anchor: nn.LSTM or nn.GRU, got {type(layer).__name__}")
-    gates_x = w_x.shape[0] // H
 
-    def project(x):
+    def project(x):  # the biases are all in b
         T, B, _ = x.shape
-        wx = torch.nn.functional.linear(x, w_x, b_x)  # (T, B, gates_x * H)
-        return wx.view(T, B, gates_x, 1, H).transpose(0, 1)
+        return torch.nn.functional.linear(x, w_ih).view(T, B, G, 1, H).transpose(0, 1)
 
     return project, R[:, None].contiguous(), b[:, None].contiguous(), function
 
@@ -56,7 +51,7 @@ def flashrnn_call(layer, x, backend: str):
     from flashrnn import flashrnn
 
     project, R, b, function = flashrnn_operands(layer)
-    dtype = DTYPES[str(x.dtype).replace("torch.", "")]
+    dtype = str(x.dtype).replace("torch.", "")  # float16, bfloat16 or float32, as FlashRNN names them
     y = torch.empty(x.shape[0], x.shape[1], layer.hidden_size, device=x.device, dtype=x.dtype)
 
     def call():

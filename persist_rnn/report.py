@@ -89,12 +89,12 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
             spec = CellSpec.from_json(str(func.attrs[ATTR_KEY]))
             launch = func.attrs.get(EARLY_LAUNCH[0], [])
-            persistent = _attr(func, LOWERING_ATTR, "reference") == "persistent"
-            out.append(_entry(spec, _attr(func, LOWERING_ATTR, "reference"), reason=_attr(func, REASON_ATTR),
+            lowering = _attr(func, LOWERING_ATTR, "reference")
+            out.append(_entry(spec, lowering, reason=_attr(func, REASON_ATTR),
                               config=json.loads(_attr(func, CONFIG_ATTR, "{}")), source=_attr(func, SOURCE_ATTR),
                               early_launch=EARLY_LAUNCH[1][0] in list(launch),
                               cooperative_launch=COOPERATIVE_LAUNCH[1][0] in list(launch),
-                              tf32_step=persistent and any(c.tf32() for c in kernel_configs(func)),
+                              tf32_step=lowering == "persistent" and any(c.tf32() for c in kernel_configs(func)),
                               buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]"))))
     if mod.attrs is not None and UNROLLED_ATTR in mod.attrs:
         for text in json.loads(str(mod.attrs[UNROLLED_ATTR])):

@@ -18,14 +18,13 @@ Signature: x (M, K), w_t (K, N), b (N,) -> out (M, N), all float32, M = T*B symb
 """
 from __future__ import annotations
 
-
 import tvm
 from tvm.script import tirx as T
 
 from .early_launch import allow_next_kernel
-from .gemm_staging import gemm_staging
-from .persistent.dot_mma import MMA_TF32, tf32_rounded
 from .gemm_signature import gemm_func, tile_grid
+from .gemm_staging import gemm_staging
+from .persistent.dot_mma import mma, tf32_rounded, tf32_split
 
 BM, BN, BK = 64, 64, 32  # the CTA's tile of out, and the k-slice per shared-memory round
 WM, WN = 32, 32  # a warp's tile of out
@@ -67,15 +66,11 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
 
     @T.macro
     def split(hi, lo, j, x):
-        """x as TF32 `hi[j]` and, for 3xTF32, the fp32 remainder `lo[j]`."""
-        T.ptx.cvt.rna.tf32.f32(hi[j], x)
+        """x as TF32 `hi[j]` and, for 3xTF32, the fp32 remainder `lo[j]` (the recurrent step's split)."""
         if passes == 3:
-            lo[j] = x - T.reinterpret("float32", hi[j])
-
-    @T.macro
-    def mma(acc, f, a, b):
-        T.ptx[MMA_TF32](acc[f * 4], acc[f * 4 + 1], acc[f * 4 + 2], acc[f * 4 + 3], *a, *b,
-                        acc[f * 4], acc[f * 4 + 1], acc[f * 4 + 2], acc[f * 4 + 3])
+            tf32_split(hi, lo, j, x)
+        else:
+            T.ptx.cvt.rna.tf32.f32(hi[j], x)
 
     @T.macro
     def warp_products(a_s, b_s, acc, t):

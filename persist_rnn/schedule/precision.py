@@ -3,8 +3,9 @@
 "fp32" (the default) keeps fp32 accuracy: FMA units, or the tensor cores as 3xTF32. "tf32" also
 allows the tensor cores at TF32 precision (one mma of operands rounded to 10 mantissa bits), as
 `torch.backends.cudnn.allow_tf32` allows cuDNN; a user asks for it, it is never assumed. fp16 and
-bf16 layers are computed at their own precision either way. The input projection stays an fp32
-GEMM at either precision (its tensor-core version is not built yet).
+bf16 layers are computed at their own precision either way. The input projection is the fp32 FMA
+GEMM at either precision; its tensor-core version (3xTF32, or TF32 in a tf32 build) is used only
+with unverified=True until it has run on a GPU.
 """
 from __future__ import annotations
 

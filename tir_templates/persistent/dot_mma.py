@@ -104,8 +104,6 @@ def mma_dot_f16(L, t, hs):
     """fp16: h(t-1) rounded to fp16 in pairs, one m16n8k16 mma per (k-tile, n-tile) with the
     fp16 weights, fp32 accumulation."""
     bh = T.alloc_buffer((2,), "uint32", scope="local")
-    for a in T.unroll(L.NTL * 4):
-        t.acc[a] = T.float32(0)
     for i in T.unroll(L.KPW):
         for nt in T.unroll(L.NTL):
             for j in T.unroll(2):  # B fragment: batch row lane / 4, columns 2 * (lane % 4) + {0, 1} (+8);
@@ -121,8 +119,6 @@ def mma_dot_f16(L, t, hs):
 def mma_dot_tf32(L, t, hs):
     """TF32: h(t-1) rounded to TF32, one mma per (k-tile, n-tile) with the rounded weights."""
     bh = T.alloc_buffer((2,), "uint32", scope="local")
-    for a in T.unroll(L.NTL * 4):
-        t.acc[a] = T.float32(0)
     for i in T.unroll(L.KPW):
         for nt in T.unroll(L.NTL):
             load_b_fragment(L, t, hs, i, nt)
@@ -138,8 +134,6 @@ def mma_dot_3xtf32(L, t, hs):
     al = T.alloc_buffer((4,), "float32", scope="local")
     bh = T.alloc_buffer((2,), "uint32", scope="local")  # ... and one n-tile's B fragment
     bl = T.alloc_buffer((2,), "float32", scope="local")
-    for a in T.unroll(L.NTL * 4):
-        t.acc[a] = T.float32(0)
     for i in T.unroll(L.KPW):
         for nt in T.unroll(L.NTL):
             load_b_fragment(L, t, hs, i, nt)
@@ -160,6 +154,8 @@ def mma_dot_3xtf32(L, t, hs):
 def mma_dot(L, t, hs, gs):
     """Each warp's row tile times h(t-1) over its k-tiles, then its C fragments into `gs` block
     `tx // 32 // RT` (the warp's column split) for the updating threads to add."""
+    for a in T.unroll(L.NTL * 4):
+        t.acc[a] = T.float32(0)
     if L.F16:
         mma_dot_f16(L, t, hs)
     elif L.TF32:
