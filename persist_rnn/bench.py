@@ -264,12 +264,12 @@ PRECISIONS = {"fp32": ("fp32", "float32", "FMA"), "tf32": ("tf32", "float32", "D
               "fp16": ("fp32", "float16", "TENSOR_OP")}
 
 
-def precision_row(op, hidden, batch, seq_len, options, precision) -> dict:
+def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True) -> dict:
     """One layer at `precision` against cuDNN at the same precision, in one run: torch's layer
     (eager and CUDA graph; TF32 allowed only at "tf32"; fp16 layer and input at "fp16") and its
     four algorithms called directly, each checked against torch's output at that precision within
     the precision's bound (schedule/precision.py; fp16: 2e-3); the fastest of those is
-    `best_cudnn_ms`. fp16 rows add FlashRNN's backends (`flashrnn_columns`). `ours_err`: ours against torch's strict fp32 layer, over the output scale."""
+    `best_cudnn_ms`. fp16 rows add FlashRNN's backends (`flashrnn_columns`) unless `flashrnn` is False. `ours_err`: ours against torch's strict fp32 layer, over the output scale."""
     import copy
 
     import torch
@@ -300,7 +300,7 @@ def precision_row(op, hidden, batch, seq_len, options, precision) -> dict:
     best = min(timed, key=timed.get)
     row.update(cudnn_direct=direct, best_cudnn=best, best_cudnn_ms=timed[best],
                best_cudnn_over_ours=timed[best] / row["ours_ms"], torch_graph_over_ours=row["torch_graph_ms"] / row["ours_ms"])
-    if dtype == "float16":  # FlashRNN runs fp16 (and bf16), not fp32
+    if dtype == "float16" and flashrnn:  # FlashRNN runs fp16 (and bf16), not fp32
         row.update(flashrnn_columns(theirs, tx, want, bound, row["ours_ms"]))
     spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU", dtype=dtype)
     row.update(floor_ms(spec, batch, seq_len, gpu_model("sm_90"), precision))  # the physical floor (floor.py)
@@ -376,11 +376,12 @@ def model_rows(name, batches, options, examples_dir):
 
 
 def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), examples_dir="examples", log=print,
-              unverified=False, layers=(), precisions=()):
+              unverified=False, layers=(), precisions=(), flashrnn_layers=()):
     """Measure `parts` and append JSON lines to `out` (the first one describes the machine and
     whether kernels not yet verified on a GPU were allowed); `layers`, (cell, hidden, batch)
     triples, keeps only those layers of the parts; `precisions` (of PRECISIONS) adds GRNN's grid
-    at each, against cuDNN at the same precision (`precision_row`)."""
+    at each, against cuDNN at the same precision (`precision_row`); `flashrnn_layers`, if any, are
+    the only layers FlashRNN runs on (each shape is a JIT build of about a minute)."""
     options = {"tuning_log": tuning_log, "unverified": unverified}
     try:
         import torch
@@ -416,7 +417,7 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
             f.flush()
             log(json.dumps(row))
         for precision, op, h, b in precision_jobs:
-            row = precision_row(op, h, b, 100, options, precision)
+            row = precision_row(op, h, b, 100, options, precision, not flashrnn_layers or (op, h, b) in set(flashrnn_layers))
             f.write(json.dumps(row) + "\n")
             f.flush()
             log(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}))

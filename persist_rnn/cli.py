@@ -278,14 +278,17 @@ def calibrate(out_dir, sweeps, arch, configs, sweep_out):
 @click.option("--precision", "precisions", callback=lambda ctx, param, v: _precisions(v),
               help="also GRNN's grid at each of these precisions, against cuDNN at the same precision, "
                    "comma-separated: fp32, tf32, fp16 (e.g. --precision fp32,tf32,fp16)")
-def bench(out, parts, tuning_log, unrolled_hidden, examples_dir, unverified, layers, precisions):
+@click.option("--flashrnn", "flashrnn_layers", multiple=True, callback=lambda ctx, param, v: tuple(_layer_key(s) for s in v),
+              help="FlashRNN in the fp16 rows only for this layer, CELL:HIDDEN:BATCH (repeatable; default: every "
+                   "layer). Its JIT builds one CUDA extension per shape, about a minute each")
+def bench(out, parts, tuning_log, unrolled_hidden, examples_dir, unverified, layers, precisions, flashrnn_layers):
     """Benchmark against cuDNN, ONNX Runtime and unrolled TVM (needs torch and a CUDA GPU);
     `python benchmarks/report.py OUT` makes the tables and plots. With --precision alone, only
     the precision grid is measured."""
     from .bench import PARTS, run_suite
 
     run_suite(out, parts or (() if precisions else PARTS), tuning_log, unrolled_hidden, examples_dir, log=click.echo,
-              unverified=unverified, layers=layers, precisions=precisions)
+              unverified=unverified, layers=layers, precisions=precisions, flashrnn_layers=flashrnn_layers)
 
 
 def _precisions(text) -> tuple[str, ...]:
