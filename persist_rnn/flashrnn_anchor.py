@@ -11,8 +11,30 @@ the CUDA backends must agree with, against torch's layer.
 """
 from __future__ import annotations
 
-#: FlashRNN's backends, fastest first by its paper; `vanilla` is its pure-torch reference
-BACKENDS = ("cuda_fused", "cuda", "triton")
+#: FlashRNN's backends, fastest first by its paper; `vanilla` is its pure-torch reference. Its GRU
+#: has no fused kernel: FlashRNN runs `cuda` when asked for `cuda_fused` (the row says so)
+BACKENDS = ("cuda_fused", "cuda", "triton_fused")
+
+
+def device_facts(device_id: int) -> dict:
+    """The four device facts FlashRNN's fused kernel sizes its tiles by, from torch. FlashRNN reads
+    them through a C++ extension of its own (gpu_info.cc) that no longer compiles against CUDA 13's
+    cudaDeviceProp (clockRate and six other fields were removed), so the anchor answers for it."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device_id)
+    return {"maxThreadsPerBlock": 1024,  # every GPU since Fermi
+            "regsPerMultiprocessor": getattr(props, "regs_per_multiprocessor", 65536),
+            "multiProcessorCount": props.multi_processor_count,
+            "sharedMemPerBlockOptin": getattr(props, "shared_memory_per_block_optin", 232448)}
+
+
+def _answer_device_facts():
+    """FlashRNN asks `get_gpu_info` (imported into its flashrnn module) once per kernel config."""
+    import importlib
+
+    module = importlib.import_module("flashrnn.flashrnn.flashrnn")
+    module.get_gpu_info = device_facts
 
 
 def flashrnn_operands(layer):
@@ -50,7 +72,10 @@ def flashrnn_call(layer, x, backend: str):
     import torch
     from flashrnn import flashrnn
 
+    _answer_device_facts()
     project, R, b, function = flashrnn_operands(layer)
+    if function == "gru" and backend == "cuda_fused":  # FlashRNN would quietly run `cuda` instead
+        raise ValueError("FlashRNN has no fused GRU kernel (it runs the cuda backend)")
     dtype = str(x.dtype).replace("torch.", "")  # float16, bfloat16 or float32, as FlashRNN names them
     y = torch.empty(x.shape[0], x.shape[1], layer.hidden_size, device=x.device, dtype=x.dtype)
 
