@@ -214,7 +214,7 @@ def test_tf32_matches_onnxruntime_within_its_bound(op, hidden, direction, keep):
 def test_f16_mma_matches_onnxruntime(op, hidden, direction, keep):
     """fp16 models on the tensor cores (m16n8k16 on their fp16 weights, h(t-1) rounded to fp16):
     the model's best such config of each kind over the whole (B, T) matrix, within the fp16 bound.
-    Not yet run on a GPU (written 2026-11-25, when the session's device time had run out)."""
+    All five passed on the H100 on 2026-11-25 (docs/data/gpu-v26-f16-mma-projection.log)."""
     case = _layer_case(op, hidden, direction, "float16")
     spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU", dtype="float16")
     gpu = gpu_model("sm_90")
@@ -228,8 +228,8 @@ def test_f16_mma_matches_onnxruntime(op, hidden, direction, keep):
                                                           ("LSTM", 1024, "forward", "tf32"), ("RNN", 64, "reverse", "tf32")])
 def test_tensor_core_projection_matches_onnxruntime(op, hidden, direction, precision):
     """The input projection on the tensor cores (projection_mma.py, built with unverified=True):
-    3xTF32 keeps fp32's bound, TF32 its own, over the whole (B, T) matrix (ragged M = T B).
-    Not yet run on a GPU (written 2026-11-25, when the session's device time had run out)."""
+    3xTF32 keeps fp32's bound, TF32 its own, over the whole (B, T) matrix (ragged M = T B). All
+    four passed on the H100 on 2026-11-25 (docs/data/gpu-v26-f16-mma-projection.log)."""
     case = _layer_case(op, hidden, direction)
     compiled = persist_rnn.compile(reference(case)[0], "cuda", measure=False, unverified=True, precision=precision)
     failures = _failures(compiled, case, PRECISION_TOLERANCE[precision])
