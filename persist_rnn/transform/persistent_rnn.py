@@ -24,7 +24,7 @@ from tvm import relax
 
 from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH, supports_early_launch
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
-from tir_templates.projection_mma import projection_mma_kernel
+from tir_templates.projection_mma import projection_mma_kernel, tensor_cores_pay
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
@@ -176,16 +176,17 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 if need != EXCHANGE_SLOTS:
                     slots[gv.name_hint] = need
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
-        if target.kind.name == "cuda":  # input projections: the tiled GEMM
+        if target.kind.name == "cuda":  # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM
             todo = list(projections(mod))
             rows = call_site_rows(mod, {gv.name_hint for gv, _, _ in todo})
             arch = target_arch(target)
             num_sms = gpu_model(arch).num_sms
             for gv, K, N in todo:
-                if unverified:  # the tensor cores' GEMM, at the build's precision: not yet run on a GPU
+                M = rows.get(gv.name_hint)
+                if tensor_cores_pay(M, N, num_sms):  # at the build's precision: 3xTF32 keeps fp32's
                     mod[gv] = projection_mma_kernel(K, N, "tf32" if precision == "tf32" else "3xtf32")
                 else:
-                    mod[gv] = projection_kernel(K, N, choose_tile(rows.get(gv.name_hint), N, num_sms), num_sms)
+                    mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms)
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
             for gv, func, spec in list(recurrences(mod)):
                 if gv.name_hint in early and _may_launch_early(func, spec):

@@ -193,16 +193,21 @@ def test_a_tf32_step_is_reported_and_a_bad_precision_named():
         persist_rnn.compile(model, CUDA, precision="bf16")
 
 
-def test_projections_go_to_the_tensor_cores_only_when_unverified_kernels_are_allowed():
-    """The tensor-core GEMM (projection_mma.py) has not run on a GPU: only with unverified=True,
-    then at the build's precision (3xTF32 for fp32, TF32 for tf32)."""
-    model, _ = make_model(LayerCase(op="GRU", hidden_size=32, input_size=16, batch=4, linear_before_reset=1))
+def test_projections_go_to_the_tensor_cores_where_the_fma_grid_leaves_sms_idle():
+    """The tensor-core GEMM (projection_mma.py; its GPU tests passed on the H100) where the FMA
+    GEMM's 64 x 64 grid has fewer CTAs than SMs, at the build's precision (3xTF32 for fp32, TF32
+    for tf32); the FMA GEMM where that grid fills the GPU, and where M is known only at run time."""
+    from tir_templates.projection_mma import tensor_cores_pay
 
-    def projections(**kw):
+    def projections(case, **kw):
+        model, _ = make_model(case)
         out = PersistentRNN(CUDA, measure=False, **kw)(from_onnx(model))
         return [json.loads(str(f.attrs["persist_rnn.projection"])) for _, f in out.functions.items()
                 if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and "persist_rnn.projection" in f.attrs]
 
-    assert [p.get("mma") for p in projections()] == [None]
-    assert [p.get("mma") for p in projections(unverified=True)] == ["3xtf32"]
-    assert [p.get("mma") for p in projections(unverified=True, precision="tf32")] == ["tf32"]
+    small = LayerCase(op="GRU", hidden_size=32, input_size=16, batch=4, linear_before_reset=1)  # M = 20, N = 96
+    assert [p.get("mma") for p in projections(small)] == ["3xtf32"]
+    assert [p.get("mma") for p in projections(small, precision="tf32")] == ["tf32"]
+    full = LayerCase(op="LSTM", hidden_size=256, input_size=256, batch=64, seq_len=200)  # 200 x 16 CTAs of 64 x 64
+    assert [p.get("mma") for p in projections(full)] == [None]
+    assert not tensor_cores_pay(None, 96, 132)  # M known only at run time
