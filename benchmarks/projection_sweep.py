@@ -1,10 +1,12 @@
 """The input-projection GEMM alone on the GPU: TVM's default schedule of the projection reference
 against the tiled template with each tile, on the grid's shapes (M = T*B, K = I, N = G*H).
 
-    python benchmarks/projection_sweep.py [--tiles 64x64x4 ...] [--no-default] > docs/data/projection-sweep-h100.jsonl
+    python benchmarks/projection_sweep.py [--tiles 64x64x4 64x64x4x64 mma ...] [--shapes 100x256x768 ...] [--no-default] \
+        > docs/data/projection-sweep-h100.jsonl
 
 One JSON line per shape: microseconds per call through TVM's VM (key "None": the default
-schedule; else the tile, BM x BN x thread tile), the kernel's own median duration in a CUPTI
+schedule; else the tile, BM x BN x thread tile [x k-slice], or "mma": the tensor-core GEMM at
+3xTF32), the kernel's own median duration in a CUPTI
 trace (key + "_gpu"; a short GEMM's VM call is bound by the VM's dispatch) and each one's max
 error relative to a float64 numpy product. Needs
 torch (CUDA events) and a GPU.
@@ -23,6 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from persist_rnn.bench import cuda_ms, kernel_trace
 from persist_rnn.testing import projection_module
 from tir_templates.projection import TILES, projection_kernel, projection_reference
+from tir_templates.projection_mma import projection_mma_kernel
 
 SHAPES = [(100, 64, 256), (1000, 64, 256), (2000, 64, 256), (1000, 64, 192), (100, 256, 1024), (1000, 256, 1024),
           (2000, 256, 1024), (100, 1024, 4096), (1000, 1024, 4096), (2000, 1024, 4096), (1000, 1024, 3072),
@@ -34,7 +37,8 @@ def time_variant(M, K, N, tile, operands):
     import tvm
     from tvm import relax
 
-    func = projection_reference(K, N) if tile is None else projection_kernel(K, N, tile)
+    func = (projection_reference(K, N) if tile is None else projection_mma_kernel(K, N, "3xtf32") if tile == "mma"
+            else projection_kernel(K, N, tile))
     with tvm.transform.PassContext(opt_level=3):
         ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
     dev = tvm.cuda(0)
@@ -50,10 +54,13 @@ def time_variant(M, K, N, tile, operands):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiles", nargs="+", default=["x".join(map(str, t)) for t in TILES])
+    ap.add_argument("--shapes", nargs="+", help="M x K x N of each GEMM (default: the grid's)")
     ap.add_argument("--no-default", action="store_true", help="skip TVM's default schedule")
     args = ap.parse_args()
-    tiles = ([] if args.no_default else [None]) + [tuple(int(v) for v in t.split("x")) for t in args.tiles]
-    for M, K, N in SHAPES:
+    tiles = ([] if args.no_default else [None]) + [t if t == "mma" else tuple(int(v) for v in t.split("x"))
+                                                   for t in args.tiles]
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
+    for M, K, N in shapes:
         rng = np.random.default_rng(0)
         operands = [rng.standard_normal(s).astype("float32") for s in ((M, K), (K, N), (N,))]
         row = {"shape": [M, K, N]}

@@ -75,11 +75,14 @@ def few_ctas(M, N, num_sms):
     return (M + 63) // 64 * ((N + 63) // 64) < num_sms
 
 
-def _tile_launch(K: int, N: int, tile: tuple[int, int, int], emulate: bool):
-    """The macro launch(x, w, b, out, n_m) that runs the GEMM with `tile` (serially: `emulate`)."""
-    BM, BN, TT = tile
+def _tile_launch(K: int, N: int, tile: tuple[int, ...], emulate: bool):
+    """The macro launch(x, w, b, out, n_m) that runs the GEMM with `tile`, (BM, BN, TT) or
+    (BM, BN, TT, BK) (serially: `emulate`)."""
+    BM, BN, TT = tile[:3]
     Q = TT // 4  # 4 x 4 quarters of a thread's block along each side
-    BK = 64 // TT  # k-slice per shared-memory round: one x and one w_t vector per thread at TT = 4
+    # k-slice per shared-memory round: by default one x and one w_t vector per thread at TT = 4; a
+    # deeper one takes fewer rounds (each a global load's latency and two syncs) for a short K loop
+    BK = tile[3] if len(tile) > 3 else 64 // TT
     NTX, NTY = BN // TT, BM // TT  # threads across a tile's columns and rows
     NT = NTX * NTY
     staging = gemm_staging(K, N, BM, BN, BK, NT)

@@ -229,7 +229,9 @@ def test_exchange_buffer_loads_are_coherent(cfg, tmp_path):
 
 @pytest.mark.parametrize("K,N,tile,arch", [(1024, 4096, (128, 128, 8), "sm_90"), (64, 192, (64, 64, 8), "sm_90"),
                                           (6, 18, (128, 128, 8), "sm_90"), (1024, 4096, (64, 64, 4), "sm_90"),
-                                          (64, 256, (64, 64, 4), "sm_80"), (256, 768, None, "sm_90")], ids=str)
+                                          (64, 256, (64, 64, 4), "sm_80"), (256, 768, None, "sm_90"),
+                                          (1024, 4096, (64, 64, 4, 64), "sm_90"), (256, 768, (32, 32, 4, 64), "sm_80")],
+                         ids=str)
 def test_projection_kernel_compiles_without_spills(K, N, tile, arch, tmp_path):
     """The tiled GEMM: float4 loads where K and N allow them, its accumulators (8 x 8 or 4 x 4) in
     registers; the early launch's trigger compiles for sm_80 too (to nothing)."""

@@ -21,7 +21,9 @@ from tir_templates.projection import (
 
 #: (M, K, N, tile): ragged M; N not a multiple of a tile (GRU's 192); K and N not multiples of 4 (scalar loads)
 SHAPES = [(100, 64, 256, (128, 128, 8)), (65, 40, 192, (64, 64, 8)), (37, 12, 20, (64, 64, 8)),
-          (130, 6, 18, (128, 128, 8)), (100, 64, 256, (64, 64, 4)), (65, 40, 192, (64, 64, 4)), (37, 6, 18, (64, 64, 4))]
+          (130, 6, 18, (128, 128, 8)), (100, 64, 256, (64, 64, 4)), (65, 40, 192, (64, 64, 4)), (37, 6, 18, (64, 64, 4)),
+          # a deeper k-slice (fewer rounds), on 64- and 32-row tiles
+          (100, 256, 768, (64, 64, 4, 64)), (65, 40, 192, (32, 64, 4, 64)), (37, 6, 18, (32, 32, 4, 64))]
 
 
 def operands(M, K, N):
@@ -39,7 +41,8 @@ def run_on_cpu(func, x, w, b) -> np.ndarray:
 
 @pytest.mark.parametrize("M,K,N,tile", SHAPES, ids=str)
 def test_emulated_projection_matches_numpy(M, K, N, tile):
-    """Every thread's loads, shared-memory staging and outer products (8 x 8 and 4 x 4), run serially."""
+    """Every thread's loads, shared-memory staging and outer products (8 x 8 and 4 x 4; k-slices of
+    8, 16 and 64), run serially."""
     x, w, b = operands(M, K, N)
     func = emulated_projection_kernel(K, N, tile)
     np.testing.assert_allclose(run_on_cpu(func, x, w, b), x.astype("float64") @ w + b, rtol=0,
