@@ -28,8 +28,9 @@ from .gemm_signature import OPAQUE, PROJECTION_ATTR, gemm_func, tile_grid
 from .gemm_staging import gemm_staging
 from .persistent.layout import both
 
-#: (BM, BN, TT) the kernel can be built with: CTA tile BM x BN, thread tile TT x TT
-TILES = ((128, 128, 8), (64, 64, 8), (64, 64, 4))
+#: (BM, BN, TT[, BK]) the kernel can be built with: CTA tile BM x BN, thread tile TT x TT, k-slice
+#: BK a shared-memory round (default 64 // TT)
+TILES = ((128, 128, 8), (64, 64, 8), (64, 64, 4), (32, 32, 4, 64))
 
 
 def projection_reference(K: int, N: int) -> tvm.tirx.PrimFunc:
@@ -46,21 +47,27 @@ def projection_reference(K: int, N: int) -> tvm.tirx.PrimFunc:
     return func.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N})).with_attr("op_pattern", OPAQUE)
 
 
-def choose_tile(M: int | None, N: int, num_sms: int) -> tuple[int, int, int] | None:
+def choose_tile(M: int | None, N: int, num_sms: int) -> tuple[int, ...] | None:
     """128 x 128 tiles when their CTAs fill whole waves (two CTAs an SM) to 90% or more; else
     64 x 64, whose many small CTAs balance well, with 4 x 4 thread tiles when even those CTAs
-    would not give every SM one. None when M is unknown: the kernel then applies this rule to the
+    would not give every SM one, and 32 x 32 tiles taking K 64 columns a round when those fit one
+    wave (`one_small_wave`). None when M is unknown: the kernel then applies this rule to the
     runtime M (`projection_kernel`). On the H100 (kernel alone,
     docs/data/projection-tiles-h100.jsonl), 64 x 64 beat 128 x 128 for every grid GEMM but
     (1000, 1024) x (1024, 4096) (252 against 215 us), where 256 CTAs of 128 x 128 fill the 264
     slots; 4 x 4 thread tiles won exactly where the 64 x 64 grid has fewer CTAs than SMs
     ((100, 1024) x (1024, 4096): 46.9 against 51.8 us; (100, 64) x (64, 256): 4.2 against 4.6)
-    and lost everywhere else (by up to 1.4x)."""
+    and lost everywhere else (by up to 1.4x). Among those few-CTA GEMMs, 32 x 32 x 64 took
+    (100, 256) x (256, 768) in 7.3 us against 12.9 and (100, 64) x (64, 256) in 2.9 against 4.3,
+    and lost past one wave ((100, 1024) x (1024, 4096): 69.2 against 47.2, where the tensor-core
+    GEMM takes 41.4; docs/data/projection-small-m-h100.jsonl)."""
     if M is None:
         return None
     if fills_waves(M, N, num_sms):
         return TILES[0]
-    return TILES[2] if few_ctas(M, N, num_sms) else TILES[1]
+    if few_ctas(M, N, num_sms):
+        return TILES[3] if one_small_wave(M, N, num_sms) else TILES[2]
+    return TILES[1]
 
 
 def fills_waves(M, N, num_sms):
@@ -73,6 +80,11 @@ def fills_waves(M, N, num_sms):
 def few_ctas(M, N, num_sms):
     """Whether a 64 x 64 grid has fewer CTAs than SMs (M an int or a TIR expression)."""
     return (M + 63) // 64 * ((N + 63) // 64) < num_sms
+
+
+def one_small_wave(M, N, num_sms):
+    """Whether a 32 x 32 grid has at most a CTA an SM (M an int or a TIR expression)."""
+    return (M + 31) // 32 * ((N + 31) // 32) <= num_sms
 
 
 def _tile_launch(K: int, N: int, tile: tuple[int, ...], emulate: bool):
@@ -175,28 +187,31 @@ def _build(K: int, N: int, tile: tuple[int, int, int] | None, num_sms: int, emul
     if tile is not None:
         launch = _tile_launch(K, N, tile, emulate)
     else:  # M known only at run time: each tile's kernel, the host picks one by M
-        big, small, small4 = (_tile_launch(K, N, t, emulate) for t in TILES)
+        big, small, small4, deep = (_tile_launch(K, N, t, emulate) for t in TILES)
 
         @T.macro
         def launch(x, w, b, out, n_m):
             if fills_waves(n_m, N, num_sms):
                 big(x, w, b, out, n_m)
             elif few_ctas(n_m, N, num_sms):
-                small4(x, w, b, out, n_m)
+                if one_small_wave(n_m, N, num_sms):
+                    deep(x, w, b, out, n_m)
+                else:
+                    small4(x, w, b, out, n_m)
             else:
                 small(x, w, b, out, n_m)
 
     return gemm_func(K, N, launch, {"tile": list(tile) if tile is not None else f"by rows, {num_sms} SMs"})
 
 
-def projection_kernel(K: int, N: int, tile: tuple[int, int, int] | None = TILES[0],
+def projection_kernel(K: int, N: int, tile: tuple[int, ...] | None = TILES[0],
                       num_sms: int = 132) -> tvm.tirx.PrimFunc:
     """The tiled CUDA GEMM for x (M, K) @ w_t (K, N) + b; `tile` None: chosen per call from the
     runtime M by `choose_tile`'s rule for a GPU of `num_sms` SMs."""
     return _build(K, N, tile, num_sms, emulate=False)
 
 
-def emulated_projection_kernel(K: int, N: int, tile: tuple[int, int, int] | None = TILES[0],
+def emulated_projection_kernel(K: int, N: int, tile: tuple[int, ...] | None = TILES[0],
                                num_sms: int = 132) -> tvm.tirx.PrimFunc:
     """The same tiling run serially on the CPU (llvm): for tests."""
     return _build(K, N, tile, num_sms, emulate=True)

@@ -24,7 +24,7 @@ from tvm.script import tirx as T
 from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
 from .gemm_staging import gemm_staging
-from .projection import few_ctas
+from .projection import few_ctas, one_small_wave
 from .persistent.dot_mma import mma, tf32_rounded, tf32_split
 
 BM, BN, BK = 64, 64, 32  # the CTA's tile of out, and the k-slice per shared-memory round
@@ -38,13 +38,15 @@ PRECISIONS = ("3xtf32", "tf32")
 
 def tensor_cores_pay(M: int | None, N: int, num_sms: int) -> bool:
     """Whether a GEMM of M rows goes to this kernel rather than the FMA GEMM: where the FMA GEMM's
-    64 x 64 grid would leave SMs idle (`few_ctas`; M = T B known when the model is built). On the
-    H100 (one run, kernel times by CUPTI, same persistent kernel, docs/data/projection-mma-h100.jsonl)
-    this one took 40.8 us against 64.5 at (100, 1024) x (1024, 4096) and 12.1 against 12.8 at
-    (100, 256) x (256, 768), and lost where the FMA grid is full: 509 against 426 us at
-    (2000, 1024) x (1024, 4096), 385 against 307 at N = 3072, 37 against 29 at (2000, 256) x (256, 1024)
-    (TF32 no faster than 3xTF32 there: its staging, not the mma, bounds it)."""
-    return M is not None and few_ctas(M, N, num_sms)
+    64 x 64 grid would leave SMs idle (`few_ctas`) and its 32 x 32 grid would not fit one wave
+    (`one_small_wave`), M = T B known when the model is built. On the H100 (kernel alone, one run,
+    docs/data/projection-small-m-h100.jsonl) this one took (100, 1024) x (1024, 4096) in 41.4 us
+    against the FMA GEMM's best 47.2, and lost to the FMA GEMM's 32 x 32 x 64 tiles where those fit
+    one wave ((100, 256) x (256, 768): 12.1 against 7.3; (100, 64) x (64, 256): 4.8 against 2.9) and
+    wherever the FMA grid is full (in a layer: 509 against 426 us at (2000, 1024) x (1024, 4096);
+    docs/data/projection-mma-h100.jsonl). TF32 was no faster than 3xTF32 there: its staging, not
+    the mma, bounds it."""
+    return M is not None and few_ctas(M, N, num_sms) and not one_small_wave(M, N, num_sms)
 
 
 def a_fragment(lane, reg):
