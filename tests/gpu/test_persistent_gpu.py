@@ -283,7 +283,7 @@ def test_ragged_lengths_match_onnxruntime(op, hidden, direction, cfg):
     assert max_rel_error(compiled.run(feeds), want) <= TOLERANCE["float32"]
 
 
-@pytest.mark.parametrize("tile", [(128, 128, 8), (64, 64, 8), (64, 64, 4), None], ids=str)
+@pytest.mark.parametrize("tile", [(128, 128, 8), (64, 64, 8), (64, 64, 4), (32, 32, 4, 64), None], ids=str)
 def test_projection_matches_numpy_on_gpu(tile):
     """The tiled input-projection GEMM (every tile; None: the reference through TVM's default CUDA
     schedule, what persistent=False builds) on ragged shapes against numpy."""

@@ -63,21 +63,24 @@ def test_reference_projection_runs_on_cpu_and_builds_for_cuda():
 
 def test_tile_rule():
     """Whole waves of 128 x 128 CTAs (two an SM) take the big tile; ragged grids the small one,
-    with 4 x 4 thread tiles when its CTAs are fewer than the SMs."""
+    with 4 x 4 thread tiles when its CTAs are fewer than the SMs, and 32 x 32 tiles with a 64-deep
+    k-slice when those fit one wave."""
     assert choose_tile(1000, 4096, 132) == (128, 128, 8)  # 256 CTAs of 264 slots
     assert choose_tile(1000, 3072, 132) == (64, 64, 8)  # 192: three quarters of a wave
     assert choose_tile(2000, 1024, 132) == (64, 64, 8)
     assert choose_tile(100, 4096, 132) == (64, 64, 4)  # 128 CTAs of 64 x 64
-    assert choose_tile(2000, 256, 132) == (64, 64, 4)
+    assert choose_tile(2000, 256, 132) == (64, 64, 4)  # 128 CTAs of 64 x 64, 504 of 32 x 32
+    assert choose_tile(100, 768, 132) == (32, 32, 4, 64)  # 96 CTAs of 32 x 32
     assert choose_tile(None, 256, 132) is None  # unknown M: the kernel applies the rule per call
 
 
-@pytest.mark.parametrize("M", [37, 300, 500])
-def test_rows_known_only_at_run_time(M):
+@pytest.mark.parametrize("M,N,tile", [(20, 20, (32, 32, 4, 64)), (37, 40, (64, 64, 4)), (300, 20, (64, 64, 8)),
+                                      (500, 256, (128, 128, 8))])
+def test_rows_known_only_at_run_time(M, N, tile):
     """With M symbolic, one kernel holds every tile and picks by the runtime M as choose_tile
-    would (here for a 2-SM GPU: 4 x 4 thread tiles, 64 x 64, 128 x 128 in turn), and matches."""
-    K, N, sms = 12, 256 if M == 500 else 20, 2
-    assert choose_tile(M, N, sms) == {37: (64, 64, 4), 300: (64, 64, 8), 500: (128, 128, 8)}[M]
+    would (here for a 2-SM GPU: each of the four tiles in turn), and matches."""
+    K, sms = 12, 2
+    assert choose_tile(M, N, sms) == tile
     x, w, b = operands(M, K, N)
     func = emulated_projection_kernel(K, N, None, num_sms=sms)
     np.testing.assert_allclose(run_on_cpu(func, x, w, b), x.astype("float64") @ w + b, rtol=0,
@@ -95,5 +98,5 @@ def test_pass_swaps_projection_on_cuda_only(kind):
         from_onnx(model, target_kind=kind))
     shapes = [json.loads(str(f.attrs[PROJECTION_ATTR])) for _, f in mod.functions.items()
               if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and PROJECTION_ATTR in f.attrs]
-    want = {"K": 12, "N": 48, "tile": [64, 64, 4]} if kind == "cuda" else {"K": 12, "N": 48}
+    want = {"K": 12, "N": 48, "tile": [32, 32, 4, 64]} if kind == "cuda" else {"K": 12, "N": 48}
     assert shapes == [want]

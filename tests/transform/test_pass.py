@@ -195,8 +195,9 @@ def test_a_tf32_step_is_reported_and_a_bad_precision_named():
 
 def test_projections_go_to_the_tensor_cores_where_the_fma_grid_leaves_sms_idle():
     """The tensor-core GEMM (projection_mma.py; its GPU tests passed on the H100) where the FMA
-    GEMM's 64 x 64 grid has fewer CTAs than SMs, at the build's precision (3xTF32 for fp32, TF32
-    for tf32); the FMA GEMM where that grid fills the GPU, and where M is known only at run time."""
+    GEMM's 64 x 64 grid has fewer CTAs than SMs and its 32 x 32 grid more, at the build's
+    precision (3xTF32 for fp32, TF32 for tf32); the FMA GEMM elsewhere, and where M is known only
+    at run time."""
     from tir_templates.projection_mma import tensor_cores_pay
 
     def projections(case, **kw):
@@ -205,9 +206,11 @@ def test_projections_go_to_the_tensor_cores_where_the_fma_grid_leaves_sms_idle()
         return [json.loads(str(f.attrs["persist_rnn.projection"])) for _, f in out.functions.items()
                 if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and "persist_rnn.projection" in f.attrs]
 
-    small = LayerCase(op="GRU", hidden_size=32, input_size=16, batch=4, linear_before_reset=1)  # M = 20, N = 96
-    assert [p.get("mma") for p in projections(small)] == ["3xtf32"]
-    assert [p.get("mma") for p in projections(small, precision="tf32")] == ["tf32"]
+    past_a_wave = LayerCase(op="LSTM", hidden_size=256, input_size=16, batch=3, seq_len=100)  # M = 300, N = 1024
+    assert [p.get("mma") for p in projections(past_a_wave)] == ["3xtf32"]  # 80 CTAs of 64 x 64, 320 of 32 x 32
+    assert [p.get("mma") for p in projections(past_a_wave, precision="tf32")] == ["tf32"]
+    one_wave = LayerCase(op="GRU", hidden_size=32, input_size=16, batch=4, linear_before_reset=1)  # M = 20, N = 96
+    assert [p.get("tile") for p in projections(one_wave)] == [[32, 32, 4, 64]]
     full = LayerCase(op="LSTM", hidden_size=256, input_size=256, batch=64, seq_len=200)  # 200 x 16 CTAs of 64 x 64
     assert [p.get("mma") for p in projections(full)] == [None]
-    assert not tensor_cores_pay(None, 96, 132)  # M known only at run time
+    assert not tensor_cores_pay(None, 1024, 132)  # M known only at run time
