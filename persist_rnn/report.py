@@ -11,6 +11,7 @@ from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH
 from tir_templates.spec import ATTR_KEY, CellSpec
 
 from .frontend.importer import UNROLLED_ATTR
+from .transform.layer_stacks import STACK_ATTR
 
 #: PrimFunc attributes the pass sets on the kernel that replaces a reference scan
 LOWERING_ATTR = "persist_rnn.lowering"
@@ -46,6 +47,9 @@ class LayerReport:
     tf32_step: bool = False  # the recurrent step (some bucket's, at least) on the tensor cores at TF32 precision
     #: batch known only at run time: a config per bucket, [{max_batch (None: the rest), config, source, time_us}]
     buckets: list = dataclasses.field(default_factory=list)
+    #: the stack of layers this one belongs to (node names, lowest first; transform/layer_stacks.py),
+    #: each still its own kernel: the layer wavefront that would run a stack as one is not built
+    stack: list = dataclasses.field(default_factory=list)
 
     def __getitem__(self, key):
         return getattr(self, key)
@@ -59,8 +63,9 @@ class LayerReport:
         early = ", early launch" if self.early_launch else ", cooperative launch" if self.cooperative_launch else ""
         buckets = f", {len(self.buckets)} batch buckets" if self.buckets else ""
         tf32 = ", TF32 step" if self.tf32_step else ""
+        stacked = f", layer {self.stack.index(self.node) + 1} of {len(self.stack)} stacked" if self.stack else ""
         return (f"{self.node}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
-                f"{dirs}: {self.lowering}{tf32}{early}{buckets}{why}")
+                f"{dirs}: {self.lowering}{tf32}{early}{buckets}{stacked}{why}")
 
     def bucket_lines(self) -> list[str]:
         """One line per batch bucket: the batches it takes, its config and where it came from."""
@@ -95,7 +100,8 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
                               early_launch=EARLY_LAUNCH[1][0] in list(launch),
                               cooperative_launch=COOPERATIVE_LAUNCH[1][0] in list(launch),
                               tf32_step=lowering == "persistent" and any(c.tf32() for c in kernel_configs(func)),
-                              buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]"))))
+                              buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]")),
+                              stack=json.loads(_attr(func, STACK_ATTR, "{}")).get("stack", [])))
     if mod.attrs is not None and UNROLLED_ATTR in mod.attrs:
         for text in json.loads(str(mod.attrs[UNROLLED_ATTR])):
             out.append(_entry(CellSpec.from_json(text), "unrolled", reason="unroll=True was asked for"))

@@ -46,7 +46,7 @@ def test_inspect_lines():
     assert "batch buckets" in lines[0] and buckets[0].startswith("  B 1") and "B >= " in res.output
     assert "note: onnxslim folded the graph" in res.output  # the front door says what it did
     res = _run("inspect", f"{FIX}/torch_classifier.onnx", "--target", "llvm")
-    assert "reference (target llvm: the persistent kernel is CUDA only)" in res.output
+    assert "1 direction: reference, layer 2 of 2 stacked (target llvm: the persistent kernel is CUDA only)" in res.output
 
 
 def test_bad_input_is_a_clean_error(tmp_path):

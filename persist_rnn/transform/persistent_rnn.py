@@ -37,6 +37,7 @@ from ..schedule.precision import checked as checked_precision
 from ..targets import as_target
 from .batch_invariants import broadcast_batch_invariants
 from .call_sites import call_args, call_site_batches, call_site_rows, call_tir_sites
+from .layer_stacks import mark_stacks
 from .match_cells import MatchCells
 
 
@@ -193,6 +194,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                     mod[gv] = func.with_attr(*EARLY_LAUNCH)
                 elif cooperative and _needs_cooperative_launch(func, spec):
                     mod[gv] = func.with_attr(*COOPERATIVE_LAUNCH)
+        mod = mark_stacks(mod)  # report() names each layer's stack (the layer wavefront would fuse it)
         return _resize_exchange(mod, slots) if slots else mod
 
     return _pass
