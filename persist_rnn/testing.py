@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import dataclasses
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
-NP_TO_ONNX = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "int32": TensorProto.INT32}
+NP_TO_ONNX = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16,
+              "int32": TensorProto.INT32}
+assert ml_dtypes.bfloat16 == np.dtype("bfloat16")  # the name numpy knows once ml_dtypes is imported
 
 
 @dataclasses.dataclass
@@ -134,14 +137,15 @@ def layout0_outputs_to_1(outs: list, names: list) -> list:
 
 def reference(case: LayerCase, seed: int = 0) -> tuple[onnx.ModelProto, dict, list[np.ndarray]]:
     """(model, feeds, ONNX Runtime outputs), going through the layout-0 twin for layout 1 and
-    through the float32 twin for float16 (ONNX Runtime's CPU kernels are float32 only)."""
+    through the float32 twin for float16 and bfloat16 (ONNX Runtime's CPU kernels are float32 only)."""
     model, feeds = make_model(case, seed)
     ref_case = dataclasses.replace(case, layout=0, dtype="float32")
     ref_model, _ = make_model(ref_case, seed)
     if case.dtype != "float32":  # same values, widened
         for init, src in zip(ref_model.graph.initializer, model.graph.initializer):
             init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(src).astype("float32"), src.name))
-    ref_feeds = {k: (v.astype("float32") if v.dtype == np.float16 else v) for k, v in feeds.items()}
+    ref_feeds = {k: (v.astype("float32") if v.dtype in (np.dtype("float16"), np.dtype("bfloat16")) else v)
+                 for k, v in feeds.items()}
     if case.layout == 1:
         ref_feeds = layout1_feeds_to_0(ref_feeds)
     outs = ort_run(ref_model, ref_feeds)

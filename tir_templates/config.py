@@ -68,7 +68,7 @@ class Config:
     group_size: int  # WS: lanes per work group (a power of two <= 32, inside one warp)
     rows_per_group: int  # gate rows each work group owns
     batch_chunk: int  # batch rows per pass over the CTA's weights
-    weight_dtype: str = "float32"  # "float32" | "float16" (fp32 accumulation either way)
+    weight_dtype: str = "float32"  # "float32" | "float16" | "bfloat16" (tensor cores only; fp32 accumulation always)
     gru_barriers: int = 2  # GRU linear_before_reset=0 only: 2 (two phases) or 1 (partial sums)
     cluster: bool = False  # a direction's CTAs form one thread-block cluster (Hopper; at most 8)
     batch_tile: int = 0  # > 0: each tile of this many batch rows gets a direction's CTA (or cluster) of its own
@@ -84,17 +84,22 @@ class Config:
         """Tensor cores at TF32 precision (one mma of rounded operands, not 3xTF32)."""
         return self.tensor_cores() and self.mma_precision == "tf32"
 
+    def half_weights(self) -> bool:
+        """Weights held in 16 bits (fp16 or bf16), two to a 32-bit register."""
+        return self.weight_dtype in HALF_DTYPES
+
     def f16_mma(self) -> bool:
-        """Tensor cores on an fp16 layer's fp16 weights (mma m16n8k16, h(t-1) rounded to fp16)."""
-        return self.tensor_cores() and self.weight_dtype == "float16"
+        """Tensor cores on a 16-bit layer's own weights (mma m16n8k16 on fp16 or bf16 operands,
+        h(t-1) rounded to the layer's dtype)."""
+        return self.tensor_cores() and self.half_weights()
 
     def mma_k(self) -> int:
-        """Columns of one k-tile: the mma's K (16 for fp16 operands, 8 for TF32)."""
-        return MMA_K_F16 if self.weight_dtype == "float16" else MMA_K
+        """Columns of one k-tile: the mma's K (16 for 16-bit operands, 8 for TF32)."""
+        return MMA_K_F16 if self.half_weights() else MMA_K
 
     def mma_passes(self) -> int:
-        """mma instructions per (k-tile, n-tile): 3 for 3xTF32, 1 for TF32 and fp16."""
-        return 1 if self.mma_precision == "tf32" or self.weight_dtype == "float16" else 3
+        """mma instructions per (k-tile, n-tile): 3 for 3xTF32, 1 for TF32, fp16 and bf16."""
+        return 1 if self.mma_precision == "tf32" or self.half_weights() else 3
 
     def k_splits(self) -> int:
         """Blocks of dot results a chunk leaves in shared memory: one per column split of a row
@@ -189,7 +194,7 @@ class Config:
         return 4 if self.cols_per_lane(spec) % 4 == 0 else 1
 
     def weight_bytes(self) -> int:
-        return 2 if self.weight_dtype == "float16" else 4
+        return 2 if self.half_weights() else 4
 
     def weight_regs(self, spec: CellSpec) -> int:
         """32-bit registers per thread holding weights: one per weight, fp16 too (ptxas gives each
@@ -255,6 +260,8 @@ class Config:
 MMA_M, MMA_N, MMA_K = 16, 8, 8
 #: ... and its K with fp16 operands (m16n8k16)
 MMA_K_F16 = 16
+#: weight dtypes held two to a register
+HALF_DTYPES = ("float16", "bfloat16")
 
 #: shared memory a CTA may use without opting in to more (dynamic shared memory beyond it)
 STATIC_SHARED_BYTES = 48 * 1024
@@ -308,8 +315,10 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
                    f"(at most {STATIC_SHARED_BYTES // 1024} KiB)")
     if cfg.num_ctas(spec) > num_sms:
         out.append(f"{cfg.num_ctas(spec)} CTAs cannot all be resident on {num_sms} SMs (one CTA per SM)")
-    if cfg.weight_dtype not in ("float32", "float16"):
-        out.append(f"weight_dtype {cfg.weight_dtype!r} (float32 or float16)")
+    if cfg.weight_dtype not in ("float32", *HALF_DTYPES):
+        out.append(f"weight_dtype {cfg.weight_dtype!r} (float32, float16, or bfloat16 on the tensor cores)")
+    if cfg.weight_dtype == "bfloat16" and not cfg.tensor_cores():
+        out.append("weight_dtype 'bfloat16': on the tensor cores only (the FMA units take bf16 layers' fp32 weights)")
     if not cfg.tensor_cores() and not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):
         out.append(f"smem_runs {cfg.smem_runs}: a lane has {cfg.cols_per_lane(spec) // cfg.column_run(spec)} runs of columns")
     if cfg.batch_tile and (cfg.barrier(spec) == "grid" or cfg.batch_tile != cfg.batch_chunk or two_phase(spec)):
@@ -346,15 +355,18 @@ def dsmem_problems(spec: CellSpec, cfg: Config) -> list[str]:
 
 def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
     """What the tensor-core dot products need: one phase a step, weights in registers at the
-    layer's precision (fp32 layers: fp32, for 3xTF32 or TF32; fp16 layers: fp16, for the f16 mma)
+    layer's precision (fp32 layers: fp32, for 3xTF32 or TF32; fp16 and bf16 layers: their own
+    dtype, for the 16-bit mma)
     and k-tiles split evenly over the warps of a row tile."""
     out = []
     if two_phase(spec):
         out.append("tensor cores: GRU with linear_before_reset=0 has two phases a step (FMA units only)")
-    if (cfg.weight_dtype, spec.dtype) not in (("float32", "float32"), ("float16", "float16")):
-        out.append("tensor cores: fp32 layers with fp32 weights (3xTF32 or TF32), fp16 layers with fp16 weights")
+    if (cfg.weight_dtype, spec.dtype) not in (("float32", "float32"), ("float16", "float16"), ("bfloat16", "bfloat16")):
+        out.append("tensor cores: fp32 layers with fp32 weights (3xTF32 or TF32), fp16 and bf16 layers with weights "
+                   "of their own dtype")
     if cfg.f16_mma() and cfg.mma_precision != "3xtf32":
-        out.append(f"tensor cores: mma_precision {cfg.mma_precision!r} is for fp32 layers (fp16 layers' mma is fp16)")
+        out.append(f"tensor cores: mma_precision {cfg.mma_precision!r} is for fp32 layers (a 16-bit layer's mma is "
+                   "at its own dtype)")
     if cfg.smem_runs or cfg.batch_tile or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
         out.append("tensor cores: weights all in registers, no batch tiles, group_size 32 and rows_per_group 16")
     k = cfg.mma_k()

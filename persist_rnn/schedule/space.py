@@ -7,7 +7,7 @@ into tiles, one CTA or cluster each (`batch_tiles`). A config that only lacks re
 with the fewest runs of weight columns moved to shared memory that make it fit (`_smem_weights`).
 Tensor-core configs (`Config.mma_k_split`, one-phase cells) split each row tile's columns over 1
 to 16 warps: an fp32 layer's at 3xTF32 and, in a build at precision "tf32", at TF32 too; an fp16
-layer's on its fp16 weights. Pruning beyond `problems` (what cannot run): batch chunks are only the
+layer's on its fp16 weights, a bf16 layer's on its bf16 weights. Pruning beyond `problems` (what cannot run): batch chunks are only the
 smallest chunk for 1 to 4 passes over the weights (a smaller chunk with the same pass count only
 wastes lanes; more passes multiply the per-chunk latencies), and groups of 1 or 2 lanes only when
 nothing wider fits (and groups of 2 for a resident CTA whose lanes update their units from weights
@@ -20,7 +20,7 @@ import dataclasses
 import itertools
 import math
 
-from tir_templates.config import Config, dsmem_problems, problems, two_phase
+from tir_templates.config import HALF_DTYPES, Config, dsmem_problems, problems, two_phase
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel
@@ -69,17 +69,19 @@ def _fitting(spec: CellSpec, gpu: GPUModel, batch: int | None, groups, precision
 
 
 def _weight_dtypes(spec: CellSpec) -> tuple[str, ...]:
-    """The dtypes a layer's weights may be held in: fp32 always (an fp16 layer's weights are exact
-    in fp32, and where registers allow it the fp32 kernel's step is shorter: on the H100 an fp16
-    LSTM H=64 B=1 took 52 us with fp16 weights, the fp32 layer 36), fp16 for an fp16 layer."""
-    return ("float16", "float32") if spec.dtype == "float16" else ("float32",)
+    """The dtypes a layer's weights may be held in, the layer's own first: fp32 always (a 16-bit
+    layer's weights are exact in fp32, and where registers allow it the fp32 kernel's step is
+    shorter: on the H100 an fp16 LSTM H=64 B=1 took 52 us with fp16 weights, the fp32 layer 36),
+    fp16 for an fp16 layer, bf16 for a bf16 layer (its tensor-core configs only: `problems`)."""
+    return (spec.dtype, "float32") if spec.dtype in HALF_DTYPES else ("float32",)
 
 
 def most_common_problem(spec: CellSpec, gpu: GPUModel, batch: int | None) -> str:
     """Why the space holds no config for `spec`: the problem that pruned the most configs."""
     counts = collections.Counter(p for groups in (GROUP_SIZES, NARROW_GROUPS)
                                  for cfg in _configs(spec, gpu, batch, groups, _weight_dtypes(spec))
-                                 if not cfg.tensor_cores()  # the FMA-unit space speaks for the layer
+                                 # the FMA-unit space speaks for the layer (bf16 weights are for the tensor cores)
+                                 if not cfg.tensor_cores() and cfg.weight_dtype != "bfloat16"
                                  for p in problems_on(spec, cfg, gpu))
     return counts.most_common(1)[0][0] if counts else f"no tiling of hidden_size {spec.hidden_size} exists"
 

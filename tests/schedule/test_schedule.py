@@ -414,6 +414,23 @@ def test_fp16_layers_get_f16_tensor_core_configs_only_on_fp16_weights():
     assert mma and all(c.f16_mma() and c.mma_k() == 16 and c.mma_passes() == 1 for c in mma)
     fp32 = CellSpec("lstm", 1024, 1024)
     assert mma[0].weight_regs(spec) * 2 == dataclasses.replace(mma[0], weight_dtype="float32").weight_regs(fp32)
-    assert any("fp16 layers with fp16 weights" in p
+    assert any("bf16 layers with weights of their own dtype" in p
                for p in problems_on(spec, dataclasses.replace(mma[0], weight_dtype="float32"), H100))
     assert any("is for fp32 layers" in p for p in problems_on(spec, dataclasses.replace(mma[0], mma_precision="tf32"), H100))
+
+
+def test_bf16_layers_get_bf16_tensor_core_configs_not_yet_picked_on_their_own():
+    """A bf16 layer's tensor-core configs hold its bf16 weights (the same m16n8k16 fragments as
+    fp16's); bf16 weights on the FMA units are refused (those take the exact fp32 weights), and
+    until the bf16 mma has run on a GPU the planner leaves it to unverified=True."""
+    from tir_templates.persistent import unverified_reason
+
+    spec = CellSpec("lstm", 1024, 1024, dtype="bfloat16")
+    configs = candidate_configs(spec, H100, 20)
+    mma = [c for c in configs if c.tensor_cores()]
+    assert mma and all(c.f16_mma() and c.weight_dtype == "bfloat16" and c.mma_k() == 16 for c in mma)
+    assert all(c.weight_dtype == "float32" for c in configs if not c.tensor_cores())
+    assert all("bf16 weights" in unverified_reason(spec, c) for c in mma)
+    fma = next(c for c in configs if not c.tensor_cores())
+    assert any("on the tensor cores only" in p for p in problems_on(spec, dataclasses.replace(fma, weight_dtype="bfloat16"), H100))
+    assert not plan_layer(spec, TARGET, batch=20, measure=False).config.tensor_cores()

@@ -258,20 +258,23 @@ def test_tf32_configs_compile_with_a_third_of_the_mmas(cell, hidden, batch, tmp_
     assert max(nvcc_stats(tf32, "sm_90", tmp_path)) == 0, cfg
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("cell,hidden,batch,arches", [("lstm", 1024, 20, ("sm_90",)), ("gru", 256, 10, ("sm_80", "sm_90")),
                                                       ("rnn", 64, 1, ("sm_90",))], ids=str)
-def test_f16_mma_configs_compile(cell, hidden, batch, arches, tmp_path):
-    """An fp16 layer's best tensor-core config by the model: m16n8k16 mma on fp16 pairs, one per
-    (k-tile of 16, n-tile) in each copy of the step the kernel has, no spills (RNN H=64 B=1's,
-    one warp per row tile, has 8 bytes of stack at sm_80, not at sm_90: ptxas's, at 56 registers);
-    without a GPU to measure it the planner keeps the FMA units."""
-    spec = CellSpec(cell, hidden, hidden, linear_before_reset=True, dtype="float16")
+def test_f16_mma_configs_compile(cell, hidden, batch, arches, dtype, tmp_path):
+    """A 16-bit layer's best tensor-core config by the model: m16n8k16 mma on fp16 (bf16) pairs,
+    one per (k-tile of 16, n-tile) in each copy of the step the kernel has, no spills (RNN H=64
+    B=1's fp16 one, one warp per row tile, has 8 bytes of stack at sm_80, not at sm_90: ptxas's,
+    at 56 registers); without a GPU to measure it the planner keeps the FMA units."""
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=True, dtype=dtype)
+    kind = "bf16" if dtype == "bfloat16" else "f16"
     for arch in arches:
         gpu = gpu_model(arch)
         cfg = next(c for _, c in rank(spec, candidate_configs(spec, gpu, batch), gpu, batch) if c.f16_mma())
         source = cuda_source(persistent_kernel(spec, cfg), arch)
-        calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_f16_f16_f32(acc")
+        calls = source.count(f"tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_{kind}_{kind}_f32(acc")
         assert calls and calls % (cfg.k_tiles_per_warp(spec) * cfg.n_tiles()) == 0, cfg  # per copy of the step
+        assert f"cvt.rn.{kind}x2.f32" in source
         assert max(nvcc_stats(source, arch, tmp_path)) == 0, cfg
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
         assert not plan_layer(spec, target, batch=batch, measure=False).config.tensor_cores()

@@ -13,6 +13,8 @@ CTA that would receive other than the bytes its mbarrier expects.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tvm
@@ -206,3 +208,21 @@ def test_f16_mma_rounds_h_within_the_fp16_bound(cell, direction, batch, cfg, fla
     got = _run_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
     err = float(np.abs(got[7] - want[7]).max()) / max(1.0, float(np.abs(want[7]).max()))
     assert 1e-5 < err <= 2e-3, err
+
+
+@pytest.mark.parametrize("cell,direction,batch,cfg,flags", F16_CASES, ids=lambda v: str(v))
+def test_bf16_mma_rounds_h_within_the_bf16_bound(cell, direction, batch, cfg, flags):
+    """The bf16 layer's mma twin (bf16 pairs, h(t-1) rounded to bf16 to nearest even as
+    `cvt.rn.bf16x2.f32` rounds it): within the bf16 bound, 8e-3 of the output scale (bf16 keeps 8
+    bits, a unit roundoff of 2^-9; fp16's 2e-3 is four of its 2^-11, this is four of bf16's), of
+    the reference on the same bf16 weights, and off it by more than fp32 arithmetic would be."""
+    import ml_dtypes
+
+    cfg = dataclasses.replace(cfg, weight_dtype="bfloat16")
+    spec = CellSpec(cell, I, H, direction, linear_before_reset=(cell == "gru"), dtype="bfloat16", **flags)
+    arrays = kernel_arrays(spec, batch, STEPS, seed=3, slots=cfg.exchange_slots(spec))
+    arrays[1] = arrays[1].astype(ml_dtypes.bfloat16).astype("float32")  # a bf16 model's weights
+    want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+    got = _run_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
+    err = float(np.abs(got[7] - want[7]).max()) / max(1.0, float(np.abs(want[7]).max()))
+    assert 1e-4 < err <= 8e-3, err

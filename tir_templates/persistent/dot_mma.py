@@ -14,6 +14,8 @@ from tvm.script import tirx as T
 MMA_TF32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 #: ... m16n8k16 with fp16 operands (two halves a 32-bit register, the lower k in the low half)
 MMA_F16 = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#: ... and with bf16 operands (the same fragments)
+MMA_BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 
 
 @T.macro
@@ -33,19 +35,26 @@ def tf32_rounded(x):
     return T.reinterpret("float32", (bits + T.uint32(0x1000)) & T.uint32(0xFFFFE000))
 
 
-def half_bits(x):
-    """fp32 x rounded to fp16 (to nearest even), as its 16 bits in a uint32."""
+def half_bits(x, bf16=False):
+    """fp32 x rounded to fp16 or (`bf16`) bf16, to nearest even, as its 16 bits in a uint32 (bf16:
+    integer arithmetic on finite values, what `cvt.rn.bf16.f32` does to them)."""
+    if bf16:
+        bits = T.reinterpret("uint32", x)
+        return (bits + T.uint32(0x7FFF) + ((bits >> T.uint32(16)) & T.uint32(1))) >> T.uint32(16)
     return T.Cast("uint32", T.reinterpret("uint16", T.Cast("float16", x)))
 
 
-def f16_pair(lo, hi):
-    """Two values as one fp16x2 fragment register: `lo` in the low half (the lower k)."""
-    return half_bits(lo) | (half_bits(hi) << T.uint32(16))
+def f16_pair(lo, hi, bf16=False):
+    """Two values as one fp16x2 (bf16x2) fragment register: `lo` in the low half (the lower k)."""
+    return half_bits(lo, bf16) | (half_bits(hi, bf16) << T.uint32(16))
 
 
-def f16_half(reg, e):
-    """Half e (0: low) of an fp16x2 register, as fp32."""
-    return T.Cast("float32", T.reinterpret("float16", T.Cast("uint16", (reg >> T.uint32(16 * e)) & T.uint32(0xFFFF))))
+def f16_half(reg, e, bf16=False):
+    """Half e (0: low) of an fp16x2 (bf16x2) register, as fp32 (exact)."""
+    half = (reg >> T.uint32(16 * e)) & T.uint32(0xFFFF)
+    if bf16:
+        return T.reinterpret("float32", half << T.uint32(16))
+    return T.Cast("float32", T.reinterpret("float16", T.Cast("uint16", half)))
 
 
 def a_operand(L, w):
@@ -55,8 +64,10 @@ def a_operand(L, w):
 
 
 def b_operand(L, x):
-    """An element of h(t-1) as the mma reads it: rounded to TF32 at TF32 or to fp16 for the fp16
-    mma, else exact (3xTF32 is emulated as the fp32 product it approximates)."""
+    """An element of h(t-1) as the mma reads it: rounded to TF32 at TF32 or to fp16 (bf16) for the
+    16-bit mma, else exact (3xTF32 is emulated as the fp32 product it approximates)."""
+    if L.BF16:
+        return f16_half(half_bits(x, True), 0, True)
     if L.F16:
         return T.Cast("float32", T.Cast("float16", x))
     return tf32_rounded(x) if L.TF32 else x
@@ -71,12 +82,15 @@ def weight(L, a, t, j, col):
 @T.macro
 def mma_load_weights(L, a, t):
     """The warp's row tile over its k-tiles, as mma A fragments in registers (TF32: rounded
-    once here, not every step; fp16: two weights a register)."""
+    once here, not every step; fp16 and bf16: two weights a register)."""
     for i in T.unroll(L.KPW):
         for j in T.unroll(4):
             if L.F16 and L.emulate:  # the pair's bits in plain arithmetic, as the CPU can run it
                 t.wreg[t.row, i * 4 + j] = f16_pair(weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)),
-                                                    weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)))
+                                                    weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)), L.BF16)
+            elif L.BF16:
+                T.ptx.cvt.rn.bf16x2.f32(t.wreg[t.row, i * 4 + j], weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)),
+                                        weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)))
             elif L.F16:  # cvt packs its first source into the high half (nvcc gave sm_80 a stack
                 # frame for the bit puns of the plain version)
                 T.ptx.cvt.rn.f16x2.f32(t.wreg[t.row, i * 4 + j], weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)),
@@ -101,16 +115,20 @@ def load_b_fragment(L, t, hs, i, nt):
 
 @T.macro
 def mma_dot_f16(L, t, hs):
-    """fp16: h(t-1) rounded to fp16 in pairs, one m16n8k16 mma per (k-tile, n-tile) with the
-    fp16 weights, fp32 accumulation."""
+    """fp16 (bf16): h(t-1) rounded to the layer's dtype in pairs, one m16n8k16 mma per (k-tile,
+    n-tile) with the 16-bit weights, fp32 accumulation."""
     bh = T.alloc_buffer((2,), "uint32", scope="local")
     for i in T.unroll(L.KPW):
         for nt in T.unroll(L.NTL):
             for j in T.unroll(2):  # B fragment: batch row lane / 4, columns 2 * (lane % 4) + {0, 1} (+8);
                 # cvt packs its first source into the high half
-                T.ptx.cvt.rn.f16x2.f32(bh[j], hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 1)],
-                                       hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 0)])
-            T.ptx[MMA_F16](t.acc[nt * 4], t.acc[nt * 4 + 1], t.acc[nt * 4 + 2], t.acc[nt * 4 + 3],
+                if L.BF16:
+                    T.ptx.cvt.rn.bf16x2.f32(bh[j], hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 1)],
+                                            hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 0)])
+                else:
+                    T.ptx.cvt.rn.f16x2.f32(bh[j], hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 1)],
+                                           hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 0)])
+            T.ptx[MMA_BF16 if L.BF16 else MMA_F16](t.acc[nt * 4], t.acc[nt * 4 + 1], t.acc[nt * 4 + 2], t.acc[nt * 4 + 3],
                            *[t.wreg[0, i * 4 + j] for j in range(4)], bh[0], bh[1],
                            t.acc[nt * 4], t.acc[nt * 4 + 1], t.acc[nt * 4 + 2], t.acc[nt * 4 + 3])
 
@@ -171,7 +189,7 @@ def mma_dot(L, t, hs, gs):
 
 @T.macro
 def emulated_mma_dot_f16(L, regs, hs, gs, cta):
-    """`emulated_mma_dot` for the fp16 mma (m16n8k16): element (m, k) of a warp's 16 x 16 tile
+    """`emulated_mma_dot` for the 16-bit mma (m16n8k16): element (m, k) of a warp's 16 x 16 tile
     sits in lane 4 * (m % 8) + (k % 8) // 2, register m // 8 + 2 * (k // 8), half k % 2."""
     for w, nt, m, nn in T.grid(L.RT * L.KS, L.NTL, 16, 8):
         if nt * 8 + nn < L.BC and (w % L.RT) * 16 + m < L.GTW:
@@ -180,7 +198,7 @@ def emulated_mma_dot_f16(L, regs, hs, gs, cta):
                 gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m] = (
                     gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m]
                     + f16_half(regs.wreg[cta * L.NT + w * 32 + 4 * (m % 8) + k % 8 // 2, i * 4 + m // 8 + 2 * (k // 8)],
-                               k % 2)
+                               k % 2, L.BF16)
                     * b_operand(L, hs[nt * 8 + nn, ((w // L.RT) * L.KPW + i) * 16 + k]))
 
 

@@ -18,7 +18,8 @@ BLOCK_M):
     XR        registers per pair: G inputs, C(t-1)    VEC  width of h's vector copies
     KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
     TF32              tensor cores at TF32 precision: one mma of rounded operands (else 3xTF32)
-    F16               tensor cores on fp16 weights: m16n8k16, two halves a fragment register
+    F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
+    BF16              ... those weights bf16 (else fp16)
     SENDS, RECV_BYTES  dsmem: 16-byte stores a CTA sends a step, bytes each CTA receives
 """
 from __future__ import annotations
@@ -81,7 +82,8 @@ class Layout:
         self.XR = self.G + 1
         self.MMA = cfg.tensor_cores()
         self.TF32 = cfg.tf32()  # one mma of TF32-rounded operands (else 3xTF32)
-        self.F16 = cfg.f16_mma()  # an fp16 layer's mma: fp16 weights, h(t-1) rounded to fp16, K = 16
+        self.F16 = cfg.f16_mma()  # a 16-bit layer's mma: its weights, h(t-1) rounded to its dtype, K = 16
+        self.BF16 = self.F16 and cfg.weight_dtype == "bfloat16"  # ... the layer is bf16
         self.KS = cfg.k_splits()
         self.RT = cfg.row_tiles(spec) if self.MMA else 0
         self.KPW = cfg.k_tiles_per_warp(spec) if self.MMA else 0
