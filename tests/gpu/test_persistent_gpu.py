@@ -211,32 +211,20 @@ def test_tf32_matches_onnxruntime_within_its_bound(op, hidden, direction, keep):
     assert max(errors.values()) > TOLERANCE["float32"] / 10, errors
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @MMA_KINDS
-def test_f16_mma_matches_onnxruntime(op, hidden, direction, keep):
-    """fp16 models on the tensor cores (m16n8k16 on their fp16 weights, h(t-1) rounded to fp16):
-    the model's best such config of each kind over the whole (B, T) matrix, within the fp16 bound.
-    All five passed on the H100 on 2026-11-25 (docs/data/gpu-v26-f16-mma-projection.log)."""
-    case = _layer_case(op, hidden, direction, "float16")
-    spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU", dtype="float16")
+def test_f16_mma_matches_onnxruntime(op, hidden, direction, keep, dtype):
+    """16-bit models on the tensor cores (m16n8k16 on their own fp16 or bf16 weights, h(t-1)
+    rounded to that dtype): the model's best such config of each kind over the whole (B, T)
+    matrix, within the dtype's bound, against ONNX Runtime on the float32 twin. fp16: all five
+    passed on the H100 on 2026-11-25 (docs/data/gpu-v26-f16-mma-projection.log); bf16: not yet run
+    on a GPU (written the same day, after the session's device time had run out)."""
+    case = _layer_case(op, hidden, direction, dtype)
+    spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU", dtype=dtype)
     gpu = gpu_model("sm_90")
     cfg = next(c for _, c in rank(spec, candidate_configs(spec, gpu, BATCHES[-1]), gpu, BATCHES[-1])
                if c.f16_mma() and keep(spec, c))
-    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["float16"])
-    assert not failures, f"{cfg}: " + ", ".join(failures)
-
-
-@MMA_KINDS
-def test_bf16_mma_matches_onnxruntime(op, hidden, direction, keep):
-    """bf16 models on the tensor cores (m16n8k16 .bf16 on their bf16 weights, h(t-1) rounded to
-    bf16), built with the model's best such config of each kind: over the whole (B, T) matrix
-    within bf16's bound, against ONNX Runtime on the float32 twin (its LSTM takes no bf16). Not
-    yet run on a GPU (written 2026-11-25 after the session's device time had run out)."""
-    case = _layer_case(op, hidden, direction, "bfloat16")
-    spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU", dtype="bfloat16")
-    gpu = gpu_model("sm_90")
-    cfg = next(c for _, c in rank(spec, candidate_configs(spec, gpu, BATCHES[-1]), gpu, BATCHES[-1])
-               if c.f16_mma() and keep(spec, c))
-    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE["bfloat16"])
+    failures = _failures(persist_rnn.compile(reference(case)[0], "cuda", config=cfg), case, TOLERANCE[dtype])
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 
