@@ -11,7 +11,6 @@ from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH
 from tir_templates.spec import ATTR_KEY, CellSpec
 
 from .frontend.importer import UNROLLED_ATTR
-from .transform.layer_stacks import STACK_ATTR
 
 #: PrimFunc attributes the pass sets on the kernel that replaces a reference scan
 LOWERING_ATTR = "persist_rnn.lowering"
@@ -20,6 +19,8 @@ CONFIG_ATTR = "persist_rnn.config"
 SOURCE_ATTR = "persist_rnn.source"
 #: a kernel with one persistent kernel per batch bucket: JSON list of {max_batch, config, source, time_us}
 BUCKETS_ATTR = "persist_rnn.buckets"
+#: a layer of a stack (transform/layer_stacks.py): {"stack": [node names, lowest first], "position": l}
+STACK_ATTR = "persist_rnn.stack"
 
 
 def kernel_configs(func) -> list[Config]:

@@ -19,10 +19,8 @@ from tvm import relax
 from tir_templates.gemm_signature import PROJECTION_ATTR
 from tir_templates.spec import ATTR_KEY, CellSpec
 
+from ..report import STACK_ATTR
 from .call_sites import call_args
-
-#: PrimFunc attribute of a layer in a stack: {"stack": [node names, lowest first], "position": l}
-STACK_ATTR = "persist_rnn.stack"
 #: Relax ops that change a tensor's shape but not the order of its elements
 _VIEWS = ("relax.reshape", "relax.squeeze", "relax.expand_dims")
 
