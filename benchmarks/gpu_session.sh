@@ -11,7 +11,7 @@
 #     ... bench-unverified   # the same with the kernels not yet verified (once `tests` passed)
 #     ... new         # the GPU tests of what has not yet run there: the bf16 mma, the 32 x 32 x 64 projection tile, alone
 #                     # and in the runtime-M kernels of the shipped examples at B=1
-#     ... precision   # persist-rnn bench --precision fp32,tf32,fp16 -> $OUT/precision.jsonl
+#     ... precision   # persist-rnn bench --unverified --precision fp32,tf32,fp16,bf16 (bf16 mma unverified) -> $OUT/precision.jsonl
 # Logs and results go to $OUT (the device tool brings them back).
 set -o pipefail
 OUT=${OUT:-/tmp/persist_rnn_out}
@@ -27,7 +27,7 @@ for part in "${@:-tests}"; do
                         | tee "$OUT/bench-unverified.log" ;;
     new) python3 -m pytest -q -rf tests/gpu/test_persistent_gpu.py tests/gpu/test_shipped_examples.py \
            -k "projection_matches_numpy_on_gpu or matches_onnxruntime_with_numpy or (f16_mma and bfloat16)" 2>&1 | tail -40 | tee "$OUT/gpu_new.log" ;;
-    precision) python3 -m persist_rnn.cli bench --precision fp32,tf32,fp16 --out "$OUT/precision.jsonl" 2>&1 \
+    precision) python3 -m persist_rnn.cli bench --unverified --precision fp32,tf32,fp16,bf16 --flashrnn LSTM:256:10 --flashrnn GRU:256:10 --out "$OUT/precision.jsonl" 2>&1 \
                  | tee "$OUT/precision.log" ;;
     *) echo "unknown part $part (tests, calibrate, bench, bench-unverified, new, precision)"; exit 2 ;;
   esac

@@ -18,14 +18,14 @@ import tempfile
 import time
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from tir_templates.spec import CellSpec
 
 from .compile import compile as compile_model
 from .schedule.floor import floor_ms
 from .schedule.gpu import gpu_model
-from .testing import torch_to_onnx_weights
+from .testing import NP_TO_ONNX, torch_to_onnx_weights
 
 PARTS = ("grid", "batch", "seq", "models")
 
@@ -39,7 +39,7 @@ def torch_layer(op, hidden, seed):
 
 
 def onnx_from_torch(op, layer, seq_len, batch, dtype="float32"):
-    """The torch layer as one ONNX node of `dtype` (float32 or float16), input X (seq_len, batch, H)."""
+    """The torch layer as one ONNX node of `dtype` (float32, float16 or bfloat16), input X (seq_len, batch, H)."""
     w, r, b = (a.astype(dtype) for a in torch_to_onnx_weights(op, *(p.detach().float().cpu().numpy() for p in (
         layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0))))
     H = layer.hidden_size
@@ -50,7 +50,7 @@ def onnx_from_torch(op, layer, seq_len, batch, dtype="float32"):
         attrs["linear_before_reset"] = 1
     outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
     node = helper.make_node(op, ["X", "W", "R", "B"], outs, name="layer", **attrs)
-    elem = TensorProto.FLOAT16 if dtype == "float16" else TensorProto.FLOAT
+    elem = NP_TO_ONNX[dtype]
     g = helper.make_graph([node], "bench", [helper.make_tensor_value_info("X", elem, [seq_len, batch, H])],
                           [helper.make_tensor_value_info(o, elem, None) for o in outs], initializer=inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
@@ -259,17 +259,20 @@ def direct_cudnn_columns(layer, x) -> dict:
 
 #: what `--precision` measures: for each, our build's precision option, the ONNX model's dtype, and
 #: cuDNN's math type for its algorithms called directly (FMA: strict fp32; DEFAULT: TF32 allowed on
-#: fp32 data; TENSOR_OP: fp16 data on the tensor cores, fp32 accumulation)
+#: fp32 data; TENSOR_OP: 16-bit data on the tensor cores, fp32 accumulation)
 PRECISIONS = {"fp32": ("fp32", "float32", "FMA"), "tf32": ("tf32", "float32", "DEFAULT"),
-              "fp16": ("fp32", "float16", "TENSOR_OP")}
+              "fp16": ("fp32", "float16", "TENSOR_OP"), "bf16": ("fp32", "bfloat16", "TENSOR_OP")}
+#: each precision's bound, of the output scale: the build precisions' (schedule/precision.py), fp16's
+#: four of its unit roundoffs (2^-11), bf16's four of its own (2^-9)
+BOUNDS = {"fp16": 2e-3, "bf16": 8e-3}
 
 
 def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True) -> dict:
     """One layer at `precision` against cuDNN at the same precision, in one run: torch's layer
-    (eager and CUDA graph; TF32 allowed only at "tf32"; fp16 layer and input at "fp16") and its
+    (eager and CUDA graph; TF32 allowed only at "tf32"; 16-bit layer and input at "fp16" and "bf16") and its
     four algorithms called directly, each checked against torch's output at that precision within
-    the precision's bound (schedule/precision.py; fp16: 2e-3); the fastest of those is
-    `best_cudnn_ms`. fp16 rows add FlashRNN's backends (`flashrnn_columns`) unless `flashrnn` is False. `ours_err`: ours against torch's strict fp32 layer, over the output scale."""
+    the precision's bound (`BOUNDS`); the fastest of those is `best_cudnn_ms`. fp16 and bf16
+    rows add FlashRNN's backends (`flashrnn_columns`) unless `flashrnn` is False. `ours_err`: ours against torch's strict fp32 layer, over the output scale."""
     import copy
 
     import torch
@@ -286,7 +289,8 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True)
     got = compiled.run(feeds)[0][:, 0].astype("float32")
     row["ours_err"] = float(np.abs(got - strict).max() / max(1.0, float(np.abs(strict).max())))
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
-    theirs, tx = (copy.deepcopy(layer).half(), x.half()) if dtype == "float16" else (layer, x)
+    half = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(dtype)
+    theirs, tx = (copy.deepcopy(layer).to(half), x.to(half)) if half else (layer, x)
     with torch.no_grad():
         want = theirs(tx)[0]
         row["torch_eager_ms"], row["torch_graph_ms"] = cudnn_ms(theirs, tx)
@@ -294,13 +298,13 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True)
             direct = algorithm_rows(theirs, tx, want, cuda_ms, math=math)
         except (RuntimeError, OSError) as err:  # no libcudnn beside torch, or its API differs
             direct = {"error": str(err)}
-    bound = TOLERANCE.get(precision, 2e-3) * max(1.0, float(want.float().abs().max()))
+    bound = {**TOLERANCE, **BOUNDS}[precision] * max(1.0, float(want.float().abs().max()))
     timed = {"torch_graph": row["torch_graph_ms"]}
     timed.update({a: r["ms"] for a, r in direct.items() if isinstance(r, dict) and "ms" in r and r["max_diff"] <= bound})
     best = min(timed, key=timed.get)
     row.update(cudnn_direct=direct, best_cudnn=best, best_cudnn_ms=timed[best],
                best_cudnn_over_ours=timed[best] / row["ours_ms"], torch_graph_over_ours=row["torch_graph_ms"] / row["ours_ms"])
-    if dtype == "float16" and flashrnn:  # FlashRNN runs fp16 (and bf16), not fp32
+    if half and flashrnn:  # FlashRNN runs fp16 and bf16, not fp32
         row.update(flashrnn_columns(theirs, tx, want, bound, row["ours_ms"]))
     spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU", dtype=dtype)
     row.update(floor_ms(spec, batch, seq_len, gpu_model("sm_90"), precision))  # the physical floor (floor.py)

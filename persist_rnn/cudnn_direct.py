@@ -19,7 +19,7 @@ import re
 
 ALGOS = {"STANDARD": 0, "PERSIST_STATIC": 1, "PERSIST_DYNAMIC": 2, "PERSIST_STATIC_SMALL_H": 3}
 MODES = {"RNN_TANH": 1, "LSTM": 2, "GRU": 3}
-DATA = {"float32": 0, "float16": 2}
+DATA = {"float32": 0, "float16": 2, "bfloat16": 9}
 #: FMA: strict fp32 (what torch's fp32 layers compute with TF32 off); DEFAULT lets cuDNN use TF32
 MATH = {"DEFAULT": 0, "TENSOR_OP": 1, "FMA": 3}
 DOUBLE_BIAS, UNIDIRECTIONAL, LINEAR_INPUT, FWD_INFERENCE, SEQ_MAJOR_UNPACKED, PADDED_IO_DISABLED = 2, 0, 0, 0, 0, 0
@@ -27,7 +27,7 @@ DOUBLE_BIAS, UNIDIRECTIONAL, LINEAR_INPUT, FWD_INFERENCE, SEQ_MAJOR_UNPACKED, PA
 HEADER_NAMES = {"CUDNN_RNN_ALGO_STANDARD": 0, "CUDNN_RNN_ALGO_PERSIST_STATIC": 1, "CUDNN_RNN_ALGO_PERSIST_DYNAMIC": 2,
                 "CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H": 3, "CUDNN_RNN_TANH": 1, "CUDNN_LSTM": 2, "CUDNN_GRU": 3,
                 "CUDNN_RNN_DOUBLE_BIAS": 2, "CUDNN_FMA_MATH": 3, "CUDNN_DEFAULT_MATH": 0, "CUDNN_TENSOR_OP_MATH": 1,
-                "CUDNN_DATA_FLOAT": 0, "CUDNN_DATA_HALF": 2, "CUDNN_FWD_MODE_INFERENCE": 0,
+                "CUDNN_DATA_FLOAT": 0, "CUDNN_DATA_HALF": 2, "CUDNN_DATA_BFLOAT16": 9, "CUDNN_FWD_MODE_INFERENCE": 0,
                 "CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED": 0, "CUDNN_UNIDIRECTIONAL": 0, "CUDNN_LINEAR_INPUT": 0}
 
 
@@ -101,7 +101,7 @@ class CudnnRNN:
         gates = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1}[mode]
         T, B, I = x.shape
         H = layer.hidden_size
-        dtype = {torch.float32: "float32", torch.float16: "float16"}[x.dtype]
+        dtype = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[x.dtype]
         rnn = vp()
         self._ok(lib.cudnnCreateRNNDescriptor(ctypes.byref(rnn)), "RNN descriptor")
         self._ok(lib.cudnnSetRNNDescriptor_v8(rnn, ALGOS[algo], MODES[mode], DOUBLE_BIAS, UNIDIRECTIONAL, LINEAR_INPUT,

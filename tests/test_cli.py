@@ -137,11 +137,11 @@ def test_run_check_holds_each_precision_to_its_bound():
 
 
 def test_bench_precisions_are_checked_and_reported(tmp_path):
-    """--precision takes fp32, tf32, fp16 (bf16 is named as not benchmarked yet); the report
-    makes one table per precision with the floors' numbers."""
-    res = _run("bench", "--out", str(tmp_path / "r.jsonl"), "--precision", "fp32,bf16")
-    assert res.exit_code == 2 and "bf16 layers are not benchmarked yet" in res.output
-    res = _run("bench", "--out", str(tmp_path / "r.jsonl"), "--precision", "tf32,fp16")
+    """--precision takes fp32, tf32, fp16 and bf16, and names the choices for anything else; the
+    report makes one table per precision with the floors' numbers."""
+    res = _run("bench", "--out", str(tmp_path / "r.jsonl"), "--precision", "fp32,fp64")
+    assert res.exit_code == 2 and "fp64: choose from fp32, tf32, fp16, bf16" in res.output
+    res = _run("bench", "--out", str(tmp_path / "r.jsonl"), "--precision", "tf32,fp16,bf16")
     assert res.exit_code == 0 and res.output.startswith("skip:")
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
     from report import precision_lines

@@ -34,8 +34,10 @@ MMA_N = 8
 
 
 def floor_ms(spec: CellSpec, batch: int, seq_len: int, gpu: GPUModel, precision: str = "fp32") -> dict:
-    """The layer's floor in ms and its parts (per-step µs), for `precision` "fp32", "tf32" or
-    "fp16" (the weights' bytes and the units allowed follow it)."""
+    """The layer's floor in ms and its parts (per-step µs), for `precision` "fp32", "tf32", "fp16"
+    or "bf16" (the weights' bytes and the units allowed follow it; bf16 as fp16: 2 bytes, the same
+    dense tensor-core rate)."""
+    precision = "fp16" if precision == "bf16" else precision
     arch = gpu.arch if gpu.arch in MACS_PER_SM_CLOCK else "sm_90"
     rate = {k: v * gpu.num_sms * gpu.clock_ghz * 1e9 for k, v in MACS_PER_SM_CLOCK[arch].items()}  # MAC/s
     H, G, D = spec.hidden_size, spec.num_gates, spec.num_directions
