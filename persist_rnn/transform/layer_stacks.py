@@ -6,7 +6,8 @@ names the stack each layer belongs to.
 A link needs both layers unidirectional and walking time the same way (a bidirectional layer needs
 the whole sequence of the layer below it), the same sequence lengths (one wavefront step is one time
 step for every layer), and between them only views that keep Y's element order (reshape, squeeze,
-expand_dims): the upper projection's rows are then the lower layer's (time, batch) rows, in order.
+expand_dims) that leave the upper layer the same time and batch extents: the upper projection's
+rows are then the lower layer's (time, batch) rows, in order.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tir_templates.spec import ATTR_KEY, CellSpec
 
 from ..report import STACK_ATTR
 from .call_sites import call_args
+
 #: Relax ops that change a tensor's shape but not the order of its elements
 _VIEWS = ("relax.reshape", "relax.squeeze", "relax.expand_dims")
 
@@ -80,12 +82,21 @@ def _spec(call, mod) -> CellSpec:
     return CellSpec.from_json(str(mod[call.args[0]].attrs[ATTR_KEY]))
 
 
+def _same_steps(lower, upper) -> bool:
+    """Whether the upper layer's (time, batch) extents are the lower layer's: a reshape keeps the
+    elements' order but could read (T, B) rows as (B, T)."""
+    y, xw = lower.ty.fields[0], call_args(upper)[0].ty
+    if not (isinstance(y, relax.TensorType) and isinstance(xw, relax.TensorType)) or y.shape is None or xw.shape is None:
+        return False
+    return tvm_ffi.structural_equal(y.shape[0], xw.shape[0]) and tvm_ffi.structural_equal(y.shape[2], xw.shape[1])
+
+
 def _linkable(lower, upper, mod, bound) -> bool:
     """Whether the wavefront could run `upper` one time step behind `lower` (module docstring)."""
     a, b = _spec(lower, mod), _spec(upper, mod)
     lens_a, lens_b = (_through_views(call_args(c)[3], bound) for c in (lower, upper))
     return (a.num_directions == b.num_directions == 1 and a.direction == b.direction and a.dtype == b.dtype
-            and tvm_ffi.structural_equal(lens_a, lens_b))
+            and tvm_ffi.structural_equal(lens_a, lens_b) and _same_steps(lower, upper))
 
 
 def find_stacks(mod: tvm.IRModule) -> list[list[relax.GlobalVar]]:

@@ -81,6 +81,10 @@ def test_a_transposed_y_or_other_lengths_break_the_stack():
     swap = lambda x, y: helper.make_node("Transpose", [x], [y], perm=[1, 0, 2])
     back = lambda x, y: helper.make_node("Transpose", [x], [y], perm=[1, 0, 2])
     assert stacks(stacked_model(between=(swap, back))) == []  # a view that reorders elements
+    as_bt = lambda x, y: helper.make_node("Reshape", [x, "bt"], [y])  # (T, B, H) read as (B, T, H)
+    model = stacked_model(between=(as_bt,))
+    model.graph.initializer.append(numpy_helper.from_array(np.array([B, T_, H], "int64"), "bt"))
+    assert stacks(model) == []
     assert stacks(stacked_model(lens=("L", "L"))) == [2]
     assert stacks(stacked_model(lens=("L", "L2"))) == []  # each layer its own lengths
 
