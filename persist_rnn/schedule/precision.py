@@ -4,8 +4,8 @@
 allows the tensor cores at TF32 precision (one mma of operands rounded to 10 mantissa bits), as
 `torch.backends.cudnn.allow_tf32` allows cuDNN; a user asks for it, it is never assumed. fp16 and
 bf16 layers are computed at their own precision either way. The input projection is the fp32 FMA
-GEMM at either precision; its tensor-core version (3xTF32, or TF32 in a tf32 build) is used only
-with unverified=True until it has run on a GPU.
+GEMM, except where few rows leave it idle SMs (`projection_mma.tensor_cores_pay`): there it runs
+on the tensor cores at the build's precision (3xTF32, or TF32 in a tf32 build).
 """
 from __future__ import annotations
 

@@ -49,11 +49,13 @@ def _through_views(expr, bound: dict):
     while True:
         if isinstance(expr, relax.Var) and expr in bound:
             expr = bound[expr]
-        elif isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in _VIEWS:
+        elif any(_is_op(expr, view) for view in _VIEWS):
             expr = expr.args[0]
-        elif isinstance(expr, relax.TupleGetItem) and expr.index == 0 and _is_op(
-                _through_views(expr.tuple_value, bound), "relax.nn.dropout"):
-            expr = _through_views(expr.tuple_value, bound).args[0]
+        elif isinstance(expr, relax.TupleGetItem) and expr.index == 0:
+            source = _through_views(expr.tuple_value, bound)
+            if not _is_op(source, "relax.nn.dropout"):
+                return expr
+            expr = source.args[0]
         else:
             return expr
 

@@ -137,8 +137,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
     """The pass. `config` forces one schedule config (a dict or Config) for every layer;
     `tuning_log` is a JSON-lines path whose records are reused; `measure` (default: when a GPU is
     present) times the cost model's top_k candidates; `unverified` lets the planner pick kernel
-    variants that have not yet run on a GPU (and the input projections on the tensor cores,
-    tir_templates/projection_mma.py); `cooperative` (default) launches grid-barrier kernels
+    variants that have not yet run on a GPU; `cooperative` (default) launches grid-barrier kernels
     cooperatively (see `_needs_cooperative_launch`; off only to measure what it costs);
     `precision` "tf32" lets fp32 layers' steps use the tensor cores at TF32 (schedule/precision.py)."""
     target = as_target(target)
