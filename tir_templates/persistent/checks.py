@@ -19,11 +19,9 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     H=2048; docs/data/gpu-v22-fp16-shared-weights.log; bf16 layers hold fp32 weights, the fp32 code),
     h through distributed shared memory (dsmem) too (docs/data/gpu-v24-dsmem.log), tensor cores at
     TF32 precision with whole row tiles too (docs/data/gpu-v25-tf32.log), and the fp16 layers' mma
-    (m16n8k16) with whole row tiles too (docs/data/gpu-v26-f16-mma-projection.log); tensor cores
-    with a padded row tile (any precision) have not, nor the bf16 layers' mma."""
-    if cfg.f16_mma() and cfg.weight_dtype == "bfloat16":
-        return ("tensor cores on bf16 weights (mma m16n8k16 .bf16): pass the CPU emulation and nvcc but have not "
-                "yet been run on a GPU; compile with unverified=True to use them")
+    (m16n8k16) with whole row tiles too (docs/data/gpu-v26-f16-mma-projection.log), and the bf16
+    layers' mma (docs/data/gpu-v27-bf16-tile.log); tensor cores with a padded row tile (any
+    precision) have not."""
     if cfg.tensor_cores() and (cfg.row_gates(spec) * cfg.tile_units) % 16:
         return ("tensor cores with a padded row tile (the CTA's gate rows are not whole 16-row tiles): pass the "
                 "CPU emulation and nvcc but have not yet been run on a GPU; compile with unverified=True to use them")
