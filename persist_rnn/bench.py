@@ -27,7 +27,7 @@ from .schedule.floor import floor_ms
 from .schedule.gpu import gpu_model
 from .testing import NP_TO_ONNX, torch_to_onnx_weights
 
-PARTS = ("grid", "batch", "seq", "models")
+PARTS = ("grid", "batch", "seq", "models", "stacks")
 
 
 def torch_layer(op, hidden, seed):
@@ -353,7 +353,7 @@ def model_rows(name, batches, options, examples_dir):
     """A shipped example end to end, latency against batch. Side by side, timed in turn
     (`interleaved_ms`): the model as shipped (symbolic batch: one build for every batch) and
     built for each static batch, both through the VM with inputs on the GPU (`ours_ms` is the
-    static build); the as-shipped build also through the whole `run()` path, with numpy and with
+    static build; `wavefront_ms` the same with its stacks fused, `compile(wavefront=True)`); the as-shipped build also through the whole `run()` path, with numpy and with
     torch CUDA tensors; ONNX Runtime (CPU)."""
     import onnx
     import torch
@@ -366,7 +366,9 @@ def model_rows(name, batches, options, examples_dir):
         feeds = inputs_at_batch(shipped, path.replace(".onnx", "_inputs.npz"), batch)
         on_gpu = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
         compiled = compile_model(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, **options)
-        ms = interleaved_ms({"ours_ms": vm_call(compiled, feeds), "shipped_ms": vm_call(shipped, feeds),
+        fused = compile_model(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, wavefront=True, **options)
+        ms = interleaved_ms({"ours_ms": vm_call(compiled, feeds), "wavefront_ms": vm_call(fused, feeds),
+                             "shipped_ms": vm_call(shipped, feeds),
                              "shipped_run_numpy_ms": lambda: shipped.run(feeds),
                              "shipped_run_torch_ms": lambda: shipped.run(on_gpu)}, per_timing=50)
         spec = shipped.inputs[0]
@@ -374,6 +376,7 @@ def model_rows(name, batches, options, examples_dir):
         row = {"part": "model", "model": name, "batch": batch, "seq_len": seq_len, **ms,
                "ort_cpu_ms": _ort_ms(model, feeds), "lowerings": [r.lowering for r in compiled.report()]}
         row["shipped_over_static"] = row["shipped_ms"] / row["ours_ms"]
+        row["ours_over_wavefront"] = row["ours_ms"] / row["wavefront_ms"]
         row["run_torch_over_vm"] = row["shipped_run_torch_ms"] / row["shipped_ms"]
         rows.append(row)
     return rows
@@ -425,6 +428,14 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
             f.write(json.dumps(row) + "\n")
             f.flush()
             log(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}))
+        if "stacks" in parts:
+            from .stack_bench import STACKS, stack_row
+
+            for op, h, n_l, b in STACKS:
+                row = stack_row(op, h, n_l, b, 100, options)
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                log(json.dumps(row))
         if "models" in parts:
             for name, batches in (("char_rnn", (1, 16, 64)), ("speech_gru", (1, 8, 64)), ("text_classifier", (1, 8, 64))):
                 for row in model_rows(name, batches, options, examples_dir):

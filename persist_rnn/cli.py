@@ -20,6 +20,11 @@ _precision_option = click.option(
     "--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
     help="what an fp32 layer's recurrent step may run at: fp32 (fp32 accuracy) or tf32 (tensor cores at TF32, "
          "as torch.backends.cudnn.allow_tf32 allows cuDNN)")
+#: compile and run: stacks of layers as one kernel (transform/layer_wavefront.py)
+_wavefront_option = click.option(
+    "--wavefront", is_flag=True,
+    help="run each stack of layers that the layer wavefront takes as one kernel (off: a kernel a layer, "
+         "faster on most stacks measured so far)")
 TARGET_HELP = 'a name ("llvm", "cuda") or a JSON target, e.g. \'{"kind": "cuda", "arch": "sm_80"}\''
 
 
@@ -81,14 +86,15 @@ def _verbose() -> bool:
 @click.option("--unroll", is_flag=True, help="unroll recurrences into primitive ops (static shapes only)")
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
 @_precision_option
+@_wavefront_option
 @_pin_options
-def compile(model, output, target, tuning_log, unroll, unverified, precision, shape_opts, const_opts):
+def compile(model, output, target, tuning_log, unroll, unverified, precision, wavefront, shape_opts, const_opts):
     """Compile MODEL into a shared library (plus OUTPUT.json describing it)."""
     from . import compile as compile_model
 
     try:
         cm = compile_model(model, target, tuning_log=tuning_log, unroll=unroll, unverified=unverified,
-                           verbose=_verbose(), precision=precision, **_pins(shape_opts, const_opts))
+                           verbose=_verbose(), precision=precision, wavefront=wavefront, **_pins(shape_opts, const_opts))
         cm.export_library(output)
     except PersistRNNError as err:
         _fail(err)
@@ -109,8 +115,9 @@ def compile(model, output, target, tuning_log, unroll, unverified, precision, sh
 @click.option("--save", type=click.Path(dir_okay=False), help="write the outputs to this .npz")
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
 @_precision_option
+@_wavefront_option
 @_pin_options
-def run(model, inputs_path, target, tuning_log, check, save, unverified, precision, shape_opts, const_opts):
+def run(model, inputs_path, target, tuning_log, check, save, unverified, precision, wavefront, shape_opts, const_opts):
     """Compile MODEL, run it on INPUTS and print the outputs' shapes (pinned inputs may be left out
     of INPUTS; --check feeds ONNX Runtime their pinned values)."""
     from . import compile as compile_model
@@ -124,7 +131,7 @@ def run(model, inputs_path, target, tuning_log, check, save, unverified, precisi
         click.echo(f"running on {'the GPU (cuda)' if target == 'cuda' else 'the CPU (llvm): no CUDA GPU here'}")
     try:
         cm = compile_model(model, target, tuning_log=tuning_log, unverified=unverified, verbose=_verbose(),
-                           precision=precision, **pins)
+                           precision=precision, wavefront=wavefront, **pins)
         outs = cm.run(feeds)
     except PersistRNNError as err:
         _fail(err)
@@ -265,7 +272,7 @@ def calibrate(out_dir, sweeps, arch, configs, sweep_out):
 
 @main.command()
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="JSON lines to append to")
-@click.option("--parts", multiple=True, type=click.Choice(["grid", "batch", "seq", "models"]),
+@click.option("--parts", multiple=True, type=click.Choice(["grid", "batch", "seq", "models", "stacks"]),
               help="what to measure (repeatable; default: all)")
 @click.option("--tuning-log", type=click.Path(dir_okay=False))
 @click.option("--unrolled", "unrolled_hidden", multiple=True, type=int, default=(256,), show_default=True,

@@ -9,6 +9,7 @@ import tvm
 from tir_templates.config import Config
 from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH
 from tir_templates.spec import ATTR_KEY, CellSpec
+from tir_templates.wavefront import STACK_KERNEL_ATTR
 
 from .frontend.importer import UNROLLED_ATTR
 
@@ -21,6 +22,8 @@ SOURCE_ATTR = "persist_rnn.source"
 BUCKETS_ATTR = "persist_rnn.buckets"
 #: a layer of a stack (transform/layer_stacks.py): {"stack": [node names, lowest first], "position": l}
 STACK_ATTR = "persist_rnn.stack"
+#: set on a stack's per-layer kernels when the stack stays per layer (transform/layer_wavefront.py): why
+STACK_REASON_ATTR = "persist_rnn.stack_reason"
 
 
 def kernel_configs(func) -> list[Config]:
@@ -48,9 +51,10 @@ class LayerReport:
     tf32_step: bool = False  # the recurrent step (some bucket's, at least) on the tensor cores at TF32 precision
     #: batch known only at run time: a config per bucket, [{max_batch (None: the rest), config, source, time_us}]
     buckets: list = dataclasses.field(default_factory=list)
-    #: the stack of layers this one belongs to (node names, lowest first; transform/layer_stacks.py),
-    #: each still its own kernel: the layer wavefront that would run a stack as one is not built
+    #: the stack of layers this one belongs to (node names, lowest first; transform/layer_stacks.py):
+    #: one wavefront kernel (lowering "wavefront"), or each layer its own kernel, `stack_reason` says why
     stack: list = dataclasses.field(default_factory=list)
+    stack_reason: str = ""
 
     def __getitem__(self, key):
         return getattr(self, key)
@@ -65,6 +69,8 @@ class LayerReport:
         buckets = f", {len(self.buckets)} batch buckets" if self.buckets else ""
         tf32 = ", TF32 step" if self.tf32_step else ""
         stacked = f", layer {self.stack.index(self.node) + 1} of {len(self.stack)} stacked" if self.stack else ""
+        if self.stack and self.lowering == "persistent":  # a kernel a layer where the wavefront could have fused them
+            stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
         return (f"{self.node}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
                 f"{dirs}: {self.lowering}{tf32}{early}{buckets}{stacked}{why}")
 
@@ -88,11 +94,22 @@ def _attr(func, key, default=""):
     return str(func.attrs[key]) if func.attrs is not None and key in func.attrs else default
 
 
+def _wavefront_layers(func) -> list[LayerReport]:
+    """The layers of a wavefront kernel (tir_templates.wavefront), one entry each."""
+    info = json.loads(str(func.attrs[STACK_KERNEL_ATTR]))
+    specs = [CellSpec.from_json(text) for text in info["layers"]]
+    launch = list(func.attrs.get(COOPERATIVE_LAUNCH[0], []))
+    return [_entry(spec, "wavefront", config=info["config"], source="wavefront plan",
+                   cooperative_launch=COOPERATIVE_LAUNCH[1][0] in launch, stack=[s.node for s in specs]) for spec in specs]
+
+
 def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
     """One LayerReport per recurrent layer found in `mod`, in graph order of the node names."""
     out = []
     for _, func in mod.functions.items():
-        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
+        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and STACK_KERNEL_ATTR in func.attrs:
+            out += _wavefront_layers(func)
+        elif isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
             spec = CellSpec.from_json(str(func.attrs[ATTR_KEY]))
             launch = func.attrs.get(EARLY_LAUNCH[0], [])
             lowering = _attr(func, LOWERING_ATTR, "reference")
@@ -102,7 +119,8 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
                               cooperative_launch=COOPERATIVE_LAUNCH[1][0] in list(launch),
                               tf32_step=lowering == "persistent" and any(c.tf32() for c in kernel_configs(func)),
                               buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]")),
-                              stack=json.loads(_attr(func, STACK_ATTR, "{}")).get("stack", [])))
+                              stack=json.loads(_attr(func, STACK_ATTR, "{}")).get("stack", []),
+                              stack_reason=_attr(func, STACK_REASON_ATTR)))
     if mod.attrs is not None and UNROLLED_ATTR in mod.attrs:
         for text in json.loads(str(mod.attrs[UNROLLED_ATTR])):
             out.append(_entry(CellSpec.from_json(text), "unrolled", reason="unroll=True was asked for"))

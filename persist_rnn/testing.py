@@ -266,3 +266,46 @@ def cuda_source(built) -> str:
             return m.inspect_source()
         stack += list(m.imports)
     raise AssertionError("no CUDA module")
+
+
+def stacked_layers_model(op: str, hidden: int, layers: int, steps: int, batch, *, direction="forward",
+                         lengths=False, states=False, linear_before_reset=1, seed=0):
+    """(ONNX model, feeds): `layers` ONNX `op` layers of one hidden size, layer l's Y squeezed
+    into layer l+1's X (a stack, transform/layer_stacks.py), with biases; `batch` an int or a
+    symbolic name; `lengths`: a sequence_lens input (every third row empty, the rest of varying
+    length); `states`: initial states as inputs. Outputs: the top Y, then each layer's Y_h (and Y_c)."""
+    rng = np.random.default_rng(seed)
+    G = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    nodes, inits, inputs, outs, x = [], [], [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, batch, hidden])], [], "X"
+    scale = 1 / np.sqrt(hidden)
+    for l in range(layers):
+        inits += [numpy_helper.from_array((rng.uniform(-scale, scale, (1, G * hidden, hidden))).astype("float32"), f"W{l}"),
+                  numpy_helper.from_array((rng.uniform(-scale, scale, (1, G * hidden, hidden))).astype("float32"), f"R{l}"),
+                  numpy_helper.from_array((rng.uniform(-scale, scale, (1, 2 * G * hidden))).astype("float32"), f"B{l}")]
+        ins = [x, f"W{l}", f"R{l}", f"B{l}", "L" if lengths else ""]
+        if states:
+            ins.append(f"h0_{l}")
+            inputs.append(helper.make_tensor_value_info(f"h0_{l}", TensorProto.FLOAT, [1, batch, hidden]))
+            if op == "LSTM":
+                ins.append(f"c0_{l}")
+                inputs.append(helper.make_tensor_value_info(f"c0_{l}", TensorProto.FLOAT, [1, batch, hidden]))
+        names = [f"Y{l}", f"Yh{l}"] + ([f"Yc{l}"] if op == "LSTM" else [])
+        extra = {"linear_before_reset": linear_before_reset} if op == "GRU" else {}
+        nodes.append(helper.make_node(op, ins, names, name=f"{op.lower()}{l}", hidden_size=hidden, direction=direction, **extra))
+        nodes.append(helper.make_node("Squeeze", [f"Y{l}", "one"], [f"X{l + 1}"]))
+        x = f"X{l + 1}"
+        outs += names[1:]
+    if lengths:
+        inputs.insert(1, helper.make_tensor_value_info("L", TensorProto.INT32, [batch]))
+    inits.append(numpy_helper.from_array(np.array([1], "int64"), "one"))
+    graph = helper.make_graph(nodes, "stack", inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                                                        for o in [x] + outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8  # loadable by older ONNX Runtime builds too (the GPU box's)
+    n_b = batch if isinstance(batch, int) else 5
+    feeds = {"X": rng.standard_normal((steps, n_b, hidden)).astype("float32")}
+    if lengths:
+        feeds["L"] = np.array([0 if b % 3 == 2 else steps - (b % 3) * (steps // 3) for b in range(n_b)], "int32")
+    for name in [i.name for i in graph.input if i.name.startswith(("h0", "c0"))]:
+        feeds[name] = (rng.standard_normal((1, n_b, hidden)) * 0.5).astype("float32")
+    return model, feeds

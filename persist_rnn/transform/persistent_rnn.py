@@ -28,6 +28,7 @@ from tir_templates.projection_mma import projection_mma_kernel, tensor_cores_pay
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
+from tir_templates.wavefront import STACK_KERNEL_ATTR
 
 from ..errors import PersistRNNError
 from ..report import BUCKETS_ATTR, CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR, kernel_configs
@@ -38,6 +39,7 @@ from ..targets import as_target
 from .batch_invariants import broadcast_batch_invariants
 from .call_sites import call_args, call_site_batches, call_site_rows, call_tir_sites
 from .layer_stacks import mark_stacks
+from .layer_wavefront import fuse_stacks
 from .match_cells import MatchCells
 
 
@@ -133,13 +135,15 @@ def _needs_cooperative_launch(func, spec: CellSpec) -> bool:
 
 
 def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None,
-                  unverified=False, cooperative=True, precision="fp32") -> tvm.ir.transform.Pass:
+                  unverified=False, cooperative=True, precision="fp32", wavefront=False) -> tvm.ir.transform.Pass:
     """The pass. `config` forces one schedule config (a dict or Config) for every layer;
     `tuning_log` is a JSON-lines path whose records are reused; `measure` (default: when a GPU is
     present) times the cost model's top_k candidates; `unverified` lets the planner pick kernel
     variants that have not yet run on a GPU; `cooperative` (default) launches grid-barrier kernels
     cooperatively (see `_needs_cooperative_launch`; off only to measure what it costs);
-    `precision` "tf32" lets fp32 layers' steps use the tensor cores at TF32 (schedule/precision.py)."""
+    `precision` "tf32" lets fp32 layers' steps use the tensor cores at TF32 (schedule/precision.py);
+    `wavefront` runs each stack of layers the layer wavefront can take as one kernel
+    (layer_wavefront.py; off by default: every layer its own kernel, faster on most stacks so far)."""
     target = as_target(target)
     precision = checked_precision(precision)
 
@@ -176,11 +180,16 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 if need != EXCHANGE_SLOTS:
                     slots[gv.name_hint] = need
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
-        if target.kind.name == "cuda":  # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM
+        mod = mark_stacks(mod)  # report() names each layer's stack
+        cuda = target.kind.name == "cuda"
+        num_sms = gpu_model(target_arch(target)).num_sms if cuda else 0
+        mod = fuse_stacks(mod, target.kind.name, num_sms, enabled=wavefront)  # a stack as one kernel, or why not
+        layers = {gv.name_hint for gv, _, _ in recurrences(mod)}
+        if cuda:
+            arch = target_arch(target)
+            # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM
             todo = list(projections(mod))
             rows = call_site_rows(mod, {gv.name_hint for gv, _, _ in todo})
-            arch = target_arch(target)
-            num_sms = gpu_model(arch).num_sms
             for gv, K, N in todo:
                 M = rows.get(gv.name_hint)
                 if tensor_cores_pay(M, N, num_sms):  # at the build's precision: 3xTF32 keeps fp32's
@@ -193,7 +202,10 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                     mod[gv] = func.with_attr(*EARLY_LAUNCH)
                 elif cooperative and _needs_cooperative_launch(func, spec):
                     mod[gv] = func.with_attr(*COOPERATIVE_LAUNCH)
-        mod = mark_stacks(mod)  # report() names each layer's stack (the layer wavefront would fuse it)
+            for gv, func in list(mod.functions.items()):  # the wavefront's CTAs meet at a grid barrier
+                if cooperative and isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None \
+                        and STACK_KERNEL_ATTR in func.attrs:
+                    mod[gv] = func.with_attr(*COOPERATIVE_LAUNCH)
         return _resize_exchange(mod, slots) if slots else mod
 
     return _pass

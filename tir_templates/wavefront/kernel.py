@@ -85,9 +85,9 @@ def load_weights(S, a, layer, c, tx, wreg, row):
     for q in T.unroll(S.RPG[layer]):
         if S.XK[layer] > 0:
             for i in T.unroll(S.XK[layer]):
-                wreg[row, q * S.KPL[layer] + i] = a.w[layer - 1, S.col(tx % LANES, i), S.row(layer, c, tx, q)]
+                wreg[row, q * S.KPL[layer] + i] = a.w[layer][S.col(tx % LANES, i), S.row(layer, c, tx, q)]
         for i in T.unroll(S.H // LANES):
-            wreg[row, q * S.KPL[layer] + S.XK[layer] + i] = a.r[layer, S.row(layer, c, tx, q), S.col(tx % LANES, i)]
+            wreg[row, q * S.KPL[layer] + S.XK[layer] + i] = a.r[layer][0, S.row(layer, c, tx, q), S.col(tx % LANES, i)]
 
 
 @T.macro
@@ -95,12 +95,12 @@ def init_states(S, a, layer, c, tx):
     """The CTA's units of h0 into exchange slot 0, of c0 into yc (the cell state's home)."""
     for e in range((a.n_b * S.TW[layer] + S.NT - 1) // S.NT):
         if T.Cast("int64", (e * S.NT + tx) // S.TW[layer]) < a.n_b:
-            a.hb[layer, 0, 0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = a.h0[
-                layer, batch_row(_spec(S, layer), "h0", (e * S.NT + tx) // S.TW[layer]),
+            a.hb[layer][0, 0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = a.h0[layer][
+                0, batch_row(_spec(S, layer), "h0", (e * S.NT + tx) // S.TW[layer]),
                 c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]]
             if S.lstm:
-                a.yc[layer, 0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = a.c0[
-                    layer, batch_row(_spec(S, layer), "c0", (e * S.NT + tx) // S.TW[layer]),
+                a.yc[layer][0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = a.c0[layer][
+                    0, batch_row(_spec(S, layer), "c0", (e * S.NT + tx) // S.TW[layer]),
                     c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]]
 
 
@@ -118,9 +118,9 @@ def prefetch(S, a, layer, c, tx, regs, row, t, ch):
                                                            ch * S.BC + S.pair(layer, c, tx, e)[0], 0,
                                                            g * S.H + S.pair(layer, c, tx, e)[1]]
                     else:
-                        regs.xin[row, e * (S.G + 1) + g] = a.wb[layer - 1, g * S.H + S.pair(layer, c, tx, e)[1]]
+                        regs.xin[row, e * (S.G + 1) + g] = a.wb[layer][g * S.H + S.pair(layer, c, tx, e)[1]]
                 if S.lstm:
-                    regs.xin[row, e * (S.G + 1) + S.G] = a.yc[layer, 0, ch * S.BC + S.pair(layer, c, tx, e)[0],
+                    regs.xin[row, e * (S.G + 1) + S.G] = a.yc[layer][0, ch * S.BC + S.pair(layer, c, tx, e)[0],
                                                          S.pair(layer, c, tx, e)[1]]
 
 
@@ -131,14 +131,14 @@ def load_hs(S, a, layer, tx, hs, t, ch):
     for e in range((S.BC * S.LANES_K(layer) + S.NT - 1) // S.NT):
         if T.Cast("int64", (e * S.NT + tx) // S.LANES_K(layer)) < T.min(a.n_b - ch * S.BC, T.int64(S.BC)):
             if layer == 0:
-                hs[(e * S.NT + tx) // S.H, (e * S.NT + tx) % S.H] = a.hb[
-                    0, t % 2, 0, ch * S.BC + (e * S.NT + tx) // S.H, (e * S.NT + tx) % S.H]
+                hs[(e * S.NT + tx) // S.H, (e * S.NT + tx) % S.H] = a.hb[0][
+                    t % 2, 0, ch * S.BC + (e * S.NT + tx) // S.H, (e * S.NT + tx) % S.H]
             elif (e * S.NT + tx) % (2 * S.H) < S.H:
-                hs[(e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H)] = a.hb[
-                    layer - 1, (t + 1) % 2, 0, ch * S.BC + (e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H)]
+                hs[(e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H)] = a.hb[layer - 1][
+                    (t + 1) % 2, 0, ch * S.BC + (e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H)]
             else:
-                hs[(e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H)] = a.hb[
-                    layer, t % 2, 0, ch * S.BC + (e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H) - S.H]
+                hs[(e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H)] = a.hb[layer][
+                    t % 2, 0, ch * S.BC + (e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H) - S.H]
 
 
 @T.macro
@@ -171,7 +171,7 @@ def _sums(S, a, layer, gs, xin, row, e, bi, j):
     x = [xin[row, e * (S.G + 1) + g] for g in range(S.G)]
     if layer > 0:
         x = [x[g] + gs[bi, S.gate_slot(layer, g, jl)] for g in range(S.G)]
-    rec = [gs[(S.PARTS[layer] - 1) * S.BC + bi, S.gate_slot(layer, g, jl)] + a.rb[layer, g * S.H + j] for g in range(S.G)]
+    rec = [gs[(S.PARTS[layer] - 1) * S.BC + bi, S.gate_slot(layer, g, jl)] + a.rb[layer][0, g * S.H + j] for g in range(S.G)]
     return x, rec
 
 
@@ -179,14 +179,14 @@ def cell_state(S, a, layer, gs, xin, row, e, bi, j):
     """LSTM's C(t) of the pair (C(t-1) in its register)."""
     x, rec = _sums(S, a, layer, gs, xin, row, e, bi, j)
     return cells.lstm_cell_state(S.specs[layer], 0, x, rec, xin[row, e * (S.G + 1) + S.G],
-                                 cells.gate_slice(a.p, (layer,), j, S.H, 3), S.FAST)
+                                 cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
 
 def hidden(S, a, layer, hs, gs, xin, row, e, bi, j):
     """The pair's h(t) (LSTM: from C(t), already in its register)."""
     x, rec = _sums(S, a, layer, gs, xin, row, e, bi, j)
     return cells.hidden(S.specs[layer], 0, x, rec, hs[bi, S.XK[layer] * LANES + j], xin[row, e * (S.G + 1) + S.G],
-                        cells.gate_slice(a.p, (layer,), j, S.H, 3), S.FAST)
+                        cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
 
 @T.macro
@@ -200,16 +200,16 @@ def update(S, a, layer, c, tx, hs, gs, regs, row, t, ch):
                     if S.lstm:
                         regs.xin[row, e * (S.G + 1) + S.G] = cell_state(S, a, layer, gs, regs.xin, row, e, S.pair(layer, c, tx, e)[0],
                                                                         S.pair(layer, c, tx, e)[1])
-                        a.yc[layer, 0, ch * S.BC + S.pair(layer, c, tx, e)[0], S.pair(layer, c, tx, e)[1]] = regs.xin[
+                        a.yc[layer][0, ch * S.BC + S.pair(layer, c, tx, e)[0], S.pair(layer, c, tx, e)[1]] = regs.xin[
                             row, e * (S.G + 1) + S.G]
                     regs.hn[row, e] = hidden(S, a, layer, hs, gs, regs.xin, row, e, S.pair(layer, c, tx, e)[0],
                                              S.pair(layer, c, tx, e)[1])
-                    a.y[layer, time_index(S.specs[layer], 0, t, regs.nv[row, e]), 0, ch * S.BC + S.pair(layer, c, tx, e)[0],
+                    a.y[layer][time_index(S.specs[layer], 0, t, regs.nv[row, e]), 0, ch * S.BC + S.pair(layer, c, tx, e)[0],
                         S.pair(layer, c, tx, e)[1]] = regs.hn[row, e]
                 else:
                     regs.hn[row, e] = hs[S.pair(layer, c, tx, e)[0], S.XK[layer] * LANES + S.pair(layer, c, tx, e)[1]]
-                    a.y[layer, t, 0, ch * S.BC + S.pair(layer, c, tx, e)[0], S.pair(layer, c, tx, e)[1]] = T.float32(0)
-                a.hb[layer, (t + 1) % 2, 0, ch * S.BC + S.pair(layer, c, tx, e)[0], S.pair(layer, c, tx, e)[1]] = regs.hn[row, e]
+                    a.y[layer][t, 0, ch * S.BC + S.pair(layer, c, tx, e)[0], S.pair(layer, c, tx, e)[1]] = T.float32(0)
+                a.hb[layer][(t + 1) % 2, 0, ch * S.BC + S.pair(layer, c, tx, e)[0], S.pair(layer, c, tx, e)[1]] = regs.hn[row, e]
 
 
 @T.macro
@@ -217,13 +217,13 @@ def final_states(S, a, layer, c, tx):
     """Y_h from the exchange buffer; an empty sequence has zero final states (as ONNX Runtime)."""
     for e in range((a.n_b * S.TW[layer] + S.NT - 1) // S.NT):
         if T.Cast("int64", (e * S.NT + tx) // S.TW[layer]) < a.n_b:
-            a.yh[layer, 0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = T.if_then_else(
+            a.yh[layer][0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = T.if_then_else(
                 a.lens[batch_row(S.specs[0], "lens", (e * S.NT + tx) // S.TW[layer])] > 0,
-                a.hb[layer, a.n_t % 2, 0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]],
+                a.hb[layer][a.n_t % 2, 0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]],
                 T.float32(0))
             if S.lstm:
                 if a.lens[batch_row(S.specs[0], "lens", (e * S.NT + tx) // S.TW[layer])] <= 0:
-                    a.yc[layer, 0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = T.float32(0)
+                    a.yc[layer][0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = T.float32(0)
 
 
 @T.macro
@@ -396,39 +396,47 @@ def emulated_stack(S, a):
         emulated_layer_finish(S, a, 3)
 
 
-def stack_func(specs: list[CellSpec], body) -> tvm.tirx.PrimFunc:
-    """The wavefront's PrimFunc, its operands stacked by layer (the pass stacks the layers' own):
-        xw (T, B, 1, G*H)  layer 0's input projection    lens (B,) int32 (all layers')
-        r (L, G*H, H), rb (L, G*H)                       w (L-1, H, G*H), wb (L-1, G*H)  (the
-        h0, c0 (L, B, H), p (L, 3*H)                        upper layers' projections, (K, N))
-        -> y (L, T, 1, B, H), yh (L, 1, B, H), yc (L, 1, B, H), hb (L, 3, 1, B, H), ws
-    (lens, h0, c0 of batch extent 1 where the layers' specs broadcast them). Each layer's outputs
-    are views of these at the layer's offset, with the shapes of its own kernel's."""
+def _signature_source(specs: list[CellSpec]) -> str:
+    """The TVMScript of the stack kernel's PrimFunc for len(specs) layers (`stack_func`)."""
     spec, n_l = specs[0], len(specs)
     H, GH = spec.hidden_size, spec.num_gates * spec.hidden_size
+    lens_b, h0_b, c0_b = (("1" if name in spec.batch_broadcast else "n_b") for name in ("lens", "h0", "c0"))
+    params, shapes = ["xw_h: T.handle", "lens_h: T.handle"], {"xw": "(n_t, n_b, 1, GH)", "lens": f"({lens_b},)"}
+    for l in range(n_l):
+        params += [f"r{l}: T.Buffer((1, {GH}, {H}), 'float32')", f"rb{l}: T.Buffer((1, {GH}), 'float32')",
+                   f"h0{l}_h: T.handle", f"c0{l}_h: T.handle", f"p{l}: T.Buffer((1, {3 * H}), 'float32')"]
+        shapes.update({f"h0{l}": f"(1, {h0_b}, {H})", f"c0{l}": f"(1, {c0_b}, {H})"})
+        if l > 0:
+            params += [f"w{l}: T.Buffer(({H}, {GH}), 'float32')", f"wb{l}: T.Buffer(({GH},), 'float32')"]
+    for l in range(n_l):
+        params += [f"y{l}_h: T.handle", f"yh{l}_h: T.handle", f"yc{l}_h: T.handle", f"hb{l}_h: T.handle"]
+        shapes.update({f"y{l}": f"(n_t, 1, n_b, {H})", f"yh{l}": f"(1, n_b, {H})", f"yc{l}": f"(1, n_b, {H})",
+                       f"hb{l}": f"({STACK_SLOTS}, 1, n_b, {H})"})
+    params.append(f"ws: T.Buffer(({WORKSPACE_WORDS},), 'uint32')")
+    shapes["xw"] = f"(n_t, n_b, 1, {GH})"
+    lines = [f"    {name} = T.match_buffer({name}_h, {shape}, {'int32' if name == 'lens' else 'float32'!r})"
+             for name, shape in shapes.items()]
+    per_layer = lambda name, first=0: "[" + ", ".join(["None"] * first + [f"{name}{l}" for l in range(first, n_l)]) + "]"
+    args = ", ".join(["xw", per_layer("r"), per_layer("rb"), per_layer("w", 1), per_layer("wb", 1), "lens",
+                      per_layer("h0"), per_layer("c0"), per_layer("p"), per_layer("y"), per_layer("yh"), per_layer("yc"),
+                      per_layer("hb"), "ws", "n_t", "n_b"])
+    return "\n".join(["@T.prim_func(private=True)", f"def wavefront({', '.join(params)}):",
+                      '    T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": 8})',
+                      "    n_t = T.int64()", "    n_b = T.int64()", *lines, f"    body(StackArgs({args}))", ""])
 
-    @T.prim_func(private=True)
-    def kernel(
-        xw_h: T.handle, r: T.Buffer((n_l, GH, H), "float32"), rb: T.Buffer((n_l, GH), "float32"),
-        w: T.Buffer((n_l - 1, H, GH), "float32"), wb: T.Buffer((n_l - 1, GH), "float32"),
-        lens_h: T.handle, h0_h: T.handle, c0_h: T.handle, p: T.Buffer((n_l, 3 * H), "float32"),
-        y_h: T.handle, yh_h: T.handle, yc_h: T.handle, hb_h: T.handle,
-        ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
-    ):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": 8})
-        n_t = T.int64()
-        n_b = T.int64()
-        xw = T.match_buffer(xw_h, (n_t, n_b, 1, GH), "float32")
-        lens = T.match_buffer(lens_h, (batch_extent(spec, "lens", n_b),), "int32")
-        h0 = T.match_buffer(h0_h, (n_l, batch_extent(spec, "h0", n_b), H), "float32")
-        c0 = T.match_buffer(c0_h, (n_l, batch_extent(spec, "c0", n_b), H), "float32")
-        y = T.match_buffer(y_h, (n_l, n_t, 1, n_b, H), "float32")
-        yh = T.match_buffer(yh_h, (n_l, 1, n_b, H), "float32")
-        yc = T.match_buffer(yc_h, (n_l, 1, n_b, H), "float32")
-        hb = T.match_buffer(hb_h, (n_l, STACK_SLOTS, 1, n_b, H), "float32")
-        body(StackArgs(xw, r, rb, w, wb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b))
 
-    return kernel
+def stack_func(specs: list[CellSpec], body) -> tvm.tirx.PrimFunc:
+    """The wavefront's PrimFunc: each layer's operands and results as its own kernel's
+    (`signature.py`), in one signature, so that the pass passes the layers' own tensors in and
+    hands each layer's results on unchanged:
+        xw (T, B, 1, G*H)  layer 0's input projection    lens (B,) int32 (all layers')
+        per layer l: r_l (1, G*H, H), rb_l (1, G*H), h0_l, c0_l (1, B, H), p_l (1, 3*H),
+                     and above the first w_l (H, G*H), wb_l (G*H,) (its projection's operands)
+        -> per layer: y_l (T, 1, B, H), yh_l, yc_l (1, B, H), hb_l (3, 1, B, H); then ws
+    (lens, h0, c0 of batch extent 1 where the specs broadcast them). TVMScript has no parameter
+    lists of variable length, so the signature is written out for len(specs) layers and parsed;
+    the macros index the per-layer lists with Python ints."""
+    return tvm.script.from_source(_signature_source(specs), extra_vars={"T": T, "body": body, "StackArgs": StackArgs})
 
 
 def _checked(specs, cfg):

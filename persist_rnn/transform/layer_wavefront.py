@@ -1,0 +1,211 @@
+"""LayerWavefront: each stack of recurrent layers (layer_stacks.py) becomes one wavefront kernel
+(tir_templates.wavefront), where the wavefront can run it.
+
+At the call of the stack's top layer it emits one call_tir of the stack kernel, which takes
+layer 0's input projection and every layer's own operands (the upper layers' projection weights
+among them) and returns every layer's own results (one tensor each: a view at an offset would
+break TVM's kernels, which take tensors at offset 0). Each layer's result becomes the tuple of its
+results, so every use reads the fused kernel. The per-layer kernels and the upper layers'
+projections are then unused (dead-code elimination drops them), unless something before the top
+layer reads a lower layer's outputs: then that layer also keeps its own kernel, and the answer is
+the same.
+A stack the wavefront cannot run keeps its per-layer kernels, and the report says why.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import tvm
+from tvm import relax
+
+from tir_templates.spec import ATTR_KEY, CellSpec
+from tir_templates.wavefront import (STACK_KERNEL_ATTR, STACK_SLOTS, UnsupportedStack, emulated_stack_kernel,
+                                     plan_stack, stack_kernel)
+
+from ..report import STACK_REASON_ATTR
+from .call_sites import call_args, static_dim
+from .layer_stacks import _below, _bindings, _callee, _linkable, _spec, _through_views
+
+#: the largest static batch the wavefront takes: its batch chunks run one after another in every
+#: step, where the per-layer kernels give batch tiles CTAs of their own
+MAX_FUSED_BATCH = 16
+
+
+def _chains(func: relax.Function, mod: tvm.IRModule):
+    """Each stack in `func` as (calls lowest first, binding vars of those calls, projections of
+    the upper layers)."""
+    bound = _bindings(func)
+    var_of = {value: var for var, value in bound.items()}
+    calls = [v for v in bound.values() if _callee(v, mod, ATTR_KEY) is not None]
+    above = {}
+    for call in calls:
+        lower = _below(call, mod, bound)
+        if lower is not None and _linkable(lower, call, mod, bound) and lower not in above:
+            above[lower] = call
+    for bottom in [c for c in calls if c in above and c not in above.values()]:
+        chain = [bottom]
+        while chain[-1] in above:
+            chain.append(above[chain[-1]])
+        projections = [_through_views(call_args(c)[0], bound) for c in chain[1:]]
+        yield chain, [var_of[c] for c in chain], projections
+
+
+def _operands(calls, projections) -> list:
+    """What the fused call reads: layer 0's projection, every layer's weights, lengths, states and
+    peepholes, the upper projections' weights."""
+    args = [call_args(c) for c in calls]
+    return [args[0][0]] + [a[k] for a in args for k in range(1, 7)] + [call_args(p)[k] for p in projections for k in (1, 2)]
+
+
+def _blocks(func: relax.Function) -> list:
+    body = func.body
+    return list(body.blocks) if isinstance(body, relax.SeqExpr) else []
+
+
+def _downstream(func: relax.Function, roots) -> set:
+    """The variables bound (in binding order) to values that read any of `roots`, transitively."""
+    tainted = set(roots)
+    for block in _blocks(func):
+        for binding in block.bindings:
+            if any(v in tainted for v in relax.analysis.free_vars(binding.value)):
+                tainted.add(binding.var)
+    return tainted
+
+
+def fusion_problem(func: relax.Function, old_vars, calls, projections) -> str:
+    """Why the stack's calls cannot become one call at the top layer's place (empty if they can):
+    the fused call must read nothing computed from the lower layers, and sit in their block."""
+    where = {b.var: i for i, block in enumerate(_blocks(func)) for b in block.bindings}
+    if len({where.get(v) for v in old_vars}) != 1:
+        return "the layers' calls stand in different binding blocks"
+    tainted = _downstream(func, old_vars[:-1])
+    if any(v in tainted for op in _operands(calls, projections) for v in relax.analysis.free_vars(op)):
+        return "an upper layer's weights or initial state are computed from a lower layer's output"
+    return ""
+
+
+@relax.expr_functor.mutator
+class _FuseStacks(relax.PyExprMutator):
+    """The lower layers' calls and everything computed from them are held back; at the top layer's
+    binding come the fused call, each layer's views, then the held-back bindings, which now read
+    the views (the chain of per-layer calls and projections among them is then unused)."""
+
+    def __init__(self, mod, fused: dict):
+        super().__init__(mod)
+        self.fused = fused  # top call's var -> (stack kernel, its name, calls, vars, projections)
+        self.lower = {v for entry in fused.values() for v in entry[3][:-1]}
+        self.held = []  # bindings that read a lower layer, in order
+        self.held_vars = set()
+
+    def _holds(self, binding) -> bool:
+        if binding.var in self.lower or any(v in self.held_vars for v in relax.analysis.free_vars(binding.value)):
+            self.held.append(binding)
+            self.held_vars.add(binding.var)
+            return True
+        return False
+
+    def visit_match_cast_(self, binding):
+        if not self._holds(binding):
+            super().visit_match_cast_(binding)
+
+    def visit_var_binding_(self, binding):
+        if binding.var in self.fused:
+            self._fuse(*self.fused[binding.var])
+        elif not self._holds(binding):
+            super().visit_var_binding_(binding)
+
+    def _fuse(self, kernel, name, calls, old_vars, projections):
+        gv = self.builder_.add_func(kernel, name)
+        args = [[self.visit_expr(a) for a in call_args(c)] for c in calls]
+        proj = [None] + [[self.visit_expr(a) for a in call_args(p)] for p in projections]
+        operands = [args[0][0], args[0][3]]  # layer 0's input projection; the lengths (every layer's)
+        for layer, a in enumerate(args):
+            operands += a[1:3] + a[4:7] + (proj[layer][1:3] if layer else [])  # r, rb, h0, c0, p; w, wb
+        outs = []
+        for call in calls:  # each layer's results as its own kernel's, the exchange buffer of 3 slots
+            y, yh, yc, hb, ws = (call.ty_args[0] if call.ty_args else call.ty).fields
+            outs += [y, yh, yc, relax.TensorType([STACK_SLOTS, *list(hb.shape)[1:]], "float32")]
+        fused = self.builder_.emit(relax.call_tir(gv, operands, outs + [ws]))
+        n_l = len(calls)
+        for layer, old in enumerate(old_vars):
+            results = relax.Tuple([relax.TupleGetItem(fused, 4 * layer + k) for k in range(4)]
+                                  + [relax.TupleGetItem(fused, 4 * n_l)])
+            if layer == n_l - 1 and not isinstance(old, relax.DataflowVar) and self.builder_.current_block_is_dataflow():
+                new = self.builder_.emit_output(results)
+            else:
+                new = self.builder_.emit(results)
+            self.set_var_remap(old, new)
+        held, self.held = self.held, []
+        for binding in held:  # what read the lower layers, now reading the views
+            if binding.var in old_vars:
+                continue  # a lower layer's own call: its views stand in for it
+            self.held_vars.discard(binding.var)
+            if isinstance(binding, relax.MatchCast):
+                super().visit_match_cast_(binding)
+            else:
+                super().visit_var_binding_(binding)
+
+
+def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool = True,
+                emulate: bool = False) -> tvm.IRModule:
+    """`mod` with every stack the wavefront can run as one kernel; the others' layers carry
+    STACK_REASON_ATTR (so do all stacks' unless `enabled`). `emulate`: the kernel's CPU twin
+    (tests on llvm)."""
+    replaced = set()
+    for gv_func, func in list(mod.functions.items()):
+        if not isinstance(func, relax.Function):
+            continue
+        fused, spans = {}, []
+        order = {b.var: i for block in _blocks(func) for i, b in enumerate(block.bindings)}
+        for calls, old_vars, projections in _chains(func, mod):
+            specs = [_spec(c, mod) for c in calls]
+            try:
+                if target_kind != "cuda" and not emulate:
+                    raise UnsupportedStack("the layer wavefront is a CUDA kernel")
+                if not enabled:
+                    raise UnsupportedStack("the layer wavefront is off: compile(..., wavefront=True) or --wavefront")
+                batch = static_dim(call_args(calls[0])[0], 1)
+                if not emulate and (batch is None or batch > MAX_FUSED_BATCH):
+                    raise UnsupportedStack(f"the wavefront takes static batches up to {MAX_FUSED_BATCH} (batch "
+                                           f"{batch or 'known at run time'}): its batch chunks run one after another")
+                cfg = plan_stack(specs, batch, num_sms)
+                problem = fusion_problem(func, old_vars, calls, projections)
+                span = (order[old_vars[0]], order[old_vars[-1]])
+                if any(lo <= span[1] and span[0] <= hi for lo, hi in spans):
+                    problem = "its layers interleave with another stack's, which the wavefront fuses"
+                if problem:
+                    raise UnsupportedStack(problem)
+            except UnsupportedStack as err:
+                for c in calls:
+                    mod[c.args[0]] = mod[c.args[0]].with_attr(STACK_REASON_ATTR, str(err))
+                continue
+            kernel = (emulated_stack_kernel if emulate else stack_kernel)(specs, cfg)
+            kernel = kernel.with_attr(STACK_KERNEL_ATTR, json.dumps(
+                {"layers": [s.to_json() for s in specs], "config": cfg.as_dict()}))
+            name = _kernel_name(specs)
+            fused[old_vars[-1]] = (kernel, name, calls, old_vars, projections)
+            spans.append(span)
+            replaced |= {c.args[0] for c in calls} | {p.args[0] for p in projections}
+        if not fused:
+            continue
+        mutator = _FuseStacks(mod, fused)
+        new_func = mutator.visit_expr(func)
+        mod = mutator.builder_.get()
+        mod[gv_func] = relax.analysis.remove_all_unused(new_func)
+    return _drop_unused(mod, replaced)
+
+
+def _kernel_name(specs) -> str:
+    """A C identifier for the stack's kernel: ONNX node names ("/lstm/LSTM_1") are not."""
+    return re.sub(r"\W", "_", f"wavefront_{len(specs)}_{specs[0].node or 'layers'}")
+
+
+def _drop_unused(mod: tvm.IRModule, candidates: set) -> tvm.IRModule:
+    """`mod` without those of `candidates` (fused layers' kernels, the upper layers' projections)
+    that no Relax function calls any more, so that they are neither tuned nor compiled."""
+    used = {gv for func in mod.functions.values() if isinstance(func, relax.Function)
+            for gv in relax.analysis.all_global_vars(func)}
+    for gv in candidates - used:
+        del mod[gv]
+    return mod

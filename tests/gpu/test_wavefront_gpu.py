@@ -1,0 +1,37 @@
+"""The layer wavefront on the GPU: stacks of 2-4 layers (LSTM, GRU with linear_before_reset=1,
+RNN) with sequence lengths (empty rows among them) and initial states, against ONNX Runtime at
+fp32's bound (1e-4 of the output scale), and the shipped examples built for a static batch (their
+stacks fused) against it too."""
+from __future__ import annotations
+
+import onnx
+import pytest
+
+import persist_rnn
+from persist_rnn.bench import inputs_at_batch
+from persist_rnn.testing import max_rel_error, ort_run, stacked_layers_model
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("op,hidden,layers,batch", [
+    ("LSTM", 256, 3, 1), ("LSTM", 128, 4, 10), ("GRU", 256, 2, 3), ("GRU", 64, 3, 16), ("RNN", 128, 2, 5),
+    ("LSTM", 32, 2, 7)])
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_stack_matches_onnxruntime(op, hidden, layers, batch, direction):
+    model, feeds = stacked_layers_model(op, hidden, layers, 37, batch, direction=direction, lengths=True, states=True)
+    compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True)
+    assert [r.lowering for r in compiled.report()] == ["wavefront"] * layers
+    assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4
+
+
+@pytest.mark.parametrize("name", ["char_rnn", "speech_gru", "text_classifier"])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_shipped_examples_fused_match_onnxruntime(name, batch):
+    path = f"examples/{name}.onnx"
+    shipped = persist_rnn.compile(path, "llvm")
+    feeds = inputs_at_batch(shipped, f"examples/{name}_inputs.npz", batch)
+    compiled = persist_rnn.compile(path, "cuda", measure=False, wavefront=True,
+                                   shapes={k: v.shape for k, v in feeds.items()})
+    assert "wavefront" in [r.lowering for r in compiled.report()]
+    assert max_rel_error(compiled.run(feeds), ort_run(onnx.load(path), feeds)) <= 1e-4

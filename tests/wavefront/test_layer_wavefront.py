@@ -1,0 +1,87 @@
+"""The LayerWavefront rewrite (transform/layer_wavefront.py): a stack becomes one call of the
+wavefront kernel whose results the layers' uses read, checked end to end on llvm with the
+kernel's CPU twin against ONNX Runtime; report() names the fused layers, or why a stack kept a
+kernel a layer; the CUDA build of a model with ONNX's slash-named nodes goes through nvcc."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import tvm
+from tvm import relax
+
+import persist_rnn
+from persist_rnn.frontend import from_onnx
+from persist_rnn.testing import cuda_source, max_rel_error, ort_run, stacked_layers_model
+from persist_rnn.transform.layer_wavefront import fuse_stacks
+from tir_templates.spec import ATTR_KEY
+from tir_templates.wavefront import STACK_KERNEL_ATTR
+
+SM90 = {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "thread_warp_size": 32,
+        "max_shared_memory_per_block": 49152}
+
+
+def fused_on_llvm(model):
+    """The imported model with its stacks fused (the kernel's CPU twin), built for llvm."""
+    mod = relax.transform.FoldConstant()(from_onnx(model))
+    mod = fuse_stacks(mod, "llvm", 132, emulate=True)
+    return mod, relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+
+
+def kernels(mod, attr):
+    return [gv.name_hint for gv, f in mod.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and attr in f.attrs]
+
+
+@pytest.mark.parametrize("op,layers,direction", [("LSTM", 3, "forward"), ("GRU", 2, "reverse"), ("RNN", 4, "forward")])
+def test_fused_stack_matches_onnxruntime(op, layers, direction):
+    """Symbolic batch, lengths with empty rows, initial states; every layer's Y_h (and Y_c) is an
+    output, read between the layers' calls in the imported graph: the rewrite holds those reads
+    back until the fused call, so no per-layer kernel stays."""
+    model, feeds = stacked_layers_model(op, 32, layers, 6, "batch", direction=direction, lengths=True, states=True)
+    mod, vm = fused_on_llvm(model)
+    assert len(kernels(mod, STACK_KERNEL_ATTR)) == 1 and kernels(mod, ATTR_KEY) == []
+    got = vm["main"](*[tvm.runtime.tensor(feeds[i.name]) for i in model.graph.input])
+    assert max_rel_error([g.numpy() for g in got], ort_run(model, feeds)) <= 1e-5
+
+
+def test_an_upper_state_computed_from_a_lower_layer_keeps_the_layers_apart():
+    """Layer 1 starts from layer 0's final state: the fused call could not read it."""
+    model, feeds = stacked_layers_model("GRU", 32, 2, 6, 4, states=True)
+    graph = model.graph
+    graph.input.remove(next(i for i in graph.input if i.name == "h0_1"))
+    graph.node[2].input[5] = "Yh0"  # layer 1's initial_h
+    mod, _ = fused_on_llvm(model)
+    assert kernels(mod, STACK_KERNEL_ATTR) == []
+    assert "computed from a lower layer" in str(mod[kernels(mod, ATTR_KEY)[0]].attrs["persist_rnn.stack_reason"])
+
+
+def test_report_names_the_wavefront_or_why_not():
+    model, _ = stacked_layers_model("LSTM", 64, 3, 10, 2)
+    target = tvm.target.Target(SM90)
+    fused = persist_rnn.compile(model, target, measure=False, wavefront=True)
+    assert [r.lowering for r in fused.report()] == ["wavefront"] * 3
+    assert fused.report()[1].line().endswith("wavefront, cooperative launch, layer 2 of 3 stacked")
+    apart = persist_rnn.compile(model, target, measure=False)
+    assert all("own kernel: the layer wavefront is off" in r.line() for r in apart.report())
+    symbolic, _ = stacked_layers_model("LSTM", 64, 2, 10, "batch")
+    runtime_batch = persist_rnn.compile(symbolic, target, measure=False, wavefront=True)
+    assert all("static batches up to 16" in r.stack_reason for r in runtime_batch.report())
+    on_cpu = persist_rnn.compile(model, "llvm", wavefront=True)
+    assert all("is a CUDA kernel" in r.stack_reason for r in on_cpu.report())
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_cuda_build_of_slash_named_layers_compiles(tmp_path):
+    """ONNX exporters name nodes "/lstm/LSTM_1"; the kernel's name must still be a C identifier."""
+    model, _ = stacked_layers_model("LSTM", 128, 3, 10, 1)
+    for node in model.graph.node:
+        node.name = "/lstm/" + node.name
+    built = persist_rnn.compile(model, tvm.target.Target(SM90), measure=False, wavefront=True)
+    assert [r.lowering for r in built.report()] == ["wavefront"] * 3
+    src = tmp_path / "m.cu"
+    src.write_text(cuda_source(built.executable))
+    res = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "m.cubin"), str(src)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]

@@ -1,0 +1,125 @@
+"""The layer wavefront kernel (tir_templates/wavefront): its CPU twin against a numpy stack of
+ONNX cells (every CTA's weights read where the kernel loads them, the barrier counted as on the
+GPU), its plan, and its CUDA through nvcc at sm_80 and sm_90 without spills."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import tvm
+
+from tir_templates.spec import CellSpec
+from tir_templates.wavefront import UnsupportedStack, emulated_stack_kernel, plan_stack, stack_kernel
+
+G = {"lstm": 4, "gru": 3, "rnn": 1}
+sig = lambda v: 1 / (1 + np.exp(-v))
+
+
+def numpy_stack(cell, x, W, Wb, R, Rb, h0, c0, lens, reverse=False):
+    """ONNX's equations layer by layer: (Y, Y_h, Y_c) of each layer."""
+    n_t, n_b, H = x.shape
+    out = []
+    for l in range(len(W)):
+        h, c, Y = h0[l].copy(), c0[l].copy(), np.zeros((n_t, n_b, H), "float32")
+        for s in range(n_t):
+            pos = np.array([(lens[b] - 1 - s if reverse else s) for b in range(n_b)])
+            xt = x[np.clip(pos, 0, n_t - 1), np.arange(n_b)]
+            xp, hp = xt @ W[l].T + Wb[l], h @ R[l].T + Rb[l]
+            part = lambda a, k: a[:, k * H:(k + 1) * H]
+            if cell == "lstm":
+                i, o, f, g = (part(xp, k) + part(hp, k) for k in range(4))
+                cn = sig(f) * c + sig(i) * np.tanh(g)
+                hn = sig(o) * np.tanh(cn)
+            elif cell == "gru":
+                z, r = sig(part(xp, 0) + part(hp, 0)), sig(part(xp, 1) + part(hp, 1))
+                hn, cn = (1 - z) * np.tanh(part(xp, 2) + r * part(hp, 2)) + z * h, c
+            else:
+                hn, cn = np.tanh(xp + hp), c
+            live = (s < lens)[:, None]
+            h, c = np.where(live, hn, h), np.where(live, cn, c)
+            for b in np.nonzero(s < lens)[0]:
+                Y[pos[b], b] = hn[b]
+        some = (lens > 0)[:, None]
+        out.append((Y, np.where(some, h, 0), np.where(some, c, 0)))
+        x = Y
+    return out
+
+
+def run_twin(cell, H, n_l, n_t, n_b, plan_batch, direction="forward", seed=0):
+    rng = np.random.default_rng(seed)
+    specs = [CellSpec(cell, H, H, direction=direction, node=f"l{l}", linear_before_reset=cell == "gru")
+             for l in range(n_l)]
+    cfg = plan_stack(specs, plan_batch, 132)
+    f = emulated_stack_kernel(specs, cfg)
+    lib = tvm.compile(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}), target="llvm")
+    x = rng.standard_normal((n_t, n_b, H)).astype("float32")
+    W, R = ([(rng.standard_normal((G[cell] * H, H)) * 0.2).astype("float32") for _ in range(n_l)] for _ in range(2))
+    Wb, Rb = ([(rng.standard_normal(G[cell] * H) * 0.1).astype("float32") for _ in range(n_l)] for _ in range(2))
+    h0, c0 = ((rng.standard_normal((n_l, n_b, H)) * 0.5).astype("float32") for _ in range(2))
+    lens = np.array([(n_t, n_t - 2, 0)[b % 3] for b in range(n_b)], "int32")
+    want = numpy_stack(cell, x, W, Wb, R, Rb, h0, c0, lens, direction == "reverse")
+    xw = np.zeros((n_t, n_b, 1, G[cell] * H), "float32")
+    for b in range(n_b):  # layer 0's projection at every position (the kernel picks the row's)
+        xw[:, b, 0] = x[:, b] @ W[0].T + Wb[0]
+    args = [xw, lens]
+    for l in range(n_l):
+        args += [R[l][None], Rb[l][None], h0[l][None], c0[l][None], np.zeros((1, 3 * H), "float32")]
+        if l:
+            args += [np.ascontiguousarray(W[l].T), Wb[l]]
+    outs = []
+    for _ in range(n_l):
+        outs += [np.zeros((n_t, 1, n_b, H), "float32"), np.zeros((1, n_b, H), "float32"),
+                 np.zeros((1, n_b, H), "float32"), np.zeros((3, 1, n_b, H), "float32")]
+    outs.append(np.zeros(32, "uint32"))
+    tensors = [tvm.runtime.tensor(a) for a in args + outs]
+    lib["main"](*tensors)
+    got = [t.numpy() for t in tensors[len(args):]]
+    assert got[-1][31] == 0, "a barrier's arrivals would not match its target on the GPU"
+    return cfg, [(got[4 * l][:, 0], got[4 * l + 1][0], got[4 * l + 2][0]) for l in range(n_l)], want
+
+
+@pytest.mark.parametrize("cell,H,n_l,n_b,plan_batch,direction", [
+    ("lstm", 64, 2, 3, 3, "forward"), ("gru", 64, 3, 3, 3, "forward"), ("rnn", 32, 2, 4, 4, "forward"),
+    ("lstm", 32, 4, 3, 3, "reverse"), ("gru", 64, 2, 10, None, "forward")])
+def test_twin_matches_numpy_stack(cell, H, n_l, n_b, plan_batch, direction):
+    """Lengths with an empty row, initial states; the last case walks its batch in chunks."""
+    cfg, got, want = run_twin(cell, H, n_l, 5, n_b, plan_batch, direction)
+    if plan_batch is None:
+        assert cfg.batch_chunk < n_b
+    for (y, yh, yc), (wy, wyh, wyc) in zip(got, want):
+        assert np.abs(y - wy).max() < 1e-5 and np.abs(yh - wyh).max() < 1e-5
+        if cell == "lstm":
+            assert np.abs(yc - wyc).max() < 1e-5
+
+
+def test_plan_gives_each_layer_ctas_by_its_work():
+    specs = [CellSpec("lstm", 256, 256, node=f"l{l}") for l in range(3)]
+    cfg = plan_stack(specs, 1, 132)
+    assert cfg.rows_per_group == (8, 4, 4)  # [W | R] above the first layer: half the rows a warp
+    with pytest.raises(UnsupportedStack, match="more than the GPU's"):
+        plan_stack([CellSpec("lstm", 1024, 1024)] * 2, 1, 132)
+    with pytest.raises(UnsupportedStack, match="linear_before_reset=0"):
+        plan_stack([CellSpec("gru", 64, 64)] * 2, 1, 132)
+    with pytest.raises(UnsupportedStack, match="2 to 4 layers"):
+        plan_stack([CellSpec("rnn", 64, 64)] * 5, 1, 132)
+    with pytest.raises(UnsupportedStack, match="fp32 only"):
+        plan_stack([CellSpec("lstm", 64, 64, dtype="float16")] * 2, 1, 132)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("cell,H,n_l,batch", [("lstm", 256, 3, 10), ("gru", 256, 2, 8), ("lstm", 128, 3, 1)])
+def test_cuda_compiles_without_spills(cell, H, n_l, batch, arch, tmp_path):
+    specs = [CellSpec(cell, H, H, node=f"l{l}", linear_before_reset=cell == "gru") for l in range(n_l)]
+    func = stack_kernel(specs, plan_stack(specs, batch, 108 if arch == "sm_80" else 132))
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                      target=tvm.target.Target({"kind": "cuda", "arch": arch}))
+    src = tmp_path / "k.cu"
+    src.write_text(lib.mod.imports[0].inspect_source())
+    res = subprocess.run(["nvcc", f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(src)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert max(int(m) for m in re.findall(r"(\d+) bytes spill stores", res.stderr)) == 0
