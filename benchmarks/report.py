@@ -181,9 +181,22 @@ def main():
         _finish(fig, ax, f"Real models — {label}", os.path.join(args.docs, "img", "models.png"), legend_size=7)
         lines += ["", "![models](img/models.png)"]
     lines += precision_lines([r for r in rows if r["part"] == "precision"])
+    lines += stack_lines([r for r in rows if r["part"] == "stack"])
     with open(os.path.join(args.docs, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def stack_lines(stacks: list) -> list:
+    """The `stacks` part: the layer wavefront against a kernel a layer and torch's multi-layer module."""
+    if not stacks:
+        return []
+    lines = ["", "## Layer wavefront: stacked layers in one kernel", "",
+             "| stack | wavefront | a kernel a layer | torch cuDNN graph | per layer ÷ wavefront | torch ÷ wavefront |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['cell']} H={r['hidden']} x{r['layers']} B={r['batch']} | {r['ours_ms']:.3f} | {r['per_layer_ms']:.3f} | "
+              f"{r['torch_graph_ms']:.3f} | {r['per_layer_over_ours']:.2f}x | {r['torch_graph_over_ours']:.2f}x |" for r in stacks]
+    return lines
 
 
 if __name__ == "__main__":

@@ -163,8 +163,9 @@ def run(model, inputs_path, target, tuning_log, check, save, unverified, precisi
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--target", default="cuda", show_default=True, help=TARGET_HELP)
 @click.option("--tuning-log", type=click.Path(dir_okay=False))
+@_wavefront_option
 @_pin_options
-def inspect(model, target, tuning_log, shape_opts, const_opts):
+def inspect(model, target, tuning_log, wavefront, shape_opts, const_opts):
     """One line per recurrent layer: cell, sizes, directions, how it will be lowered and why."""
     from .frontend import from_onnx, load_model
     from .frontend.front_door import prepare
@@ -175,7 +176,7 @@ def inspect(model, target, tuning_log, shape_opts, const_opts):
     try:
         tgt = as_target(target)
         onnx_model, notes = prepare(load_model(model), **_pins(shape_opts, const_opts))
-        mod = PersistentRNN(tgt, tuning_log=tuning_log, measure=False)(
+        mod = PersistentRNN(tgt, tuning_log=tuning_log, measure=False, wavefront=wavefront)(
             from_onnx(onnx_model, target_kind=tgt.kind.name, verbose=_verbose()))
     except PersistRNNError as err:
         _fail(err)
