@@ -1,12 +1,13 @@
 """`persist-rnn bench --parts stacks`: stacked layers, the layer wavefront against the same stack
 built one kernel a layer and against torch's multi-layer nn.LSTM / nn.GRU (cuDNN, strict fp32, in
-a CUDA graph), all three timed in turn in the same run (bench.interleaved_ms)."""
+a CUDA graph), all three timed in turn in the same run (gpu_timing.interleaved_ms)."""
 from __future__ import annotations
 
 import numpy as np
 from onnx import helper, numpy_helper
 
 from .compile import compile as compile_model
+from .gpu_timing import graph_replay, interleaved_ms, vm_call
 from .testing import torch_to_onnx_weights
 
 #: (cell, hidden, layers, batch) measured by the `stacks` part: issue 21's floors and the shipped
@@ -39,8 +40,6 @@ def onnx_stack_from_torch(op: str, module, seq_len: int, batch: int):
 def stack_row(op: str, hidden: int, layers: int, batch: int, seq_len: int, options: dict) -> dict:
     """One stack: the wavefront build (`ours_ms`), the per-layer build (the default) and torch's module."""
     import torch
-
-    from .bench import graph_replay, interleaved_ms, vm_call
 
     torch.manual_seed(hidden + layers + batch)
     module = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU}[op](hidden, hidden, num_layers=layers).cuda().eval()

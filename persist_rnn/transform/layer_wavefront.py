@@ -19,7 +19,7 @@ import re
 import tvm
 from tvm import relax
 
-from tir_templates.spec import ATTR_KEY, CellSpec
+from tir_templates.spec import ATTR_KEY
 from tir_templates.wavefront import (STACK_KERNEL_ATTR, STACK_SLOTS, UnsupportedStack, emulated_stack_kernel,
                                      plan_stack, stack_kernel)
 

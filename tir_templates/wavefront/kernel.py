@@ -27,14 +27,14 @@ from tvm.script import tirx as T
 
 from .. import cells
 from ..persistent.exchange import BARRIER_FLAG_WORD, GRID_BARRIER
-from ..signature import WORKSPACE_WORDS, batch_extent, batch_row, time_index
+from ..signature import WORKSPACE_WORDS, batch_row, time_index
 from ..spec import CellSpec
 from .layout import StackLayout
 from .plan import LANES, StackConfig, UnsupportedStack, stack_problems
 
-#: the attribute that marks a wavefront kernel: {"layers": [node names], "config": ...}
+#: the attribute that marks a wavefront kernel: {"layers": [each layer's CellSpec JSON], "config": ...}
 STACK_KERNEL_ATTR = "persist_rnn.stack_kernel"
-#: exchange slots per layer (two by step parity; the per-layer views keep the signature's three)
+#: exchange slots of a layer's buffer: the per-layer signature's three (the wavefront uses two, by step parity)
 STACK_SLOTS = 3
 
 
@@ -265,7 +265,7 @@ def cta_layer(S, a, layer, cta, tx, hs, gs):
 @T.macro
 def each_layer(S, a, cta, tx, hs, gs):
     """`cta_layer` of the layer that owns `cta`: one branch per layer, each with its layer's
-    constants (TVMScript unrolls Python-level conditions; MAX_LAYERS of them)."""
+    constants (TVMScript unrolls Python-level conditions; plan.MAX_LAYERS of them)."""
     if S.L > 0:
         if S.owns_cta(0, cta):
             cta_layer(S, a, 0, cta, tx, hs, gs)

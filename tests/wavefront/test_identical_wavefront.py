@@ -1,0 +1,45 @@
+"""The wavefront kernel's generated code is byte for byte what ran on the H100 (session 21:
+docs/data/gpu-v27-wavefront.log), so that a restructuring can prove it changed nothing. The md5 of
+each case's CUDA source (sm_90) and of its CPU twin's TVMScript must equal the values recorded in
+`fixtures/wavefront_md5.json`; a deliberate kernel change re-records them
+(`python tests/wavefront/test_identical_wavefront.py`) and says so in its commit, with the GPU
+tests that ran since."""
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+import sys
+
+import pytest
+import tvm
+
+from tir_templates.spec import CellSpec
+from tir_templates.wavefront import emulated_stack_kernel, plan_stack, stack_kernel
+
+RECORD = pathlib.Path(__file__).parents[1] / "fixtures" / "wavefront_md5.json"
+#: name -> (cell, hidden, layers, static batch or None, direction): each cell, chunked and one-chunk batches
+CASES = {"lstm-h256-x3-b10-chunked": ("lstm", 256, 3, 10, "forward"), "gru-h256-x2-b8": ("gru", 256, 2, 8, "forward"),
+         "lstm-h128-x3-b1": ("lstm", 128, 3, 1, "forward"), "rnn-h64-x4-runtime-batch": ("rnn", 64, 4, None, "forward"),
+         "lstm-h32-x2-reverse": ("lstm", 32, 2, 3, "reverse")}
+
+
+def digests(name: str) -> dict:
+    cell, hidden, layers, batch, direction = CASES[name]
+    specs = [CellSpec(cell, hidden, hidden, direction=direction, node=f"l{l}", linear_before_reset=cell == "gru")
+             for l in range(layers)]
+    cfg = plan_stack(specs, batch, 132)
+    lib = tvm.compile(tvm.IRModule({"main": stack_kernel(specs, cfg).with_attr("global_symbol", "main")}),
+                      target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    md5 = lambda text: hashlib.md5(text.encode()).hexdigest()
+    return {"cuda": md5(lib.mod.imports[0].inspect_source()), "twin": md5(emulated_stack_kernel(specs, cfg).script())}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_wavefront_code_unchanged(name):
+    assert digests(name) == json.loads(RECORD.read_text())[name]
+
+
+if __name__ == "__main__" and sys.argv[1:] != ["--check"]:
+    RECORD.write_text(json.dumps({name: digests(name) for name in CASES}, indent=1) + "\n")
+    print(f"recorded {RECORD}")
