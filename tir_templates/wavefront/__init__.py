@@ -1,12 +1,17 @@
 """The layer wavefront (issue 21): a stack of recurrent layers in one persistent kernel. Read
 `kernel.py` first.
 
-    plan.py     which stacks it runs; how a launch's CTAs go to the layers (StackConfig)
-    layout.py   who owns which rows, columns and (batch row, unit) pairs
-    kernel.py   the CUDA kernel, top to bottom, and its CPU twin
+    plan.py       which stacks it runs; how a launch's CTAs go to the layers (StackConfig)
+    layout.py     who owns which rows, columns and (batch row, unit) pairs
+    steps.py      what a thread does in a step: inputs, [h below ; h] into shared memory, the update
+    kernel.py     the CUDA kernel, top to bottom
+    emulated.py   its CPU twin, for tests without a GPU
+    signature.py  each layer's own operands and results in one PrimFunc
 """
-from .kernel import STACK_KERNEL_ATTR, STACK_SLOTS, emulated_stack_kernel, stack_kernel
+from .emulated import emulated_stack_kernel
+from .kernel import stack_kernel
 from .plan import StackConfig, UnsupportedStack, plan_stack, stack_problems
+from .signature import STACK_KERNEL_ATTR, STACK_SLOTS
 
 __all__ = ["STACK_KERNEL_ATTR", "STACK_SLOTS", "StackConfig", "UnsupportedStack", "emulated_stack_kernel",
            "plan_stack", "stack_kernel", "stack_problems"]

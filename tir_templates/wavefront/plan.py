@@ -64,6 +64,13 @@ def stack_problems(specs: list[CellSpec]) -> list[str]:
     return bad
 
 
+def check_stack(specs: list[CellSpec]) -> None:
+    """Raise UnsupportedStack unless the wavefront kernel can be built for `specs`."""
+    bad = stack_problems(specs)
+    if bad:
+        raise UnsupportedStack("; ".join(bad))
+
+
 def _warps(spec: CellSpec) -> int:
     """Warps per CTA: a whole number of units' gates per CTA at any rows_per_group."""
     return 6 if spec.num_gates == 3 else 8
@@ -72,9 +79,7 @@ def _warps(spec: CellSpec) -> int:
 def plan_stack(specs: list[CellSpec], batch: int | None, num_sms: int) -> StackConfig:
     """The wavefront's config for `specs` at a static `batch` (None: known at run time), or
     UnsupportedStack with the reason."""
-    bad = stack_problems(specs)
-    if bad:
-        raise UnsupportedStack("; ".join(bad))
+    check_stack(specs)
     spec = specs[0]
     H, G, warps = spec.hidden_size, spec.num_gates, _warps(spec)
     rows = []
