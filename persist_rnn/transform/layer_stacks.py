@@ -80,7 +80,7 @@ def _below(call, mod: tvm.IRModule, bound: dict):
     return lower if _callee(lower, mod, ATTR_KEY) is not None else None
 
 
-def _spec(call, mod) -> CellSpec:
+def layer_spec(call, mod) -> CellSpec:
     return CellSpec.from_json(str(mod[call.args[0]].attrs[ATTR_KEY]))
 
 
@@ -95,31 +95,39 @@ def _same_steps(lower, upper) -> bool:
 
 def _linkable(lower, upper, mod, bound) -> bool:
     """Whether the wavefront could run `upper` one time step behind `lower` (module docstring)."""
-    a, b = _spec(lower, mod), _spec(upper, mod)
+    a, b = layer_spec(lower, mod), layer_spec(upper, mod)
     lens_a, lens_b = (_through_views(call_args(c)[3], bound) for c in (lower, upper))
     return (a.num_directions == b.num_directions == 1 and a.direction == b.direction and a.dtype == b.dtype
             and tvm_ffi.structural_equal(lens_a, lens_b) and _same_steps(lower, upper))
 
 
+def call_chains(func: relax.Function, mod: tvm.IRModule) -> tuple[list, dict]:
+    """Each stack in `func` as its recurrence calls, lowest layer first; and `func`'s bindings."""
+    bound = _bindings(func)
+    calls = [v for v in bound.values() if _callee(v, mod, ATTR_KEY) is not None]
+    above = {}  # lower call -> upper call
+    for call in calls:
+        lower = _below(call, mod, bound)
+        if lower is not None and _linkable(lower, call, mod, bound) and lower not in above:
+            above[lower] = call
+    chains = []
+    for bottom in [c for c in calls if c in above and c not in above.values()]:
+        chain = [bottom]
+        while chain[-1] in above:
+            chain.append(above[chain[-1]])
+        chains.append(chain)
+    return chains, bound
+
+
+def projection_of(call, bound: dict):
+    """The projection call whose result is this recurrence call's input (through views)."""
+    return _through_views(call_args(call)[0], bound)
+
+
 def find_stacks(mod: tvm.IRModule) -> list[list[relax.GlobalVar]]:
     """The recurrence kernels of every stack of two or more layers, lowest layer first."""
-    stacks = []
-    for func in mod.functions.values():
-        if not isinstance(func, relax.Function):
-            continue
-        bound = _bindings(func)
-        calls = [v for v in bound.values() if _callee(v, mod, ATTR_KEY) is not None]
-        above = {}  # lower call -> upper call
-        for call in calls:
-            lower = _below(call, mod, bound)
-            if lower is not None and _linkable(lower, call, mod, bound) and lower not in above:
-                above[lower] = call
-        for bottom in [c for c in calls if c in above and c not in above.values()]:
-            chain = [bottom]
-            while chain[-1] in above:
-                chain.append(above[chain[-1]])
-            stacks.append([c.args[0] for c in chain])
-    return stacks
+    return [[c.args[0] for c in chain] for func in mod.functions.values() if isinstance(func, relax.Function)
+            for chain in call_chains(func, mod)[0]]
 
 
 def mark_stacks(mod: tvm.IRModule) -> tvm.IRModule:

@@ -19,13 +19,12 @@ import re
 import tvm
 from tvm import relax
 
-from tir_templates.spec import ATTR_KEY
 from tir_templates.wavefront import (STACK_KERNEL_ATTR, STACK_SLOTS, UnsupportedStack, emulated_stack_kernel,
                                      plan_stack, stack_kernel)
 
 from ..report import STACK_REASON_ATTR
 from .call_sites import call_args, static_dim
-from .layer_stacks import _below, _bindings, _callee, _linkable, _spec, _through_views
+from .layer_stacks import call_chains, layer_spec, projection_of
 
 #: the largest static batch the wavefront takes: its batch chunks run one after another in every
 #: step, where the per-layer kernels give batch tiles CTAs of their own
@@ -35,20 +34,10 @@ MAX_FUSED_BATCH = 16
 def _chains(func: relax.Function, mod: tvm.IRModule):
     """Each stack in `func` as (calls lowest first, binding vars of those calls, projections of
     the upper layers)."""
-    bound = _bindings(func)
+    chains, bound = call_chains(func, mod)
     var_of = {value: var for var, value in bound.items()}
-    calls = [v for v in bound.values() if _callee(v, mod, ATTR_KEY) is not None]
-    above = {}
-    for call in calls:
-        lower = _below(call, mod, bound)
-        if lower is not None and _linkable(lower, call, mod, bound) and lower not in above:
-            above[lower] = call
-    for bottom in [c for c in calls if c in above and c not in above.values()]:
-        chain = [bottom]
-        while chain[-1] in above:
-            chain.append(above[chain[-1]])
-        projections = [_through_views(call_args(c)[0], bound) for c in chain[1:]]
-        yield chain, [var_of[c] for c in chain], projections
+    for chain in chains:
+        yield chain, [var_of[c] for c in chain], [projection_of(c, bound) for c in chain[1:]]
 
 
 def _operands(calls, projections) -> list:
@@ -159,7 +148,7 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool
         fused, spans = {}, []
         order = {b.var: i for block in _blocks(func) for i, b in enumerate(block.bindings)}
         for calls, old_vars, projections in _chains(func, mod):
-            specs = [_spec(c, mod) for c in calls]
+            specs = [layer_spec(c, mod) for c in calls]
             try:
                 if target_kind != "cuda" and not emulate:
                     raise UnsupportedStack("the layer wavefront is a CUDA kernel")
