@@ -1,7 +1,7 @@
 """Stacks of recurrent layers: chains in which layer l's Y, reshaped only, is the input of layer
-l+1's projection. The layer wavefront (issue 21) would run such a stack in one kernel, layer l at
-time step s - l of wavefront step s; until it exists each layer keeps its own kernel, and report()
-names the stack each layer belongs to.
+l+1's projection. The layer wavefront (issue 21, `layer_wavefront.py`) can run such a stack in one
+kernel, layer l at time step s - l of wavefront step s; report() names the stack each layer
+belongs to, fused or not.
 
 A link needs both layers unidirectional and walking time the same way (a bidirectional layer needs
 the whole sequence of the layer below it), the same sequence lengths (one wavefront step is one time
