@@ -5,10 +5,9 @@ At the call of the stack's top layer it emits one call_tir of the stack kernel, 
 layer 0's input projection and every layer's own operands (the upper layers' projection weights
 among them) and returns every layer's own results (one tensor each: a view at an offset would
 break TVM's kernels, which take tensors at offset 0). Each layer's result becomes the tuple of its
-results, so every use reads the fused kernel. The per-layer kernels and the upper layers'
-projections are then unused (dead-code elimination drops them), unless something before the top
-layer reads a lower layer's outputs: then that layer also keeps its own kernel, and the answer is
-the same.
+results, so every use reads the fused kernel: whatever read a lower layer before the top layer's
+call (the importer takes each layer's Y_h right after it) is held back and emitted after the fused
+call. The per-layer kernels and the upper layers' projections are then unused and dropped.
 A stack the wavefront cannot run keeps its per-layer kernels, and the report says why.
 """
 from __future__ import annotations
@@ -77,8 +76,8 @@ def fusion_problem(func: relax.Function, old_vars, calls, projections) -> str:
 @relax.expr_functor.mutator
 class _FuseStacks(relax.PyExprMutator):
     """The lower layers' calls and everything computed from them are held back; at the top layer's
-    binding come the fused call, each layer's views, then the held-back bindings, which now read
-    the views (the chain of per-layer calls and projections among them is then unused)."""
+    binding come the fused call, each layer's result tuple, then the held-back bindings, which now
+    read those tuples (the chain of per-layer calls and projections among them is then unused)."""
 
     def __init__(self, mod, fused: dict):
         super().__init__(mod)
@@ -126,9 +125,9 @@ class _FuseStacks(relax.PyExprMutator):
                 new = self.builder_.emit(results)
             self.set_var_remap(old, new)
         held, self.held = self.held, []
-        for binding in held:  # what read the lower layers, now reading the views
+        for binding in held:  # what read the lower layers, now reading their result tuples
             if binding.var in old_vars:
-                continue  # a lower layer's own call: its views stand in for it
+                continue  # a lower layer's own call: its result tuple stands in for it
             self.held_vars.discard(binding.var)
             if isinstance(binding, relax.MatchCast):
                 super().visit_match_cast_(binding)
