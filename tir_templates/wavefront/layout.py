@@ -8,6 +8,7 @@ expressions, as `persistent/layout.py`:
     KPL[l]      columns a lane holds a row (layer 0: H / 32; above it 2H / 32, W's then R's)
     XK[l]       of those, W's (the input part; 0 for layer 0)
     BC          batch rows per chunk                  NCTA    CTAs of the launch
+    PARTS[l]    dot-product sums a row keeps: 1 (layer 0), 2 above it (input and recurrent apart)
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from .plan import LANES, StackConfig
 
 
 class StackLayout:
+    """The constants and index maps of one (stack, config); `emulate`: the CPU twin's (no fast math)."""
+
     def __init__(self, specs: list[CellSpec], cfg: StackConfig, emulate: bool = False):
         self.specs, self.cfg, self.emulate = specs, cfg, emulate
         spec = specs[0]

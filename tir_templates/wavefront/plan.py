@@ -93,7 +93,10 @@ def plan_stack(specs: list[CellSpec], batch: int | None, num_sms: int) -> StackC
     ctas = sum(G * H // (warps * r) for r in rows)
     if ctas > num_sms:
         raise UnsupportedStack(f"the stack's weights need {ctas} CTAs of registers, more than the GPU's {num_sms} SMs")
-    parts = 2  # layers above the first sum their input and recurrent parts apart (GRU's candidate)
+    # layers above the first sum their input and recurrent parts apart (GRU's candidate); the budget
+    # is taken for the widest layer in two parts, which splits B=10 into two chunks a step: measured
+    # as the wavefront's loss at B >= 8 (docs/design.md), a budget per layer is the first lever
+    parts = 2
     most = MAX_ACCUMULATORS // (parts * max(rows))
     chunk = max(1, min(batch if batch else 4, most))
     return StackConfig(LANES * warps, tuple(rows), chunk)
