@@ -14,7 +14,7 @@ from ..spec import CellSpec
 from .layout import StackLayout
 from .plan import LANES, StackConfig, check_stack
 from .signature import stack_func
-from .steps import Regs, final_states, init_states, load_hs, load_weights, prefetch, update
+from .steps import Regs, final_states, for_each_layer, init_states, load_hs, load_weights, prefetch, update
 
 
 @T.macro
@@ -37,7 +37,7 @@ def emulated_dot(S, layer, cta, wreg, hs, gs):
 
 
 @T.macro
-def emulated_layer_step(S, a, regs, layer, s):
+def emulated_layer_step(S, a, regs, s, layer):
     """Wavefront step s of every CTA of `layer` (if it is active then)."""
     if S.active(layer, s, a.n_t):
         for c in range(S.CPL[layer]):
@@ -50,19 +50,6 @@ def emulated_layer_step(S, a, regs, layer, s):
                 emulated_dot(S, layer, S.FIRST[layer] + c, regs.wreg, hs, gs)
                 for tx in range(S.NT):
                     update(S, a, layer, c, tx, hs, gs, regs, (S.FIRST[layer] + c) * S.NT + tx, s - layer, ch)
-
-
-@T.macro
-def emulated_steps(S, a, regs, s):
-    """`emulated_layer_step` of every layer, lowest first."""
-    if S.L > 0:
-        emulated_layer_step(S, a, regs, 0, s)
-    if S.L > 1:
-        emulated_layer_step(S, a, regs, 1, s)
-    if S.L > 2:
-        emulated_layer_step(S, a, regs, 2, s)
-    if S.L > 3:
-        emulated_layer_step(S, a, regs, 3, s)
 
 
 @T.macro
@@ -84,6 +71,7 @@ def emulated_layer_setup(S, a, regs, layer):
 
 @T.macro
 def emulated_layer_finish(S, a, layer):
+    """Final states of every CTA and thread of `layer`."""
     for c, tx in T.grid(S.CPL[layer], S.NT):
         final_states(S, a, layer, c, tx)
 
@@ -98,26 +86,12 @@ def emulated_stack(S, a):
     regs = T.meta_var(Regs(wreg, xin, nv, hn))
     for i in range(WORKSPACE_WORDS):
         a.ws[i] = T.uint32(0)
-    if S.L > 0:
-        emulated_layer_setup(S, a, regs, 0)
-    if S.L > 1:
-        emulated_layer_setup(S, a, regs, 1)
-    if S.L > 2:
-        emulated_layer_setup(S, a, regs, 2)
-    if S.L > 3:
-        emulated_layer_setup(S, a, regs, 3)
+    for_each_layer(S, emulated_layer_setup, a, regs)
     emulated_barrier(S, a, 1)
     for s in range(a.n_t + S.L - 1):
-        emulated_steps(S, a, regs, s)
+        for_each_layer(S, emulated_layer_step, a, regs, s)
         emulated_barrier(S, a, s + 2)
-    if S.L > 0:
-        emulated_layer_finish(S, a, 0)
-    if S.L > 1:
-        emulated_layer_finish(S, a, 1)
-    if S.L > 2:
-        emulated_layer_finish(S, a, 2)
-    if S.L > 3:
-        emulated_layer_finish(S, a, 3)
+    for_each_layer(S, emulated_layer_finish, a)
 
 
 def emulated_stack_kernel(specs: list[CellSpec], cfg: StackConfig) -> tvm.tirx.PrimFunc:

@@ -28,7 +28,7 @@ from ..spec import CellSpec
 from .layout import StackLayout
 from .plan import LANES, StackConfig, check_stack
 from .signature import stack_func
-from .steps import Regs, final_states, init_states, load_hs, load_weights, prefetch, update
+from .steps import Regs, final_states, for_each_layer, init_states, load_hs, load_weights, prefetch, update
 
 
 @T.macro
@@ -92,21 +92,10 @@ def cta_layer(S, a, layer, cta, tx, hs, gs):
 
 
 @T.macro
-def each_layer(S, a, cta, tx, hs, gs):
-    """`cta_layer` of the layer that owns `cta`: one branch per layer, each with its layer's
-    constants (TVMScript unrolls Python-level conditions; plan.MAX_LAYERS of them)."""
-    if S.L > 0:
-        if S.owns_cta(0, cta):
-            cta_layer(S, a, 0, cta, tx, hs, gs)
-    if S.L > 1:
-        if S.owns_cta(1, cta):
-            cta_layer(S, a, 1, cta, tx, hs, gs)
-    if S.L > 2:
-        if S.owns_cta(2, cta):
-            cta_layer(S, a, 2, cta, tx, hs, gs)
-    if S.L > 3:
-        if S.owns_cta(3, cta):
-            cta_layer(S, a, 3, cta, tx, hs, gs)
+def cta_if_owned(S, a, cta, tx, hs, gs, layer):
+    """`cta_layer` if `layer` owns `cta`."""
+    if S.owns_cta(layer, cta):
+        cta_layer(S, a, layer, cta, tx, hs, gs)
 
 
 @T.macro
@@ -119,7 +108,7 @@ def cuda_stack(S, a):
         for tx in T.thread_binding(S.NT, thread="threadIdx.x"):
             hs = T.alloc_buffer((S.BC, 2 * S.H), "float32", scope="shared")
             gs = T.alloc_buffer((2 * S.BC, S.G * S.TW_MAX), "float32", scope="shared")
-            each_layer(S, a, cta, tx, hs, gs)
+            for_each_layer(S, cta_if_owned, a, cta, tx, hs, gs)
 
 
 def stack_kernel(specs: list[CellSpec], cfg: StackConfig) -> tvm.tirx.PrimFunc:

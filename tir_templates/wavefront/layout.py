@@ -58,6 +58,18 @@ class StackLayout:
         so a warp's loads of h from shared memory hit 32 banks."""
         return lane + LANES * i
 
+    def state_slots(self, layer, n_b):
+        """Slots per thread when setting up or reading out the CTA's states (all batch rows)."""
+        return (n_b * self.TW[layer] + self.NT - 1) // self.NT
+
+    def state_row(self, layer, tx, e):
+        """Batch row of thread tx's e-th slot when setting up or reading out states."""
+        return (e * self.NT + tx) // self.TW[layer]
+
+    def state_unit(self, layer, c, tx, e):
+        """Unit of thread tx's e-th slot when setting up or reading out states (CTA c of the layer)."""
+        return c * self.TW[layer] + (e * self.NT + tx) % self.TW[layer]
+
     def pair(self, layer, c, tx, e):
         """(row within the chunk, unit) of thread tx's e-th (batch row, unit) pair."""
         q = e * self.NT + tx

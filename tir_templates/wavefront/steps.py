@@ -14,7 +14,6 @@ from tvm.script import tirx as T
 
 from .. import cells
 from ..signature import batch_row, time_index
-from ..spec import CellSpec
 from .plan import LANES
 
 
@@ -28,8 +27,19 @@ class Regs:
     hn: Any
 
 
-def _spec(S, layer) -> CellSpec:
-    return S.specs[layer]
+@T.macro
+def for_each_layer(S, body, *args):
+    """body(S, *args, layer) for each layer, lowest first: one branch per layer, each with its
+    layer's constants (TVMScript unrolls Python-level conditions, and a macro cannot call itself;
+    plan.MAX_LAYERS of them)."""
+    if S.L > 0:
+        body(S, *args, 0)
+    if S.L > 1:
+        body(S, *args, 1)
+    if S.L > 2:
+        body(S, *args, 2)
+    if S.L > 3:
+        body(S, *args, 3)
 
 
 def valid_steps(S, a, b):
@@ -52,15 +62,13 @@ def load_weights(S, a, layer, c, tx, wreg, row):
 @T.macro
 def init_states(S, a, layer, c, tx):
     """The CTA's units of h0 into exchange slot 0, of c0 into yc (the cell state's home)."""
-    for e in range((a.n_b * S.TW[layer] + S.NT - 1) // S.NT):
-        if T.Cast("int64", (e * S.NT + tx) // S.TW[layer]) < a.n_b:
-            a.hb[layer][0, 0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = a.h0[layer][
-                0, batch_row(_spec(S, layer), "h0", (e * S.NT + tx) // S.TW[layer]),
-                c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]]
+    for e in range(S.state_slots(layer, a.n_b)):
+        if T.Cast("int64", S.state_row(layer, tx, e)) < a.n_b:
+            a.hb[layer][0, 0, S.state_row(layer, tx, e), S.state_unit(layer, c, tx, e)] = a.h0[layer][
+                0, batch_row(S.specs[layer], "h0", S.state_row(layer, tx, e)), S.state_unit(layer, c, tx, e)]
             if S.lstm:
-                a.yc[layer][0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = a.c0[layer][
-                    0, batch_row(_spec(S, layer), "c0", (e * S.NT + tx) // S.TW[layer]),
-                    c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]]
+                a.yc[layer][0, S.state_row(layer, tx, e), S.state_unit(layer, c, tx, e)] = a.c0[layer][
+                    0, batch_row(S.specs[layer], "c0", S.state_row(layer, tx, e)), S.state_unit(layer, c, tx, e)]
 
 
 @T.macro
@@ -73,7 +81,7 @@ def prefetch(S, a, layer, c, tx, regs, row, t, ch):
                 regs.nv[row, e] = valid_steps(S, a, ch * S.BC + S.pair(layer, c, tx, e)[0])
                 for g in T.unroll(S.G):
                     if layer == 0:
-                        regs.xin[row, e * (S.G + 1) + g] = a.xw[T.max(T.min(time_index(_spec(S, 0), 0, t, regs.nv[row, e]), a.n_t - 1), T.int64(0)),
+                        regs.xin[row, e * (S.G + 1) + g] = a.xw[T.max(T.min(time_index(S.specs[0], 0, t, regs.nv[row, e]), a.n_t - 1), T.int64(0)),
                                                            ch * S.BC + S.pair(layer, c, tx, e)[0], 0,
                                                            g * S.H + S.pair(layer, c, tx, e)[1]]
                     else:
@@ -150,12 +158,11 @@ def update(S, a, layer, c, tx, hs, gs, regs, row, t, ch):
 @T.macro
 def final_states(S, a, layer, c, tx):
     """Y_h from the exchange buffer; an empty sequence has zero final states (as ONNX Runtime)."""
-    for e in range((a.n_b * S.TW[layer] + S.NT - 1) // S.NT):
-        if T.Cast("int64", (e * S.NT + tx) // S.TW[layer]) < a.n_b:
-            a.yh[layer][0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = T.if_then_else(
-                a.lens[batch_row(S.specs[0], "lens", (e * S.NT + tx) // S.TW[layer])] > 0,
-                a.hb[layer][a.n_t % 2, 0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]],
-                T.float32(0))
+    for e in range(S.state_slots(layer, a.n_b)):
+        if T.Cast("int64", S.state_row(layer, tx, e)) < a.n_b:
+            a.yh[layer][0, S.state_row(layer, tx, e), S.state_unit(layer, c, tx, e)] = T.if_then_else(
+                a.lens[batch_row(S.specs[0], "lens", S.state_row(layer, tx, e))] > 0,
+                a.hb[layer][a.n_t % 2, 0, S.state_row(layer, tx, e), S.state_unit(layer, c, tx, e)], T.float32(0))
             if S.lstm:
-                if a.lens[batch_row(S.specs[0], "lens", (e * S.NT + tx) // S.TW[layer])] <= 0:
-                    a.yc[layer][0, (e * S.NT + tx) // S.TW[layer], c * S.TW[layer] + (e * S.NT + tx) % S.TW[layer]] = T.float32(0)
+                if a.lens[batch_row(S.specs[0], "lens", S.state_row(layer, tx, e))] <= 0:
+                    a.yc[layer][0, S.state_row(layer, tx, e), S.state_unit(layer, c, tx, e)] = T.float32(0)
