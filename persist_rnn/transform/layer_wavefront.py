@@ -61,11 +61,16 @@ def _downstream(func: relax.Function, roots) -> set:
     return tainted
 
 
-def fusion_problem(func: relax.Function, old_vars, calls, projections) -> str:
+def _positions(func: relax.Function) -> dict:
+    """Each bound variable's (block, index in the block)."""
+    return {b.var: (k, i) for k, block in enumerate(_blocks(func)) for i, b in enumerate(block.bindings)}
+
+
+def fusion_problem(func: relax.Function, old_vars, calls, projections, where: dict) -> str:
     """Why the stack's calls cannot become one call at the top layer's place (empty if they can):
-    the fused call must read nothing computed from the lower layers, and sit in their block."""
-    where = {b.var: i for i, block in enumerate(_blocks(func)) for b in block.bindings}
-    if len({where.get(v) for v in old_vars}) != 1:
+    the fused call must read nothing computed from the lower layers, and sit in their block
+    (`where`: `_positions(func)`)."""
+    if len({where[v][0] for v in old_vars}) != 1:
         return "the layers' calls stand in different binding blocks"
     tainted = _downstream(func, old_vars[:-1])
     if any(v in tainted for op in _operands(calls, projections) for v in relax.analysis.free_vars(op)):
@@ -145,7 +150,7 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool
         if not isinstance(func, relax.Function):
             continue
         fused, spans = {}, []
-        order = {b.var: i for block in _blocks(func) for i, b in enumerate(block.bindings)}
+        where = _positions(func)
         for calls, old_vars, projections in _chains(func, mod):
             specs = [layer_spec(c, mod) for c in calls]
             try:
@@ -158,8 +163,8 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool
                     raise UnsupportedStack(f"the wavefront takes static batches up to {MAX_FUSED_BATCH} (batch "
                                            f"{batch or 'known at run time'}): its batch chunks run one after another")
                 cfg = plan_stack(specs, batch, num_sms)
-                problem = fusion_problem(func, old_vars, calls, projections)
-                span = (order[old_vars[0]], order[old_vars[-1]])
+                problem = fusion_problem(func, old_vars, calls, projections, where)
+                span = (where[old_vars[0]], where[old_vars[-1]])
                 if any(lo <= span[1] and span[0] <= hi for lo, hi in spans):
                     problem = "its layers interleave with another stack's, which the wavefront fuses"
                 if problem:

@@ -182,11 +182,11 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
         mod = mark_stacks(mod)  # report() names each layer's stack
         cuda = target.kind.name == "cuda"
-        num_sms = gpu_model(target_arch(target)).num_sms if cuda else 0
+        arch = target_arch(target) if cuda else None
+        num_sms = gpu_model(arch).num_sms if cuda else 0
         mod = fuse_stacks(mod, target.kind.name, num_sms, enabled=wavefront)  # a stack as one kernel, or why not
         layers = {gv.name_hint for gv, _, _ in recurrences(mod)}
         if cuda:
-            arch = target_arch(target)
             # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM
             todo = list(projections(mod))
             rows = call_site_rows(mod, {gv.name_hint for gv, _, _ in todo})
