@@ -25,9 +25,14 @@ from ..report import STACK_REASON_ATTR
 from .call_sites import call_args, static_dim
 from .layer_stacks import call_chains, layer_spec, projection_of
 
-#: the largest static batch the wavefront takes: its batch chunks run one after another in every
-#: step, where the per-layer kernels give batch tiles CTAs of their own
-MAX_FUSED_BATCH = 16
+#: the first architecture with thread-block clusters (the wavefront gives each layer one)
+MIN_CLUSTER_SM = 90
+
+
+def has_clusters(arch: str | None) -> bool:
+    """Whether CUDA architecture `arch` ("sm_90a", ...) has thread-block clusters."""
+    digits = re.sub(r"\D", "", arch or "")
+    return bool(digits) and int(digits) >= MIN_CLUSTER_SM
 
 
 def _chains(func: relax.Function, mod: tvm.IRModule):
@@ -141,10 +146,10 @@ class _FuseStacks(relax.PyExprMutator):
 
 
 def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool = True,
-                emulate: bool = False) -> tvm.IRModule:
+                emulate: bool = False, arch: str | None = None) -> tvm.IRModule:
     """`mod` with every stack the wavefront can run as one kernel; the others' layers carry
-    STACK_REASON_ATTR (so do all stacks' unless `enabled`). `emulate`: the kernel's CPU twin
-    (tests on llvm)."""
+    STACK_REASON_ATTR (so do all stacks' unless `enabled`). `arch`: the CUDA target's ("sm_90");
+    `emulate`: the kernel's CPU twin (tests on llvm)."""
     replaced = set()
     for gv_func, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function):
@@ -158,11 +163,10 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool
                     raise UnsupportedStack("the layer wavefront is a CUDA kernel")
                 if not enabled:
                     raise UnsupportedStack("the layer wavefront is off: compile(..., wavefront=True) or --wavefront")
-                batch = static_dim(call_args(calls[0])[0], 1)
-                if not emulate and (batch is None or batch > MAX_FUSED_BATCH):
-                    raise UnsupportedStack(f"the wavefront takes static batches up to {MAX_FUSED_BATCH} (batch "
-                                           f"{batch or 'known at run time'}): its batch chunks run one after another")
-                cfg = plan_stack(specs, batch, num_sms)
+                if not emulate and not has_clusters(arch):
+                    raise UnsupportedStack(f"the layer wavefront needs thread-block clusters (sm_{MIN_CLUSTER_SM} or "
+                                           f"later, not {arch})")
+                cfg = plan_stack(specs, static_dim(call_args(calls[0])[0], 1), num_sms)
                 problem = fusion_problem(func, old_vars, calls, projections, where)
                 span = (where[old_vars[0]], where[old_vars[-1]])
                 if any(lo <= span[1] and span[0] <= hi for lo, hi in spans):

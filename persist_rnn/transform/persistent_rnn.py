@@ -28,7 +28,6 @@ from tir_templates.projection_mma import projection_mma_kernel, tensor_cores_pay
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
-from tir_templates.wavefront import STACK_KERNEL_ATTR
 
 from ..errors import PersistRNNError
 from ..report import BUCKETS_ATTR, CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR, kernel_configs
@@ -184,7 +183,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         cuda = target.kind.name == "cuda"
         arch = target_arch(target) if cuda else None
         num_sms = gpu_model(arch).num_sms if cuda else 0
-        mod = fuse_stacks(mod, target.kind.name, num_sms, enabled=wavefront)  # a stack as one kernel, or why not
+        mod = fuse_stacks(mod, target.kind.name, num_sms, enabled=wavefront, arch=arch)  # a stack as one kernel, or why not
         layers = {gv.name_hint for gv, _, _ in recurrences(mod)}
         if cuda:
             # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM
@@ -201,10 +200,6 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 if gv.name_hint in early and _may_launch_early(func, spec):
                     mod[gv] = func.with_attr(*EARLY_LAUNCH)
                 elif cooperative and _needs_cooperative_launch(func, spec):
-                    mod[gv] = func.with_attr(*COOPERATIVE_LAUNCH)
-            for gv, func in list(mod.functions.items()):  # the wavefront's CTAs meet at a grid barrier
-                if cooperative and isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None \
-                        and STACK_KERNEL_ATTR in func.attrs:
                     mod[gv] = func.with_attr(*COOPERATIVE_LAUNCH)
         return _resize_exchange(mod, slots) if slots else mod
 

@@ -1,5 +1,5 @@
-"""The wavefront kernel's generated code is byte for byte what ran on the H100 (session 21:
-docs/data/gpu-v27-wavefront.log), so that a restructuring can prove it changed nothing. The md5 of
+"""The wavefront kernel's generated code is byte for byte what ran on the H100 (the pipelined
+kernel, session 22: docs/data/gpu-v27-wavefront.log), so that a restructuring can prove it changed nothing. The md5 of
 each case's CUDA source (sm_90) and of its CPU twin's TVMScript must equal the values recorded in
 `fixtures/wavefront_md5.json`; a deliberate kernel change re-records them
 (`python tests/wavefront/test_identical_wavefront.py`) and says so in its commit, with the GPU
@@ -18,9 +18,9 @@ from tir_templates.spec import CellSpec
 from tir_templates.wavefront import emulated_stack_kernel, plan_stack, stack_kernel
 
 RECORD = pathlib.Path(__file__).parents[1] / "fixtures" / "wavefront_md5.json"
-#: name -> (cell, hidden, layers, static batch or None, direction): each cell, chunked and one-chunk batches
-CASES = {"lstm-h256-x3-b10-chunked": ("lstm", 256, 3, 10, "forward"), "gru-h256-x2-b8": ("gru", 256, 2, 8, "forward"),
-         "lstm-h128-x3-b1": ("lstm", 128, 3, 1, "forward"), "rnn-h64-x4-runtime-batch": ("rnn", 64, 4, None, "forward"),
+#: name -> (cell, hidden, layers, static batch, direction): each cell, clusters of 2 to 16 CTAs
+CASES = {"lstm-h256-x3-b10": ("lstm", 256, 3, 10, "forward"), "gru-h256-x2-b8": ("gru", 256, 2, 8, "forward"),
+         "lstm-h128-x3-b1": ("lstm", 128, 3, 1, "forward"), "rnn-h64-x4-b4": ("rnn", 64, 4, 4, "forward"),
          "lstm-h32-x2-reverse": ("lstm", 32, 2, 3, "reverse")}
 
 

@@ -36,10 +36,10 @@ def kernels(mod, attr):
 
 @pytest.mark.parametrize("op,layers,direction", [("LSTM", 3, "forward"), ("GRU", 2, "reverse"), ("RNN", 4, "forward")])
 def test_fused_stack_matches_onnxruntime(op, layers, direction):
-    """Symbolic batch, lengths with empty rows, initial states; every layer's Y_h (and Y_c) is an
-    output, read between the layers' calls in the imported graph: the rewrite holds those reads
-    back until the fused call, so no per-layer kernel stays."""
-    model, feeds = stacked_layers_model(op, 32, layers, 6, "batch", direction=direction, lengths=True, states=True)
+    """Lengths with empty rows, initial states; every layer's Y_h (and Y_c) is an output, read
+    between the layers' calls in the imported graph: the rewrite holds those reads back until the
+    fused call, so no per-layer kernel stays."""
+    model, feeds = stacked_layers_model(op, 32, layers, 6, 5, direction=direction, lengths=True, states=True)
     mod, vm = fused_on_llvm(model)
     assert len(kernels(mod, STACK_KERNEL_ATTR)) == 1 and kernels(mod, ATTR_KEY) == []
     got = vm["main"](*[tvm.runtime.tensor(feeds[i.name]) for i in model.graph.input])
@@ -62,7 +62,7 @@ def test_report_names_the_wavefront_or_why_not():
     target = tvm.target.Target(SM90)
     fused = persist_rnn.compile(model, target, measure=False, wavefront=True)
     assert [r.lowering for r in fused.report()] == ["wavefront"] * 3
-    assert fused.report()[1].line().endswith("wavefront, cooperative launch, layer 2 of 3 stacked")
+    assert fused.report()[1].line().endswith("wavefront, layer 2 of 3 stacked")
     apart = persist_rnn.compile(model, target, measure=False)
     assert all("own kernel: the layer wavefront is off" in r.line() for r in apart.report())
     symbolic, _ = stacked_layers_model("LSTM", 64, 2, 10, "batch")
@@ -70,6 +70,8 @@ def test_report_names_the_wavefront_or_why_not():
     assert all("static batches up to 16" in r.stack_reason for r in runtime_batch.report())
     on_cpu = persist_rnn.compile(model, "llvm", wavefront=True)
     assert all("is a CUDA kernel" in r.stack_reason for r in on_cpu.report())
+    ampere = persist_rnn.compile(model, tvm.target.Target({**SM90, "arch": "sm_80"}), measure=False, wavefront=True)
+    assert all("needs thread-block clusters" in r.stack_reason for r in ampere.report())
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

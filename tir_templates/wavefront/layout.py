@@ -1,20 +1,22 @@
-"""Who owns what in the wavefront kernel: which CTAs run which layer, which gate rows and
+"""Who owns what in the wavefront kernel: which cluster runs which layer, which gate rows and
 columns a lane holds, which (batch row, unit) pairs a thread updates. Plain Python on ints or TIR
 expressions, as `persistent/layout.py`:
 
-    L, H, G     layers, hidden units, gates          NT, NG  threads and warps per CTA
-    RPG[l]      gate rows a warp owns in layer l      TW[l]   units a CTA of layer l owns
-    CPL[l]      CTAs of layer l                       FIRST[l] its first CTA
+    L, H, G     layers, hidden units, gates          NT, NG  compute threads and warps per CTA
+    C           CTAs of a layer (one cluster)         TW      units a CTA owns (H / C, every layer)
+    RPG         gate rows a warp owns                 BLOCK   threads per CTA (NT + the comm warp)
     KPL[l]      columns a lane holds a row (layer 0: H / 32; above it 2H / 32, W's then R's)
     XK[l]       of those, W's (the input part; 0 for layer 0)
-    BC          batch rows per chunk                  NCTA    CTAs of the launch
-    PARTS[l]    dot-product sums a row keeps: 1 (layer 0), 2 above it (input and recurrent apart)
+    BC          batch rows (the whole batch)          NCTA    CTAs of the launch (L clusters)
+    PARTS[l]    dot-product sums a row keeps (GRU above layer 0: input and recurrent apart)
+
+Shared memory `hs` holds two copies of [h_{l-1}(t) ; h_l(t-1)] (layer 0: h_0(t-1)), by step
+parity: rows parity * BC .. parity * BC + BC - 1.
 """
 from __future__ import annotations
 
-from ..persistent.layout import both
 from ..spec import CellSpec
-from .plan import LANES, StackConfig
+from .plan import LANES, StackConfig, parts
 
 
 class StackLayout:
@@ -26,68 +28,57 @@ class StackLayout:
         self.L, self.H, self.G = len(specs), spec.hidden_size, spec.num_gates
         self.lstm = spec.cell == "lstm"
         self.NT, self.NG, self.BC = cfg.threads, cfg.threads // LANES, cfg.batch_chunk
-        self.RPG = tuple(cfg.rows_per_group)
-        self.TW = tuple(self.NG * r // self.G for r in self.RPG)
-        self.CPL = tuple(self.H // tw for tw in self.TW)
-        self.FIRST = tuple(sum(self.CPL[:layer]) for layer in range(self.L))
-        self.NCTA = sum(self.CPL)
+        self.BLOCK = self.NT + LANES
+        self.C, self.RPG = cfg.cluster, cfg.rows_per_group
+        self.TW = self.H // self.C
+        self.NCTA = self.L * self.C
         self.XK = tuple(0 if layer == 0 else self.H // LANES for layer in range(self.L))
         self.KPL = tuple(self.XK[layer] + self.H // LANES for layer in range(self.L))
-        self.PARTS = tuple(1 if layer == 0 else 2 for layer in range(self.L))
+        self.PARTS = tuple(parts(spec, layer) for layer in range(self.L))
         self.FAST = not emulate
-        self.TW_MAX = max(self.TW)
-        self.WREG_MAX = max(r * k for r, k in zip(self.RPG, self.KPL))  # the CPU twin's register rows
-        self.PAIRS_MAX = max(self.pairs(layer) for layer in range(self.L))
-
-    def owns_cta(self, layer, cta):
-        """Whether `cta` runs `layer` (CTAs go to the layers in order)."""
-        return both(self.FIRST[layer] <= cta, cta < self.FIRST[layer] + self.CPL[layer])
-
-    def active(self, layer, s, n_t):
-        """Whether `layer` computes at wavefront step s (its time step s - layer exists)."""
-        return both(layer <= s, s < n_t + layer)
+        self.WREG_MAX = max(self.RPG * k for k in self.KPL)  # the CPU twin's register rows
+        self.PAIRS = (self.BC * self.TW + self.NT - 1) // self.NT
+        # both copies of [h below ; h] in static shared memory up to 40 KiB (48 KiB is the static limit)
+        self.HS_SCOPE = "shared" if 2 * self.BC * 2 * self.H * 4 <= 40 * 1024 else "shared.dyn"
 
     def row(self, layer, c, tx, q):
         """Row of layer's gate matrices (gate-major, G * H rows) of warp tx // 32's q-th row, in
         the layer's c-th CTA: a CTA's rows are its TW units' G gates, gate-major."""
-        local = (tx // LANES) * self.RPG[layer] + q
-        return (local // self.TW[layer]) * self.H + c * self.TW[layer] + local % self.TW[layer]
+        local = (tx // LANES) * self.RPG + q
+        return (local // self.TW) * self.H + c * self.TW + local % self.TW
 
     def col(self, lane, i):
         """Column (of [h below ; h] for layers above the first) of a lane's i-th weight: stride 32,
         so a warp's loads of h from shared memory hit 32 banks."""
         return lane + LANES * i
 
-    def state_slots(self, layer, n_b):
-        """Slots per thread when setting up or reading out the CTA's states (all batch rows)."""
-        return (n_b * self.TW[layer] + self.NT - 1) // self.NT
+    def hs_row(self, t, bi):
+        """Row of `hs` holding batch row bi of step t's [h below ; h]."""
+        return t % 2 * self.BC + bi
 
-    def state_row(self, layer, tx, e):
+    def state_slots(self, n_b):
+        """Slots per compute thread when setting up or reading out the CTA's states (all batch rows)."""
+        return (n_b * self.TW + self.NT - 1) // self.NT
+
+    def state_row(self, tx, e):
         """Batch row of thread tx's e-th slot when setting up or reading out states."""
-        return (e * self.NT + tx) // self.TW[layer]
+        return (e * self.NT + tx) // self.TW
 
-    def state_unit(self, layer, c, tx, e):
+    def state_unit(self, c, tx, e):
         """Unit of thread tx's e-th slot when setting up or reading out states (CTA c of the layer)."""
-        return c * self.TW[layer] + (e * self.NT + tx) % self.TW[layer]
+        return c * self.TW + (e * self.NT + tx) % self.TW
 
-    def pair(self, layer, c, tx, e):
-        """(row within the chunk, unit) of thread tx's e-th (batch row, unit) pair."""
+    def pair(self, c, tx, e):
+        """(batch row, unit) of thread tx's e-th (batch row, unit) pair."""
         q = e * self.NT + tx
-        return q // self.TW[layer], c * self.TW[layer] + q % self.TW[layer]
+        return q // self.TW, c * self.TW + q % self.TW
 
-    def pairs(self, layer):
-        """Pair slots per thread (each covers NT of the chunk's BC * TW pairs)."""
-        return (self.BC * self.TW[layer] + self.NT - 1) // self.NT
+    def owns_pair(self, tx, e):
+        return e * self.NT + tx < self.BC * self.TW
 
-    def owns_pair(self, layer, tx, e):
-        return e * self.NT + tx < self.BC * self.TW[layer]
-
-    def chunks(self, n_b):
-        return (n_b + self.BC - 1) // self.BC
-
-    def gate_slot(self, layer, g, c_unit):
+    def gate_slot(self, g, c_unit):
         """Where gate g of the CTA's unit c_unit (0 .. TW-1) sits in the dot results."""
-        return g * self.TW[layer] + c_unit
+        return g * self.TW + c_unit
 
     def LANES_K(self, layer):
         """Columns of the layer's shared copy of h: [h below ; h] above the first layer, else h."""

@@ -1,10 +1,14 @@
-"""Which stacks the layer wavefront runs, and how it gives a launch's CTAs to their layers.
+"""Which stacks the layer wavefront runs, and how it gives each layer a thread-block cluster.
 
-Every CTA of the launch holds its slice of one layer's weights in registers for the whole
-sequence: layer 0 its recurrent matrix R (K = H columns), every later layer [W | R], its input and
-recurrent weights side by side (K = 2H). A warp owns `rows_per_group` gate rows of its layer and
-each lane a stride-32 slice of their columns, so a layer with twice the columns gets half the
-rows a warp and twice the CTAs: each layer's share of the launch follows its work.
+Every layer runs on one cluster of `cluster` CTAs, each holding its slice of that layer's weights in
+registers for the whole sequence: layer 0 its recurrent matrix R (K = H columns), every later layer
+[W | R], its input and recurrent weights side by side (K = 2H). Every CTA owns H / cluster units
+(all their gates); a warp owns `rows_per_group` of the CTA's gate rows and each lane a stride-32
+slice of their columns. The plan takes the fewest warps a CTA (registers a thread shrink as warps
+grow: 17 warps leave 96) and then the smallest cluster whose CTAs hold the widest layer's weights
+in registers (the cluster barrier is cheaper the fewer CTAs meet at it), and one chunk of
+the whole batch (the step's input is loaded a step ahead, for the whole batch at once; the dot
+products walk it a batch row at a time).
 """
 from __future__ import annotations
 
@@ -14,8 +18,13 @@ from ..spec import CellSpec
 
 #: weight registers a lane holds at most (rows_per_group x columns per lane)
 MAX_WEIGHT_REGS = 64
-#: accumulators a lane holds at most (parts x rows_per_group x batch_chunk)
-MAX_ACCUMULATORS = 96
+#: the largest batch the kernel takes: both copies of [h below ; h] for every batch row sit in
+#: shared memory, and a step's update pairs are the batch times the CTA's units
+MAX_BATCH = 16
+#: CTAs a layer's cluster takes at most (the H100's non-portable cluster size)
+MAX_CLUSTER = 16
+#: compute warps a CTA may have (the communication warp comes on top)
+WARP_CHOICES = (8, 16)
 #: layers a wavefront kernel takes at most (the kernel has a branch per layer)
 MAX_LAYERS = 4
 #: lanes that share a gate row's columns: one warp, summed by a shuffle
@@ -29,14 +38,17 @@ class UnsupportedStack(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class StackConfig:
-    """threads: per CTA (all layers' CTAs run one block size); rows_per_group: per layer, gate rows
-    a warp owns; batch_chunk: batch rows a step's dot products take at once."""
+    """threads: compute threads per CTA (a communication warp comes on top); cluster: CTAs a
+    layer; rows_per_group: gate rows a warp owns (every layer alike: each CTA owns H / cluster
+    units); batch_chunk: batch rows (the whole batch, one chunk)."""
     threads: int
-    rows_per_group: tuple
+    cluster: int
+    rows_per_group: int
     batch_chunk: int
 
     def as_dict(self) -> dict:
-        return {"threads": self.threads, "rows_per_group": list(self.rows_per_group), "batch_chunk": self.batch_chunk}
+        return {"threads": self.threads, "cluster": self.cluster, "rows_per_group": self.rows_per_group,
+                "batch_chunk": self.batch_chunk}
 
 
 def stack_problems(specs: list[CellSpec]) -> list[str]:
@@ -71,32 +83,29 @@ def check_stack(specs: list[CellSpec]) -> None:
         raise UnsupportedStack("; ".join(bad))
 
 
-def _warps(spec: CellSpec) -> int:
-    """Warps per CTA: a whole number of units' gates per CTA at any rows_per_group."""
-    return 6 if spec.num_gates == 3 else 8
+def parts(spec: CellSpec, layer: int) -> int:
+    """Dot-product sums a gate row keeps per batch row: GRU's layers above the first keep their
+    input and recurrent parts apart (its candidate needs them so), every other layer one sum."""
+    return 2 if layer > 0 and spec.cell == "gru" else 1
 
 
 def plan_stack(specs: list[CellSpec], batch: int | None, num_sms: int) -> StackConfig:
-    """The wavefront's config for `specs` at a static `batch` (None: known at run time), or
-    UnsupportedStack with the reason."""
+    """The wavefront's config for `specs` at a static `batch`, or UnsupportedStack with the reason."""
     check_stack(specs)
+    if batch is None or batch > MAX_BATCH:
+        raise UnsupportedStack(f"the wavefront takes static batches up to {MAX_BATCH} (batch "
+                               f"{batch or 'known at run time'}): both copies of a step's input sit in shared memory")
     spec = specs[0]
-    H, G, warps = spec.hidden_size, spec.num_gates, _warps(spec)
-    rows = []
-    for layer in range(len(specs)):
-        cols = (H if layer == 0 else 2 * H) // LANES
-        fits = [r for r in (8, 4, 2, 1) if r * cols <= MAX_WEIGHT_REGS and (warps * r) % G == 0
-                and H % (warps * r // G) == 0]
-        if not fits:
-            raise UnsupportedStack(f"layer {layer}: {cols} columns a lane do not fit {MAX_WEIGHT_REGS} weight registers")
-        rows.append(fits[0])
-    ctas = sum(G * H // (warps * r) for r in rows)
-    if ctas > num_sms:
-        raise UnsupportedStack(f"the stack's weights need {ctas} CTAs of registers, more than the GPU's {num_sms} SMs")
-    # layers above the first sum their input and recurrent parts apart (GRU's candidate); the budget
-    # is taken for the widest layer in two parts, which splits B=10 into two chunks a step: measured
-    # as the wavefront's loss at B >= 8 (docs/design.md), a budget per layer is the first lever
-    parts = 2
-    most = MAX_ACCUMULATORS // (parts * max(rows))
-    chunk = max(1, min(batch if batch else 4, most))
-    return StackConfig(LANES * warps, tuple(rows), chunk)
+    H, G = spec.hidden_size, spec.num_gates
+    widest = 2 * H // LANES  # columns a lane holds of an upper layer's [W | R]
+    for warps in WARP_CHOICES:  # 8 warps first: a CTA of 17 warps (with the comm warp) has 96 registers a thread
+        for cluster in (2, 4, 8, MAX_CLUSTER):
+            units = H // cluster
+            if H % cluster or (G * units) % warps:
+                continue
+            rpg = G * units // warps
+            if rpg * widest <= MAX_WEIGHT_REGS:
+                if cluster * len(specs) > num_sms:
+                    raise UnsupportedStack(f"the stack needs {cluster * len(specs)} CTAs, more than the GPU's {num_sms} SMs")
+                return StackConfig(LANES * warps, cluster, rpg, batch)
+    raise UnsupportedStack(f"an upper layer's [W | R] does not fit the registers of a cluster of {MAX_CLUSTER} CTAs")

@@ -1,9 +1,9 @@
-"""What each thread of a wavefront CTA does in a step, shared by the CUDA kernel (`kernel.py`) and
-its CPU twin (`emulated.py`): its weights in, the states set up, a step's inputs into registers,
-the chunk's [h below ; h] into shared memory, each owned (batch row, unit) pair's cell update, the
-final states. Every macro takes the layout `S`, the kernel's arguments `a` and the layer (a Python
-int: each layer's code has its own constants); `row` is the thread's row of the register buffers
-(0 on the GPU, one per (CTA, thread) in the twin).
+"""What each thread of a wavefront CTA does, shared by the CUDA kernel (`kernel.py`) and its CPU
+twin (`emulated.py`): its weights and constants in, the states set up, a step's h(t-1) (compute
+threads) and the layer below's h(t) (the communication warp) into shared memory, each owned
+(batch row, unit) pair's cell update, the final states. Every macro takes the layout `S`, the
+kernel's arguments `a` and the layer (a Python int: each layer's code has its own constants);
+`row` is the thread's row of the register buffers (0 on the GPU, one per (CTA, thread) in the twin).
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def valid_steps(S, a, b):
 def load_weights(S, a, layer, c, tx, wreg, row):
     """Warp tx // 32's rows of the layer, lane tx % 32's stride-32 columns, into registers for the
     whole sequence: W_l's first (the input part, layers above the first), then R_l's."""
-    for q in T.unroll(S.RPG[layer]):
+    for q in T.unroll(S.RPG):
         if S.XK[layer] > 0:
             for i in T.unroll(S.XK[layer]):
                 wreg[row, q * S.KPL[layer] + i] = a.w[layer][S.col(tx % LANES, i), S.row(layer, c, tx, q)]
@@ -61,60 +61,76 @@ def load_weights(S, a, layer, c, tx, wreg, row):
 
 @T.macro
 def init_states(S, a, layer, c, tx):
-    """The CTA's units of h0 into exchange slot 0, of c0 into yc (the cell state's home)."""
-    for e in range(S.state_slots(layer, a.n_b)):
-        if T.Cast("int64", S.state_row(layer, tx, e)) < a.n_b:
-            a.hb[layer][0, 0, S.state_row(layer, tx, e), S.state_unit(layer, c, tx, e)] = a.h0[layer][
-                0, batch_row(S.specs[layer], "h0", S.state_row(layer, tx, e)), S.state_unit(layer, c, tx, e)]
+    """The CTA's units of h0 into exchange slot 0, of c0 into yc (zero for an empty sequence)."""
+    for e in range(S.state_slots(a.n_b)):
+        if T.Cast("int64", S.state_row(tx, e)) < a.n_b:
+            a.hb[layer][0, 0, S.state_row(tx, e), S.state_unit(c, tx, e)] = a.h0[layer][
+                0, batch_row(S.specs[layer], "h0", S.state_row(tx, e)), S.state_unit(c, tx, e)]
             if S.lstm:
-                a.yc[layer][0, S.state_row(layer, tx, e), S.state_unit(layer, c, tx, e)] = a.c0[layer][
-                    0, batch_row(S.specs[layer], "c0", S.state_row(layer, tx, e)), S.state_unit(layer, c, tx, e)]
+                a.yc[layer][0, S.state_row(tx, e), S.state_unit(c, tx, e)] = T.if_then_else(
+                    a.lens[batch_row(S.specs[0], "lens", S.state_row(tx, e))] > 0, a.c0[layer][
+                        0, batch_row(S.specs[layer], "c0", S.state_row(tx, e)), S.state_unit(c, tx, e)], T.float32(0))
 
 
 @T.macro
-def prefetch(S, a, layer, c, tx, regs, row, t, ch):
-    """Each owned pair's length, its gates' input parts (layer 0: the input GEMM's row; above it
-    the input bias, the dot adds W_l h_{l-1}(t)) and C(t-1) into registers, before the dot."""
-    for e in T.unroll(S.pairs(layer)):
-        if S.owns_pair(layer, tx, e):
-            if ch * S.BC + S.pair(layer, c, tx, e)[0] < a.n_b:
-                regs.nv[row, e] = valid_steps(S, a, ch * S.BC + S.pair(layer, c, tx, e)[0])
-                for g in T.unroll(S.G):
-                    if layer == 0:
-                        regs.xin[row, e * (S.G + 1) + g] = a.xw[T.max(T.min(time_index(S.specs[0], 0, t, regs.nv[row, e]), a.n_t - 1), T.int64(0)),
-                                                           ch * S.BC + S.pair(layer, c, tx, e)[0], 0,
-                                                           g * S.H + S.pair(layer, c, tx, e)[1]]
-                    else:
-                        regs.xin[row, e * (S.G + 1) + g] = a.wb[layer][g * S.H + S.pair(layer, c, tx, e)[1]]
+def load_constants(S, a, layer, c, tx, regs, row):
+    """What an owned pair keeps in registers for the whole sequence: its length, its layer's input
+    bias (above the first layer; the dot adds W_l h_{l-1}(t)) and, LSTM, C (c0 here)."""
+    for e in T.unroll(S.PAIRS):
+        if S.owns_pair(tx, e):
+            if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
+                regs.nv[row, e] = valid_steps(S, a, S.pair(c, tx, e)[0])
+                if layer > 0:
+                    for g in T.unroll(S.G):
+                        regs.xin[row, e * (S.G + 1) + g] = a.wb[layer][g * S.H + S.pair(c, tx, e)[1]]
                 if S.lstm:
-                    regs.xin[row, e * (S.G + 1) + S.G] = a.yc[layer][0, ch * S.BC + S.pair(layer, c, tx, e)[0],
-                                                         S.pair(layer, c, tx, e)[1]]
+                    regs.xin[row, e * (S.G + 1) + S.G] = a.c0[layer][0, batch_row(S.specs[layer], "c0", S.pair(c, tx, e)[0]),
+                                                                      S.pair(c, tx, e)[1]]
 
 
 @T.macro
-def load_hs(S, a, layer, tx, hs, t, ch):
-    """The chunk's rows of [h_{l-1}(t) ; h_l(t-1)] (layer 0: h_0(t-1)) into shared memory, from
-    the exchange buffer itself (never a read-only view: nvcc would load it non-coherently)."""
-    for e in range((S.BC * S.LANES_K(layer) + S.NT - 1) // S.NT):
-        if T.Cast("int64", (e * S.NT + tx) // S.LANES_K(layer)) < T.min(a.n_b - ch * S.BC, T.int64(S.BC)):
-            if layer == 0:
-                hs[(e * S.NT + tx) // S.H, (e * S.NT + tx) % S.H] = a.hb[0][
-                    t % 2, 0, ch * S.BC + (e * S.NT + tx) // S.H, (e * S.NT + tx) % S.H]
-            elif (e * S.NT + tx) % (2 * S.H) < S.H:
-                hs[(e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H)] = a.hb[layer - 1][
-                    (t + 1) % 2, 0, ch * S.BC + (e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H)]
-            else:
-                hs[(e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H)] = a.hb[layer][
-                    t % 2, 0, ch * S.BC + (e * S.NT + tx) // (2 * S.H), (e * S.NT + tx) % (2 * S.H) - S.H]
+def load_projection(S, a, c, tx, regs, row, t):
+    """Layer 0: each owned pair's row of the input GEMM at its step t's position."""
+    for e in T.unroll(S.PAIRS):
+        if S.owns_pair(tx, e):
+            if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
+                for g in T.unroll(S.G):
+                    regs.xin[row, e * (S.G + 1) + g] = a.xw[T.max(T.min(time_index(S.specs[0], 0, t, regs.nv[row, e]), a.n_t - 1), T.int64(0)),
+                                                           S.pair(c, tx, e)[0], 0, g * S.H + S.pair(c, tx, e)[1]]
+
+
+@T.macro
+def load_own(S, a, layer, tx, hs, t):
+    """h_l(t-1) of the whole batch (every CTA's units) into step t's copy of hs, after h_l(t-1)'s
+    cluster barrier; from the exchange buffer itself (never a read-only view: nvcc would load it
+    non-coherently)."""
+    for e in range((S.BC * S.H + S.NT - 1) // S.NT):
+        if T.Cast("int64", (e * S.NT + tx) // S.H) < a.n_b:
+            hs[S.hs_row(t, (e * S.NT + tx) // S.H), S.XK[layer] * LANES + (e * S.NT + tx) % S.H] = a.hb[layer][
+                t % 2, 0, (e * S.NT + tx) // S.H, (e * S.NT + tx) % S.H]
+
+
+@T.macro
+def load_input(S, a, layer, lane, hs, t):
+    """The communication warp: h_{l-1}(t), the layer below's Y at each batch row's step-t position,
+    into step t's copy of hs (zero for a row past its length, whose update does not read it)."""
+    for e in range((S.BC * S.H // 4 + LANES - 1) // LANES):
+        if T.Cast("int64", (e * LANES + lane) * 4 // S.H) < a.n_b:
+            for v in T.vectorized(4):
+                hs[S.hs_row(t, (e * LANES + lane) * 4 // S.H), (e * LANES + lane) * 4 % S.H + v] = T.if_then_else(
+                    t < valid_steps(S, a, (e * LANES + lane) * 4 // S.H),
+                    a.y[layer - 1][T.max(time_index(S.specs[0], 0, t, valid_steps(S, a, (e * LANES + lane) * 4 // S.H)), T.int64(0)),
+                                   0, (e * LANES + lane) * 4 // S.H, (e * LANES + lane) * 4 % S.H + v], T.float32(0))
 
 
 def _sums(S, a, layer, gs, xin, row, e, bi, j):
-    """A pair's gate inputs (x) and recurrent parts (rec, with R's bias), as `cells.py` takes them."""
-    jl = j % S.TW[layer]
+    """A pair's gate inputs (x) and recurrent parts (rec, with R's bias), as `cells.py` takes them
+    (above the first layer with one part, x is the input bias and rec holds both dot products)."""
+    jl = j % S.TW
     x = [xin[row, e * (S.G + 1) + g] for g in range(S.G)]
-    if layer > 0:
-        x = [x[g] + gs[bi, S.gate_slot(layer, g, jl)] for g in range(S.G)]
-    rec = [gs[(S.PARTS[layer] - 1) * S.BC + bi, S.gate_slot(layer, g, jl)] + a.rb[layer][0, g * S.H + j] for g in range(S.G)]
+    if S.PARTS[layer] == 2:
+        x = [x[g] + gs[bi, S.gate_slot(g, jl)] for g in range(S.G)]
+    rec = [gs[(S.PARTS[layer] - 1) * S.BC + bi, S.gate_slot(g, jl)] + a.rb[layer][0, g * S.H + j] for g in range(S.G)]
     return x, rec
 
 
@@ -125,44 +141,42 @@ def cell_state(S, a, layer, gs, xin, row, e, bi, j):
                                  cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
 
-def hidden(S, a, layer, hs, gs, xin, row, e, bi, j):
+def hidden(S, a, layer, hs, gs, xin, row, e, t, bi, j):
     """The pair's h(t) (LSTM: from C(t), already in its register)."""
     x, rec = _sums(S, a, layer, gs, xin, row, e, bi, j)
-    return cells.hidden(S.specs[layer], 0, x, rec, hs[bi, S.XK[layer] * LANES + j], xin[row, e * (S.G + 1) + S.G],
-                        cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
+    return cells.hidden(S.specs[layer], 0, x, rec, hs[S.hs_row(t, bi), S.XK[layer] * LANES + j],
+                        xin[row, e * (S.G + 1) + S.G], cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
 
 @T.macro
-def update(S, a, layer, c, tx, hs, gs, regs, row, t, ch):
-    """Each owned pair's cell update: C(t) into yc, h(t) into Y and the exchange slot the layer
-    above and the next step read; past its sequence's end a row carries its state, Y is zero."""
-    for e in T.unroll(S.pairs(layer)):
-        if S.owns_pair(layer, tx, e):
-            if ch * S.BC + S.pair(layer, c, tx, e)[0] < a.n_b:
+def update(S, a, layer, c, tx, hs, gs, regs, row, t):
+    """Each owned pair's cell update: C(t) stays in its register (and yc), h(t) into Y and the
+    exchange slot the layer's next step reads; past its sequence's end a row carries its state,
+    Y is zero."""
+    for e in T.unroll(S.PAIRS):
+        if S.owns_pair(tx, e):
+            if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
                 if t < regs.nv[row, e]:
                     if S.lstm:
-                        regs.xin[row, e * (S.G + 1) + S.G] = cell_state(S, a, layer, gs, regs.xin, row, e, S.pair(layer, c, tx, e)[0],
-                                                                        S.pair(layer, c, tx, e)[1])
-                        a.yc[layer][0, ch * S.BC + S.pair(layer, c, tx, e)[0], S.pair(layer, c, tx, e)[1]] = regs.xin[
-                            row, e * (S.G + 1) + S.G]
-                    regs.hn[row, e] = hidden(S, a, layer, hs, gs, regs.xin, row, e, S.pair(layer, c, tx, e)[0],
-                                             S.pair(layer, c, tx, e)[1])
-                    a.y[layer][time_index(S.specs[layer], 0, t, regs.nv[row, e]), 0, ch * S.BC + S.pair(layer, c, tx, e)[0],
-                        S.pair(layer, c, tx, e)[1]] = regs.hn[row, e]
+                        regs.xin[row, e * (S.G + 1) + S.G] = cell_state(S, a, layer, gs, regs.xin, row, e, S.pair(c, tx, e)[0],
+                                                                        S.pair(c, tx, e)[1])
+                        a.yc[layer][0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = regs.xin[row, e * (S.G + 1) + S.G]
+                    regs.hn[row, e] = hidden(S, a, layer, hs, gs, regs.xin, row, e, t, S.pair(c, tx, e)[0],
+                                             S.pair(c, tx, e)[1])
+                    a.y[layer][time_index(S.specs[layer], 0, t, regs.nv[row, e]), 0, S.pair(c, tx, e)[0],
+                               S.pair(c, tx, e)[1]] = regs.hn[row, e]
                 else:
-                    regs.hn[row, e] = hs[S.pair(layer, c, tx, e)[0], S.XK[layer] * LANES + S.pair(layer, c, tx, e)[1]]
-                    a.y[layer][t, 0, ch * S.BC + S.pair(layer, c, tx, e)[0], S.pair(layer, c, tx, e)[1]] = T.float32(0)
-                a.hb[layer][(t + 1) % 2, 0, ch * S.BC + S.pair(layer, c, tx, e)[0], S.pair(layer, c, tx, e)[1]] = regs.hn[row, e]
+                    regs.hn[row, e] = hs[S.hs_row(t, S.pair(c, tx, e)[0]), S.XK[layer] * LANES + S.pair(c, tx, e)[1]]
+                    a.y[layer][t, 0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = T.float32(0)
+                a.hb[layer][(t + 1) % 2, 0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = regs.hn[row, e]
 
 
 @T.macro
 def final_states(S, a, layer, c, tx):
-    """Y_h from the exchange buffer; an empty sequence has zero final states (as ONNX Runtime)."""
-    for e in range(S.state_slots(layer, a.n_b)):
-        if T.Cast("int64", S.state_row(layer, tx, e)) < a.n_b:
-            a.yh[layer][0, S.state_row(layer, tx, e), S.state_unit(layer, c, tx, e)] = T.if_then_else(
-                a.lens[batch_row(S.specs[0], "lens", S.state_row(layer, tx, e))] > 0,
-                a.hb[layer][a.n_t % 2, 0, S.state_row(layer, tx, e), S.state_unit(layer, c, tx, e)], T.float32(0))
-            if S.lstm:
-                if a.lens[batch_row(S.specs[0], "lens", S.state_row(layer, tx, e))] <= 0:
-                    a.yc[layer][0, S.state_row(layer, tx, e), S.state_unit(layer, c, tx, e)] = T.float32(0)
+    """Y_h from the exchange buffer; an empty sequence has zero final states (as ONNX Runtime;
+    its C stayed c0 in registers: zero it here)."""
+    for e in range(S.state_slots(a.n_b)):
+        if T.Cast("int64", S.state_row(tx, e)) < a.n_b:
+            a.yh[layer][0, S.state_row(tx, e), S.state_unit(c, tx, e)] = T.if_then_else(
+                a.lens[batch_row(S.specs[0], "lens", S.state_row(tx, e))] > 0,
+                a.hb[layer][a.n_t % 2, 0, S.state_row(tx, e), S.state_unit(c, tx, e)], T.float32(0))
