@@ -18,7 +18,7 @@ import re
 import tvm
 from tvm import relax
 
-from tir_templates.wavefront import (STACK_KERNEL_ATTR, STACK_SLOTS, UnsupportedStack, emulated_stack_kernel,
+from tir_templates.wavefront import (STACK_KERNEL_ATTR, UnsupportedStack, emulated_stack_kernel,
                                      plan_stack, stack_kernel)
 
 from ..report import STACK_REASON_ATTR
@@ -121,9 +121,10 @@ class _FuseStacks(relax.PyExprMutator):
         for layer, a in enumerate(args):
             operands += a[1:3] + a[4:7] + (proj[layer][1:3] if layer else [])  # r, rb, h0, c0, p; w, wb
         outs = []
-        for call in calls:  # each layer's results as its own kernel's, the exchange buffer of 3 slots
-            y, yh, yc, hb, ws = (call.ty_args[0] if call.ty_args else call.ty).fields
-            outs += [y, yh, yc, relax.TensorType([STACK_SLOTS, *list(hb.shape)[1:]], "float32")]
+        for call in calls:  # each layer's results as its own kernel's; its h step by step, stamped
+            y, yh, yc, _, ws = (call.ty_args[0] if call.ty_args else call.ty).fields
+            n_t, _, n_b, hidden = list(y.shape)
+            outs += [y, yh, yc, relax.TensorType([n_t, 1, n_b, hidden * 2], "float32")]
         fused = self.builder_.emit(relax.call_tir(gv, operands, outs + [ws]))
         n_l = len(calls)
         for layer, old in enumerate(old_vars):

@@ -11,7 +11,7 @@
 from .emulated import emulated_stack_kernel
 from .kernel import stack_kernel
 from .plan import StackConfig, UnsupportedStack, plan_stack, stack_problems
-from .signature import STACK_KERNEL_ATTR, STACK_SLOTS
+from .signature import STACK_KERNEL_ATTR
 
-__all__ = ["STACK_KERNEL_ATTR", "STACK_SLOTS", "StackConfig", "UnsupportedStack", "emulated_stack_kernel",
+__all__ = ["STACK_KERNEL_ATTR", "StackConfig", "UnsupportedStack", "emulated_stack_kernel",
            "plan_stack", "stack_kernel", "stack_problems"]

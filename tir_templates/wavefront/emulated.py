@@ -1,9 +1,9 @@
 """The wavefront kernel's CPU twin: the same thread-level macros (`steps.py`) with CTAs and threads
 as serial loops, runnable on llvm. Layers run one after another (a schedule the pipeline allows:
-a layer only ever waits for the one below), each layer's steps in order with its cluster barrier
-as a phase boundary. It reads every weight where the kernel's loads put it, and counts each
-layer's published steps as the GPU's counters would, flagging a wait that could never be met
-or a count that ends wrong (`BARRIER_FLAG_WORD`).
+a layer only ever waits for the one below), each layer's steps in order, every CTA's step before
+the next step. It reads every weight where the kernel's loads put it, and every h where the
+stamps say, flagging a read whose stamp is not there (on the GPU it would spin:
+`BARRIER_FLAG_WORD`).
 """
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ from tvm.script import tirx as T
 from ..persistent.exchange import BARRIER_FLAG_WORD
 from ..signature import WORKSPACE_WORDS
 from ..spec import CellSpec
-from .kernel import FIRST_COUNTER_WORD
 from .layout import StackLayout
 from .plan import LANES, StackConfig, check_stack
 from .signature import stack_func
-from .steps import (Regs, final_states, for_each_layer, init_states, load_constants, load_input, load_own,
-                    load_projection, load_weights, update)
+from .steps import (Regs, final_states, for_each_layer, init_states, load_constants, load_projection, load_step,
+                    load_weights, update)
 
 
 @T.macro
@@ -27,31 +26,23 @@ def emulated_dot(S, layer, cta, wreg, hs, gs, t):
     lanes, from the weights where `load_weights` put them."""
     for warp, q, bi in T.grid(S.NG, S.RPG, S.BC):
         for part in range(S.PARTS[layer]):
-            gs[part * S.BC + bi, warp * S.RPG + q] = T.float32(0)
+            gs[S.gs_row(t, part, bi), warp * S.RPG + q] = T.float32(0)
         for lane in range(LANES):
             if S.XK[layer] > 0:
                 for i in range(S.XK[layer]):
-                    gs[bi, warp * S.RPG + q] = gs[bi, warp * S.RPG + q] + wreg[
+                    gs[S.gs_row(t, 0, bi), warp * S.RPG + q] = gs[S.gs_row(t, 0, bi), warp * S.RPG + q] + wreg[
                         cta * S.NT + warp * LANES + lane, q * S.KPL[layer] + i] * hs[S.hs_row(t, bi), S.col(lane, i)]
             for i in range(S.H // LANES):
-                gs[(S.PARTS[layer] - 1) * S.BC + bi, warp * S.RPG + q] = gs[
-                    (S.PARTS[layer] - 1) * S.BC + bi, warp * S.RPG + q] + wreg[
+                gs[S.gs_row(t, S.PARTS[layer] - 1, bi), warp * S.RPG + q] = gs[
+                    S.gs_row(t, S.PARTS[layer] - 1, bi), warp * S.RPG + q] + wreg[
                     cta * S.NT + warp * LANES + lane, q * S.KPL[layer] + S.XK[layer] + i] * hs[
                     S.hs_row(t, bi), S.XK[layer] * LANES + S.col(lane, i)]
 
 
 @T.macro
-def emulated_wait(S, a, layer, t):
-    """The comm warp's wait for the layer below's step t: its count must already be there (the
-    layer below ran first); on the GPU a count that never comes would trap."""
-    if layer > 0:
-        if a.ws[FIRST_COUNTER_WORD + layer - 1] < T.Cast("uint32", (t + 1) * S.C):
-            a.ws[BARRIER_FLAG_WORD] = T.uint32(1)
-
-
-@T.macro
 def emulated_layer(S, a, regs, layer):
     """Every CTA and thread of `layer`'s cluster: set-up, steps, final states."""
+    raw = T.alloc_buffer((1,), "uint64")  # the GPU's issued loads; the twin reads at settle time
     for c, tx in T.grid(S.C, S.NT):
         load_weights(S, a, layer, c, tx, regs.wreg, (layer * S.C + c) * S.NT + tx)
         init_states(S, a, layer, c, tx)
@@ -59,22 +50,16 @@ def emulated_layer(S, a, regs, layer):
     for t in range(a.n_t):
         for c in range(S.C):
             hs = T.alloc_buffer((2 * S.BC, 2 * S.H), "float32")
-            gs = T.alloc_buffer((2 * S.BC, S.G * S.TW), "float32")
-            if layer > 0:
-                emulated_wait(S, a, layer, t)
-                for lane in range(LANES):
-                    load_input(S, a, layer, lane, hs, t)
+            gs = T.alloc_buffer((4 * S.BC, S.G * S.TW), "float32")
             for tx in range(S.NT):
-                load_own(S, a, layer, tx, hs, t)
+                load_step(S, a, layer, tx, hs, raw, t)
                 if layer == 0:
                     load_projection(S, a, c, tx, regs, (layer * S.C + c) * S.NT + tx, t)
             emulated_dot(S, layer, layer * S.C + c, regs.wreg, hs, gs, t)
             for tx in range(S.NT):
                 update(S, a, layer, c, tx, hs, gs, regs, (layer * S.C + c) * S.NT + tx, t)
-        if layer + 1 < S.L:
-            a.ws[FIRST_COUNTER_WORD + layer] = a.ws[FIRST_COUNTER_WORD + layer] + T.uint32(S.C)
     for c, tx in T.grid(S.C, S.NT):
-        final_states(S, a, layer, c, tx)
+        final_states(S, a, layer, c, tx, raw)
 
 
 @T.macro

@@ -3,18 +3,16 @@
 Each layer runs on a thread-block cluster of its own (`plan.py`), its weights in registers for
 the whole sequence, and walks its own time steps; the layers form a pipeline. A CTA's step t:
 
-    compute warps:  h_l(t-1) into shared memory (its cluster's h, from L2)
-                    -> the dot products with [W_l | R_l] (layer 0: R_l) over [h_{l-1}(t) ; h_l(t-1)]
-                    -> the cell update -> h_l(t) into the exchange slot and Y_l
-    comm warp:      meanwhile, h_{l-1}(t+1) into the other copy of shared memory, once the layer
-                    below has published it
-    all:            one cluster barrier (h_l(t) is the cluster's); the comm warp publishes
-                    h_l(t) to the layer above inside it
+    [h_{l-1}(t) ; h_l(t-1)] (layer 0: h_0(t-1)) into shared memory, in one trip to L2
+    -> the dot products with [W_l | R_l] (layer 0: R_0)
+    -> the cell update -> h_l(t), stamped, for the layer's next step and the layer above
 
-so a layer's step waits for its own cluster only, never for the other layers: the layer above
-runs a step or more behind, its input loaded a step ahead. The launch has no grid barrier and no
-cooperative launch (which clusters cannot have): each cluster draws a ticket when it starts and
-runs layer `ticket`, so a cluster only ever waits for layers whose clusters already run.
+with no barrier between CTAs: every value of h carries its step's stamp (`stamped.py`), so a
+reader waits only for the words it needs, as they arrive. A layer runs a step or more behind the
+one below and never waits for the one above. The cluster only co-schedules a layer's CTAs, which
+wait for each other's h. Each cluster draws a ticket when it starts and runs layer `ticket`, so a
+cluster only ever waits for layers whose clusters already run: no cooperative launch (which
+clusters cannot have), and no hang when other work holds SMs.
 
 Read `cta_layer` top to bottom; the thread-level parts are `steps.py`; `emulated.py` is its CPU
 twin (CTAs and threads as serial loops, layer after layer), for tests without a GPU.
@@ -29,12 +27,13 @@ from ..spec import CellSpec
 from .layout import StackLayout
 from .plan import LANES, StackConfig, check_stack
 from .signature import stack_func
-from .steps import (Regs, final_states, for_each_layer, init_states, load_constants, load_input, load_own,
-                    load_projection, load_weights, update)
+from .steps import (Regs, final_states, for_each_layer, init_states, load_constants, load_projection, load_step,
+                    load_weights, update)
 
-#: workspace words: the clusters' ticket counter, then each layer's count of published steps
+#: the workspace word that counts the clusters' tickets
 TICKET_WORD = 0
-FIRST_COUNTER_WORD = 1
+#: CTAs and threads of the kernel that zeroes the workspace and the stamps before each launch
+ZERO_CTAS, ZERO_THREADS = 32, 256
 
 CLUSTER_TICKET = r"""
 __device__ __forceinline__ int prnn_cluster_ticket(unsigned int* counter) {
@@ -50,41 +49,6 @@ __device__ __forceinline__ int prnn_cluster_ticket(unsigned int* counter) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, 0;" : "=r"(remote) : "r"((unsigned int)__cvta_generic_to_shared(&ticket)));
   asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(value) : "r"(remote) : "memory");
   return (int)value;
-}
-"""
-CLUSTER_ARRIVE = r"""
-__device__ __forceinline__ void prnn_cluster_arrive() {
-  // this thread's writes (h(t) in the exchange buffer) are released to the cluster
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-"""
-CLUSTER_WAIT = r"""
-__device__ __forceinline__ void prnn_cluster_wait() {
-  // every thread of the cluster has arrived; their released writes are visible (acquire)
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-"""
-PUBLISH = r"""
-__device__ __forceinline__ void prnn_publish(unsigned int* counter) {
-  // One arrival for this CTA's step. The caller's __syncthreads ordered every thread's Y(t)
-  // before it; the release makes them visible to whoever acquires the count.
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(counter) : "memory");
-}
-"""
-WAIT_COUNT = r"""
-__device__ __forceinline__ void prnn_wait_count(unsigned int* counter, unsigned int target) {
-  // The whole warp: lane 0 spins on acquire loads until the layer below has published `target`
-  // CTA-steps, then __syncwarp orders the warp's loads after it. ~30 s without progress traps.
-  if ((threadIdx.x & 31) == 0) {
-    unsigned int seen;
-    long long start = clock64();
-    while (true) {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-      if (seen >= target) break;
-      if (clock64() - start > (1LL << 36)) __trap();
-    }
-  }
-  __syncwarp();
 }
 """
 
@@ -110,65 +74,33 @@ def dot_and_reduce(S, layer, tx, wreg, hs, gs, acc, t):
             for q in T.unroll(S.RPG):
                 acc[part * S.RPG + q] = T.cuda.warp_sum(acc[part * S.RPG + q], LANES)
                 if tx % LANES == 0:
-                    gs[part * S.BC + bi, (tx // LANES) * S.RPG + q] = acc[part * S.RPG + q]
-
-
-@T.macro
-def cluster_barrier(S, a, layer, tx, publish):
-    """The step's one synchronisation: the cluster barrier (h_l(t) in the exchange buffer is the
-    cluster's), and inside it, if `publish`, the comm warp publishes this CTA's step to the layer
-    above (the top layer has none)."""
-    T.tvm_storage_sync("shared")
-    T.cuda.func_call("prnn_cluster_arrive", source_code=CLUSTER_ARRIVE)
-    if publish and layer + 1 < S.L:
-        if tx == S.NT:
-            T.cuda.func_call("prnn_publish", T.address_of(a.ws[FIRST_COUNTER_WORD + layer]), source_code=PUBLISH)
-    T.cuda.func_call("prnn_cluster_wait", source_code=CLUSTER_WAIT)
-
-
-@T.macro
-def input_ahead(S, a, layer, tx, hs, t):
-    """The comm warp: once the layer below has published step t, its h(t) into hs."""
-    T.cuda.func_call("prnn_wait_count", T.address_of(a.ws[FIRST_COUNTER_WORD + layer - 1]),
-                     T.Cast("uint32", (t + 1) * S.C), source_code=WAIT_COUNT)
-    load_input(S, a, layer, tx - S.NT, hs, t)
+                    gs[S.gs_row(t, part, bi), (tx // LANES) * S.RPG + q] = acc[part * S.RPG + q]
 
 
 @T.macro
 def cta_layer(S, a, layer, c, tx, hs, gs):
-    """CTA c of `layer`'s cluster, thread tx's view: weights in, states set up, then every step
-    (one cluster barrier each), then the final states."""
+    """CTA c of `layer`'s cluster, thread tx's view: weights and constants in, then every step,
+    then the final states."""
     wreg = T.alloc_buffer((1, S.RPG * S.KPL[layer]), "float32", scope="local")
     acc = T.alloc_buffer((S.PARTS[layer] * S.RPG,), "float32", scope="local")
     xin = T.alloc_buffer((1, S.PAIRS * (S.G + 1)), "float32", scope="local")
     nv = T.alloc_buffer((1, S.PAIRS), "int64", scope="local")
     hn = T.alloc_buffer((1, S.PAIRS), "float32", scope="local")
+    raw = T.alloc_buffer((S.loads(layer),), "uint64", scope="local")
     regs = T.meta_var(Regs(wreg, xin, nv, hn))
-    if tx < S.NT:
-        load_weights(S, a, layer, c, tx, wreg, 0)
-        init_states(S, a, layer, c, tx)
-        load_constants(S, a, layer, c, tx, regs, 0)
-    elif layer > 0:
-        if a.n_t > 0:
-            input_ahead(S, a, layer, tx, hs, 0)
-    cluster_barrier(S, a, layer, tx, False)  # h0 in the exchange buffer is the cluster's
+    load_weights(S, a, layer, c, tx, wreg, 0)
+    init_states(S, a, layer, c, tx)
+    load_constants(S, a, layer, c, tx, regs, 0)
     for t in range(a.n_t):
-        if tx < S.NT:
-            load_own(S, a, layer, tx, hs, t)
-            if layer == 0:
-                load_projection(S, a, c, tx, regs, 0, t)
+        load_step(S, a, layer, tx, hs, raw, t)
+        if layer == 0:
+            load_projection(S, a, c, tx, regs, 0, t)
         T.tvm_storage_sync("shared")
-        if tx < S.NT:
-            dot_and_reduce(S, layer, tx, wreg, hs, gs, acc, t)
-        elif layer > 0:
-            if t + 1 < a.n_t:
-                input_ahead(S, a, layer, tx, hs, t + 1)
+        dot_and_reduce(S, layer, tx, wreg, hs, gs, acc, t)
         T.tvm_storage_sync("shared")
-        if tx < S.NT:
-            update(S, a, layer, c, tx, hs, gs, regs, 0, t)
-        cluster_barrier(S, a, layer, tx, True)
-    if tx < S.NT:
-        final_states(S, a, layer, c, tx)
+        update(S, a, layer, c, tx, hs, gs, regs, 0, t)
+        T.tvm_storage_sync("shared")  # TVM's sync planner cannot see the copies by parity apart
+    final_states(S, a, layer, c, tx, raw)
 
 
 @T.macro
@@ -179,16 +111,28 @@ def cta_if_drawn(S, a, ticket, c, tx, hs, gs, layer):
 
 
 @T.macro
+def zero_stamps(S, a, zb, zt, layer):
+    """Every stamp of the layer's hb zeroed (with its value) before the launch."""
+    for i in range((a.n_t * a.n_b * 2 * S.H + ZERO_CTAS * ZERO_THREADS - 1) // (ZERO_CTAS * ZERO_THREADS)):
+        if (i * ZERO_CTAS + zb) * ZERO_THREADS + zt < a.n_t * a.n_b * 2 * S.H:
+            a.hb[layer][((i * ZERO_CTAS + zb) * ZERO_THREADS + zt) // (a.n_b * 2 * S.H), 0,
+                        ((i * ZERO_CTAS + zb) * ZERO_THREADS + zt) // (2 * S.H) % a.n_b,
+                        ((i * ZERO_CTAS + zb) * ZERO_THREADS + zt) % (2 * S.H)] = T.float32(0)
+
+
+@T.macro
 def cuda_stack(S, a):
-    """The CUDA kernels: the counters zeroed, then every cluster's layer."""
-    for _zb in T.thread_binding(1, thread="blockIdx.x"):
-        for zt in T.thread_binding(WORKSPACE_WORDS, thread="threadIdx.x"):
-            a.ws[zt] = T.uint32(0)
+    """The CUDA kernels: the ticket counter and the stamps zeroed, then every cluster's layer."""
+    for zb in T.thread_binding(ZERO_CTAS, thread="blockIdx.x"):
+        for zt in T.thread_binding(ZERO_THREADS, thread="threadIdx.x"):
+            if zb == 0 and zt < WORKSPACE_WORDS:
+                a.ws[zt] = T.uint32(0)
+            for_each_layer(S, zero_stamps, a, zb, zt)
     for cta in T.thread_binding(S.NCTA, thread="blockIdx.x"):
         for _rank in T.thread_binding(S.C, thread="clusterCtaIdx.x"):
-            for tx in T.thread_binding(S.BLOCK, thread="threadIdx.x"):
+            for tx in T.thread_binding(S.NT, thread="threadIdx.x"):
                 hs = T.alloc_buffer((2 * S.BC, 2 * S.H), "float32", scope=S.HS_SCOPE)
-                gs = T.alloc_buffer((2 * S.BC, S.G * S.TW), "float32", scope="shared")
+                gs = T.alloc_buffer((4 * S.BC, S.G * S.TW), "float32", scope="shared")
                 ticket = T.alloc_buffer((1,), "int32", scope="local")
                 ticket[0] = T.cuda.func_call("prnn_cluster_ticket", T.address_of(a.ws[TICKET_WORD]),
                                              source_code=CLUSTER_TICKET, return_type="int32")

@@ -2,16 +2,17 @@
 columns a lane holds, which (batch row, unit) pairs a thread updates. Plain Python on ints or TIR
 expressions, as `persistent/layout.py`:
 
-    L, H, G     layers, hidden units, gates          NT, NG  compute threads and warps per CTA
+    L, H, G     layers, hidden units, gates          NT, NG  threads and warps per CTA
     C           CTAs of a layer (one cluster)         TW      units a CTA owns (H / C, every layer)
-    RPG         gate rows a warp owns                 BLOCK   threads per CTA (NT + the comm warp)
+    RPG         gate rows a warp owns
     KPL[l]      columns a lane holds a row (layer 0: H / 32; above it 2H / 32, W's then R's)
     XK[l]       of those, W's (the input part; 0 for layer 0)
     BC          batch rows (the whole batch)          NCTA    CTAs of the launch (L clusters)
     PARTS[l]    dot-product sums a row keeps (GRU above layer 0: input and recurrent apart)
 
-Shared memory `hs` holds two copies of [h_{l-1}(t) ; h_l(t-1)] (layer 0: h_0(t-1)), by step
-parity: rows parity * BC .. parity * BC + BC - 1.
+Shared memory holds two copies, by step parity, of [h_{l-1}(t) ; h_l(t-1)] (`hs`; layer 0:
+h_0(t-1)) and of the dot products' sums (`gs`), so that step t+1's loads need not wait for step
+t's update.
 """
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ class StackLayout:
         self.L, self.H, self.G = len(specs), spec.hidden_size, spec.num_gates
         self.lstm = spec.cell == "lstm"
         self.NT, self.NG, self.BC = cfg.threads, cfg.threads // LANES, cfg.batch_chunk
-        self.BLOCK = self.NT + LANES
         self.C, self.RPG = cfg.cluster, cfg.rows_per_group
         self.TW = self.H // self.C
         self.NCTA = self.L * self.C
@@ -38,8 +38,10 @@ class StackLayout:
         self.FAST = not emulate
         self.WREG_MAX = max(self.RPG * k for k in self.KPL)  # the CPU twin's register rows
         self.PAIRS = (self.BC * self.TW + self.NT - 1) // self.NT
-        # both copies of [h below ; h] in static shared memory up to 40 KiB (48 KiB is the static limit)
-        self.HS_SCOPE = "shared" if 2 * self.BC * 2 * self.H * 4 <= 40 * 1024 else "shared.dyn"
+        # both copies of [h below ; h] and of the sums in static shared memory up to 44 KiB (48 KiB
+        # is the static limit), else [h below ; h] in dynamic shared memory
+        self.HS_SCOPE = "shared" if (2 * self.BC * 2 * self.H + 4 * self.BC * self.G * self.TW) * 4 <= 44 * 1024 \
+            else "shared.dyn"
 
     def row(self, layer, c, tx, q):
         """Row of layer's gate matrices (gate-major, G * H rows) of warp tx // 32's q-th row, in
@@ -55,6 +57,14 @@ class StackLayout:
     def hs_row(self, t, bi):
         """Row of `hs` holding batch row bi of step t's [h below ; h]."""
         return t % 2 * self.BC + bi
+
+    def gs_row(self, t, part, bi):
+        """Row of `gs` holding batch row bi's sums of dot-product part `part` at step t."""
+        return (t % 2 * 2 + part) * self.BC + bi
+
+    def loads(self, layer):
+        """Loads per thread of a step's [h below ; h] (the whole batch)."""
+        return (self.BC * self.LANES_K(layer) + self.NT - 1) // self.NT
 
     def state_slots(self, n_b):
         """Slots per compute thread when setting up or reading out the CTA's states (all batch rows)."""

@@ -14,8 +14,6 @@ from ..spec import CellSpec
 
 #: the attribute that marks a wavefront kernel: {"layers": [each layer's CellSpec JSON], "config": ...}
 STACK_KERNEL_ATTR = "persist_rnn.stack_kernel"
-#: exchange slots of a layer's buffer: the per-layer signature's three (the wavefront uses two, by step parity)
-STACK_SLOTS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +52,7 @@ def _signature_source(specs: list[CellSpec]) -> str:
     for l in range(n_l):
         params += [f"y{l}_h: T.handle", f"yh{l}_h: T.handle", f"yc{l}_h: T.handle", f"hb{l}_h: T.handle"]
         shapes.update({f"y{l}": f"(n_t, 1, n_b, {H})", f"yh{l}": f"(1, n_b, {H})", f"yc{l}": f"(1, n_b, {H})",
-                       f"hb{l}": f"({STACK_SLOTS}, 1, n_b, {H})"})
+                       f"hb{l}": f"(n_t, 1, n_b, {2 * H})"})
     params.append(f"ws: T.Buffer(({WORKSPACE_WORDS},), 'uint32')")
     shapes["xw"] = f"(n_t, n_b, 1, {GH})"
     lines = [f"    {name} = T.match_buffer({name}_h, {shape}, {'int32' if name == 'lens' else 'float32'!r})"
@@ -75,7 +73,8 @@ def stack_func(specs: list[CellSpec], body) -> tvm.tirx.PrimFunc:
         xw (T, B, 1, G*H)  layer 0's input projection    lens (B,) int32 (all layers')
         per layer l: r_l (1, G*H, H), rb_l (1, G*H), h0_l, c0_l (1, B, H), p_l (1, 3*H),
                      and above the first w_l (H, G*H), wb_l (G*H,) (its projection's operands)
-        -> per layer: y_l (T, 1, B, H), yh_l, yc_l (1, B, H), hb_l (3, 1, B, H); then ws
+        -> per layer: y_l (T, 1, B, H), yh_l, yc_l (1, B, H), hb_l (T, 1, B, 2H): the layer's
+           h after each step, each value beside its step's stamp (`steps.py`); then ws
     (lens, h0, c0 of batch extent 1 where the specs broadcast them). TVMScript has no parameter
     lists of variable length, so the signature is written out for len(specs) layers and parsed;
     the macros index the per-layer lists with Python ints."""

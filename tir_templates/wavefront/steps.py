@@ -14,6 +14,7 @@ from tvm.script import tirx as T
 
 from .. import cells
 from ..signature import batch_row, time_index
+from . import stamped
 from .plan import LANES
 
 
@@ -61,12 +62,10 @@ def load_weights(S, a, layer, c, tx, wreg, row):
 
 @T.macro
 def init_states(S, a, layer, c, tx):
-    """The CTA's units of h0 into exchange slot 0, of c0 into yc (zero for an empty sequence)."""
-    for e in range(S.state_slots(a.n_b)):
-        if T.Cast("int64", S.state_row(tx, e)) < a.n_b:
-            a.hb[layer][0, 0, S.state_row(tx, e), S.state_unit(c, tx, e)] = a.h0[layer][
-                0, batch_row(S.specs[layer], "h0", S.state_row(tx, e)), S.state_unit(c, tx, e)]
-            if S.lstm:
+    """The CTA's units of c0 into yc, C's home in memory (zero for an empty sequence)."""
+    if S.lstm:
+        for e in range(S.state_slots(a.n_b)):
+            if T.Cast("int64", S.state_row(tx, e)) < a.n_b:
                 a.yc[layer][0, S.state_row(tx, e), S.state_unit(c, tx, e)] = T.if_then_else(
                     a.lens[batch_row(S.specs[0], "lens", S.state_row(tx, e))] > 0, a.c0[layer][
                         0, batch_row(S.specs[layer], "c0", S.state_row(tx, e)), S.state_unit(c, tx, e)], T.float32(0))
@@ -99,67 +98,82 @@ def load_projection(S, a, c, tx, regs, row, t):
                                                            S.pair(c, tx, e)[0], 0, g * S.H + S.pair(c, tx, e)[1]]
 
 
-@T.macro
-def load_own(S, a, layer, tx, hs, t):
-    """h_l(t-1) of the whole batch (every CTA's units) into step t's copy of hs, after h_l(t-1)'s
-    cluster barrier; from the exchange buffer itself (never a read-only view: nvcc would load it
-    non-coherently)."""
-    for e in range((S.BC * S.H + S.NT - 1) // S.NT):
-        if T.Cast("int64", (e * S.NT + tx) // S.H) < a.n_b:
-            hs[S.hs_row(t, (e * S.NT + tx) // S.H), S.XK[layer] * LANES + (e * S.NT + tx) % S.H] = a.hb[layer][
-                t % 2, 0, (e * S.NT + tx) // S.H, (e * S.NT + tx) % S.H]
+def _source(S, layer, tx, e):
+    """Where thread tx's e-th load of step t's [h below ; h] goes: (batch row, column of hs), and
+    whether it is the input part (h_{l-1}(t), layers above the first) or the layer's own h(t-1)."""
+    q = e * S.NT + tx
+    return q // S.LANES_K(layer), q % S.LANES_K(layer)
 
 
 @T.macro
-def load_input(S, a, layer, lane, hs, t):
-    """The communication warp: h_{l-1}(t), the layer below's Y at each batch row's step-t position,
-    into step t's copy of hs (zero for a row past its length, whose update does not read it)."""
-    for e in range((S.BC * S.H // 4 + LANES - 1) // LANES):
-        if T.Cast("int64", (e * LANES + lane) * 4 // S.H) < a.n_b:
-            for v in T.vectorized(4):
-                hs[S.hs_row(t, (e * LANES + lane) * 4 // S.H), (e * LANES + lane) * 4 % S.H + v] = T.if_then_else(
-                    t < valid_steps(S, a, (e * LANES + lane) * 4 // S.H),
-                    a.y[layer - 1][T.max(time_index(S.specs[0], 0, t, valid_steps(S, a, (e * LANES + lane) * 4 // S.H)), T.int64(0)),
-                                   0, (e * LANES + lane) * 4 // S.H, (e * LANES + lane) * 4 % S.H + v], T.float32(0))
+def load_step(S, a, layer, tx, hs, raw, t):
+    """Step t's [h_{l-1}(t) ; h_l(t-1)] for the whole batch into its copy of hs: every load issued,
+    then each settled on its stamp (`stamped.py`). h_l(-1) is h0; a row past its length takes
+    zeros for its input, which its update does not read."""
+    for e in T.unroll(S.loads(layer)):
+        if T.Cast("int64", _source(S, layer, tx, e)[0]) < a.n_b:
+            if layer > 0 and _source(S, layer, tx, e)[1] < S.H:
+                if t < valid_steps(S, a, _source(S, layer, tx, e)[0]):
+                    stamped.issue(S, a, layer - 1, t, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1], raw, e)
+            elif t > 0:
+                stamped.issue(S, a, layer, t - 1, _source(S, layer, tx, e)[0],
+                              _source(S, layer, tx, e)[1] - S.XK[layer] * LANES, raw, e)
+    for e in T.unroll(S.loads(layer)):
+        if T.Cast("int64", _source(S, layer, tx, e)[0]) < a.n_b:
+            if layer > 0 and _source(S, layer, tx, e)[1] < S.H:
+                if t < valid_steps(S, a, _source(S, layer, tx, e)[0]):
+                    stamped.check(S, a, layer - 1, t, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1])
+                    hs[S.hs_row(t, _source(S, layer, tx, e)[0]), _source(S, layer, tx, e)[1]] = stamped.settled(
+                        S, a, layer - 1, t, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1], raw, e)
+                else:
+                    hs[S.hs_row(t, _source(S, layer, tx, e)[0]), _source(S, layer, tx, e)[1]] = T.float32(0)
+            elif t > 0:
+                stamped.check(S, a, layer, t - 1, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1] - S.XK[layer] * LANES)
+                hs[S.hs_row(t, _source(S, layer, tx, e)[0]), _source(S, layer, tx, e)[1]] = stamped.settled(
+                    S, a, layer, t - 1, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1] - S.XK[layer] * LANES, raw, e)
+            else:
+                hs[S.hs_row(t, _source(S, layer, tx, e)[0]), _source(S, layer, tx, e)[1]] = a.h0[layer][
+                    0, batch_row(S.specs[layer], "h0", _source(S, layer, tx, e)[0]),
+                    _source(S, layer, tx, e)[1] - S.XK[layer] * LANES]
 
 
-def _sums(S, a, layer, gs, xin, row, e, bi, j):
+def _sums(S, a, layer, gs, xin, row, e, t, bi, j):
     """A pair's gate inputs (x) and recurrent parts (rec, with R's bias), as `cells.py` takes them
     (above the first layer with one part, x is the input bias and rec holds both dot products)."""
     jl = j % S.TW
     x = [xin[row, e * (S.G + 1) + g] for g in range(S.G)]
     if S.PARTS[layer] == 2:
-        x = [x[g] + gs[bi, S.gate_slot(g, jl)] for g in range(S.G)]
-    rec = [gs[(S.PARTS[layer] - 1) * S.BC + bi, S.gate_slot(g, jl)] + a.rb[layer][0, g * S.H + j] for g in range(S.G)]
+        x = [x[g] + gs[S.gs_row(t, 0, bi), S.gate_slot(g, jl)] for g in range(S.G)]
+    rec = [gs[S.gs_row(t, S.PARTS[layer] - 1, bi), S.gate_slot(g, jl)] + a.rb[layer][0, g * S.H + j] for g in range(S.G)]
     return x, rec
 
 
-def cell_state(S, a, layer, gs, xin, row, e, bi, j):
+def cell_state(S, a, layer, gs, xin, row, e, t, bi, j):
     """LSTM's C(t) of the pair (C(t-1) in its register)."""
-    x, rec = _sums(S, a, layer, gs, xin, row, e, bi, j)
+    x, rec = _sums(S, a, layer, gs, xin, row, e, t, bi, j)
     return cells.lstm_cell_state(S.specs[layer], 0, x, rec, xin[row, e * (S.G + 1) + S.G],
                                  cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
 
 def hidden(S, a, layer, hs, gs, xin, row, e, t, bi, j):
     """The pair's h(t) (LSTM: from C(t), already in its register)."""
-    x, rec = _sums(S, a, layer, gs, xin, row, e, bi, j)
+    x, rec = _sums(S, a, layer, gs, xin, row, e, t, bi, j)
     return cells.hidden(S.specs[layer], 0, x, rec, hs[S.hs_row(t, bi), S.XK[layer] * LANES + j],
                         xin[row, e * (S.G + 1) + S.G], cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
 
 @T.macro
 def update(S, a, layer, c, tx, hs, gs, regs, row, t):
-    """Each owned pair's cell update: C(t) stays in its register (and yc), h(t) into Y and the
-    exchange slot the layer's next step reads; past its sequence's end a row carries its state,
-    Y is zero."""
+    """Each owned pair's cell update: C(t) stays in its register (and yc), h(t) into Y and,
+    stamped, into hb for the layer's next step and the layer above; past its sequence's end a
+    row carries its state, Y is zero."""
     for e in T.unroll(S.PAIRS):
         if S.owns_pair(tx, e):
             if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
                 if t < regs.nv[row, e]:
                     if S.lstm:
-                        regs.xin[row, e * (S.G + 1) + S.G] = cell_state(S, a, layer, gs, regs.xin, row, e, S.pair(c, tx, e)[0],
-                                                                        S.pair(c, tx, e)[1])
+                        regs.xin[row, e * (S.G + 1) + S.G] = cell_state(S, a, layer, gs, regs.xin, row, e, t,
+                                                                        S.pair(c, tx, e)[0], S.pair(c, tx, e)[1])
                         a.yc[layer][0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = regs.xin[row, e * (S.G + 1) + S.G]
                     regs.hn[row, e] = hidden(S, a, layer, hs, gs, regs.xin, row, e, t, S.pair(c, tx, e)[0],
                                              S.pair(c, tx, e)[1])
@@ -168,15 +182,20 @@ def update(S, a, layer, c, tx, hs, gs, regs, row, t):
                 else:
                     regs.hn[row, e] = hs[S.hs_row(t, S.pair(c, tx, e)[0]), S.XK[layer] * LANES + S.pair(c, tx, e)[1]]
                     a.y[layer][t, 0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = T.float32(0)
-                a.hb[layer][(t + 1) % 2, 0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = regs.hn[row, e]
+                stamped.store(S, a, layer, t, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1], regs.hn[row, e])
 
 
 @T.macro
-def final_states(S, a, layer, c, tx):
-    """Y_h from the exchange buffer; an empty sequence has zero final states (as ONNX Runtime;
-    its C stayed c0 in registers: zero it here)."""
+def final_states(S, a, layer, c, tx, raw):
+    """Y_h: h after the last step (zero for an empty sequence, as ONNX Runtime)."""
     for e in range(S.state_slots(a.n_b)):
         if T.Cast("int64", S.state_row(tx, e)) < a.n_b:
-            a.yh[layer][0, S.state_row(tx, e), S.state_unit(c, tx, e)] = T.if_then_else(
-                a.lens[batch_row(S.specs[0], "lens", S.state_row(tx, e))] > 0,
-                a.hb[layer][a.n_t % 2, 0, S.state_row(tx, e), S.state_unit(c, tx, e)], T.float32(0))
+            if a.n_t > 0:
+                stamped.issue(S, a, layer, a.n_t - 1, S.state_row(tx, e), S.state_unit(c, tx, e), raw, 0)
+                stamped.check(S, a, layer, a.n_t - 1, S.state_row(tx, e), S.state_unit(c, tx, e))
+                a.yh[layer][0, S.state_row(tx, e), S.state_unit(c, tx, e)] = T.if_then_else(
+                    a.lens[batch_row(S.specs[0], "lens", S.state_row(tx, e))] > 0,
+                    stamped.settled(S, a, layer, a.n_t - 1, S.state_row(tx, e), S.state_unit(c, tx, e), raw, 0),
+                    T.float32(0))
+            else:
+                a.yh[layer][0, S.state_row(tx, e), S.state_unit(c, tx, e)] = T.float32(0)

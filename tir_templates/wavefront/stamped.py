@@ -1,0 +1,80 @@
+"""How h travels in the wavefront: every layer's h after each step, each value beside its step's
+stamp in one 8-byte word (`hb_l[t, 0, b, 2j : 2j + 2]` = h_l(t)[b, j], t + 1).
+
+A reader that sees the stamp it expects has the value too (an aligned 8-byte store is seen whole
+or not at all), so no counter, fence or barrier stands between a writer and its readers: a CTA
+reads h_l(t-1) of its own layer and h_{l-1}(t) of the layer below in one trip to L2, and spins
+only on a word whose stamp is not there yet. Each step has its own words (the buffer holds the
+whole sequence), so a reader that runs behind never finds a word overwritten. The stamps are
+zeroed before every launch (a word left from an earlier call must never match).
+
+On the GPU the loads are issued first and checked after (`issue` then `settle`), so a thread's
+loads are in flight together; the CPU twin reads the pair and flags a stamp that is not there.
+"""
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from ..persistent.exchange import BARRIER_FLAG_WORD
+
+STORE = r"""
+__device__ __forceinline__ void prnn_stamped_store(float* at, float value, unsigned int stamp) {
+  // value and stamp in one 8-byte store: a reader sees both or neither
+  unsigned long long word = ((unsigned long long)stamp << 32) | (unsigned long long)__float_as_uint(value);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(at), "l"(word) : "memory");
+}
+"""
+ISSUE = r"""
+__device__ __forceinline__ unsigned long long prnn_stamped_issue(float* at) {
+  // the word as L2 holds it now (its use, in settle, waits for it; other loads go out meanwhile)
+  unsigned long long word;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(at) : "memory");
+  return word;
+}
+"""
+SETTLE = r"""
+__device__ __forceinline__ float prnn_stamped_settle(unsigned long long word, float* at, unsigned int stamp) {
+  // the value of `word`, reloaded until it carries `stamp`; ~30 s without it traps, never hangs
+  long long start = clock64();
+  while ((unsigned int)(word >> 32) != stamp) {
+    if (clock64() - start > (1LL << 36)) __trap();
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(at) : "memory");
+  }
+  return __uint_as_float((unsigned int)(word & 0xffffffffull));
+}
+"""
+
+
+@T.macro
+def store(S, a, layer, t, b, j, value):
+    """h_l(t)[b, j] = value, stamped t + 1."""
+    if S.emulate:
+        a.hb[layer][t, 0, b, 2 * j] = value
+        a.hb[layer][t, 0, b, 2 * j + 1] = T.Cast("float32", t + 1)
+    else:
+        T.cuda.func_call("prnn_stamped_store", T.address_of(a.hb[layer][t, 0, b, 2 * j]), value,
+                         T.Cast("uint32", t + 1), source_code=STORE)
+
+
+@T.macro
+def issue(S, a, layer, t, b, j, raw, e):
+    """Start loading h_l(t)[b, j] into raw[e] (the twin: nothing yet)."""
+    if not S.emulate:
+        raw[e] = T.cuda.func_call("prnn_stamped_issue", T.address_of(a.hb[layer][t, 0, b, 2 * j]),
+                                  source_code=ISSUE, return_type="uint64")
+
+
+def settled(S, a, layer, t, b, j, raw, e):
+    """h_l(t)[b, j] once its stamp (t + 1) is there: from raw[e], or reloaded until it is."""
+    if S.emulate:
+        return a.hb[layer][t, 0, b, 2 * j]
+    return T.cuda.func_call("prnn_stamped_settle", raw[e], T.address_of(a.hb[layer][t, 0, b, 2 * j]),
+                            T.Cast("uint32", t + 1), source_code=SETTLE, return_type="float32")
+
+
+@T.macro
+def check(S, a, layer, t, b, j):
+    """The twin: flag a read of h_l(t)[b, j] whose stamp is not t + 1 (the GPU would spin forever)."""
+    if S.emulate:
+        if a.hb[layer][t, 0, b, 2 * j + 1] != T.Cast("float32", t + 1):
+            a.ws[BARRIER_FLAG_WORD] = T.uint32(1)
