@@ -8,8 +8,9 @@ only on a word whose stamp is not there yet. Each step has its own words (the bu
 whole sequence), so a reader that runs behind never finds a word overwritten. The stamps are
 zeroed before every launch (a word left from an earlier call must never match).
 
-On the GPU the loads are issued first and checked after (`issue` then `settle`), so a thread's
-loads are in flight together; the CPU twin reads the pair and flags a stamp that is not there.
+On the GPU a thread's loads go out together (`issue`), those that came back without their stamp
+go out again together (`reissue`), and only then is each checked and, if still early, reloaded
+until it is there (`settled`); the CPU twin reads the pair and flags a stamp that is not there.
 """
 from __future__ import annotations
 
@@ -62,6 +63,17 @@ def issue(S, a, layer, t, b, j, raw, e):
     if not S.emulate:
         raw[e] = T.cuda.func_call("prnn_stamped_issue", T.address_of(a.hb[layer][t, 0, b, 2 * j]),
                                   source_code=ISSUE, return_type="uint64")
+
+
+@T.macro
+def reissue(S, a, layer, t, b, j, raw, e):
+    """Load h_l(t)[b, j] into raw[e] again if the word issued first lacks its stamp (readers
+    start as the writers finish: this second round goes out at once, where settling each word
+    in turn would take a trip to L2 per word)."""
+    if not S.emulate:
+        if T.Cast("uint32", T.shift_right(raw[e], T.uint64(32))) != T.Cast("uint32", t + 1):
+            raw[e] = T.cuda.func_call("prnn_stamped_issue", T.address_of(a.hb[layer][t, 0, b, 2 * j]),
+                                      source_code=ISSUE, return_type="uint64")
 
 
 def settled(S, a, layer, t, b, j, raw, e):

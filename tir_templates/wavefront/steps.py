@@ -106,18 +106,31 @@ def _source(S, layer, tx, e):
 
 
 @T.macro
+def issue_word(S, a, layer, tx, raw, e, t, issue):
+    """`issue` (stamped.issue or .reissue) of thread tx's e-th word of step t: h_{l-1}(t) for the
+    input part, h_l(t-1) for the layer's own."""
+    if T.Cast("int64", _source(S, layer, tx, e)[0]) < a.n_b:
+        if layer > 0:
+            if _source(S, layer, tx, e)[1] < S.H:
+                issue(S, a, layer - 1, t, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1], raw, e)
+            else:
+                issue(S, a, layer, T.max(t - 1, T.int64(0)), _source(S, layer, tx, e)[0],
+                      _source(S, layer, tx, e)[1] - S.H, raw, e)
+        else:
+            issue(S, a, layer, T.max(t - 1, T.int64(0)), _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1], raw, e)
+
+
+@T.macro
 def load_step(S, a, layer, tx, hs, raw, t):
     """Step t's [h_{l-1}(t) ; h_l(t-1)] for the whole batch into its copy of hs: every load issued,
-    then each settled on its stamp (`stamped.py`). h_l(-1) is h0; a row past its length takes
+    the early ones issued again, then each settled on its stamp (`stamped.py`). h_l(-1) is h0; a row past its length takes
     zeros for its input, which its update does not read."""
+    # issued whatever t and the row's length (TVM's simplifier dropped a load guarded by them at
+    # t = 0); a word that is not needed is loaded and left
     for e in T.unroll(S.loads(layer)):
-        if T.Cast("int64", _source(S, layer, tx, e)[0]) < a.n_b:
-            if layer > 0 and _source(S, layer, tx, e)[1] < S.H:
-                if t < valid_steps(S, a, _source(S, layer, tx, e)[0]):
-                    stamped.issue(S, a, layer - 1, t, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1], raw, e)
-            elif t > 0:
-                stamped.issue(S, a, layer, t - 1, _source(S, layer, tx, e)[0],
-                              _source(S, layer, tx, e)[1] - S.XK[layer] * LANES, raw, e)
+        issue_word(S, a, layer, tx, raw, e, t, stamped.issue)
+    for e in T.unroll(S.loads(layer)):
+        issue_word(S, a, layer, tx, raw, e, t, stamped.reissue)
     for e in T.unroll(S.loads(layer)):
         if T.Cast("int64", _source(S, layer, tx, e)[0]) < a.n_b:
             if layer > 0 and _source(S, layer, tx, e)[1] < S.H:
