@@ -131,3 +131,29 @@ def test_cuda_compiles_without_spills(cell, H, n_l, batch, tmp_path):
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert max(int(m) for m in re.findall(r"(\d+) bytes spill stores", res.stderr)) == 0
+
+
+@pytest.mark.parametrize("cell,H,n_l,batch", [("lstm", 256, 3, 10), ("gru", 256, 2, 8), ("lstm", 128, 3, 1),
+                                              ("rnn", 32, 2, 3)])
+def test_cluster_sends_every_unit_to_every_peer_once(cell, H, n_l, batch):
+    """The GPU's exchange of a layer's h(t) inside its cluster (the CPU twin reads it stamped
+    instead): each CTA's 16-byte stores reach every peer, never itself, once for every (batch
+    row, own unit), where the peer keeps that unit; each CTA receives RECV_BYTES a step."""
+    from tir_templates.wavefront.layout import StackLayout
+    specs = [CellSpec(cell, H, H, node=f"l{l}", linear_before_reset=cell == "gru") for l in range(n_l)]
+    S = StackLayout(specs, plan_stack(specs, batch, 132))
+    for layer in range(n_l):
+        got = {}
+        for c in range(S.C):
+            for tx in range(S.NT):
+                for k in range((S.SENDS + S.NT - 1) // S.NT):
+                    if S.sends(tx, k):
+                        peer, row, col = S.send(layer, c, tx, k)
+                        assert peer != c and col % 4 == 0
+                        for v in range(4):
+                            key = (peer, row, col + v - S.XK[layer] * 32)
+                            assert key not in got
+                            got[key] = c
+        want = {(p, b, j): j // S.TW for p in range(S.C) for b in range(batch) for j in range(H) if j // S.TW != p}
+        assert got == want
+        assert S.RECV_BYTES == 4 * sum(1 for key in got if key[0] == 0)

@@ -3,7 +3,8 @@ as serial loops, runnable on llvm. Layers run one after another (a schedule the 
 a layer only ever waits for the one below), each layer's steps in order, every CTA's step before
 the next step. It reads every weight where the kernel's loads put it, and every h where the
 stamps say, flagging a read whose stamp is not there (on the GPU it would spin:
-`BARRIER_FLAG_WORD`).
+`BARRIER_FLAG_WORD`). A layer's own h(t-1) comes from the stamped words here, where the GPU's
+cluster sends it between its CTAs' shared memory (that map is tested in `layout.send`'s test).
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from ..spec import CellSpec
 from .layout import StackLayout
 from .plan import LANES, StackConfig, check_stack
 from .signature import stack_func
-from .steps import (Regs, final_states, for_each_layer, init_states, load_constants, load_projection, load_step,
-                    load_weights, update)
+from .steps import (Regs, final_states, for_each_layer, init_states, load_constants, load_h0, load_own_stamped,
+                    load_projection, load_weights, settle_input, update)
 
 
 @T.macro
@@ -52,8 +53,13 @@ def emulated_layer(S, a, regs, layer):
             hs = T.alloc_buffer((2 * S.BC, 2 * S.H), "float32")
             gs = T.alloc_buffer((4 * S.BC, S.G * S.TW), "float32")
             for tx in range(S.NT):
-                load_step(S, a, layer, tx, hs, raw, t)
-                if layer == 0:
+                if t == 0:
+                    load_h0(S, a, layer, tx, hs)
+                else:
+                    load_own_stamped(S, a, layer, tx, hs, t)
+                if layer > 0:
+                    settle_input(S, a, layer, tx, hs, raw, t)
+                else:
                     load_projection(S, a, c, tx, regs, (layer * S.C + c) * S.NT + tx, t)
             emulated_dot(S, layer, layer * S.C + c, regs.wreg, hs, gs, t)
             for tx in range(S.NT):

@@ -27,8 +27,10 @@ from ..spec import CellSpec
 from .layout import StackLayout
 from .plan import LANES, StackConfig, check_stack
 from .signature import stack_func
-from .steps import (Regs, final_states, for_each_layer, init_states, load_constants, load_projection, load_step,
-                    load_weights, update)
+from ..persistent.exchange import DSMEM_INIT, DSMEM_SEND, DSMEM_WAIT
+from . import stamped
+from .steps import (Regs, final_states, for_each_layer, init_states, issue_input, load_constants, load_h0,
+                    load_projection, load_weights, settle_input, update)
 
 #: the workspace word that counts the clusters' tickets
 TICKET_WORD = 0
@@ -78,36 +80,76 @@ def dot_and_reduce(S, layer, tx, wreg, hs, gs, acc, t):
 
 
 @T.macro
-def cta_layer(S, a, layer, c, tx, hs, gs):
-    """CTA c of `layer`'s cluster, thread tx's view: weights and constants in, then every step,
-    then the final states."""
+def exchange(S, layer, c, tx, hs, bar, t):
+    """The end of step t: once h(t)'s units of this CTA are in the next step's copy of hs (and
+    every read of this step's copy is done), send them to the same place in every peer's, each
+    peer counting the bytes on its mbarrier (t + 1) % 2 (the caller's __syncthreads before)."""
+    for k in T.unroll((S.SENDS + S.NT - 1) // S.NT):
+        if S.sends(tx, k):
+            T.cuda.func_call("prnn_dsmem_send", T.address_of(hs[S.hs_row(t + 1, S.send(layer, c, tx, k)[1]),
+                                                                 S.send(layer, c, tx, k)[2]]),
+                             T.Cast("uint32", S.send(layer, c, tx, k)[0]), T.address_of(bar[(t + 1) % 2]),
+                             source_code=DSMEM_SEND)
+
+
+@T.macro
+def wait_for_peers(S, bar, t):
+    """Step t >= 1: the peers' units of h(t-1) are in this step's copy of hs (mbarrier t % 2, its
+    phase (t - 1) // 2)."""
+    T.cuda.func_call("prnn_dsmem_wait", T.address_of(bar[t % 2]), T.Cast("uint32", (t - 1) // 2 % 2),
+                     T.uint32(S.RECV_BYTES), source_code=DSMEM_WAIT)
+
+
+@T.macro
+def cta_layer(S, a, layer, c, tx, hs, gs, bar):
+    """CTA c of `layer`'s cluster, thread tx's view: weights, constants and h0 in, then every
+    step, then the final states."""
     wreg = T.alloc_buffer((1, S.RPG * S.KPL[layer]), "float32", scope="local")
     acc = T.alloc_buffer((S.PARTS[layer] * S.RPG,), "float32", scope="local")
     xin = T.alloc_buffer((1, S.PAIRS * (S.G + 1)), "float32", scope="local")
     nv = T.alloc_buffer((1, S.PAIRS), "int64", scope="local")
     hn = T.alloc_buffer((1, S.PAIRS), "float32", scope="local")
-    raw = T.alloc_buffer((S.loads(layer),), "uint64", scope="local")
+    raw = T.alloc_buffer((max(S.input_words(), 1),), "uint64", scope="local")
     regs = T.meta_var(Regs(wreg, xin, nv, hn))
     load_weights(S, a, layer, c, tx, wreg, 0)
     init_states(S, a, layer, c, tx)
     load_constants(S, a, layer, c, tx, regs, 0)
-    for t in range(a.n_t):
-        load_step(S, a, layer, tx, hs, raw, t)
+    load_h0(S, a, layer, tx, hs)
+    if tx == 0:
+        T.cuda.func_call("prnn_dsmem_init", T.address_of(bar[0]), T.uint32(S.RECV_BYTES), source_code=DSMEM_INIT)
+    if a.n_t > 0:  # step 0's input in flight
         if layer == 0:
-            load_projection(S, a, c, tx, regs, 0, t)
+            load_projection(S, a, c, tx, regs, 0, 0)
+        else:
+            for e in T.unroll(S.input_words()):
+                issue_input(S, a, layer, tx, raw, e, 0, stamped.issue)
+    T.tvm_storage_sync("shared")
+    T.cuda.cluster_sync()  # every CTA's mbarriers exist before any peer sends
+    for t in range(a.n_t):
+        if t > 0:
+            wait_for_peers(S, bar, t)
+        if layer > 0:
+            settle_input(S, a, layer, tx, hs, raw, t)
         T.tvm_storage_sync("shared")
         dot_and_reduce(S, layer, tx, wreg, hs, gs, acc, t)
         T.tvm_storage_sync("shared")
         update(S, a, layer, c, tx, hs, gs, regs, 0, t)
-        T.tvm_storage_sync("shared")  # TVM's sync planner cannot see the copies by parity apart
+        T.tvm_storage_sync("shared")
+        if t + 1 < a.n_t:  # the next step's input in flight during the exchange; the last sends nothing
+            if layer == 0:
+                load_projection(S, a, c, tx, regs, 0, t + 1)
+            else:
+                for e in T.unroll(S.input_words()):
+                    issue_input(S, a, layer, tx, raw, e, t + 1, stamped.issue)
+            exchange(S, layer, c, tx, hs, bar, t)
     final_states(S, a, layer, c, tx, raw)
 
 
 @T.macro
-def cta_if_drawn(S, a, ticket, c, tx, hs, gs, layer):
+def cta_if_drawn(S, a, ticket, c, tx, hs, gs, bar, layer):
     """`cta_layer` if the CTA's cluster drew `layer`'s ticket."""
     if ticket[0] == layer:
-        cta_layer(S, a, layer, c, tx, hs, gs)
+        cta_layer(S, a, layer, c, tx, hs, gs, bar)
 
 
 @T.macro
@@ -133,10 +175,11 @@ def cuda_stack(S, a):
             for tx in T.thread_binding(S.NT, thread="threadIdx.x"):
                 hs = T.alloc_buffer((2 * S.BC, 2 * S.H), "float32", scope=S.HS_SCOPE)
                 gs = T.alloc_buffer((4 * S.BC, S.G * S.TW), "float32", scope="shared")
+                bar = T.alloc_buffer((2,), "uint64", scope="shared")
                 ticket = T.alloc_buffer((1,), "int32", scope="local")
                 ticket[0] = T.cuda.func_call("prnn_cluster_ticket", T.address_of(a.ws[TICKET_WORD]),
                                              source_code=CLUSTER_TICKET, return_type="int32")
-                for_each_layer(S, cta_if_drawn, a, ticket, cta % S.C, tx, hs, gs)
+                for_each_layer(S, cta_if_drawn, a, ticket, cta % S.C, tx, hs, gs, bar)
 
 
 def stack_kernel(specs: list[CellSpec], cfg: StackConfig) -> tvm.tirx.PrimFunc:

@@ -38,6 +38,9 @@ class StackLayout:
         self.FAST = not emulate
         self.WREG_MAX = max(self.RPG * k for k in self.KPL)  # the CPU twin's register rows
         self.PAIRS = (self.BC * self.TW + self.NT - 1) // self.NT
+        # the layer's h(t) between a cluster's CTAs: 16-byte stores into every peer's shared memory
+        self.SENDS = (self.C - 1) * self.BC * self.TW // 4
+        self.RECV_BYTES = 16 * self.SENDS
         # both copies of [h below ; h] and of the sums in static shared memory up to 44 KiB (48 KiB
         # is the static limit), else [h below ; h] in dynamic shared memory
         self.HS_SCOPE = "shared" if (2 * self.BC * 2 * self.H + 4 * self.BC * self.G * self.TW) * 4 <= 44 * 1024 \
@@ -62,9 +65,13 @@ class StackLayout:
         """Row of `gs` holding batch row bi's sums of dot-product part `part` at step t."""
         return (t % 2 * 2 + part) * self.BC + bi
 
-    def loads(self, layer):
-        """Loads per thread of a step's [h below ; h] (the whole batch)."""
-        return (self.BC * self.LANES_K(layer) + self.NT - 1) // self.NT
+    def input_words(self):
+        """Stamped words per thread of a step's input h_{l-1}(t) (the whole batch)."""
+        return (self.BC * self.H + self.NT - 1) // self.NT
+
+    def input_word(self, tx, e):
+        """(batch row, unit) of thread tx's e-th word of the step's input."""
+        return (e * self.NT + tx) // self.H, (e * self.NT + tx) % self.H
 
     def state_slots(self, n_b):
         """Slots per compute thread when setting up or reading out the CTA's states (all batch rows)."""
@@ -85,6 +92,19 @@ class StackLayout:
 
     def owns_pair(self, tx, e):
         return e * self.NT + tx < self.BC * self.TW
+
+    def send(self, layer, c, tx, k):
+        """(peer rank, batch row, column of hs) of thread tx's k-th 16-byte store of CTA c's units
+        of layer's h(t): store q = k * NT + tx goes to the q // (BC * TW / 4) + 1-th rank after c, so that
+        each peer receives every row of c's TW units once, where c keeps them (the own part)."""
+        per_peer, per_row = self.BC * self.TW // 4, self.TW // 4
+        q = k * self.NT + tx
+        return ((c + q // per_peer + 1) % self.C, q % per_peer // per_row,
+                self.XK[layer] * LANES + c * self.TW + q % per_row * 4)
+
+    def sends(self, tx, k):
+        """Whether thread tx has a k-th store a step."""
+        return k * self.NT + tx < self.SENDS
 
     def gate_slot(self, g, c_unit):
         """Where gate g of the CTA's unit c_unit (0 .. TW-1) sits in the dot results."""

@@ -98,56 +98,50 @@ def load_projection(S, a, c, tx, regs, row, t):
                                                            S.pair(c, tx, e)[0], 0, g * S.H + S.pair(c, tx, e)[1]]
 
 
-def _source(S, layer, tx, e):
-    """Where thread tx's e-th load of step t's [h below ; h] goes: (batch row, column of hs), and
-    whether it is the input part (h_{l-1}(t), layers above the first) or the layer's own h(t-1)."""
-    q = e * S.NT + tx
-    return q // S.LANES_K(layer), q % S.LANES_K(layer)
+@T.macro
+def issue_input(S, a, layer, tx, raw, e, t, issue):
+    """`issue` (stamped.issue or .reissue) of thread tx's e-th word of h_{l-1}(t), the layer
+    below's h at step t (the input part of hs), whatever the row's length (TVM's simplifier once
+    dropped a load guarded by t): a word that is not needed is loaded and left."""
+    if T.Cast("int64", S.input_word(tx, e)[0]) < a.n_b:
+        issue(S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1], raw, e)
 
 
 @T.macro
-def issue_word(S, a, layer, tx, raw, e, t, issue):
-    """`issue` (stamped.issue or .reissue) of thread tx's e-th word of step t: h_{l-1}(t) for the
-    input part, h_l(t-1) for the layer's own."""
-    if T.Cast("int64", _source(S, layer, tx, e)[0]) < a.n_b:
-        if layer > 0:
-            if _source(S, layer, tx, e)[1] < S.H:
-                issue(S, a, layer - 1, t, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1], raw, e)
+def settle_input(S, a, layer, tx, hs, raw, t):
+    """h_{l-1}(t) for the whole batch into step t's copy of hs, the words issued a step before
+    issued again if they came back early, then each settled on its stamp (`stamped.py`); a row
+    past its length takes zeros, which its update does not read."""
+    for e in T.unroll(S.input_words()):
+        issue_input(S, a, layer, tx, raw, e, t, stamped.reissue)
+    for e in T.unroll(S.input_words()):
+        if T.Cast("int64", S.input_word(tx, e)[0]) < a.n_b:
+            if t < valid_steps(S, a, S.input_word(tx, e)[0]):
+                stamped.check(S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1])
+                hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = stamped.settled(
+                    S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1], raw, e)
             else:
-                issue(S, a, layer, T.max(t - 1, T.int64(0)), _source(S, layer, tx, e)[0],
-                      _source(S, layer, tx, e)[1] - S.H, raw, e)
-        else:
-            issue(S, a, layer, T.max(t - 1, T.int64(0)), _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1], raw, e)
+                hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = T.float32(0)
 
 
 @T.macro
-def load_step(S, a, layer, tx, hs, raw, t):
-    """Step t's [h_{l-1}(t) ; h_l(t-1)] for the whole batch into its copy of hs: every load issued,
-    the early ones issued again, then each settled on its stamp (`stamped.py`). h_l(-1) is h0; a row past its length takes
-    zeros for its input, which its update does not read."""
-    # issued whatever t and the row's length (TVM's simplifier dropped a load guarded by them at
-    # t = 0); a word that is not needed is loaded and left
-    for e in T.unroll(S.loads(layer)):
-        issue_word(S, a, layer, tx, raw, e, t, stamped.issue)
-    for e in T.unroll(S.loads(layer)):
-        issue_word(S, a, layer, tx, raw, e, t, stamped.reissue)
-    for e in T.unroll(S.loads(layer)):
-        if T.Cast("int64", _source(S, layer, tx, e)[0]) < a.n_b:
-            if layer > 0 and _source(S, layer, tx, e)[1] < S.H:
-                if t < valid_steps(S, a, _source(S, layer, tx, e)[0]):
-                    stamped.check(S, a, layer - 1, t, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1])
-                    hs[S.hs_row(t, _source(S, layer, tx, e)[0]), _source(S, layer, tx, e)[1]] = stamped.settled(
-                        S, a, layer - 1, t, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1], raw, e)
-                else:
-                    hs[S.hs_row(t, _source(S, layer, tx, e)[0]), _source(S, layer, tx, e)[1]] = T.float32(0)
-            elif t > 0:
-                stamped.check(S, a, layer, t - 1, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1] - S.XK[layer] * LANES)
-                hs[S.hs_row(t, _source(S, layer, tx, e)[0]), _source(S, layer, tx, e)[1]] = stamped.settled(
-                    S, a, layer, t - 1, _source(S, layer, tx, e)[0], _source(S, layer, tx, e)[1] - S.XK[layer] * LANES, raw, e)
-            else:
-                hs[S.hs_row(t, _source(S, layer, tx, e)[0]), _source(S, layer, tx, e)[1]] = a.h0[layer][
-                    0, batch_row(S.specs[layer], "h0", _source(S, layer, tx, e)[0]),
-                    _source(S, layer, tx, e)[1] - S.XK[layer] * LANES]
+def load_h0(S, a, layer, tx, hs):
+    """h0 of the whole batch (every unit) into step 0's copy of hs, the layer's own part."""
+    for e in range((S.BC * S.H + S.NT - 1) // S.NT):
+        if T.Cast("int64", (e * S.NT + tx) // S.H) < a.n_b:
+            hs[S.hs_row(0, (e * S.NT + tx) // S.H), S.XK[layer] * LANES + (e * S.NT + tx) % S.H] = a.h0[layer][
+                0, batch_row(S.specs[layer], "h0", (e * S.NT + tx) // S.H), (e * S.NT + tx) % S.H]
+
+
+@T.macro
+def load_own_stamped(S, a, layer, tx, hs, t):
+    """The CPU twin's h_l(t-1) (t >= 1): every CTA's units from the stamped words, where the GPU's
+    cluster sends them into shared memory (`kernel.py`, `layout.send`)."""
+    for e in range((S.BC * S.H + S.NT - 1) // S.NT):
+        if T.Cast("int64", (e * S.NT + tx) // S.H) < a.n_b:
+            stamped.check(S, a, layer, t - 1, (e * S.NT + tx) // S.H, (e * S.NT + tx) % S.H)
+            hs[S.hs_row(t, (e * S.NT + tx) // S.H), S.XK[layer] * LANES + (e * S.NT + tx) % S.H] = a.hb[layer][
+                t - 1, 0, (e * S.NT + tx) // S.H, 2 * ((e * S.NT + tx) % S.H)]
 
 
 def _sums(S, a, layer, gs, xin, row, e, t, bi, j):
@@ -175,11 +169,29 @@ def hidden(S, a, layer, hs, gs, xin, row, e, t, bi, j):
                         xin[row, e * (S.G + 1) + S.G], cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
 
+STORE_SHARED = r"""
+__device__ __forceinline__ void prnn_store_shared(float* at, float value) {
+  *at = value;
+}
+"""
+
+
+@T.macro
+def keep_for_next_step(S, hs, r, col, value):
+    """hs[r, col] = value, for the next step's copy. On the GPU through a helper: TVM's sync planner
+    cannot tell the two copies apart and would ask for a barrier inside the update; the kernel's
+    own __syncthreads after the update orders it."""
+    if S.emulate:
+        hs[r, col] = value
+    else:
+        T.cuda.func_call("prnn_store_shared", T.address_of(hs[r, col]), value, source_code=STORE_SHARED)
+
+
 @T.macro
 def update(S, a, layer, c, tx, hs, gs, regs, row, t):
-    """Each owned pair's cell update: C(t) stays in its register (and yc), h(t) into Y and,
-    stamped, into hb for the layer's next step and the layer above; past its sequence's end a
-    row carries its state, Y is zero."""
+    """Each owned pair's cell update: C(t) stays in its register (and yc), h(t) into Y, stamped
+    into hb for the layer above, and into the next step's copy of hs (the cluster then sends it
+    to the peers); past its sequence's end a row carries its state, Y is zero."""
     for e in T.unroll(S.PAIRS):
         if S.owns_pair(tx, e):
             if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
@@ -196,6 +208,8 @@ def update(S, a, layer, c, tx, hs, gs, regs, row, t):
                     regs.hn[row, e] = hs[S.hs_row(t, S.pair(c, tx, e)[0]), S.XK[layer] * LANES + S.pair(c, tx, e)[1]]
                     a.y[layer][t, 0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = T.float32(0)
                 stamped.store(S, a, layer, t, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1], regs.hn[row, e])
+                keep_for_next_step(S, hs, S.hs_row(t + 1, S.pair(c, tx, e)[0]), S.XK[layer] * LANES + S.pair(c, tx, e)[1],
+                                   regs.hn[row, e])
 
 
 @T.macro
