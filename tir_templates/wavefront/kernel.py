@@ -3,19 +3,21 @@
 Each layer runs on a thread-block cluster of its own (`plan.py`), its weights in registers for
 the whole sequence, and walks its own time steps; the layers form a pipeline. A CTA's step t:
 
-    [h_{l-1}(t) ; h_l(t-1)] (layer 0: h_0(t-1)) into shared memory, in one trip to L2
+    the peers' units of h_l(t-1), sent into this CTA's shared memory (an mbarrier counts them)
+    + h_{l-1}(t), the layer below's, loaded from L2 two steps before (layer 0: its GEMM's row)
     -> the dot products with [W_l | R_l] (layer 0: R_0)
-    -> the cell update -> h_l(t), stamped, for the layer's next step and the layer above
+    -> the cell update -> h_l(t): to Y, stamped to L2 for the layer above, to the next copy of
+       shared memory, and from there into every peer's (distributed shared memory)
 
-with no barrier between CTAs: every value of h carries its step's stamp (`stamped.py`), so a
-reader waits only for the words it needs, as they arrive. A layer runs a step or more behind the
-one below and never waits for the one above. The cluster only co-schedules a layer's CTAs, which
-wait for each other's h. Each cluster draws a ticket when it starts and runs layer `ticket`, so a
-cluster only ever waits for layers whose clusters already run: no cooperative launch (which
-clusters cannot have), and no hang when other work holds SMs.
+Nothing but data spans the layers: every h_l(t) carries its step's stamp (`stamped.py`), so a
+reader waits only for the words it needs, as they arrive; a layer runs behind the one below and
+never waits for the one above. Each cluster draws a ticket when it starts and runs layer
+`ticket`, so a cluster only ever waits for layers whose clusters already run: no cooperative
+launch (which clusters cannot have), and no hang when other work holds SMs.
 
-Read `cta_layer` top to bottom; the thread-level parts are `steps.py`; `emulated.py` is its CPU
-twin (CTAs and threads as serial loops, layer after layer), for tests without a GPU.
+Read `cta_layer` and `one_step` top to bottom; the thread-level parts are `steps.py`;
+`emulated.py` is its CPU twin (CTAs and threads as serial loops, layer after layer), for tests
+without a GPU.
 """
 from __future__ import annotations
 

@@ -6,9 +6,8 @@ registers for the whole sequence: layer 0 its recurrent matrix R (K = H columns)
 (all their gates); a warp owns `rows_per_group` of the CTA's gate rows and each lane a stride-32
 slice of their columns. The plan takes the fewest warps a CTA (registers a thread shrink as warps
 grow: 17 warps leave 96) and then the smallest cluster whose CTAs hold the widest layer's weights
-in registers (the cluster barrier is cheaper the fewer CTAs meet at it), and one chunk of
-the whole batch (the step's input is loaded a step ahead, for the whole batch at once; the dot
-products walk it a batch row at a time).
+in registers (fewer peers to send h to), and one chunk of the whole batch (the layer below's h
+is loaded ahead for the whole batch at once; the dot products walk it a batch row at a time).
 """
 from __future__ import annotations
 
