@@ -11,7 +11,6 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
-from ..persistent.exchange import BARRIER_FLAG_WORD
 from ..signature import WORKSPACE_WORDS
 from ..spec import CellSpec
 from .layout import StackLayout

@@ -109,7 +109,7 @@ def issue_input(S, a, layer, tx, raw, e, t, issue):
 
 @T.macro
 def settle_input(S, a, layer, tx, hs, raw, t):
-    """h_{l-1}(t) for the whole batch into step t's copy of hs, the words issued a step before
+    """h_{l-1}(t) for the whole batch into step t's copy of hs, the words issued two steps before
     issued again if they came back early, then each settled on its stamp (`stamped.py`); a row
     past its length takes zeros, which its update does not read."""
     for e in T.unroll(S.input_words()):
