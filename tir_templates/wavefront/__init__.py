@@ -1,8 +1,9 @@
 """The layer wavefront (issue 21): a stack of recurrent layers in one persistent kernel. Read
 `kernel.py` first.
 
-    plan.py       which stacks it runs; how a launch's CTAs go to the layers (StackConfig)
-    layout.py     who owns which rows, columns and (batch row, unit) pairs
+    plan.py       which stacks it runs; the cluster, warps and rows a layer gets (StackConfig)
+    layout.py     who owns which rows, columns and (batch row, unit) pairs; what goes to which peer
+    stamped.py    how h travels between layers: each value beside its step's stamp, in L2
     steps.py      what a thread does in a step: inputs, [h below ; h] into shared memory, the update
     kernel.py     the CUDA kernel, top to bottom
     emulated.py   its CPU twin, for tests without a GPU
