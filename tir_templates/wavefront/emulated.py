@@ -71,11 +71,10 @@ def emulated_layer(S, a, regs, layer):
 def emulated_stack(S, a):
     """Every cluster's program, layer after layer, CTAs and threads as serial loops."""
     wreg = T.alloc_buffer((S.NCTA * S.NT, S.WREG_MAX), "float32")
-    xin = T.alloc_buffer((S.NCTA * S.NT, S.PAIRS * S.G), "float32")
-    cst = T.alloc_buffer((S.NCTA * S.NT, S.PAIRS), "float32")
+    xin = T.alloc_buffer((S.NCTA * S.NT, S.PAIRS * (S.G + 1)), "float32")
     nv = T.alloc_buffer((S.NCTA * S.NT, S.PAIRS), "int64")
     hn = T.alloc_buffer((S.NCTA * S.NT, S.PAIRS), "float32")
-    regs = T.meta_var(Regs(wreg, xin, nv, hn, cst))
+    regs = T.meta_var(Regs(wreg, xin, nv, hn))
     for i in range(WORKSPACE_WORDS):
         a.ws[i] = T.uint32(0)
     for_each_layer(S, emulated_layer, a, regs)

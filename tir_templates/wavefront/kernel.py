@@ -104,8 +104,8 @@ def wait_for_peers(S, bar, t):
 
 @T.macro
 def one_step(S, a, layer, c, tx, hs, gs, bar, regs, acc, raw, t):
-    """Step t. `raw` holds the layer below's words for the steps of t's parity, and layer 0's
-    `regs.xin` its projection rows: t's (loaded two steps before, so they are there), then t + 2's."""
+    """Step t. `raw` holds the layer below's words for the steps of t's parity: t's (issued two
+    steps before, so the layer below has usually written them), then t + 2's."""
     if t > 0:
         wait_for_peers(S, bar, t)
     if layer > 0:
@@ -115,45 +115,39 @@ def one_step(S, a, layer, c, tx, hs, gs, bar, regs, acc, raw, t):
     T.tvm_storage_sync("shared")
     update(S, a, layer, c, tx, hs, gs, regs, 0, t)
     T.tvm_storage_sync("shared")
-    if t + 2 < a.n_t:
-        if layer == 0:
-            load_projection(S, a, c, tx, regs, 0, t + 2)
-        else:
+    if layer > 0:
+        if t + 2 < a.n_t:
             for e in T.unroll(S.input_words()):
                 issue_input(S, a, layer, tx, raw, e, t + 2, stamped.issue)
     if t + 1 < a.n_t:  # the last step sends nothing
+        if layer == 0:  # the next step's projection row in flight during the exchange
+            load_projection(S, a, c, tx, regs, 0, t + 1)
         exchange(S, layer, c, tx, hs, bar, t)
 
 
 @T.macro
 def cta_layer(S, a, layer, c, tx, hs, gs, bar):
     """CTA c of `layer`'s cluster, thread tx's view: weights, constants and h0 in, then every
-    step (in pairs, each with registers of its own for the inputs it has in flight), then the
+    step (in pairs, each with its own registers for the input words it has in flight), then the
     final states."""
     wreg = T.alloc_buffer((1, S.RPG * S.KPL[layer]), "float32", scope="local")
     acc = T.alloc_buffer((S.PARTS[layer] * S.RPG,), "float32", scope="local")
-    xin_even = T.alloc_buffer((1, S.PAIRS * S.G), "float32", scope="local")
-    xin_odd = T.alloc_buffer((1, S.PAIRS * S.G), "float32", scope="local")
+    xin = T.alloc_buffer((1, S.PAIRS * (S.G + 1)), "float32", scope="local")
     nv = T.alloc_buffer((1, S.PAIRS), "int64", scope="local")
     hn = T.alloc_buffer((1, S.PAIRS), "float32", scope="local")
-    cst = T.alloc_buffer((1, S.PAIRS), "float32", scope="local")
     raw_even = T.alloc_buffer((max(S.input_words(), 1),), "uint64", scope="local")
     raw_odd = T.alloc_buffer((max(S.input_words(), 1),), "uint64", scope="local")
-    regs_even = T.meta_var(Regs(wreg, xin_even, nv, hn, cst))
-    regs_odd = T.meta_var(Regs(wreg, xin_odd, nv, hn, cst))
+    regs = T.meta_var(Regs(wreg, xin, nv, hn))
     load_weights(S, a, layer, c, tx, wreg, 0)
     init_states(S, a, layer, c, tx)
-    load_constants(S, a, layer, c, tx, regs_even, 0)
-    load_constants(S, a, layer, c, tx, regs_odd, 0)
+    load_constants(S, a, layer, c, tx, regs, 0)
     load_h0(S, a, layer, tx, hs)
     if tx == 0:
         T.cuda.func_call("prnn_dsmem_init", T.address_of(bar[0]), T.uint32(S.RECV_BYTES), source_code=DSMEM_INIT)
-    if layer == 0:  # steps 0 and 1's inputs in flight
+    if layer == 0:
         if a.n_t > 0:
-            load_projection(S, a, c, tx, regs_even, 0, 0)
-        if a.n_t > 1:
-            load_projection(S, a, c, tx, regs_odd, 0, 1)
-    else:
+            load_projection(S, a, c, tx, regs, 0, 0)
+    else:  # steps 0 and 1's inputs in flight
         if a.n_t > 0:
             for e in T.unroll(S.input_words()):
                 issue_input(S, a, layer, tx, raw_even, e, 0, stamped.issue)
@@ -163,9 +157,9 @@ def cta_layer(S, a, layer, c, tx, hs, gs, bar):
     T.tvm_storage_sync("shared")
     T.cuda.cluster_sync()  # every CTA's mbarriers exist before any peer sends
     for s2 in range((a.n_t + 1) // 2):
-        one_step(S, a, layer, c, tx, hs, gs, bar, regs_even, acc, raw_even, 2 * s2)
+        one_step(S, a, layer, c, tx, hs, gs, bar, regs, acc, raw_even, 2 * s2)
         if 2 * s2 + 1 < a.n_t:
-            one_step(S, a, layer, c, tx, hs, gs, bar, regs_odd, acc, raw_odd, 2 * s2 + 1)
+            one_step(S, a, layer, c, tx, hs, gs, bar, regs, acc, raw_odd, 2 * s2 + 1)
     final_states(S, a, layer, c, tx, raw_even)
 
 

@@ -20,15 +20,12 @@ from .plan import LANES
 
 @dataclasses.dataclass(frozen=True)
 class Regs:
-    """A thread's registers: weights, each pair's gate inputs (`xin`), length (`nv`), h(t) (`hn`)
-    and LSTM's C (`cst`). On the GPU each is the thread's own (row 0; two sets of `xin`, by step
-    parity, so that layer 0's projection rows load two steps ahead); in the CPU twin one row per
-    (CTA, thread)."""
+    """A thread's registers: weights, each pair's inputs and C (`xin`), length (`nv`) and h(t)
+    (`hn`). On the GPU each is the thread's own (row 0); in the CPU twin one row per (CTA, thread)."""
     wreg: Any
     xin: Any
     nv: Any
     hn: Any
-    cst: Any
 
 
 @T.macro
@@ -84,9 +81,9 @@ def load_constants(S, a, layer, c, tx, regs, row):
                 regs.nv[row, e] = valid_steps(S, a, S.pair(c, tx, e)[0])
                 if layer > 0:
                     for g in T.unroll(S.G):
-                        regs.xin[row, e * S.G + g] = a.wb[layer][g * S.H + S.pair(c, tx, e)[1]]
+                        regs.xin[row, e * (S.G + 1) + g] = a.wb[layer][g * S.H + S.pair(c, tx, e)[1]]
                 if S.lstm:
-                    regs.cst[row, e] = a.c0[layer][0, batch_row(S.specs[layer], "c0", S.pair(c, tx, e)[0]),
+                    regs.xin[row, e * (S.G + 1) + S.G] = a.c0[layer][0, batch_row(S.specs[layer], "c0", S.pair(c, tx, e)[0]),
                                                                       S.pair(c, tx, e)[1]]
 
 
@@ -97,7 +94,7 @@ def load_projection(S, a, c, tx, regs, row, t):
         if S.owns_pair(tx, e):
             if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
                 for g in T.unroll(S.G):
-                    regs.xin[row, e * S.G + g] = a.xw[T.max(T.min(time_index(S.specs[0], 0, t, regs.nv[row, e]), a.n_t - 1), T.int64(0)),
+                    regs.xin[row, e * (S.G + 1) + g] = a.xw[T.max(T.min(time_index(S.specs[0], 0, t, regs.nv[row, e]), a.n_t - 1), T.int64(0)),
                                                            S.pair(c, tx, e)[0], 0, g * S.H + S.pair(c, tx, e)[1]]
 
 
@@ -151,25 +148,25 @@ def _sums(S, a, layer, gs, xin, row, e, t, bi, j):
     """A pair's gate inputs (x) and recurrent parts (rec, with R's bias), as `cells.py` takes them
     (above the first layer with one part, x is the input bias and rec holds both dot products)."""
     jl = j % S.TW
-    x = [xin[row, e * S.G + g] for g in range(S.G)]
+    x = [xin[row, e * (S.G + 1) + g] for g in range(S.G)]
     if S.PARTS[layer] == 2:
         x = [x[g] + gs[S.gs_row(t, 0, bi), S.gate_slot(g, jl)] for g in range(S.G)]
     rec = [gs[S.gs_row(t, S.PARTS[layer] - 1, bi), S.gate_slot(g, jl)] + a.rb[layer][0, g * S.H + j] for g in range(S.G)]
     return x, rec
 
 
-def cell_state(S, a, layer, gs, regs, row, e, t, bi, j):
+def cell_state(S, a, layer, gs, xin, row, e, t, bi, j):
     """LSTM's C(t) of the pair (C(t-1) in its register)."""
-    x, rec = _sums(S, a, layer, gs, regs.xin, row, e, t, bi, j)
-    return cells.lstm_cell_state(S.specs[layer], 0, x, rec, regs.cst[row, e],
+    x, rec = _sums(S, a, layer, gs, xin, row, e, t, bi, j)
+    return cells.lstm_cell_state(S.specs[layer], 0, x, rec, xin[row, e * (S.G + 1) + S.G],
                                  cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
 
-def hidden(S, a, layer, hs, gs, regs, row, e, t, bi, j):
+def hidden(S, a, layer, hs, gs, xin, row, e, t, bi, j):
     """The pair's h(t) (LSTM: from C(t), already in its register)."""
-    x, rec = _sums(S, a, layer, gs, regs.xin, row, e, t, bi, j)
+    x, rec = _sums(S, a, layer, gs, xin, row, e, t, bi, j)
     return cells.hidden(S.specs[layer], 0, x, rec, hs[S.hs_row(t, bi), S.XK[layer] * LANES + j],
-                        regs.cst[row, e], cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
+                        xin[row, e * (S.G + 1) + S.G], cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
 
 STORE_SHARED = r"""
@@ -200,10 +197,10 @@ def update(S, a, layer, c, tx, hs, gs, regs, row, t):
             if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
                 if t < regs.nv[row, e]:
                     if S.lstm:
-                        regs.cst[row, e] = cell_state(S, a, layer, gs, regs, row, e, t,
+                        regs.xin[row, e * (S.G + 1) + S.G] = cell_state(S, a, layer, gs, regs.xin, row, e, t,
                                                                         S.pair(c, tx, e)[0], S.pair(c, tx, e)[1])
-                        a.yc[layer][0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = regs.cst[row, e]
-                    regs.hn[row, e] = hidden(S, a, layer, hs, gs, regs, row, e, t, S.pair(c, tx, e)[0],
+                        a.yc[layer][0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = regs.xin[row, e * (S.G + 1) + S.G]
+                    regs.hn[row, e] = hidden(S, a, layer, hs, gs, regs.xin, row, e, t, S.pair(c, tx, e)[0],
                                              S.pair(c, tx, e)[1])
                     a.y[layer][time_index(S.specs[layer], 0, t, regs.nv[row, e]), 0, S.pair(c, tx, e)[0],
                                S.pair(c, tx, e)[1]] = regs.hn[row, e]
