@@ -98,9 +98,8 @@ def _wavefront_layers(func) -> list[LayerReport]:
     """The layers of a wavefront kernel (tir_templates.wavefront), one entry each."""
     info = json.loads(str(func.attrs[STACK_KERNEL_ATTR]))
     specs = [CellSpec.from_json(text) for text in info["layers"]]
-    launch = list(func.attrs.get(COOPERATIVE_LAUNCH[0], []))
-    return [_entry(spec, "wavefront", config=info["config"], source="wavefront plan",
-                   cooperative_launch=COOPERATIVE_LAUNCH[1][0] in launch, stack=[s.node for s in specs]) for spec in specs]
+    return [_entry(spec, "wavefront", config=info["config"], source="wavefront plan", stack=[s.node for s in specs])
+            for spec in specs]
 
 
 def layer_report(mod: tvm.IRModule) -> list[LayerReport]:

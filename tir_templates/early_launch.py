@@ -41,7 +41,12 @@ def allow_next_kernel():
                             source_code=_SOURCE % ("griddep_launch", "launch_dependents"))
 
 
+def sm_number(arch: str | None) -> int:
+    """The number of a CUDA arch string ("sm_90a" -> 90; 0 for none)."""
+    digits = "".join(ch for ch in (arch or "").removeprefix("sm_") if ch.isdigit())
+    return int(digits) if digits else 0
+
+
 def supports_early_launch(arch: str) -> bool:
     """Whether a CUDA arch string ("sm_90", "sm_90a", ...) has programmatic dependent launch."""
-    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
-    return bool(digits) and int(digits) >= MIN_SM
+    return sm_number(arch) >= MIN_SM

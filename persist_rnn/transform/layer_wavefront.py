@@ -18,6 +18,7 @@ import re
 import tvm
 from tvm import relax
 
+from tir_templates.early_launch import sm_number
 from tir_templates.wavefront import (STACK_KERNEL_ATTR, UnsupportedStack, emulated_stack_kernel,
                                      plan_stack, stack_kernel)
 
@@ -31,8 +32,7 @@ MIN_CLUSTER_SM = 90
 
 def has_clusters(arch: str | None) -> bool:
     """Whether CUDA architecture `arch` ("sm_90a", ...) has thread-block clusters."""
-    digits = re.sub(r"\D", "", arch or "")
-    return bool(digits) and int(digits) >= MIN_CLUSTER_SM
+    return sm_number(arch) >= MIN_CLUSTER_SM
 
 
 def _chains(func: relax.Function, mod: tvm.IRModule):

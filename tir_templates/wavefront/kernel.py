@@ -24,14 +24,13 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
+from ..persistent.exchange import DSMEM_INIT, DSMEM_SEND, DSMEM_WAIT
 from ..signature import WORKSPACE_WORDS
 from ..spec import CellSpec
 from .layout import StackLayout
 from .plan import LANES, StackConfig, check_stack
 from .signature import stack_func
-from ..persistent.exchange import DSMEM_INIT, DSMEM_SEND, DSMEM_WAIT
-from . import stamped
-from .steps import (Regs, final_states, for_each_layer, init_states, issue_input, load_constants, load_h0,
+from .steps import (Regs, final_states, for_each_layer, init_states, issue_inputs, load_constants, load_h0,
                     load_projection, load_weights, settle_input, update)
 
 #: the workspace word that counts the clusters' tickets
@@ -117,8 +116,7 @@ def one_step(S, a, layer, c, tx, hs, gs, bar, regs, acc, raw, t):
     T.tvm_storage_sync("shared")
     if layer > 0:
         if t + 2 < a.n_t:
-            for e in T.unroll(S.input_words()):
-                issue_input(S, a, layer, tx, raw, e, t + 2, stamped.issue)
+            issue_inputs(S, a, layer, tx, raw, t + 2)
     if t + 1 < a.n_t:  # the last step sends nothing
         if layer == 0:  # the next step's projection row in flight during the exchange
             load_projection(S, a, c, tx, regs, 0, t + 1)
@@ -149,11 +147,9 @@ def cta_layer(S, a, layer, c, tx, hs, gs, bar):
             load_projection(S, a, c, tx, regs, 0, 0)
     else:  # steps 0 and 1's inputs in flight
         if a.n_t > 0:
-            for e in T.unroll(S.input_words()):
-                issue_input(S, a, layer, tx, raw_even, e, 0, stamped.issue)
+            issue_inputs(S, a, layer, tx, raw_even, 0)
         if a.n_t > 1:
-            for e in T.unroll(S.input_words()):
-                issue_input(S, a, layer, tx, raw_odd, e, 1, stamped.issue)
+            issue_inputs(S, a, layer, tx, raw_odd, 1)
     T.tvm_storage_sync("shared")
     T.cuda.cluster_sync()  # every CTA's mbarriers exist before any peer sends
     for s2 in range((a.n_t + 1) // 2):

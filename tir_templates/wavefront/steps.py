@@ -108,6 +108,13 @@ def issue_input(S, a, layer, tx, raw, e, t, issue):
 
 
 @T.macro
+def issue_inputs(S, a, layer, tx, raw, t):
+    """Every word of h_{l-1}(t) this thread loads, issued into `raw`."""
+    for e in T.unroll(S.input_words()):
+        issue_input(S, a, layer, tx, raw, e, t, stamped.issue)
+
+
+@T.macro
 def settle_input(S, a, layer, tx, hs, raw, t):
     """h_{l-1}(t) for the whole batch into step t's copy of hs, the words issued two steps before
     issued again if they came back early, then each settled on its stamp (`stamped.py`); a row
