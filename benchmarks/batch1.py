@@ -2,6 +2,7 @@
 
 For each layer, in one run: our layer as the shipped tuning log builds it (`tuned`), the same
 config with h exchanged through distributed shared memory where it is a cluster config (`dsmem`;
+`stamped`: the same config reading h(t-1) as stamped words where it is a grid config;
 `dsmem_late`: the same, not launched during the input GEMM), and, with --retune, the tuner's pick over the whole space with dsmem allowed (`retuned`), timed in
 turn (`bench.interleaved_ms`); torch's cuDNN layer in a CUDA graph with TF32 off; and cuDNN's
 four algorithms called directly with strict fp32 math (`cudnn_direct.py`), each checked against
@@ -41,6 +42,8 @@ def layer_row(cell, hidden, batch, retune, seq_len=100):
     row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len}
     builds = {"tuned": persist_rnn.compile(model, "cuda", tuning_log=SHIPPED_LOG)}
     cfg = Config.from_dict(builds["tuned"].report()[0].config)
+    if hidden // cfg.tile_units > 1 and not cfg.cluster and not cfg.tensor_cores():  # a grid: h(t-1) as stamped words
+        builds["stamped"] = persist_rnn.compile(model, "cuda", config=dataclasses.replace(cfg, stamped=True))
     if cfg.cluster:
         builds["dsmem"] = persist_rnn.compile(model, "cuda", config=dataclasses.replace(cfg, dsmem=True))
         with mock.patch.object(persistent_rnn, "EARLY_LAUNCH_BARRIERS", ("cta",)):  # as before: no early launch

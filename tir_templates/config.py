@@ -41,6 +41,12 @@ each keeps h in two shared copies by step parity (as a resident CTA does), write
 h(t) straight into every other CTA's next copy (`st.async`, 16 bytes a store), and waits on an
 mbarrier of its own that counts the bytes arriving. The cluster barrier, the exchange buffer's
 store and the reload of h from L2 leave the step; C(t) and h(t) stay on chip until the last step.
+
+With `stamped` the CTAs of a grid direction never meet at a counter after the first step: each
+publishes its units of h(t) as 8-byte words (the value beside its step's stamp, one store), and
+every CTA reads all of h(t-1) straight from those words, spinning only on a word whose stamp is
+not there yet (`persistent/stamped_exchange.py`). The barrier's release fence, atomic and poll
+leave the step; the words are twice the bytes of plain h.
 """
 from __future__ import annotations
 
@@ -76,6 +82,7 @@ class Config:
     mma_k_split: int = 0  # > 0: tensor-core dot products, this many warps splitting the columns of a row tile
     dsmem: bool = False  # a cluster's CTAs send h(t) into each other's shared memory (no cluster barrier)
     mma_precision: str = "3xtf32"  # tensor cores: "3xtf32" (fp32 accuracy) or "tf32" (one mma of rounded operands)
+    stamped: bool = False  # a grid direction's CTAs read h(t-1) as stamped words (no barrier after the first)
 
     def tensor_cores(self) -> bool:
         return self.mma_k_split > 0
@@ -167,7 +174,10 @@ class Config:
 
     def exchange_slots(self, spec: CellSpec) -> int:
         """Leading extent of the exchange buffer: h by step parity and a spare slot, plus, with
-        partial sums, one slot per (parity, gate z/r, CTA of a direction)."""
+        partial sums, one slot per (parity, gate z/r, CTA of a direction); stamped words take two
+        slots each, by step parity."""
+        if self.stamped:
+            return 2 * STAMPED_COPIES
         return 3 + (4 * self.ctas_per_direction(spec) if self.partial_sums(spec) else 0)
 
     def num_ctas(self, spec: CellSpec) -> int:
@@ -204,6 +214,10 @@ class Config:
             return 4 * self.k_tiles_per_warp(spec)  # an A fragment (4 registers) per k-tile
         return self.rows_per_group * (self.cols_per_lane(spec) - self.smem_runs * self.column_run(spec))
 
+    def stamped_words(self, spec: CellSpec) -> int:
+        """Stamped words of h(t-1) each thread loads a step (0 without `stamped`)."""
+        return -(-self.batch_chunk * spec.hidden_size // self.threads(spec)) if self.stamped else 0
+
     def registers(self, spec: CellSpec) -> int:
         """Estimated registers per thread: weights, accumulators, prefetched inputs and recurrent
         biases, ~40 of overhead."""
@@ -213,7 +227,7 @@ class Config:
         if self.tensor_cores():  # C fragments, and the split A and B fragments of one k-tile
             return self.weight_regs(spec) + 4 * self.n_tiles() + 16 + updates * (2 * spec.num_gates + 2) + 40
         return (self.weight_regs(spec) + partial + staged + self.rows_per_group * self.batch_chunk
-                + updates * (2 * spec.num_gates + 2) + 40)
+                + updates * (2 * spec.num_gates + 2) + 2 * self.stamped_words(spec) + 40)
 
     def shared_bytes(self, spec: CellSpec) -> int:
         h_vectors = 2 if self.partial_sums(spec) or self.h_on_chip(spec) else 1  # h(t-1), and r * h(t-1) or h(t)
@@ -329,6 +343,8 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
                    + (f"2 to {max_cluster})" if max_cluster else "no thread-block clusters)"))
     if cfg.dsmem:
         out += dsmem_problems(spec, cfg)
+    if cfg.stamped:
+        out += stamped_problems(spec, cfg)
     if cfg.mma_precision not in ("3xtf32", "tf32") or (cfg.mma_precision == "tf32" and not cfg.tensor_cores()):
         out.append(f"mma_precision {cfg.mma_precision!r}: '3xtf32' or, for tensor-core configs only, 'tf32'")
     if cfg.gru_barriers not in (1, 2) or (cfg.gru_barriers == 1 and not cfg.partial_sums(spec)):
@@ -350,6 +366,28 @@ def dsmem_problems(spec: CellSpec, cfg: Config) -> list[str]:
     if cfg.tile_units % 4 or spec.hidden_size % 4:
         out.append(f"dsmem: tile_units {cfg.tile_units} and hidden_size {spec.hidden_size} must be multiples of 4 "
                    "(16-byte stores)")
+    return out
+
+
+#: copies of h a stamped exchange keeps, by step parity (each word: value and stamp, 8 bytes)
+STAMPED_COPIES = 2
+#: stamped words one thread may load a step (each a register pair held until it settles)
+MAX_STAMPED_WORDS = 16
+
+
+def stamped_problems(spec: CellSpec, cfg: Config) -> list[str]:
+    """What the stamped exchange needs: CTAs that meet at a grid counter (a cluster has its own
+    barrier), one phase a step, the FMA units' dot products, and few words per thread."""
+    out = []
+    if cfg.barrier(spec) != "grid":
+        out.append("stamped: h goes through stamped words only between the CTAs of a grid direction")
+    if two_phase(spec):
+        out.append("stamped: GRU with linear_before_reset=0 has two phases a step")
+    if cfg.tensor_cores():
+        out.append("stamped: the FMA units' dot products only")
+    words = cfg.stamped_words(spec)
+    if words > MAX_STAMPED_WORDS:
+        out.append(f"stamped: {words} words of h a thread a step (at most {MAX_STAMPED_WORDS})")
     return out
 
 

@@ -26,6 +26,8 @@ from .spec import ATTR_KEY, CellSpec
 
 #: size of the per-call scratch output every recurrence kernel takes
 WORKSPACE_WORDS = 32
+#: where a CPU twin flags a barrier or exchange that would not match on the GPU (its workspace's last word)
+BARRIER_FLAG_WORD = WORKSPACE_WORDS - 1
 #: leading extent of the exchange buffer the importer allocates (a kernel may ask for more)
 EXCHANGE_SLOTS = 3
 

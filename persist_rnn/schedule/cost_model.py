@@ -48,8 +48,9 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     # h stays in shared memory all sequence: a resident CTA, or a dsmem cluster (one chunk only)
     resident = cfg.h_on_chip(spec) and chunks == 1 and phases == 1 and not partial
     barrier = "dsmem" if resident and cfg.barrier(spec) == "cluster" else cfg.barrier(spec)
+    barrier = "stamped" if cfg.stamped and barrier == "grid" else barrier
     dots = chunks * (1 if split else phases)  # passes of the dot products over all rows
-    vec = 4 if H % 4 == 0 else 1
+    vec = 4 if H % 4 == 0 and not cfg.stamped else 1  # stamped words: one 8-byte load a unit
     unique_bytes = 4 * dv * min(32, cfg.group_size)  # distinct h bytes one warp-wide shared load touches
     smem_w = cfg.smem_runs * dv * cfg.rows_per_group  # weights a thread reads from shared memory per chunk
     lds_per_thread = kpl // dv * bc

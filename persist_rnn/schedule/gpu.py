@@ -30,14 +30,16 @@ class GPUModel:
     max_cluster_ctas: int = 0  # thread-block clusters of up to this many CTAs (0: none)
     cluster_barrier_us: dict = dataclasses.field(default_factory=dict)  # CTAs -> microseconds
     dsmem_exchange_us: dict = dataclasses.field(default_factory=dict)  # CTAs -> microseconds
+    stamped_exchange_us: dict = dataclasses.field(default_factory=dict)  # CTAs -> microseconds
 
     def barrier_us(self, ctas: int, kind: str = "grid") -> float:
-        """Cost of a "grid" or "cluster" barrier across `ctas` CTAs, or of a "dsmem" exchange of h
-        (the stores, and the wait for the peers' bytes, that replace a cluster's barrier),
-        interpolated (log-scale) between measured points. A calibration without dsmem points
-        prices the exchange as the cluster barrier."""
-        table = {"cluster": self.cluster_barrier_us, "dsmem": self.dsmem_exchange_us or self.cluster_barrier_us}.get(
-            kind, self.grid_barrier_us)
+        """Cost of a "grid" or "cluster" barrier across `ctas` CTAs, of a "dsmem" exchange of h
+        (the stores, and the wait for the peers' bytes, that replace a cluster's barrier), or of
+        the wait on "stamped" words that replaces a grid barrier, interpolated (log-scale) between
+        measured points. A calibration without dsmem (stamped) points prices the exchange as the
+        cluster (grid) barrier."""
+        table = {"cluster": self.cluster_barrier_us, "dsmem": self.dsmem_exchange_us or self.cluster_barrier_us,
+                 "stamped": self.stamped_exchange_us or self.grid_barrier_us}.get(kind, self.grid_barrier_us)
         pts = sorted((int(k), float(v)) for k, v in table.items())
         xs, ys = [np.log(k) for k, _ in pts], [v for _, v in pts]
         return float(np.interp(np.log(max(ctas, 1)), xs, ys))

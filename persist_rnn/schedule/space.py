@@ -2,7 +2,8 @@
 
 Each config whose direction spans 2 to `max_cluster_ctas` CTAs also comes as a thread-block
 cluster (Hopper), and each cluster config also exchanging h through distributed shared memory
-(`Config.dsmem`) where the cell allows; each whose direction is one CTA or one cluster also comes with the batch split
+(`Config.dsmem`) where the cell allows; each grid config also reading h(t-1) as stamped words
+(`Config.stamped`, no barrier a step) where the cell and batch allow; each whose direction is one CTA or one cluster also comes with the batch split
 into tiles, one CTA or cluster each (`batch_tiles`). A config that only lacks registers comes
 with the fewest runs of weight columns moved to shared memory that make it fit (`_smem_weights`).
 Tensor-core configs (`Config.mma_k_split`, one-phase cells) split each row tile's columns over 1
@@ -20,7 +21,7 @@ import dataclasses
 import itertools
 import math
 
-from tir_templates.config import HALF_DTYPES, Config, dsmem_problems, problems, two_phase
+from tir_templates.config import HALF_DTYPES, Config, dsmem_problems, problems, stamped_problems, two_phase
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel
@@ -156,6 +157,8 @@ def _configs(spec, gpu, batch, group_sizes, weight_dtypes, mma_kinds=("3xtf32",)
                     for wdt in weight_dtypes:
                         cfg = Config(tw, ws, rpg, bc, wdt, barriers)
                         yield cfg
+                        if not stamped_problems(spec, dataclasses.replace(cfg, stamped=True)):
+                            yield dataclasses.replace(cfg, stamped=True)  # no barrier a step: stamped words
                         if 1 < H // tw <= gpu.max_cluster_ctas:  # the same CTAs as one cluster
                             yield from _cluster_twins(spec, dataclasses.replace(cfg, cluster=True))
                 for tile, wdt in itertools.product(batch_tiles(spec, tw, batch, gpu), weight_dtypes):

@@ -140,6 +140,26 @@ def test_dsmem_exchange_matches_onnxruntime(op, hidden, direction, dtype, cfg):
         assert max(errors) <= TOLERANCE[dtype], f"B={batch} T={steps}: {errors}"
 
 
+@pytest.mark.parametrize("op,hidden,direction,dtype,cfg", [
+    ("LSTM", 1024, "forward", "float32", Config(8, 32, 4, 1, stamped=True)),  # 128 CTAs; B > 1: the chunked path
+    ("GRU", 1024, "forward", "float32", Config(8, 32, 4, 1, stamped=True)),
+    ("GRU", 512, "bidirectional", "float32", Config(8, 32, 4, 5, stamped=True)),  # B = 5: one chunk of 5 rows
+    ("RNN", 256, "reverse", "float32", Config(32, 16, 2, 5, stamped=True)),  # 8 CTAs
+    ("LSTM", 1024, "forward", "float16", Config(8, 32, 4, 1, stamped=True)),  # an fp16 layer's fp32 weights
+], ids=str)
+def test_stamped_exchange_matches_onnxruntime(op, hidden, direction, dtype, cfg):
+    """h(t-1) read as stamped words between a grid direction's CTAs (no barrier a step), each
+    (B, T) run three times: a word read before its writer stored it, or a copy overwritten while
+    a reader still wanted it, shows as a run that differs."""
+    case = _layer_case(op, hidden, direction, dtype)
+    compiled = persist_rnn.compile(reference(case)[0], "cuda", config=cfg)
+    assert compiled.report()[0].lowering == "persistent", compiled.report()[0].reason
+    for batch, steps in itertools.product(BATCHES, STEPS):
+        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
+        errors = [max_rel_error(compiled.run(feeds), want) for _ in range(3)]
+        assert max(errors) <= TOLERANCE[dtype], f"B={batch} T={steps}: {errors}"
+
+
 @pytest.mark.parametrize("op,hidden,direction,dtype", [("LSTM", 1024, "bidirectional", "float32"),
                                                       ("GRU", 512, "forward", "float32"),
                                                       ("GRU", 1024, "bidirectional", "float16"),
@@ -273,6 +293,8 @@ def test_resident_lane_updates_repeat_exactly(op, direction, cfg):
     ("LSTM", 256, "forward", Config(32, 8, 4, 2, cluster=True, batch_tile=2)),  # a cluster a tile, the last ragged
     ("LSTM", 256, "forward", Config(32, 8, 4, 2, cluster=True, batch_tile=2, dsmem=True)),  # ... h through dsmem
     ("GRU", 256, "bidirectional", Config(32, 8, 3, 5, cluster=True, dsmem=True)),  # the whole batch one chunk
+    ("RNN", 256, "forward", Config(32, 16, 2, 5, stamped=True)),  # ... h(t-1) as stamped words
+    ("LSTM", 256, "reverse", Config(16, 8, 4, 2, stamped=True)),  # ... 16 CTAs, three chunks
 ], ids=str)
 def test_ragged_lengths_match_onnxruntime(op, hidden, direction, cfg):
     """Sequences of different lengths (one empty) with initial states: a resident CTA loads only

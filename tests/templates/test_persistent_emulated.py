@@ -91,6 +91,11 @@ CASES = [
     ("rnn", "forward", 4, Config(4, 4, 2, 4, cluster=True, dsmem=True), dict(clip=1.0)),
     ("lstm", "forward", 3, Config(4, 4, 4, 1, cluster=True, batch_tile=1, dsmem=True), {}),  # lane updates
     ("lstm", "reverse", 5, Config(4, 8, 4, 2, cluster=True, dsmem=True), {}),  # 3 chunks: the exchange buffer
+    # a grid direction's CTAs reading h(t-1) as stamped words: one barrier (init's) in all
+    ("lstm", "bidirectional", 3, Config(4, 4, 2, 3, stamped=True), dict(peepholes=True, clip=5.0)),
+    ("gru", "forward", 5, Config(4, 4, 2, 2, stamped=True), {}),  # three chunks
+    ("rnn", "reverse", 4, Config(2, 8, 1, 4, stamped=True), {}),  # 8 CTAs of 2 units
+    ("lstm", "forward", 5, Config(4, 4, 4, 2, stamped=True), {}),  # lane updates, three chunks
 ]
 
 
@@ -112,8 +117,8 @@ def test_emulated_persistent_matches_reference(cell, direction, batch, cfg, flag
         np.testing.assert_allclose(g, w, atol=1e-5, err_msg=name)
     ws = got[11]
     assert ws[BARRIER_FLAG_WORD] == 0, "a barrier's target does not match the CTAs that reach it"
-    if cfg.barrier(spec) == "grid":  # init's barrier, then one per phase of every step
-        barriers = 1 + (2 if two_phase(spec) and not cfg.partial_sums(spec) else 1) * STEPS
+    if cfg.barrier(spec) == "grid":  # init's barrier, then one per phase of every step (stamped: none)
+        barriers = 1 + (0 if cfg.stamped else 2 if two_phase(spec) and not cfg.partial_sums(spec) else 1) * STEPS
         assert list(ws[:spec.num_directions]) == [barriers * cfg.ctas_per_direction(spec)] * spec.num_directions
 
 

@@ -16,7 +16,8 @@ from .buffers import Args, emulated_registers, emulated_thread
 from .checks import check
 from .dot_fma import emulated_dot
 from .dots import emulated_dot_products, weights_in
-from .exchange import emulated_barrier, emulated_dsmem_exchange, final_state, init_state, load_h, resident_states_out
+from .exchange import (emulated_barrier, emulated_dsmem_exchange, emulated_end_of_step, final_state, h_into_shared, init_state,
+                       load_h, resident_states_out)
 from .gru_partial_sums import load_partial_weights, partial_update, publish_partials, reset_from_partials, tile_state
 from .gru_two_phase import candidate_phase, reset_phase
 from .inputs import advance, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
@@ -135,9 +136,9 @@ def emulated_one_chunk_steps(L, a, regs):
             for cta in range(L.grid_size(a.n_b)):
                 hs = T.alloc_buffer((L.BC, L.H), "float32")
                 for tx in range(L.NT):
-                    load_h(L, a, emulated_thread(L, regs, cta, tx), hs, s % 2, L.first_chunk(cta))
+                    h_into_shared(L, a, emulated_thread(L, regs, cta, tx), hs, s, s % 2, L.first_chunk(cta))
                 emulated_step(L, a, regs, hs, None, cta, s)
-            emulated_barrier(L, a, L.barrier_index(s, 1))
+            emulated_end_of_step(L, a, L.barrier_index(s, 1))
 
 
 @T.macro
@@ -169,7 +170,7 @@ def emulated_kernel(L, a):
     elif L.phases == 1:
         for s in range(a.n_t):
             emulated_phase(L, a, regs, s, 0)
-            emulated_barrier(L, a, L.barrier_index(s, 1))
+            emulated_end_of_step(L, a, L.barrier_index(s, 1))
     else:
         for s in range(a.n_t):
             emulated_phase(L, a, regs, s, 1)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ..signature import WORKSPACE_WORDS, batch_row
+from ..signature import BARRIER_FLAG_WORD, batch_row
+from .stamped_exchange import flat_words, load_stamped_h, publish, stamped_value
 
 GRID_BARRIER = r"""
 __device__ __forceinline__ void prnn_grid_barrier(unsigned int* counter, unsigned int target) {
@@ -82,17 +83,21 @@ __device__ __forceinline__ void prnn_dsmem_wait(void* bar, unsigned int parity, 
 }
 """
 
-#: where the barrier-check flag lives in the emulated kernel's workspace
-BARRIER_FLAG_WORD = WORKSPACE_WORDS - 1
-
-
 @T.macro
 def init_state(L, a, t):
-    """Each CTA copies its units (and batch rows) of h0 into slot 0 of hbuf and of c0 into yc."""
+    """Each CTA copies its units (and batch rows) of h0 into slot 0 of hbuf and of c0 into yc
+    (stamped words: h0 into copy 0, stamp 1, and stamp 0 into copy 1, `stamped_exchange.py`)."""
     for e in range((L.own_rows(a.n_b) * L.TW + L.NT - 1) // L.NT):
         if L.owns_state(t.cta, t.tx, e, a.n_b):
-            a.hb[0, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)] = a.h0[
-                L.dir_of(t.cta), batch_row(L.spec, "h0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)]
+            if L.stamped:
+                publish(L, a, 0, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e), a.h0[
+                    L.dir_of(t.cta), batch_row(L.spec, "h0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)],
+                    1)
+                publish(L, a, 1, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e),
+                        T.float32(0), 0)
+            else:
+                a.hb[0, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)] = a.h0[
+                    L.dir_of(t.cta), batch_row(L.spec, "h0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)]
             if L.lstm:
                 a.yc[L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)] = a.c0[
                     L.dir_of(t.cta), batch_row(L.spec, "c0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)]
@@ -113,6 +118,16 @@ def load_h(L, a, t, hs, slot, ch):
 
 
 @T.macro
+def h_into_shared(L, a, t, hs, s, slot, ch):
+    """Step s's exchange `slot` (h(t-1), or r * h(t-1)) of chunk ch into `hs`: from the stamped
+    words when the direction's CTAs exchange them (`stamped_exchange.py`), else `load_h`."""
+    if L.stamped:
+        load_stamped_h(L, a, t, hs, s, ch)
+    else:
+        load_h(L, a, t, hs, slot, ch)
+
+
+@T.macro
 def step_barrier(L, a, cta, index):
     """The one synchronisation per step: CTAs of one direction wait for each other (barrier
     `index`: each has arrived `index` times). It starts with the CTA's own __syncthreads: every
@@ -124,6 +139,16 @@ def step_barrier(L, a, cta, index):
                          T.Cast("uint32", index * L.CPD), source_code=GRID_BARRIER)
     elif L.cluster:  # barrier.cluster arrive (release) + wait (acquire): h(t) in global memory is visible
         T.cuda.cluster_sync()
+
+
+@T.macro
+def end_of_step(L, a, cta, index):
+    """The end of a step (or phase): barrier `index`, or with stamped words only the CTA's own
+    __syncthreads (the next step's reads wait on the words themselves)."""
+    if L.stamped:
+        T.tvm_storage_sync("shared")
+    else:
+        step_barrier(L, a, cta, index)
 
 
 @T.macro
@@ -186,6 +211,13 @@ def emulated_barrier(L, a, index):
 
 
 @T.macro
+def emulated_end_of_step(L, a, index):
+    """`end_of_step` in the CPU twin."""
+    if not L.stamped:
+        emulated_barrier(L, a, index)
+
+
+@T.macro
 def resident_states_out(L, a, t):
     """A resident CTA after its last step: each owner's h(t) into the exchange slot that
     `final_state` reads, and C(t) into yc (steps left both on chip)."""
@@ -201,14 +233,21 @@ def resident_states_out(L, a, t):
 
 @T.macro
 def final_state(L, a, t):
-    """Y_h from the exchange buffer; an empty sequence has zero final states (as ONNX Runtime)."""
+    """Y_h from the exchange buffer (stamped words: copy T % 2, stamp T + 1); an empty sequence
+    has zero final states (as ONNX Runtime)."""
     cta, tx = t.cta, t.tx  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
     for e in range((L.own_rows(a.n_b) * L.TW + L.NT - 1) // L.NT):
         if L.owns_state(cta, tx, e, a.n_b):
             b = L.state_row(cta, tx, e)
             j = L.state_unit(cta, tx, e)
-            a.yh[L.dir_of(cta), b, j] = T.if_then_else(a.lens[batch_row(L.spec, "lens", b)] > 0,
-                                                         a.hb[a.n_t % 2, L.dir_of(cta), b, j], T.float32(0))
+            if L.stamped:
+                flat = flat_words(L, a)
+                a.yh[L.dir_of(cta), b, j] = T.if_then_else(
+                    a.lens[batch_row(L.spec, "lens", b)] > 0,
+                    stamped_value(L, a, flat, a.n_t % 2, L.dir_of(cta), b, j, a.n_t + 1), T.float32(0))
+            else:
+                a.yh[L.dir_of(cta), b, j] = T.if_then_else(a.lens[batch_row(L.spec, "lens", b)] > 0,
+                                                             a.hb[a.n_t % 2, L.dir_of(cta), b, j], T.float32(0))
             if L.lstm:
                 if a.lens[batch_row(L.spec, "lens", b)] <= 0:
                     a.yc[L.dir_of(cta), b, j] = T.float32(0)

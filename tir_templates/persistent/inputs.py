@@ -8,7 +8,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .. import signature
-from .exchange import load_h
+from .exchange import h_into_shared
 
 
 def time_index(L, d, s, n_valid):
@@ -74,7 +74,7 @@ def chunk_inputs(L, a, t, hs, s, ch, slot, with_c):
     """A chunk's lengths and step-s inputs into registers, exchange `slot` into `hs`."""
     load_lengths(L, a, t, ch)
     fetch(L, a, t, t.xr, s, ch, with_c)
-    load_h(L, a, t, hs, slot, ch)
+    h_into_shared(L, a, t, hs, s, slot, ch)
 
 
 @T.macro

@@ -3,7 +3,8 @@
 Read `cta_program` top to bottom. Each CTA loads its slice of the weights once, then per step:
     inputs (step s+1's in flight) -> h(t-1) . R -> gates and state update -> publish h(t)
     -> one barrier across the direction's CTAs (or, in a dsmem cluster, h(t) sent into the
-       peers' shared memory and theirs awaited)
+       peers' shared memory and theirs awaited; with stamped words no barrier: the next step's
+       reads wait on each word's stamp)
 and finally writes the final states. Who owns which units and rows is `layout.py`; the dot
 products are `dots.py`; the updates `update.py` (and GRU linear_before_reset=0's two kernels);
 the barriers and the exchange of h `exchange.py`. `emulated.py` runs the same macros on the CPU.
@@ -24,7 +25,8 @@ from .buffers import Args, cta_buffers
 from .checks import check
 from .dot_fma import dot_and_reduce
 from .dots import dot_products, weights_in
-from .exchange import dsmem_exchange, dsmem_init, final_state, init_state, load_h, resident_states_out, step_barrier
+from .exchange import (dsmem_exchange, dsmem_init, end_of_step, final_state, h_into_shared, init_state, load_h,
+                       resident_states_out, step_barrier)
 from .gru_partial_sums import load_partial_weights, partial_update, publish_partials, reset_from_partials, tile_state
 from .gru_two_phase import candidate_phase, reset_phase
 from .inputs import advance, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
@@ -40,7 +42,7 @@ def one_step(L, a, t, sm, hs, hs_next, s):
     # step s+1's inputs (in flight all step), h(t-1) into shared memory (a resident CTA has it there)
     if hs_next is None:
         fetch(L, a, t, t.xn, s + 1, L.first_chunk(t.cta), False)
-        load_h(L, a, t, hs, s % 2, L.first_chunk(t.cta))
+        h_into_shared(L, a, t, hs, s, s % 2, L.first_chunk(t.cta))
         T.tvm_storage_sync("shared")
     else:
         fetch_valid(L, a, t, t.xn, s + 1)
@@ -55,7 +57,7 @@ def one_step(L, a, t, sm, hs, hs_next, s):
     elif hs_next is not None:
         T.tvm_storage_sync("shared")
     else:
-        step_barrier(L, a, t.cta, L.barrier_index(s, 1))
+        end_of_step(L, a, t.cta, L.barrier_index(s, 1))
 
 
 @T.macro
@@ -95,7 +97,7 @@ def chunked_phase(L, a, t, sm, s, phase):
         else:
             candidate_phase(L, a, t, sm.gs, s, ch)
         T.tvm_storage_sync("shared")
-    step_barrier(L, a, t.cta, L.barrier_index(s, max(phase, 1)))
+    end_of_step(L, a, t.cta, L.barrier_index(s, max(phase, 1)))
 
 
 @T.macro

@@ -21,6 +21,7 @@ BLOCK_M):
     F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
     BF16              ... those weights bf16 (else fp16)
     SENDS, RECV_BYTES  dsmem: 16-byte stores a CTA sends a step, bytes each CTA receives
+    WORDS             stamped: words of h(t-1) a thread loads a step
 """
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ class Layout:
         self.phases = 2 if two_phase(spec) and not self.partial_sums else 1
         self.grid = cfg.barrier(spec) == "grid"  # a direction's CTAs meet at a counter in global memory
         self.cluster = cfg.barrier(spec) == "cluster"  # ... or at the cluster's hardware barrier
+        self.stamped = bool(cfg.stamped)  # ... only once: then h(t-1) comes as stamped words (stamped_exchange.py)
+        self.WORDS = cfg.stamped_words(spec)
         self.VEC = 4 if self.H % 4 == 0 else 1
         self.resident = cfg.resident(spec)  # one CTA holds the direction: h stays in shared memory
         self.dsmem = bool(cfg.h_on_chip(spec) and self.cluster)  # ... or a cluster's CTAs send it to each other

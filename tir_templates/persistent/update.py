@@ -11,6 +11,7 @@ from tvm.script import tirx as T
 
 from .. import cells
 from .inputs import time_index
+from .stamped_exchange import publish
 
 
 def recurrent_parts(L, t, gs, e, bi, jl):
@@ -63,7 +64,9 @@ def update_pair(L, a, t, e, b, j, bi, d, hs, gs, s, hs_next):
     else:  # past this sequence's end: state carried, output zero
         t.hn[t.row, e] = hs[bi, j]
         a.y[s, d, b, j] = T.float32(0)
-    if hs_next is None:
+    if hs_next is None and L.stamped:
+        publish(L, a, (s + 1) % 2, d, b, j, t.hn[t.row, e], s + 2)
+    elif hs_next is None:
         a.hb[(s + 1) % 2, d, b, j] = t.hn[t.row, e]
     else:
         hs_next[bi, j] = t.hn[t.row, e]
@@ -72,6 +75,6 @@ def update_pair(L, a, t, e, b, j, bi, d, hs, gs, s, hs_next):
 @T.macro
 def update(L, a, t, hs, gs, s, ch, hs_next):
     """The owner of each pair keeps C(t) in its register and stores h(t) into Y and `hn`; then
-    into the exchange buffer (and C(t) into yc), or, when `hs_next` is not None (a resident CTA,
+    into the exchange buffer (stamped words: `stamped_exchange.py`; C(t) into yc), or, when `hs_next` is not None (a resident CTA,
     which needs neither until its last step: `resident_states_out`), into that shared copy of h."""
     each_owned_pair(L, a, t, ch, update_pair, hs, gs, s, hs_next)

@@ -16,35 +16,8 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ..persistent.exchange import BARRIER_FLAG_WORD
-
-STORE = r"""
-__device__ __forceinline__ void prnn_stamped_store(float* at, float value, unsigned int stamp) {
-  // value and stamp in one 8-byte store: a reader sees both or neither
-  unsigned long long word = ((unsigned long long)stamp << 32) | (unsigned long long)__float_as_uint(value);
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(at), "l"(word) : "memory");
-}
-"""
-ISSUE = r"""
-__device__ __forceinline__ unsigned long long prnn_stamped_issue(float* at) {
-  // the word as L2 holds it now (its use, in settle, waits for it; other loads go out meanwhile)
-  unsigned long long word;
-  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(at) : "memory");
-  return word;
-}
-"""
-SETTLE = r"""
-__device__ __forceinline__ float prnn_stamped_settle(unsigned long long word, float* at, unsigned int stamp) {
-  // the value of `word`, reloaded until it carries `stamp`; ~30 s without it traps, never hangs
-  long long start = clock64();
-  while ((unsigned int)(word >> 32) != stamp) {
-    if (clock64() - start > (1LL << 36)) __trap();
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(at) : "memory");
-  }
-  return __uint_as_float((unsigned int)(word & 0xffffffffull));
-}
-"""
-
+from ..signature import BARRIER_FLAG_WORD
+from ..stamped_words import ISSUE, SETTLE, STORE
 
 @T.macro
 def store(S, a, layer, t, b, j, value):

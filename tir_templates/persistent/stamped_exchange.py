@@ -1,0 +1,102 @@
+"""h between the CTAs of a grid direction as stamped words (`Config.stamped`): no barrier a step.
+
+Each owner publishes h(t)[b, j] as one 8-byte word, the value beside the stamp t + 2, into copy
+(t + 1) % 2 of the words (`stamped_words.py`); step t + 1 reads every word of that copy and
+spins only on one whose stamp is not there yet. So a step ends with the CTA's own
+`__syncthreads`, not a grid barrier: the barrier's release fence, atomic and poll, and the
+second trip to L2 that follows them, leave the step.
+
+Copy 0 holds h0 with stamp 1, copy 1 the stamp 0 (no step's), both written by their owners before
+the launch's one grid barrier: a word from an earlier launch can never carry a stamp a reader
+waits for. No word is overwritten while a reader may still want it: the writer of h(t + 1) into a
+copy has read every CTA's h(t), which each CTA published only after reading h(t - 1) from that copy.
+
+The words sit in the exchange buffer (`Config.exchange_slots`: two slots a copy), read through a
+flat view: word w = ((copy * D + d) * B + b) * H + j, its value at float 2w and its stamp at 2w + 1.
+The CPU twin stores the stamp as a float and flags a read whose stamp is not the expected one
+(the GPU would spin forever, or the twin's order of CTAs hides a race).
+"""
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from ..signature import BARRIER_FLAG_WORD
+from ..stamped_words import ISSUE, SETTLE, STORE
+
+
+def flat_words(L, a):
+    """The exchange buffer as one flat float array (both copies of the words)."""
+    return T.decl_buffer((L.SLOTS * L.D * a.n_b * L.H,), "float32", data=a.hb.data)
+
+
+def word(L, a, copy, d, b, j):
+    """Index of h[b, j]'s word of direction d in `copy` (its value at 2 * word)."""
+    return ((copy * L.D + d) * a.n_b + b) * L.H + j
+
+
+@T.macro
+def publish(L, a, copy, d, b, j, value, stamp):
+    """h[b, j] of direction d = value, stamped `stamp`, into `copy`."""
+    flat = flat_words(L, a)
+    if L.emulate:
+        flat[2 * word(L, a, copy, d, b, j)] = value
+        flat[2 * word(L, a, copy, d, b, j) + 1] = T.Cast("float32", stamp)
+    else:
+        T.cuda.func_call("prnn_stamped_store", T.address_of(flat[2 * word(L, a, copy, d, b, j)]), value,
+                         T.Cast("uint32", stamp), source_code=STORE)
+
+
+def stamped_value(L, a, flat, copy, d, b, j, stamp):
+    """The value of h[b, j]'s word once it carries `stamp` (the twin: the value as stored)."""
+    at = 2 * word(L, a, copy, d, b, j)
+    if L.emulate:
+        return flat[at]
+    issued = T.cuda.func_call("prnn_stamped_issue", T.address_of(flat[at]), source_code=ISSUE, return_type="uint64")
+    return T.cuda.func_call("prnn_stamped_settle", issued, T.address_of(flat[at]), T.Cast("uint32", stamp),
+                            source_code=SETTLE, return_type="float32")
+
+
+@T.macro
+def check_stamp(L, a, flat, copy, d, b, j, stamp):
+    """The twin: flag a read of h[b, j] whose word does not carry `stamp`."""
+    if L.emulate:
+        if flat[2 * word(L, a, copy, d, b, j) + 1] != T.Cast("float32", stamp):
+            a.ws[BARRIER_FLAG_WORD] = T.uint32(1)
+
+
+@T.macro
+def load_stamped_h(L, a, t, hs, s, ch):
+    """h(t-1) of chunk ch's batch rows (all H units) into `hs` for step s: copy s % 2 of the words,
+    stamp s + 1. A thread's words go out together, those that came back early go out again
+    together, and only then is each settled (reloaded until its stamp is there)."""
+    cta = t.cta  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
+    d = L.dir_of(cta)
+    flat = flat_words(L, a)
+    rows = T.min(a.n_b - ch * L.BC, T.int64(L.BC))
+    if L.emulate:
+        for e in range(L.WORDS):
+            if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
+                i = e * L.NT + t.tx
+                hs[i // L.H, i % L.H] = stamped_value(L, a, flat, s % 2, d, ch * L.BC + i // L.H, i % L.H, s + 1)
+                check_stamp(L, a, flat, s % 2, d, ch * L.BC + i // L.H, i % L.H, s + 1)
+    else:
+        raw = T.alloc_buffer((L.WORDS,), "uint64", scope="local")
+        for e in T.unroll(L.WORDS):
+            if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
+                raw[e] = T.cuda.func_call(
+                    "prnn_stamped_issue", T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + (e * L.NT + t.tx) // L.H,
+                                                                      (e * L.NT + t.tx) % L.H)]),
+                    source_code=ISSUE, return_type="uint64")
+        for e in T.unroll(L.WORDS):
+            if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
+                if T.Cast("uint32", T.shift_right(raw[e], T.uint64(32))) != T.Cast("uint32", s + 1):
+                    raw[e] = T.cuda.func_call(
+                        "prnn_stamped_issue", T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + (e * L.NT + t.tx) // L.H,
+                                                                          (e * L.NT + t.tx) % L.H)]),
+                        source_code=ISSUE, return_type="uint64")
+        for e in T.unroll(L.WORDS):
+            if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
+                hs[(e * L.NT + t.tx) // L.H, (e * L.NT + t.tx) % L.H] = T.cuda.func_call(
+                    "prnn_stamped_settle", raw[e],
+                    T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + (e * L.NT + t.tx) // L.H, (e * L.NT + t.tx) % L.H)]),
+                    T.Cast("uint32", s + 1), source_code=SETTLE, return_type="float32")
