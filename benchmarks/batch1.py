@@ -26,11 +26,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import persist_rnn  # noqa: E402
 from persist_rnn.bench import cuda_ms, cudnn_ms, interleaved_ms, strict_fp32_case, vm_call  # noqa: E402
 from persist_rnn.transform import persistent_rnn  # noqa: E402
-from tir_templates.config import Config  # noqa: E402
+from tir_templates.config import Config, stamped_problems  # noqa: E402
+from tir_templates.spec import CellSpec  # noqa: E402
 
 GRID = [(cell, h, 1) for cell in ("LSTM", "GRU") for h in (64, 256, 1024)] + [
     (cell, 256, b) for cell in ("LSTM", "GRU") for b in (10, 20)]
 SHIPPED_LOG = os.path.join(os.path.dirname(__file__), "..", "docs", "data", "tune-h100.jsonl")
+
+
+def model_spec(cell, hidden):
+    """The layer `strict_fp32_case` builds (input size = hidden size), as the template sees it."""
+    return CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU")
 
 
 def layer_row(cell, hidden, batch, retune, seq_len=100):
@@ -42,8 +48,9 @@ def layer_row(cell, hidden, batch, retune, seq_len=100):
     row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len}
     builds = {"tuned": persist_rnn.compile(model, "cuda", tuning_log=SHIPPED_LOG)}
     cfg = Config.from_dict(builds["tuned"].report()[0].config)
-    if hidden // cfg.tile_units > 1 and not cfg.cluster and not cfg.tensor_cores():  # a grid: h(t-1) as stamped words
-        builds["stamped"] = persist_rnn.compile(model, "cuda", config=dataclasses.replace(cfg, stamped=True))
+    stamped = dataclasses.replace(cfg, stamped=True)
+    if hidden // cfg.tile_units > 1 and not cfg.cluster and not stamped_problems(model_spec(cell, hidden), stamped):
+        builds["stamped"] = persist_rnn.compile(model, "cuda", config=stamped)  # a grid: h(t-1) as stamped words
     if cfg.cluster:
         builds["dsmem"] = persist_rnn.compile(model, "cuda", config=dataclasses.replace(cfg, dsmem=True))
         with mock.patch.object(persistent_rnn, "EARLY_LAUNCH_BARRIERS", ("cta",)):  # as before: no early launch
