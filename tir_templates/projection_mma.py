@@ -64,17 +64,8 @@ def c_fragment(lane, reg):
     return lane // 4 + 8 * (reg // 2), 2 * (lane % 4) + reg % 2
 
 
-def prefetch_depth_for(K: int) -> int:
-    """k-tiles a CTA keeps in flight: 4 where K spans a multiple of 4 k-tiles of at least 8 (a few
-    CTAs of few rows wait on each tile's loads from memory, which one tile of mma cannot hide),
-    else 1."""
-    tiles = (K + BK - 1) // BK
-    return 4 if tiles >= 8 and tiles % 4 == 0 else 1
-
-
-def _launch(K: int, N: int, precision: str, emulate: bool, DEPTH: int = 1):
-    """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially:
-    `emulate`), DEPTH k-tiles' global loads in flight (each in its own register set)."""
+def _launch(K: int, N: int, precision: str, emulate: bool):
+    """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`)."""
     staging = gemm_staging(K, N, BM, BN, BK, NT)
     fetch, stage, VN = staging.fetch, staging.stage, staging.VN
     A_LOADS, B_LOADS, VK = staging.A_LOADS, staging.B_LOADS, staging.VK
@@ -130,31 +121,19 @@ def _launch(K: int, N: int, precision: str, emulate: bool, DEPTH: int = 1):
         a_s = T.alloc_buffer((BK, BM + PAD), "float32", scope="shared")
         b_s = T.alloc_buffer((BK, BN + PAD), "float32", scope="shared")
         acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
-        ra = T.alloc_buffer((DEPTH, A_LOADS * VK), "float32", scope="local")
-        rb = T.alloc_buffer((DEPTH, B_LOADS * VN), "float32", scope="local")
+        ra = T.alloc_buffer((1, A_LOADS * VK), "float32", scope="local")
+        rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
         T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
         for a in T.unroll(MT * NTL * 4):
             acc[a] = T.float32(0)
-        if DEPTH == 1:
-            fetch(x, w, ra, rb, 0, by, bx, t, 0, n_m)
-            for kt in range(KT):
-                stage(a_s, b_s, ra, rb, 0, t)
-                T.tvm_storage_sync("shared")
-                if kt + 1 < KT:  # the next tile's loads are in flight during this tile's mma
-                    fetch(x, w, ra, rb, 0, by, bx, t, kt + 1, n_m)
-                warp_products(a_s, b_s, acc, t)
-                T.tvm_storage_sync("shared")
-        else:  # DEPTH k-tiles in flight, each in its own register set (KT a multiple of DEPTH)
-            for d in T.unroll(DEPTH):
-                fetch(x, w, ra, rb, d, by, bx, t, d, n_m)
-            for k0 in range(KT // DEPTH):
-                for d in T.unroll(DEPTH):
-                    stage(a_s, b_s, ra, rb, d, t)
-                    T.tvm_storage_sync("shared")
-                    if k0 * DEPTH + d + DEPTH < KT:  # the set just staged takes the tile DEPTH ahead
-                        fetch(x, w, ra, rb, d, by, bx, t, k0 * DEPTH + d + DEPTH, n_m)
-                    warp_products(a_s, b_s, acc, t)
-                    T.tvm_storage_sync("shared")
+        fetch(x, w, ra, rb, 0, by, bx, t, 0, n_m)
+        for kt in range(KT):
+            stage(a_s, b_s, ra, rb, 0, t)
+            T.tvm_storage_sync("shared")
+            if kt + 1 < KT:  # the next tile's loads are in flight during this tile's mma
+                fetch(x, w, ra, rb, 0, by, bx, t, kt + 1, n_m)
+            warp_products(a_s, b_s, acc, t)
+            T.tvm_storage_sync("shared")
         store(out, b, acc, by, bx, t, n_m)
 
     def operand(v):
@@ -188,19 +167,16 @@ def _launch(K: int, N: int, precision: str, emulate: bool, DEPTH: int = 1):
     return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
 
 
-def _build(K: int, N: int, precision: str, emulate: bool, depth: int = 1) -> tvm.tirx.PrimFunc:
+def _build(K: int, N: int, precision: str, emulate: bool) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
-    if depth > 1 and ((K + BK - 1) // BK) % depth:
-        raise ValueError(f"prefetch depth {depth}: K={K}'s {(K + BK - 1) // BK} k-tiles are not a multiple of it")
-    info = {"mma": precision, **({"prefetch": depth} if depth > 1 else {})}
-    return gemm_func(K, N, _launch(K, N, precision, emulate, depth), info)
+    return gemm_func(K, N, _launch(K, N, precision, emulate), {"mma": precision})
 
 
-def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", depth: int = 1) -> tvm.tirx.PrimFunc:
+def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
-    accuracy; "tf32"), `depth` k-tiles' loads in flight (`prefetch_depth_for`)."""
-    return _build(K, N, precision, False, depth)
+    accuracy; "tf32")."""
+    return _build(K, N, precision, emulate=False)
 
 
 def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
