@@ -7,7 +7,8 @@ For each layer (T=100, input = hidden, B=1) and each config (`before`: the shipp
 stamped words where it is a grid config):
 - the layer through TVM's VM, and its kernels' own durations from a CUPTI trace (the input
   projection GEMM, the persistent kernel, any zeroing kernel);
-- the persistent kernel alone at T=100 and T=1000, the slope its time per step, three ways:
+- the persistent kernel alone at T=100, 400 and 1000, the least-squares slope its time per step,
+  three ways:
   `full`; `no_dot` (the dot products left out: their time is full - no_dot); `bare` (the cell's
   gates left out too: each unit's h(t) is its first gate sum plus its input; their time is
   no_dot - bare). What `bare` keeps is the step's skeleton: next inputs, h(t-1) in (the barrier
@@ -42,7 +43,7 @@ from tir_templates.spec import CellSpec  # noqa: E402
 
 SHIPPED_LOG = os.path.join(os.path.dirname(__file__), "..", "docs", "data", "tune-h100.jsonl")
 LAYERS = [("LSTM", 256), ("GRU", 256), ("LSTM", 1024), ("GRU", 1024)]
-STEPS = (100, 1000)
+STEPS = (100, 400, 1000)
 
 
 @T.macro
@@ -85,13 +86,14 @@ def ablated_kernel(spec: CellSpec, cfg: Config, variant: str):
 
 
 def step_times(spec: CellSpec, cfg: Config, dev, target) -> dict:
-    """Microseconds per step (the slope between T=100 and T=1000) and at T=100, of each variant."""
+    """Microseconds per step (the slope of a line through T = STEPS) and at each T, of each variant."""
     out = {}
     for variant in ("full", "no_dot", "bare"):
         lib = build_kernel(ablated_kernel(spec, cfg, variant), target)
-        us = [time_kernel(lib, dev, kernel_arrays(spec, 1, n, slots=cfg.exchange_slots(spec))) for n in STEPS]
-        out[f"{variant}_step_us"] = (us[1] - us[0]) / (STEPS[1] - STEPS[0])
+        us = [time_kernel(lib, dev, kernel_arrays(spec, 1, n, slots=cfg.exchange_slots(spec)), repeats=9) for n in STEPS]
+        out[f"{variant}_step_us"] = float(np.polyfit(STEPS, us, 1)[0])
         out[f"{variant}_t100_us"] = us[0]
+        out[f"{variant}_us"] = us
     out["dot_us"] = out["full_step_us"] - out["no_dot_step_us"]
     out["gates_us"] = out["no_dot_step_us"] - out["bare_step_us"]
     out["skeleton_us"] = out["bare_step_us"]
