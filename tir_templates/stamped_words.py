@@ -32,17 +32,3 @@ __device__ __forceinline__ float prnn_stamped_settle(unsigned long long word, fl
   return __uint_as_float((unsigned int)(word & 0xffffffffull));
 }
 """
-SETTLE_BACKOFF = r"""
-__device__ __forceinline__ float prnn_stamped_settle_backoff(unsigned long long word, float* at, unsigned int stamp) {
-  // `prnn_stamped_settle`, pausing ~32 ns before each reload: every CTA of a layer polls every word,
-  // and without a pause their polls crowd the writer's own loads and stores at L2 (a late CTA
-  // stays late, and the steps slow down over a long sequence)
-  long long start = clock64();
-  while ((unsigned int)(word >> 32) != stamp) {
-    if (clock64() - start > (1LL << 36)) __trap();
-    __nanosleep(32);
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(at) : "memory");
-  }
-  return __uint_as_float((unsigned int)(word & 0xffffffffull));
-}
-"""

@@ -2,7 +2,7 @@
 
 Each owner publishes h(t)[b, j] as one 8-byte word, the value beside the stamp t + 2, into copy
 (t + 1) % 2 of the words (`stamped_words.py`); step t + 1 reads every word of that copy and
-spins only on one whose stamp is not there yet, pausing between polls. So a step ends with the CTA's own
+spins only on one whose stamp is not there yet. So a step ends with the CTA's own
 `__syncthreads`, not a grid barrier: the barrier's release fence, atomic and poll, and the
 second trip to L2 that follows them, leave the step.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from ..signature import BARRIER_FLAG_WORD
-from ..stamped_words import ISSUE, SETTLE_BACKOFF, STORE
+from ..stamped_words import ISSUE, SETTLE, STORE
 
 
 def flat_words(L, a):
@@ -52,8 +52,8 @@ def stamped_value(L, a, flat, copy, d, b, j, stamp):
     if L.emulate:
         return flat[at]
     issued = T.cuda.func_call("prnn_stamped_issue", T.address_of(flat[at]), source_code=ISSUE, return_type="uint64")
-    return T.cuda.func_call("prnn_stamped_settle_backoff", issued, T.address_of(flat[at]), T.Cast("uint32", stamp),
-                            source_code=SETTLE_BACKOFF, return_type="float32")
+    return T.cuda.func_call("prnn_stamped_settle", issued, T.address_of(flat[at]), T.Cast("uint32", stamp),
+                            source_code=SETTLE, return_type="float32")
 
 
 @T.macro
@@ -97,6 +97,6 @@ def load_stamped_h(L, a, t, hs, s, ch):
         for e in T.unroll(L.WORDS):
             if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
                 hs[(e * L.NT + t.tx) // L.H, (e * L.NT + t.tx) % L.H] = T.cuda.func_call(
-                    "prnn_stamped_settle_backoff", raw[e],
+                    "prnn_stamped_settle", raw[e],
                     T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + (e * L.NT + t.tx) // L.H, (e * L.NT + t.tx) % L.H)]),
-                    T.Cast("uint32", s + 1), source_code=SETTLE_BACKOFF, return_type="float32")
+                    T.Cast("uint32", s + 1), source_code=SETTLE, return_type="float32")
