@@ -23,6 +23,16 @@ from tvm.script import tirx as T
 from ..signature import BARRIER_FLAG_WORD
 from ..stamped_words import ISSUE, SETTLE, STORE
 
+CLOCK = r"""
+__device__ __forceinline__ long long prnn_clock() { return clock64(); }
+"""
+SPIN_CHECK = r"""
+__device__ __forceinline__ void prnn_spin_check(long long since) {
+  // ~30 s of rounds since `since` without every word's stamp: a writer never came; fail, never hang
+  if (clock64() - since > (1LL << 36)) __trap();
+}
+"""
+
 
 def flat_words(L, a):
     """The exchange buffer as one flat float array (both copies of the words)."""
@@ -67,8 +77,9 @@ def check_stamp(L, a, flat, copy, d, b, j, stamp):
 @T.macro
 def load_stamped_h(L, a, t, hs, s, ch):
     """h(t-1) of chunk ch's batch rows (all H units) into `hs` for step s: copy s % 2 of the words,
-    stamp s + 1. A thread's words go out together, those that came back early go out again
-    together, and only then is each settled (reloaded until its stamp is there)."""
+    stamp s + 1. A thread's words go out together; then, round by round, those that came back
+    without their stamp go out again together, until none is missing: each round costs one trip
+    to L2 however many words are late (settling them one at a time would cost a trip per word)."""
     cta = t.cta  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
     d = L.dir_of(cta)
     flat = flat_words(L, a)
@@ -81,22 +92,28 @@ def load_stamped_h(L, a, t, hs, s, ch):
                 check_stamp(L, a, flat, s % 2, d, ch * L.BC + i // L.H, i % L.H, s + 1)
     else:
         raw = T.alloc_buffer((L.WORDS,), "uint64", scope="local")
+        late = T.alloc_buffer((1,), "int32", scope="local")
+        since = T.alloc_buffer((1,), "int64", scope="local")
         for e in T.unroll(L.WORDS):
             if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
                 raw[e] = T.cuda.func_call(
                     "prnn_stamped_issue", T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + (e * L.NT + t.tx) // L.H,
                                                                       (e * L.NT + t.tx) % L.H)]),
                     source_code=ISSUE, return_type="uint64")
+        since[0] = T.cuda.func_call("prnn_clock", source_code=CLOCK, return_type="int64")
+        late[0] = 1
+        while late[0] == 1:  # a round: every word still without its stamp loaded again, together
+            late[0] = 0
+            for e in T.unroll(L.WORDS):
+                if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
+                    if T.Cast("uint32", T.shift_right(raw[e], T.uint64(32))) != T.Cast("uint32", s + 1):
+                        raw[e] = T.cuda.func_call(
+                            "prnn_stamped_issue",
+                            T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + (e * L.NT + t.tx) // L.H,
+                                                       (e * L.NT + t.tx) % L.H)]),
+                            source_code=ISSUE, return_type="uint64")
+                        late[0] = 1
+            T.cuda.func_call("prnn_spin_check", since[0], source_code=SPIN_CHECK)
         for e in T.unroll(L.WORDS):
             if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
-                if T.Cast("uint32", T.shift_right(raw[e], T.uint64(32))) != T.Cast("uint32", s + 1):
-                    raw[e] = T.cuda.func_call(
-                        "prnn_stamped_issue", T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + (e * L.NT + t.tx) // L.H,
-                                                                          (e * L.NT + t.tx) % L.H)]),
-                        source_code=ISSUE, return_type="uint64")
-        for e in T.unroll(L.WORDS):
-            if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
-                hs[(e * L.NT + t.tx) // L.H, (e * L.NT + t.tx) % L.H] = T.cuda.func_call(
-                    "prnn_stamped_settle", raw[e],
-                    T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + (e * L.NT + t.tx) // L.H, (e * L.NT + t.tx) % L.H)]),
-                    T.Cast("uint32", s + 1), source_code=SETTLE, return_type="float32")
+                hs[(e * L.NT + t.tx) // L.H, (e * L.NT + t.tx) % L.H] = T.reinterpret("float32", T.Cast("uint32", raw[e]))
