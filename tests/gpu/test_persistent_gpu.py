@@ -351,7 +351,7 @@ def test_split_k_projection_matches_numpy_on_gpu(precision):
         x, w, b = operands(M, K, N)
         got = relax.VirtualMachine(ex, dev)["main"](*(tvm.runtime.tensor(a, dev) for a in (x, w, b))).numpy()
         want = x.astype("float64") @ w + b
-        assert np.abs(got - want).max() <= (1e-5 if precision == "3xtf32" else PRECISION_TOLERANCE["tf32"]) * np.abs(
+        assert np.abs(got - want).max() <= PRECISION_TOLERANCE["fp32" if precision == "3xtf32" else "tf32"] * np.abs(
             want).max(), (M, K, N)
 
 
