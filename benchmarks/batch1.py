@@ -4,7 +4,7 @@ For each layer, in one run: our layer as the shipped tuning log builds it (`tune
 config with h exchanged through distributed shared memory where it is a cluster config (`dsmem`;
 `dsmem_late`: the same, not launched during the input GEMM), or reading h(t-1) as stamped words
 where it is a grid config (`stamped`; `stamped_gemm_1_group`: the same with the few-row
-tensor-core GEMM in one group of 4 warps, as before), and, with --retune, the tuner's pick over
+tensor-core GEMM in one group of 4 warps loading one k-tile ahead, as before), and, with --retune, the tuner's pick over
 the whole space with dsmem and stamped words allowed (`retuned`), timed in turn (`bench.interleaved_ms`); torch's cuDNN layer in a CUDA graph with TF32 off; and cuDNN's
 four algorithms called directly with strict fp32 math (`cudnn_direct.py`), each checked against
 torch's output first. One JSON line per layer.

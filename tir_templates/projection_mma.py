@@ -64,18 +64,25 @@ def c_fragment(lane, reg):
     return lane // 4 + 8 * (reg // 2), 2 * (lane % 4) + reg % 2
 
 
+def prefetch_depth_for(K: int, k_groups: int) -> int:
+    """k-tiles whose loads a CTA keeps in flight: 4 with groups of warps where K spans a multiple of
+    4 k-tiles (the groups' shorter rounds leave the loads' latency exposed), else 1."""
+    tiles = (K + BK - 1) // BK
+    return 4 if k_groups > 1 and tiles % 4 == 0 else 1
+
+
 def k_groups_for(K: int) -> int:
     """Groups of 4 warps that split each round's columns of K (`_launch`): 4 where K is long
     (few rows leave one CTA on an SM, whose 4 warps alone wait on each other's latencies), else 1."""
     return 4 if K >= 512 else 1
 
 
-def _launch(K: int, N: int, precision: str, emulate: bool, KG: int = 1):
+def _launch(K: int, N: int, precision: str, emulate: bool, KG: int = 1, DEPTH: int = 1):
     """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`).
     With KG > 1 groups of 4 warps, group g takes the g-th BK / KG of each round's BK columns of K,
     into accumulators of its own; at the end the groups 1.. leave theirs in shared memory in turn
     and group 0 adds them up and stores (one CTA per tile still, KG times the warps, 16 KiB more
-    shared memory)."""
+    shared memory). DEPTH k-tiles' global loads are in flight at once (KT a multiple of DEPTH)."""
     NTK = NT * KG  # threads of the CTA
     BKR = BK  # columns of K a round stages
     staging = gemm_staging(K, N, BM, BN, BKR, NTK)
@@ -158,19 +165,31 @@ def _launch(K: int, N: int, precision: str, emulate: bool, KG: int = 1):
         a_s = T.alloc_buffer((BKR, BM + PAD), "float32", scope="shared")
         b_s = T.alloc_buffer((BKR, BN + PAD), "float32", scope="shared")
         acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
-        ra = T.alloc_buffer((1, A_LOADS * VK), "float32", scope="local")
-        rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
+        ra = T.alloc_buffer((DEPTH, A_LOADS * VK), "float32", scope="local")
+        rb = T.alloc_buffer((DEPTH, B_LOADS * VN), "float32", scope="local")
         T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
         for a in T.unroll(MT * NTL * 4):
             acc[a] = T.float32(0)
-        fetch(x, w, ra, rb, 0, by, bx, t, 0, n_m)
-        for kt in range(KT):
-            stage(a_s, b_s, ra, rb, 0, t)
-            T.tvm_storage_sync("shared")
-            if kt + 1 < KT:  # the next tile's loads are in flight during this tile's mma
-                fetch(x, w, ra, rb, 0, by, bx, t, kt + 1, n_m)
-            warp_products(a_s, b_s, acc, t)
-            T.tvm_storage_sync("shared")
+        if DEPTH == 1:
+            fetch(x, w, ra, rb, 0, by, bx, t, 0, n_m)
+            for kt in range(KT):
+                stage(a_s, b_s, ra, rb, 0, t)
+                T.tvm_storage_sync("shared")
+                if kt + 1 < KT:  # the next tile's loads are in flight during this tile's mma
+                    fetch(x, w, ra, rb, 0, by, bx, t, kt + 1, n_m)
+                warp_products(a_s, b_s, acc, t)
+                T.tvm_storage_sync("shared")
+        else:  # DEPTH k-tiles' loads in flight, each in a register set of its own
+            for d in T.unroll(DEPTH):
+                fetch(x, w, ra, rb, d, by, bx, t, d, n_m)
+            for k0 in range(KT // DEPTH):
+                for d in T.unroll(DEPTH):
+                    stage(a_s, b_s, ra, rb, d, t)
+                    T.tvm_storage_sync("shared")
+                    if k0 * DEPTH + d + DEPTH < KT:  # the set just staged takes the tile DEPTH ahead
+                        fetch(x, w, ra, rb, d, by, bx, t, k0 * DEPTH + d + DEPTH, n_m)
+                    warp_products(a_s, b_s, acc, t)
+                    T.tvm_storage_sync("shared")
         if KG > 1:
             sums_of_groups(acc, t)
             if t < NT:
@@ -209,19 +228,23 @@ def _launch(K: int, N: int, precision: str, emulate: bool, KG: int = 1):
     return tile_grid(N, BM, BN, NTK, block_program, emulated_blocks, emulate)
 
 
-def _build(K: int, N: int, precision: str, emulate: bool, k_groups: int) -> tvm.tirx.PrimFunc:
+def _build(K: int, N: int, precision: str, emulate: bool, k_groups: int, depth: int) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
-    info = {"mma": precision, **({"k_groups": k_groups} if k_groups > 1 else {})}
-    return gemm_func(K, N, _launch(K, N, precision, emulate, k_groups), info)
+    if ((K + BK - 1) // BK) % depth:
+        raise ValueError(f"prefetch depth {depth}: K={K}'s {(K + BK - 1) // BK} k-tiles are not a multiple of it")
+    info = {"mma": precision, **({"k_groups": k_groups} if k_groups > 1 else {}), **({"prefetch": depth} if depth > 1 else {})}
+    return gemm_func(K, N, _launch(K, N, precision, emulate, k_groups, depth), info)
 
 
-def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", k_groups: int = 1) -> tvm.tirx.PrimFunc:
+def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", k_groups: int = 1, depth: int = 1) -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
-    accuracy; "tf32"), each round's columns of K split over `k_groups` groups of 4 warps."""
-    return _build(K, N, precision, False, k_groups)
+    accuracy; "tf32"), each round's columns of K split over `k_groups` groups of 4 warps, `depth`
+    k-tiles' loads in flight."""
+    return _build(K, N, precision, False, k_groups, depth)
 
 
-def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", k_groups: int = 1) -> tvm.tirx.PrimFunc:
+def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", k_groups: int = 1,
+                                   depth: int = 1) -> tvm.tirx.PrimFunc:
     """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""
-    return _build(K, N, precision, True, k_groups)
+    return _build(K, N, precision, True, k_groups, depth)
