@@ -2,10 +2,9 @@
 
 For each layer, in one run: our layer as the shipped tuning log builds it (`tuned`), the same
 config with h exchanged through distributed shared memory where it is a cluster config (`dsmem`;
-`dsmem_late`: the same, not launched during the input GEMM), or reading h(t-1) as stamped words
-where it is a grid config (`stamped`; `stamped_gemm_1_group`: the same with the few-row
-tensor-core GEMM in one group of 4 warps loading one k-tile ahead, as before), and, with --retune, the tuner's pick over
-the whole space with dsmem and stamped words allowed (`retuned`), timed in turn (`bench.interleaved_ms`); torch's cuDNN layer in a CUDA graph with TF32 off; and cuDNN's
+`stamped`: the same config reading h(t-1) as stamped words where it is a grid config;
+`dsmem_late`: the same, not launched during the input GEMM), and, with --retune, the tuner's pick over the whole space with dsmem allowed (`retuned`), timed in
+turn (`bench.interleaved_ms`); torch's cuDNN layer in a CUDA graph with TF32 off; and cuDNN's
 four algorithms called directly with strict fp32 math (`cudnn_direct.py`), each checked against
 torch's output first. One JSON line per layer.
 
@@ -52,8 +51,6 @@ def layer_row(cell, hidden, batch, retune, seq_len=100):
     stamped = dataclasses.replace(cfg, stamped=True)
     if hidden // cfg.tile_units > 1 and not cfg.cluster and not stamped_problems(model_spec(cell, hidden), stamped):
         builds["stamped"] = persist_rnn.compile(model, "cuda", config=stamped)  # a grid: h(t-1) as stamped words
-        with mock.patch.object(persistent_rnn, "k_groups_for", lambda K: 1):  # as before: one group of warps
-            builds["stamped_gemm_1_group"] = persist_rnn.compile(model, "cuda", config=stamped)
     if cfg.cluster:
         builds["dsmem"] = persist_rnn.compile(model, "cuda", config=dataclasses.replace(cfg, dsmem=True))
         with mock.patch.object(persistent_rnn, "EARLY_LAUNCH_BARRIERS", ("cta",)):  # as before: no early launch

@@ -6,8 +6,7 @@ against the tiled template with each tile, on the grid's shapes (M = T*B, K = I,
 
 One JSON line per shape: microseconds per call through TVM's VM (key "None": the default
 schedule; else the tile, BM x BN x thread tile [x k-slice], or "mma": the tensor-core GEMM at
-3xTF32, "mmaGxD" with each round's columns of K split over G groups of warps and D k-tiles' loads
-in flight), the kernel's own median duration in a CUPTI
+3xTF32), the kernel's own median duration in a CUPTI
 trace (key + "_gpu"; a short GEMM's VM call is bound by the VM's dispatch) and each one's max
 error relative to a float64 numpy product. Needs
 torch (CUDA events) and a GPU.
@@ -38,9 +37,7 @@ def time_variant(M, K, N, tile, operands):
     import tvm
     from tvm import relax
 
-    func = (projection_reference(K, N) if tile is None
-            else projection_mma_kernel(K, N, "3xtf32", *(int(v) for v in (tile[3:] or "1x1").split("x")))
-            if str(tile).startswith("mma")
+    func = (projection_reference(K, N) if tile is None else projection_mma_kernel(K, N, "3xtf32") if tile == "mma"
             else projection_kernel(K, N, tile))
     with tvm.transform.PassContext(opt_level=3):
         ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
@@ -60,7 +57,7 @@ def main():
     ap.add_argument("--shapes", nargs="+", help="M x K x N of each GEMM (default: the grid's)")
     ap.add_argument("--no-default", action="store_true", help="skip TVM's default schedule")
     args = ap.parse_args()
-    tiles = ([] if args.no_default else [None]) + [t if t.startswith("mma") else tuple(int(v) for v in t.split("x"))
+    tiles = ([] if args.no_default else [None]) + [t if t == "mma" else tuple(int(v) for v in t.split("x"))
                                                    for t in args.tiles]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
     for M, K, N in shapes:

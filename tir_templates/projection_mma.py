@@ -64,46 +64,19 @@ def c_fragment(lane, reg):
     return lane // 4 + 8 * (reg // 2), 2 * (lane % 4) + reg % 2
 
 
-def prefetch_depth_for(K: int, k_groups: int) -> int:
-    """k-tiles whose loads a CTA keeps in flight: 4 with groups of warps where K spans a multiple of
-    4 k-tiles (the groups' shorter rounds leave the loads' latency exposed), else 1."""
-    tiles = (K + BK - 1) // BK
-    return 4 if k_groups > 1 and tiles % 4 == 0 else 1
-
-
-def k_groups_for(K: int) -> int:
-    """Groups of 4 warps that split each round's columns of K (`_launch`): 4 where K is long
-    (few rows leave one CTA on an SM, whose 4 warps alone wait on each other's latencies), else 1."""
-    return 4 if K >= 512 else 1
-
-
-def _launch(K: int, N: int, precision: str, emulate: bool, KG: int = 1, DEPTH: int = 1):
-    """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`).
-    With KG > 1 groups of 4 warps, group g takes the g-th BK / KG of each round's BK columns of K,
-    into accumulators of its own; at the end the groups 1.. leave theirs in shared memory in turn
-    and group 0 adds them up and stores (one CTA per tile still, KG times the warps, 16 KiB more
-    shared memory). DEPTH k-tiles' global loads are in flight at once (KT a multiple of DEPTH)."""
-    NTK = NT * KG  # threads of the CTA
-    BKR = BK  # columns of K a round stages
-    staging = gemm_staging(K, N, BM, BN, BKR, NTK)
+def _launch(K: int, N: int, precision: str, emulate: bool):
+    """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`)."""
+    staging = gemm_staging(K, N, BM, BN, BK, NT)
     fetch, stage, VN = staging.fetch, staging.stage, staging.VN
     A_LOADS, B_LOADS, VK = staging.A_LOADS, staging.B_LOADS, staging.VK
-    KT = (K + BKR - 1) // BKR
+    KT = (K + BK - 1) // BK
     passes = 1 if precision == "tf32" else 3
 
-    def in_group(t):
-        """Thread t's index within its group of 4 warps."""
-        return t % NT if KG > 1 else t
-
-    def group_k(t):
-        """The first row of the staged tiles that thread t's group multiplies."""
-        return t // NT * (BK // KG) if KG > 1 else 0
-
     def warp_row(t, mt):
-        return (in_group(t) // 32 // WARPS_N) * WM + mt * 16
+        return (t // 32 // WARPS_N) * WM + mt * 16
 
     def warp_col(t, nt):
-        return (in_group(t) // 32 % WARPS_N) * WN + nt * 8
+        return (t // 32 % WARPS_N) * WN + nt * 8
 
     @T.macro
     def split(hi, lo, j, x):
@@ -120,15 +93,13 @@ def _launch(K: int, N: int, precision: str, emulate: bool, KG: int = 1, DEPTH: i
         al = T.alloc_buffer((MT * 4,), "float32", scope="local")
         bh = T.alloc_buffer((2,), "uint32", scope="local")
         bl = T.alloc_buffer((2,), "float32", scope="local")
-        for ks in T.unroll(BK // KG // 8):
+        for ks in T.unroll(BK // 8):
             for mt in T.unroll(MT):
                 for j in T.unroll(4):
-                    split(ah, al, mt * 4 + j, a_s[group_k(t) + ks * 8 + a_fragment(t % 32, j)[1],
-                                                  warp_row(t, mt) + a_fragment(t % 32, j)[0]])
+                    split(ah, al, mt * 4 + j, a_s[ks * 8 + a_fragment(t % 32, j)[1], warp_row(t, mt) + a_fragment(t % 32, j)[0]])
             for nt in T.unroll(NTL):
                 for j in T.unroll(2):
-                    split(bh, bl, j, b_s[group_k(t) + ks * 8 + b_fragment(t % 32, j)[0],
-                                         warp_col(t, nt) + b_fragment(t % 32, j)[1]])
+                    split(bh, bl, j, b_s[ks * 8 + b_fragment(t % 32, j)[0], warp_col(t, nt) + b_fragment(t % 32, j)[1]])
                 for mt in T.unroll(MT):
                     if passes == 3:  # the small terms first
                         mma(acc, mt * NTL + nt, [T.reinterpret("uint32", al[mt * 4 + j]) for j in range(4)], [bh[0], bh[1]])
@@ -145,57 +116,25 @@ def _launch(K: int, N: int, precision: str, emulate: bool, KG: int = 1, DEPTH: i
                     acc[(mt * NTL + nt) * 4 + j] + b[bx * BN + warp_col(t, nt) + c_fragment(t % 32, j)[1]])
 
     @T.macro
-    def sums_of_groups(acc, t):
-        """Group 0's accumulators plus every other group's, which each leaves in shared memory in
-        turn (each thread adds its counterparts' values: the same fragment slots)."""
-        part = T.alloc_buffer((MT * NTL * 4, NT), "float32", scope="shared")
-        for g in range(1, KG):
-            if t // NT == g:
-                for a in T.unroll(MT * NTL * 4):
-                    part[a, t % NT] = acc[a]
-            T.tvm_storage_sync("shared")
-            if t < NT:
-                for a in T.unroll(MT * NTL * 4):
-                    acc[a] = acc[a] + part[a, t]
-            T.tvm_storage_sync("shared")
-
-    @T.macro
     def block_program(x, w, b, out, by, bx, t, n_m):
         """One CTA's tile, thread t's view (the CUDA kernel's body)."""
-        a_s = T.alloc_buffer((BKR, BM + PAD), "float32", scope="shared")
-        b_s = T.alloc_buffer((BKR, BN + PAD), "float32", scope="shared")
+        a_s = T.alloc_buffer((BK, BM + PAD), "float32", scope="shared")
+        b_s = T.alloc_buffer((BK, BN + PAD), "float32", scope="shared")
         acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
-        ra = T.alloc_buffer((DEPTH, A_LOADS * VK), "float32", scope="local")
-        rb = T.alloc_buffer((DEPTH, B_LOADS * VN), "float32", scope="local")
+        ra = T.alloc_buffer((1, A_LOADS * VK), "float32", scope="local")
+        rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
         T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
         for a in T.unroll(MT * NTL * 4):
             acc[a] = T.float32(0)
-        if DEPTH == 1:
-            fetch(x, w, ra, rb, 0, by, bx, t, 0, n_m)
-            for kt in range(KT):
-                stage(a_s, b_s, ra, rb, 0, t)
-                T.tvm_storage_sync("shared")
-                if kt + 1 < KT:  # the next tile's loads are in flight during this tile's mma
-                    fetch(x, w, ra, rb, 0, by, bx, t, kt + 1, n_m)
-                warp_products(a_s, b_s, acc, t)
-                T.tvm_storage_sync("shared")
-        else:  # DEPTH k-tiles' loads in flight, each in a register set of its own
-            for d in T.unroll(DEPTH):
-                fetch(x, w, ra, rb, d, by, bx, t, d, n_m)
-            for k0 in range(KT // DEPTH):
-                for d in T.unroll(DEPTH):
-                    stage(a_s, b_s, ra, rb, d, t)
-                    T.tvm_storage_sync("shared")
-                    if k0 * DEPTH + d + DEPTH < KT:  # the set just staged takes the tile DEPTH ahead
-                        fetch(x, w, ra, rb, d, by, bx, t, k0 * DEPTH + d + DEPTH, n_m)
-                    warp_products(a_s, b_s, acc, t)
-                    T.tvm_storage_sync("shared")
-        if KG > 1:
-            sums_of_groups(acc, t)
-            if t < NT:
-                store(out, b, acc, by, bx, t, n_m)
-        else:
-            store(out, b, acc, by, bx, t, n_m)
+        fetch(x, w, ra, rb, 0, by, bx, t, 0, n_m)
+        for kt in range(KT):
+            stage(a_s, b_s, ra, rb, 0, t)
+            T.tvm_storage_sync("shared")
+            if kt + 1 < KT:  # the next tile's loads are in flight during this tile's mma
+                fetch(x, w, ra, rb, 0, by, bx, t, kt + 1, n_m)
+            warp_products(a_s, b_s, acc, t)
+            T.tvm_storage_sync("shared")
+        store(out, b, acc, by, bx, t, n_m)
 
     def operand(v):
         """A value as the mma reads it: rounded to TF32 at "tf32"; exact for 3xTF32 (emulated as
@@ -208,43 +147,38 @@ def _launch(K: int, N: int, precision: str, emulate: bool, KG: int = 1, DEPTH: i
         memory as the mma defines them."""
         for by in range((n_m + BM - 1) // BM):
             for bx in range((N + BN - 1) // BN):
-                a_s = T.alloc_buffer((BKR, BM + PAD), "float32")
-                b_s = T.alloc_buffer((BKR, BN + PAD), "float32")
+                a_s = T.alloc_buffer((BK, BM + PAD), "float32")
+                b_s = T.alloc_buffer((BK, BN + PAD), "float32")
                 acc = T.alloc_buffer((BM, BN), "float32")
-                ra = T.alloc_buffer((NTK, A_LOADS * VK), "float32")
-                rb = T.alloc_buffer((NTK, B_LOADS * VN), "float32")
+                ra = T.alloc_buffer((NT, A_LOADS * VK), "float32")
+                rb = T.alloc_buffer((NT, B_LOADS * VN), "float32")
                 for i, j in T.grid(BM, BN):
                     acc[i, j] = T.float32(0)
                 for kt in range(KT):
-                    for t in range(NTK):
+                    for t in range(NT):
                         fetch(x, w, ra, rb, t, by, bx, t, kt, n_m)
                         stage(a_s, b_s, ra, rb, t, t)
-                    for i, j, k in T.grid(BM, BN, BKR):
+                    for i, j, k in T.grid(BM, BN, BK):
                         acc[i, j] = acc[i, j] + operand(a_s[k, i]) * operand(b_s[k, j])
                 for i, j in T.grid(BM, BN):
                     if T.And(by * BM + i < n_m, bx * BN + j < N):
                         out[by * BM + i, bx * BN + j] = acc[i, j] + b[bx * BN + j]
 
-    return tile_grid(N, BM, BN, NTK, block_program, emulated_blocks, emulate)
+    return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
 
 
-def _build(K: int, N: int, precision: str, emulate: bool, k_groups: int, depth: int) -> tvm.tirx.PrimFunc:
+def _build(K: int, N: int, precision: str, emulate: bool) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
-    if ((K + BK - 1) // BK) % depth:
-        raise ValueError(f"prefetch depth {depth}: K={K}'s {(K + BK - 1) // BK} k-tiles are not a multiple of it")
-    info = {"mma": precision, **({"k_groups": k_groups} if k_groups > 1 else {}), **({"prefetch": depth} if depth > 1 else {})}
-    return gemm_func(K, N, _launch(K, N, precision, emulate, k_groups, depth), info)
+    return gemm_func(K, N, _launch(K, N, precision, emulate), {"mma": precision})
 
 
-def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", k_groups: int = 1, depth: int = 1) -> tvm.tirx.PrimFunc:
+def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
-    accuracy; "tf32"), each round's columns of K split over `k_groups` groups of 4 warps, `depth`
-    k-tiles' loads in flight."""
-    return _build(K, N, precision, False, k_groups, depth)
+    accuracy; "tf32")."""
+    return _build(K, N, precision, emulate=False)
 
 
-def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", k_groups: int = 1,
-                                   depth: int = 1) -> tvm.tirx.PrimFunc:
+def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
     """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""
-    return _build(K, N, precision, True, k_groups, depth)
+    return _build(K, N, precision, emulate=True)

@@ -331,31 +331,6 @@ def test_projection_matches_numpy_on_gpu(tile):
         assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (M, K, N)
 
 
-@pytest.mark.parametrize("precision", ["3xtf32", "tf32"])
-def test_split_k_projection_matches_numpy_on_gpu(precision):
-    """The tensor-core GEMM with each round's columns of K split over 4 groups of warps and 4 k-tiles'
-    loads in flight where K allows (the few-row projections' kernel, `projection_mma.k_groups_for`), rows symbolic, against numpy: few rows, a
-    ragged row tile, K not a multiple of the 32 columns a round stages, within the precision's bound."""
-    import tvm
-    from templates.test_projection import operands
-    from tvm import relax
-
-    from persist_rnn.testing import projection_module
-    from tir_templates.projection_mma import prefetch_depth_for, projection_mma_kernel
-
-    for M, K, N in ((100, 1024, 4096), (37, 1024, 3072), (1, 640, 256), (300, 576, 192)):
-        func = projection_mma_kernel(K, N, precision, 4, prefetch_depth_for(K, 4))
-        with tvm.transform.PassContext(opt_level=3):
-            ex = tvm.compile(projection_module(func, M, K, N),
-                             target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
-        dev = tvm.cuda(0)
-        x, w, b = operands(M, K, N)
-        got = relax.VirtualMachine(ex, dev)["main"](*(tvm.runtime.tensor(a, dev) for a in (x, w, b))).numpy()
-        want = x.astype("float64") @ w + b
-        assert np.abs(got - want).max() <= PRECISION_TOLERANCE["fp32" if precision == "3xtf32" else "tf32"] * np.abs(
-            want).max(), (M, K, N)
-
-
 def test_narrow_dense_matches_numpy_on_gpu():
     """The narrow dense kernel (a warp per row, N <= 32), rows symbolic, against numpy: one row,
     rows not a multiple of the CTA's 4 warps, K not a multiple of 32, N = 1 and 32."""

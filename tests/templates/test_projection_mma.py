@@ -14,7 +14,6 @@ from tir_templates.projection_mma import (
     b_fragment,
     c_fragment,
     emulated_projection_mma_kernel,
-    prefetch_depth_for,
     projection_mma_kernel,
 )
 
@@ -51,27 +50,6 @@ def test_emulated_projection_mma_matches_numpy(M, K, N, precision):
         assert err <= 1e-6
     else:
         assert 1e-5 < err <= TOLERANCE["tf32"], err
-
-
-@pytest.mark.parametrize("precision", ["3xtf32", "tf32"])
-@pytest.mark.parametrize("M,K,N", [(100, 1024, 256), (37, 640, 72), (5, 100, 64)], ids=str)
-def test_split_k_groups_match_numpy(M, K, N, precision):
-    """Each round's 32 columns of K split over 4 groups of warps (K ragged, or shorter than a round)."""
-    x, w, b = operands(M, K, N)
-    want = x.astype("float64") @ w + b
-    kernel = emulated_projection_mma_kernel(K, N, precision, 4, prefetch_depth_for(K, 4))
-    err = np.abs(run_on_cpu(kernel, x, w, b) - want).max() / np.abs(want).max()
-    assert err <= (1e-6 if precision == "3xtf32" else TOLERANCE["tf32"])
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (TVM compiles CUDA with it)")
-@pytest.mark.parametrize("precision", ["3xtf32", "tf32"])
-@pytest.mark.parametrize("K,N,arch", [(1024, 3072, "sm_90"), (640, 256, "sm_80")], ids=str)
-def test_split_k_groups_compile_without_spills(K, N, arch, precision, tmp_path):
-    """512 threads: at most 128 registers each, none spilled."""
-    source = cuda_source(projection_mma_kernel(K, N, precision, 4, prefetch_depth_for(K, 4)), arch)
-    assert "__launch_bounds__(512)" in source
-    assert max(nvcc_stats(source, arch, tmp_path)) == 0
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (TVM compiles CUDA with it)")
