@@ -21,7 +21,7 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     TF32 precision with whole row tiles too (docs/data/gpu-v25-tf32.log), and the fp16 layers' mma
     (m16n8k16) with whole row tiles too (docs/data/gpu-v26-f16-mma-projection.log), and the bf16
     layers' mma (docs/data/gpu-v27-bf16-tile.log), and h(t-1) as stamped words between a grid
-    direction's CTAs (docs/data/gpu-v28-stamped.log, an H200); tensor cores with a padded row tile (any
+    direction's CTAs (docs/data/gpu-v28-stamped-rounds.log, an H200); tensor cores with a padded row tile (any
     precision) have not."""
     if cfg.tensor_cores() and (cfg.row_gates(spec) * cfg.tile_units) % 16:
         return ("tensor cores with a padded row tile (the CTA's gate rows are not whole 16-row tiles): pass the "
