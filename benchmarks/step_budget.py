@@ -37,8 +37,7 @@ from persist_rnn.bench import cuda_ms, kernel_trace, strict_fp32_case, vm_call  
 from persist_rnn.schedule.measure import build_kernel, kernel_arrays, time_kernel  # noqa: E402
 from tir_templates.config import Config  # noqa: E402
 from tir_templates.persistent import dots, kernel, update  # noqa: E402
-from tir_templates.persistent.stamped_exchange import publish  # noqa: E402
-from tir_templates.persistent.update import each_owned_pair, recurrent_parts  # noqa: E402
+from tir_templates.persistent.update import each_owned_pair, h_out, recurrent_parts  # noqa: E402
 from tir_templates.spec import CellSpec  # noqa: E402
 
 SHIPPED_LOG = os.path.join(os.path.dirname(__file__), "..", "docs", "data", "tune-h100.jsonl")
@@ -58,12 +57,7 @@ def gateless_pair(L, a, t, e, b, j, bi, d, hs, gs, s, hs_next):
     and published where the kernel's own update would."""
     t.hn[t.row, e] = recurrent_parts(L, t, gs, e, bi, j % L.TW)[0] + t.xr[t.row, e * L.XR]
     a.y[s, d, b, j] = t.hn[t.row, e]
-    if hs_next is None and L.stamped:
-        publish(L, a, (s + 1) % 2, d, b, j, t.hn[t.row, e], s + 2)
-    elif hs_next is None:
-        a.hb[(s + 1) % 2, d, b, j] = t.hn[t.row, e]
-    else:
-        hs_next[bi, j] = t.hn[t.row, e]
+    h_out(L, a, t, e, b, j, bi, d, s, hs_next)
 
 
 @T.macro

@@ -58,6 +58,17 @@ def _failures(compiled, case, tolerance):
     return out
 
 
+def _matches_three_times(case, cfg, tolerance):
+    """`case` built with `cfg`, each (B, T) of the matrix run three times within `tolerance` of
+    ONNX Runtime: an exchange that reads early or late shows as a run that differs."""
+    compiled = persist_rnn.compile(reference(case)[0], "cuda", config=cfg)
+    assert compiled.report()[0].lowering == "persistent", compiled.report()[0].reason
+    for batch, steps in itertools.product(BATCHES, STEPS):
+        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
+        errors = [max_rel_error(compiled.run(feeds), want) for _ in range(3)]
+        assert max(errors) <= tolerance, f"B={batch} T={steps}: {errors}"
+
+
 def _model_best(spec, keep):
     """The cost model's best config for B=20 among those `keep` accepts."""
     gpu = gpu_model("sm_90")
@@ -131,13 +142,7 @@ def test_cluster_batch_tiles_match_onnxruntime(op, hidden, direction):
 def test_dsmem_exchange_matches_onnxruntime(op, hidden, direction, dtype, cfg):
     """h through distributed shared memory between a cluster's CTAs, each (B, T) run three times:
     a store that lands late, or a wait that passes early, shows as a run that differs."""
-    case = _layer_case(op, hidden, direction, dtype)
-    compiled = persist_rnn.compile(reference(case)[0], "cuda", config=cfg)
-    assert compiled.report()[0].lowering == "persistent", compiled.report()[0].reason
-    for batch, steps in itertools.product(BATCHES, STEPS):
-        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
-        errors = [max_rel_error(compiled.run(feeds), want) for _ in range(3)]
-        assert max(errors) <= TOLERANCE[dtype], f"B={batch} T={steps}: {errors}"
+    _matches_three_times(_layer_case(op, hidden, direction, dtype), cfg, TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("op,hidden,direction,dtype,cfg", [
@@ -151,13 +156,7 @@ def test_stamped_exchange_matches_onnxruntime(op, hidden, direction, dtype, cfg)
     """h(t-1) read as stamped words between a grid direction's CTAs (no barrier a step), each
     (B, T) run three times: a word read before its writer stored it, or a copy overwritten while
     a reader still wanted it, shows as a run that differs."""
-    case = _layer_case(op, hidden, direction, dtype)
-    compiled = persist_rnn.compile(reference(case)[0], "cuda", config=cfg)
-    assert compiled.report()[0].lowering == "persistent", compiled.report()[0].reason
-    for batch, steps in itertools.product(BATCHES, STEPS):
-        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
-        errors = [max_rel_error(compiled.run(feeds), want) for _ in range(3)]
-        assert max(errors) <= TOLERANCE[dtype], f"B={batch} T={steps}: {errors}"
+    _matches_three_times(_layer_case(op, hidden, direction, dtype), cfg, TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("op,hidden,direction,dtype", [("LSTM", 1024, "bidirectional", "float32"),

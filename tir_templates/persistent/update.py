@@ -46,6 +46,18 @@ def each_owned_pair(L, a, t, ch, body, *args):
 
 
 @T.macro
+def h_out(L, a, t, e, b, j, bi, d, s, hs_next):
+    """A pair's h(t) (in `hn`) where step s+1 reads it: the exchange buffer's slot (s+1) % 2, or
+    its stamped word (`stamped_exchange.py`), or the shared copy `hs_next`."""
+    if hs_next is None and L.stamped:
+        publish(L, a, (s + 1) % 2, d, b, j, t.hn[t.row, e], s + 2)
+    elif hs_next is None:
+        a.hb[(s + 1) % 2, d, b, j] = t.hn[t.row, e]
+    else:
+        hs_next[bi, j] = t.hn[t.row, e]
+
+
+@T.macro
 def update_pair(L, a, t, e, b, j, bi, d, hs, gs, s, hs_next):
     """`update` for one owned pair: batch row b (bi within the chunk), unit j, direction d."""
     if s < t.nv[t.row, e]:
@@ -64,17 +76,13 @@ def update_pair(L, a, t, e, b, j, bi, d, hs, gs, s, hs_next):
     else:  # past this sequence's end: state carried, output zero
         t.hn[t.row, e] = hs[bi, j]
         a.y[s, d, b, j] = T.float32(0)
-    if hs_next is None and L.stamped:
-        publish(L, a, (s + 1) % 2, d, b, j, t.hn[t.row, e], s + 2)
-    elif hs_next is None:
-        a.hb[(s + 1) % 2, d, b, j] = t.hn[t.row, e]
-    else:
-        hs_next[bi, j] = t.hn[t.row, e]
+    h_out(L, a, t, e, b, j, bi, d, s, hs_next)
 
 
 @T.macro
 def update(L, a, t, hs, gs, s, ch, hs_next):
     """The owner of each pair keeps C(t) in its register and stores h(t) into Y and `hn`; then
-    into the exchange buffer (stamped words: `stamped_exchange.py`; C(t) into yc), or, when `hs_next` is not None (a resident CTA,
-    which needs neither until its last step: `resident_states_out`), into that shared copy of h."""
+    into the exchange buffer (or its stamped words; C(t) into yc), or, when `hs_next` is not None
+    (a resident CTA, which needs neither until its last step: `resident_states_out`), into that
+    shared copy of h (`h_out`)."""
     each_owned_pair(L, a, t, ch, update_pair, hs, gs, s, hs_next)
