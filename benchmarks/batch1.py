@@ -2,8 +2,8 @@
 
 For each layer, in one run: our layer as the shipped tuning log builds it (`tuned`), the same
 config with h exchanged through distributed shared memory where it is a cluster config (`dsmem`;
-`stamped`: the same config reading h(t-1) as stamped words where it is a grid config;
-`dsmem_late`: the same, not launched during the input GEMM), and, with --retune, the tuner's pick over the whole space with dsmem allowed (`retuned`), timed in
+`dsmem_late`: the same, not launched during the input GEMM) or reading h(t-1) as stamped words
+where it is a grid config (`stamped`), and, with --retune, the tuner's pick over the whole space with dsmem allowed (`retuned`), timed in
 turn (`bench.interleaved_ms`); torch's cuDNN layer in a CUDA graph with TF32 off; and cuDNN's
 four algorithms called directly with strict fp32 math (`cudnn_direct.py`), each checked against
 torch's output first. One JSON line per layer.
@@ -49,7 +49,7 @@ def layer_row(cell, hidden, batch, retune, seq_len=100):
     builds = {"tuned": persist_rnn.compile(model, "cuda", tuning_log=SHIPPED_LOG)}
     cfg = Config.from_dict(builds["tuned"].report()[0].config)
     stamped = dataclasses.replace(cfg, stamped=True)
-    if hidden // cfg.tile_units > 1 and not cfg.cluster and not stamped_problems(model_spec(cell, hidden), stamped):
+    if not stamped_problems(model_spec(cell, hidden), stamped):  # a grid config (and few enough words)
         builds["stamped"] = persist_rnn.compile(model, "cuda", config=stamped)  # a grid: h(t-1) as stamped words
     if cfg.cluster:
         builds["dsmem"] = persist_rnn.compile(model, "cuda", config=dataclasses.replace(cfg, dsmem=True))

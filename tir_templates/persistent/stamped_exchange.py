@@ -2,7 +2,7 @@
 
 Each owner publishes h(t)[b, j] as one 8-byte word, the value beside the stamp t + 2, into copy
 (t + 1) % 2 of the words (`stamped_words.py`); step t + 1 reads every word of that copy and
-spins only on one whose stamp is not there yet. So a step ends with the CTA's own
+reloads those whose stamp is not there yet (`load_stamped_h`). So a step ends with the CTA's own
 `__syncthreads`, not a grid barrier: the barrier's release fence, atomic and poll, and the
 second trip to L2 that follows them, leave the step.
 
@@ -74,6 +74,13 @@ def check_stamp(L, a, flat, copy, d, b, j, stamp):
             a.ws[BARRIER_FLAG_WORD] = T.uint32(1)
 
 
+def words_of_thread(L, a, t, e, rows):
+    """Whether thread t's e-th word of a chunk (of `rows` batch rows) exists, and its (row in the
+    chunk, unit): the threads take the chunk's rows x H words in turn."""
+    i = e * L.NT + t.tx
+    return T.Cast("int64", i) < rows * L.H, i // L.H, i % L.H
+
+
 @T.macro
 def load_stamped_h(L, a, t, hs, s, ch):
     """h(t-1) of chunk ch's batch rows (all H units) into `hs` for step s: copy s % 2 of the words,
@@ -86,34 +93,33 @@ def load_stamped_h(L, a, t, hs, s, ch):
     rows = T.min(a.n_b - ch * L.BC, T.int64(L.BC))
     if L.emulate:
         for e in range(L.WORDS):
-            if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
-                i = e * L.NT + t.tx
-                hs[i // L.H, i % L.H] = stamped_value(L, a, flat, s % 2, d, ch * L.BC + i // L.H, i % L.H, s + 1)
-                check_stamp(L, a, flat, s % 2, d, ch * L.BC + i // L.H, i % L.H, s + 1)
+            mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
+            if mine:
+                hs[bi, j] = stamped_value(L, a, flat, s % 2, d, ch * L.BC + bi, j, s + 1)
+                check_stamp(L, a, flat, s % 2, d, ch * L.BC + bi, j, s + 1)
     else:
         raw = T.alloc_buffer((L.WORDS,), "uint64", scope="local")
         late = T.alloc_buffer((1,), "int32", scope="local")
         since = T.alloc_buffer((1,), "int64", scope="local")
         for e in T.unroll(L.WORDS):
-            if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
-                raw[e] = T.cuda.func_call(
-                    "prnn_stamped_issue", T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + (e * L.NT + t.tx) // L.H,
-                                                                      (e * L.NT + t.tx) % L.H)]),
-                    source_code=ISSUE, return_type="uint64")
+            mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
+            if mine:
+                raw[e] = T.cuda.func_call("prnn_stamped_issue", T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + bi, j)]),
+                                          source_code=ISSUE, return_type="uint64")
         since[0] = T.cuda.func_call("prnn_clock", source_code=CLOCK, return_type="int64")
         late[0] = 1
         while late[0] == 1:  # a round: every word still without its stamp loaded again, together
             late[0] = 0
             for e in T.unroll(L.WORDS):
-                if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
+                mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
+                if mine:
                     if T.Cast("uint32", T.shift_right(raw[e], T.uint64(32))) != T.Cast("uint32", s + 1):
                         raw[e] = T.cuda.func_call(
-                            "prnn_stamped_issue",
-                            T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + (e * L.NT + t.tx) // L.H,
-                                                       (e * L.NT + t.tx) % L.H)]),
+                            "prnn_stamped_issue", T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + bi, j)]),
                             source_code=ISSUE, return_type="uint64")
                         late[0] = 1
             T.cuda.func_call("prnn_spin_check", since[0], source_code=SPIN_CHECK)
         for e in T.unroll(L.WORDS):
-            if T.Cast("int64", e * L.NT + t.tx) < rows * L.H:
-                hs[(e * L.NT + t.tx) // L.H, (e * L.NT + t.tx) % L.H] = T.reinterpret("float32", T.Cast("uint32", raw[e]))
+            mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
+            if mine:
+                hs[bi, j] = T.reinterpret("float32", T.Cast("uint32", raw[e]))

@@ -19,6 +19,7 @@ from tvm.script import tirx as T
 from ..signature import BARRIER_FLAG_WORD
 from ..stamped_words import ISSUE, SETTLE, STORE
 
+
 @T.macro
 def store(S, a, layer, t, b, j, value):
     """h_l(t)[b, j] = value, stamped t + 1."""
