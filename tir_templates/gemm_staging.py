@@ -1,7 +1,17 @@
 """How a projection GEMM's CTA brings one k-tile of x and w_t on chip: global loads into registers
-(`fetch`, issued a k-tile ahead), then registers into shared memory (`stage`: x transposed,
-k-major, w_t as it is). The FMA GEMM (`projection.py`) and the tensor-core GEMM
-(`projection_mma.py`) share it; only their shared tiles' padding and their products differ.
+(`fetch`, issued a k-tile ahead), then registers into shared memory (`stage`). The FMA GEMM
+(`projection.py`) and the tensor-core GEMM (`projection_mma.py`) share it; their shared tiles'
+layouts differ, each chosen so that a warp's stores and its reads hit distinct banks:
+- FMA (threads read 4 rows of x at one k): x k-major, each k-vector's rows XOR-swizzled. A warp
+  stores VK-wide vectors of x from 32 / (BK / VK) rows at BK / VK values of k, a multiple of 32
+  floats apart: without the swizzle they share banks (16-way at 32 x 32 x 64 tiles).
+- tensor cores (`mma_tiles`): x row-major, rows padded by 4 floats, w_t rows by 8, so that a
+  quarter-warp's 16-byte stores are contiguous and an A (B) fragment's 8 x 4 (4 x 8) lanes hit 32
+  banks. Stored transposed, x cost an 8-way conflict on each of a k-tile's 16 scalar stores a
+  thread, and the fragments' reads were 4-way: ncu showed the GEMM bound by shared memory
+  (docs/data/ncu-projection-mma-h200.txt).
+The tiles are flat buffers indexed by `x_word` and `w_word`: TVM compacts a 2-D shared buffer to
+the region it accesses, which would drop padding columns that nothing reads.
 """
 from __future__ import annotations
 
@@ -9,15 +19,35 @@ import types
 
 from tvm.script import tirx as T
 
+#: floats of padding per shared row of x (row-major) and of w_t with the tensor cores' tiles
+X_ROW_PAD, W_ROW_PAD = 4, 8
 
-def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int) -> types.SimpleNamespace:
+
+def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: bool = False) -> types.SimpleNamespace:
     """The staging of a BM x BN CTA tile by NT threads, BK columns of x a round: `fetch(x, w, ra,
-    rb, reg, by, bx, t, kt, n_m)`, `stage(a_s, b_s, ra, rb, reg, t)`, and the register counts
-    A_LOADS * VK (x) and B_LOADS * VN (w_t) a thread holds."""
+    rb, reg, by, bx, t, kt, n_m)`, `stage(a_s, b_s, ra, rb, reg, t)`, the shared tiles' sizes
+    `x_words` and `w_words`, the words `x_word(row, k)` and `w_word(k, column)` (FMA: 4 rows of x
+    from a multiple of 4 are 4 contiguous words), and the register counts A_LOADS * VK (x) and
+    B_LOADS * VN (w_t) a thread holds."""
     VK = 4 if K % 4 == 0 else 1  # x loads along K, float4 when rows stay 16-byte aligned
     VN = 4 if N % 4 == 0 else 1  # w_t loads and out stores along N
     A_LOADS = BM * BK // (NT * VK)  # x vectors a thread fetches per k-tile
     B_LOADS = BK * BN // (NT * VN)
+    k_vectors = BK // VK  # a row's vectors of x per k-tile: consecutive threads take them
+    # k-major swizzle: XOR the row's group of 4 by a multiple of `step` / 4 per k-vector, so the
+    # 32 // k_vectors rows that a warp stores land in distinct banks for each of its k-vectors
+    # (32 // step different offsets, all below 32 <= BM)
+    step = max(4, 32 // k_vectors)
+    x_stride, w_stride = (BK + X_ROW_PAD, BN + W_ROW_PAD) if mma_tiles else (BM, BN)
+    x_words, w_words = (BM * x_stride, BK * w_stride) if mma_tiles else (BK * BM, BK * BN)
+
+    def x_word(row, k):
+        if mma_tiles:
+            return row * x_stride + k
+        return k * BM + (row // 4 ^ step // 4 * (k // VK % (32 // step))) * 4 + row % 4
+
+    def w_word(k, col):
+        return k * w_stride + col
 
     def x_vector(e, t):
         """(row, k) within the tile of thread t's e-th vector of x: VK consecutive k of one row."""
@@ -48,12 +78,18 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int) -> types.Si
 
     @T.macro
     def stage(a_s, b_s, ra, rb, reg, t):
-        """Registers into shared memory: x transposed (k-major), w_t as it is."""
+        """Registers into shared memory: x row-major (`mma_tiles`) or k-major, w_t as it is."""
         for e in T.unroll(A_LOADS):
-            for v in T.unroll(VK):
-                a_s[x_vector(e, t)[1] + v, x_vector(e, t)[0]] = ra[reg, e * VK + v]
+            if mma_tiles:
+                for v in T.vectorized(VK):
+                    a_s[x_word(x_vector(e, t)[0], x_vector(e, t)[1]) + v] = ra[reg, e * VK + v]
+            else:
+                for v in T.unroll(VK):
+                    a_s[x_word(x_vector(e, t)[0], x_vector(e, t)[1] + v)] = ra[reg, e * VK + v]
         for e in T.unroll(B_LOADS):
             for v in T.vectorized(VN):
-                b_s[w_vector(e, t)[0], w_vector(e, t)[1] + v] = rb[reg, e * VN + v]
+                b_s[w_word(w_vector(e, t)[0], w_vector(e, t)[1]) + v] = rb[reg, e * VN + v]
 
-    return types.SimpleNamespace(fetch=fetch, stage=stage, VK=VK, VN=VN, A_LOADS=A_LOADS, B_LOADS=B_LOADS)
+    return types.SimpleNamespace(fetch=fetch, stage=stage, x_words=x_words, w_words=w_words, x_word=x_word,
+                                 w_word=w_word, x_vector=x_vector, w_vector=w_vector, VK=VK, VN=VN,
+                                 A_LOADS=A_LOADS, B_LOADS=B_LOADS)

@@ -3,7 +3,8 @@
 `projection_reference` is what the importer emits (a plain TE matmul that TVM's default schedule
 handles on any target); on CUDA the PersistentRNN pass swaps in `projection_kernel`, a tiled GEMM
 read top to bottom in `block_program`:
-    per k-tile: registers -> shared memory (x transposed), sync, next tile's global loads issued,
+    per k-tile: registers -> shared memory (x transposed, rows swizzled: `gemm_staging`), sync,
+    next tile's global loads issued,
     TT x TT outer products per thread from float4 shared reads, sync
     then out = acc + b.
 Each CTA computes a BM x BN tile of out, each thread a TT x TT block of it (TT = 8: four 4 x 4
@@ -87,18 +88,27 @@ def one_small_wave(M, N, num_sms):
     return (M + 31) // 32 * ((N + 31) // 32) <= num_sms
 
 
+def tile_staging(K: int, N: int, tile: tuple[int, ...]):
+    """`gemm_staging` of a tile (BM, BN, TT[, BK]), with its k-slice BK and thread count NT added."""
+    BM, BN, TT = tile[:3]
+    # k-slice per shared-memory round: by default one x and one w_t vector per thread at TT = 4; a
+    # deeper one takes fewer rounds (each a global load's latency and two syncs) for a short K loop
+    BK = tile[3] if len(tile) > 3 else 64 // TT
+    NT = (BN // TT) * (BM // TT)
+    staging = gemm_staging(K, N, BM, BN, BK, NT)
+    staging.BK, staging.NT = BK, NT
+    return staging
+
+
 def _tile_launch(K: int, N: int, tile: tuple[int, ...], emulate: bool):
     """The macro launch(x, w, b, out, n_m) that runs the GEMM with `tile`, (BM, BN, TT) or
     (BM, BN, TT, BK) (serially: `emulate`)."""
     BM, BN, TT = tile[:3]
     Q = TT // 4  # 4 x 4 quarters of a thread's block along each side
-    # k-slice per shared-memory round: by default one x and one w_t vector per thread at TT = 4; a
-    # deeper one takes fewer rounds (each a global load's latency and two syncs) for a short K loop
-    BK = tile[3] if len(tile) > 3 else 64 // TT
-    NTX, NTY = BN // TT, BM // TT  # threads across a tile's columns and rows
-    NT = NTX * NTY
-    staging = gemm_staging(K, N, BM, BN, BK, NT)
-    fetch, stage, VN = staging.fetch, staging.stage, staging.VN
+    NTX = BN // TT  # threads across a tile's columns
+    staging = tile_staging(K, N, tile)
+    BK, NT = staging.BK, staging.NT
+    fetch, stage, x_word, w_word, VN = staging.fetch, staging.stage, staging.x_word, staging.w_word, staging.VN
     A_LOADS, B_LOADS, VK = staging.A_LOADS, staging.B_LOADS, staging.VK
     KT = (K + BK - 1) // BK
 
@@ -115,9 +125,9 @@ def _tile_launch(K: int, N: int, tile: tuple[int, ...], emulate: bool):
         for kk in T.unroll(BK):
             for h in T.unroll(Q):
                 for v in T.vectorized(4):
-                    av[reg, h * 4 + v] = a_s[kk, rows(t, h * 4 + v)]
+                    av[reg, h * 4 + v] = a_s[x_word(rows(t, h * 4), kk) + v]
                 for v in T.vectorized(4):
-                    bv[reg, h * 4 + v] = b_s[kk, cols(t, h * 4 + v)]
+                    bv[reg, h * 4 + v] = b_s[w_word(kk, cols(t, h * 4)) + v]
             for i in T.unroll(TT):
                 for j in T.unroll(TT):
                     acc[reg, i * TT + j] = acc[reg, i * TT + j] + av[reg, i] * bv[reg, j]
@@ -136,8 +146,8 @@ def _tile_launch(K: int, N: int, tile: tuple[int, ...], emulate: bool):
     @T.macro
     def block_program(x, w, b, out, by, bx, t, n_m):
         """One CTA's tile, thread t's view (the CUDA kernel's body)."""
-        a_s = T.alloc_buffer((BK, BM), "float32", scope="shared")
-        b_s = T.alloc_buffer((BK, BN), "float32", scope="shared")
+        a_s = T.alloc_buffer((staging.x_words,), "float32", scope="shared")
+        b_s = T.alloc_buffer((staging.w_words,), "float32", scope="shared")
         acc = T.alloc_buffer((1, TT * TT), "float32", scope="local")
         ra = T.alloc_buffer((1, A_LOADS * VK), "float32", scope="local")
         rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
@@ -161,8 +171,8 @@ def _tile_launch(K: int, N: int, tile: tuple[int, ...], emulate: bool):
         """The CTAs one after another, threads as serial loops, a sync as a phase boundary."""
         for by in range((n_m + BM - 1) // BM):
             for bx in range((N + BN - 1) // BN):
-                a_s = T.alloc_buffer((BK, BM), "float32")
-                b_s = T.alloc_buffer((BK, BN), "float32")
+                a_s = T.alloc_buffer((staging.x_words,), "float32")
+                b_s = T.alloc_buffer((staging.w_words,), "float32")
                 acc = T.alloc_buffer((NT, TT * TT), "float32")
                 ra = T.alloc_buffer((NT, A_LOADS * VK), "float32")
                 rb = T.alloc_buffer((NT, B_LOADS * VN), "float32")

@@ -5,8 +5,9 @@ layer. This one computes the same tiles with the tensor cores, at the layer's pr
 "3xtf32" (each operand split into a TF32 high part and the fp32 remainder, three mma: fp32
 accuracy, as the recurrent step's tensor-core configs) or "tf32" (operands rounded to TF32, one
 mma: a build at precision "tf32"). Read top to bottom in `block_program`:
-    per k-tile: registers -> shared memory (x transposed, both padded by 8 floats so that a
-    fragment's 8 x 4 lanes hit 32 banks), sync, next tile's global loads issued,
+    per k-tile: registers -> shared memory (x row-major, rows of both padded so that the 16-byte
+    stores and a fragment's lanes hit 32 banks: `gemm_staging`), sync, next tile's global loads
+    issued,
     each warp's 32 x 32 of the CTA's 64 x 64 tile as 2 x 4 mma tiles, sync
     then out = acc + b from the C fragments.
 `emulated_projection_mma_kernel` runs the same staging serially on the CPU and takes each
@@ -32,7 +33,6 @@ WM, WN = 32, 32  # a warp's tile of out
 WARPS_N = BN // WN
 NT = (BM // WM) * WARPS_N * 32  # threads: 4 warps
 MT, NTL = WM // 16, WN // 8  # mma tiles of a warp's tile along M and N
-PAD = 8  # floats of padding per shared row
 PRECISIONS = ("3xtf32", "tf32")
 
 
@@ -66,7 +66,8 @@ def c_fragment(lane, reg):
 
 def _launch(K: int, N: int, precision: str, emulate: bool):
     """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`)."""
-    staging = gemm_staging(K, N, BM, BN, BK, NT)
+    staging = gemm_staging(K, N, BM, BN, BK, NT, mma_tiles=True)
+    x_word, w_word = staging.x_word, staging.w_word
     fetch, stage, VN = staging.fetch, staging.stage, staging.VN
     A_LOADS, B_LOADS, VK = staging.A_LOADS, staging.B_LOADS, staging.VK
     KT = (K + BK - 1) // BK
@@ -96,10 +97,10 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
         for ks in T.unroll(BK // 8):
             for mt in T.unroll(MT):
                 for j in T.unroll(4):
-                    split(ah, al, mt * 4 + j, a_s[ks * 8 + a_fragment(t % 32, j)[1], warp_row(t, mt) + a_fragment(t % 32, j)[0]])
+                    split(ah, al, mt * 4 + j, a_s[x_word(warp_row(t, mt) + a_fragment(t % 32, j)[0], ks * 8 + a_fragment(t % 32, j)[1])])
             for nt in T.unroll(NTL):
                 for j in T.unroll(2):
-                    split(bh, bl, j, b_s[ks * 8 + b_fragment(t % 32, j)[0], warp_col(t, nt) + b_fragment(t % 32, j)[1]])
+                    split(bh, bl, j, b_s[w_word(ks * 8 + b_fragment(t % 32, j)[0], warp_col(t, nt) + b_fragment(t % 32, j)[1])])
                 for mt in T.unroll(MT):
                     if passes == 3:  # the small terms first
                         mma(acc, mt * NTL + nt, [T.reinterpret("uint32", al[mt * 4 + j]) for j in range(4)], [bh[0], bh[1]])
@@ -118,8 +119,8 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
     @T.macro
     def block_program(x, w, b, out, by, bx, t, n_m):
         """One CTA's tile, thread t's view (the CUDA kernel's body)."""
-        a_s = T.alloc_buffer((BK, BM + PAD), "float32", scope="shared")
-        b_s = T.alloc_buffer((BK, BN + PAD), "float32", scope="shared")
+        a_s = T.alloc_buffer((staging.x_words,), "float32", scope="shared")
+        b_s = T.alloc_buffer((staging.w_words,), "float32", scope="shared")
         acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
         ra = T.alloc_buffer((1, A_LOADS * VK), "float32", scope="local")
         rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
@@ -147,8 +148,8 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
         memory as the mma defines them."""
         for by in range((n_m + BM - 1) // BM):
             for bx in range((N + BN - 1) // BN):
-                a_s = T.alloc_buffer((BK, BM + PAD), "float32")
-                b_s = T.alloc_buffer((BK, BN + PAD), "float32")
+                a_s = T.alloc_buffer((staging.x_words,), "float32")
+                b_s = T.alloc_buffer((staging.w_words,), "float32")
                 acc = T.alloc_buffer((BM, BN), "float32")
                 ra = T.alloc_buffer((NT, A_LOADS * VK), "float32")
                 rb = T.alloc_buffer((NT, B_LOADS * VN), "float32")
@@ -159,7 +160,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
                         fetch(x, w, ra, rb, t, by, bx, t, kt, n_m)
                         stage(a_s, b_s, ra, rb, t, t)
                     for i, j, k in T.grid(BM, BN, BK):
-                        acc[i, j] = acc[i, j] + operand(a_s[k, i]) * operand(b_s[k, j])
+                        acc[i, j] = acc[i, j] + operand(a_s[x_word(i, k)]) * operand(b_s[w_word(k, j)])
                 for i, j in T.grid(BM, BN):
                     if T.And(by * BM + i < n_m, bx * BN + j < N):
                         out[by * BM + i, bx * BN + j] = acc[i, j] + b[bx * BN + j]

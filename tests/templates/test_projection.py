@@ -14,9 +14,11 @@ from persist_rnn.testing import LayerCase, make_model, projection_module
 from persist_rnn.transform import PersistentRNN
 from tir_templates.projection import (
     PROJECTION_ATTR,
+    TILES,
     choose_tile,
     emulated_projection_kernel,
     projection_reference,
+    tile_staging,
 )
 
 #: (M, K, N, tile): ragged M; N not a multiple of a tile (GRU's 192); K and N not multiples of 4 (scalar loads)
@@ -47,6 +49,31 @@ def test_emulated_projection_matches_numpy(M, K, N, tile):
     func = emulated_projection_kernel(K, N, tile)
     np.testing.assert_allclose(run_on_cpu(func, x, w, b), x.astype("float64") @ w + b, rtol=0,
                                atol=1e-4 * np.abs(x @ w).max())
+
+
+def most_lanes_on_one_bank(words) -> int:
+    """The worst bank conflict of one warp-wide access: the most distinct 4-byte words in one bank."""
+    banks = {}
+    for w in set(words):
+        banks.setdefault(w % 32, set()).add(w)
+    return max(len(ws) for ws in banks.values())
+
+
+@pytest.mark.parametrize("tile,conflict", [(TILES[0], 1), (TILES[1], 1), (TILES[2], 1), (TILES[3], 2)], ids=str)
+def test_transposed_x_stores_spread_over_the_banks(tile, conflict):
+    """Each warp's scalar stores of x into its k-major tile hit distinct banks (2-way at 32 x 32 x 64,
+    where a warp covers 2 rows at 16 k-vectors; without the swizzle that was 16-way), each
+    thread's float4 reads of 4 rows stay 4 contiguous words, and every (row, k) has its own word."""
+    st = tile_staging(1024, 4096, tile)
+    BM = tile[0]
+    for warp in range(st.NT // 32):
+        for e in range(st.A_LOADS):
+            for v in range(st.VK):
+                words = [st.x_word(st.x_vector(e, t)[0], st.x_vector(e, t)[1] + v) for t in range(warp * 32, warp * 32 + 32)]
+                assert most_lanes_on_one_bank(words) <= conflict, (warp, e, v)
+    for k in range(st.BK):
+        assert all(st.x_word(row, k) % 4 == 0 for row in range(0, BM, 4))
+        assert sorted(st.x_word(row, k) for row in range(BM)) == list(range(k * BM, (k + 1) * BM))
 
 
 def test_reference_projection_runs_on_cpu_and_builds_for_cuda():

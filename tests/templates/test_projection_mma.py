@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from persist_rnn.schedule.precision import TOLERANCE
+from tir_templates.gemm_staging import gemm_staging
 from tir_templates.projection_mma import (
+    BK,
+    BM,
+    BN,
+    NT,
     a_fragment,
     b_fragment,
     c_fragment,
@@ -18,7 +23,7 @@ from tir_templates.projection_mma import (
 )
 
 from test_cuda_codegen import cuda_source, nvcc_stats
-from test_projection import operands, run_on_cpu
+from test_projection import most_lanes_on_one_bank, operands, run_on_cpu
 
 #: (M, K, N): ragged M and N; K not a multiple of the 32-column k-slice; K and N not multiples of 4
 SHAPES = [(100, 64, 256), (65, 40, 192), (37, 12, 20), (130, 6, 18)]
@@ -36,6 +41,28 @@ def test_fragments_follow_the_ptx_figures():
     for frag, regs, shape in ((a_fragment, 4, (16, 8)), (b_fragment, 2, (8, 8)), (c_fragment, 4, (16, 8))):
         held = sorted(frag(lane, r) for lane, r in itertools.product(range(32), range(regs)))
         assert held == sorted(itertools.product(range(shape[0]), range(shape[1])))
+
+
+def test_stores_and_fragment_reads_hit_distinct_banks():
+    """x row-major with rows of BK + 4 floats, w_t's rows BN + 8: each quarter-warp's 16-byte stores
+    cover the 32 banks once (what a 128-bit shared store needs to take one pass), and an A or B
+    fragment's 32 lanes read 32 banks. Before: x stored transposed (8-way conflicts) and both
+    fragments' reads 4-way, the padding dropped by TVM's buffer compaction."""
+    st = gemm_staging(1024, 4096, BM, BN, BK, NT, mma_tiles=True)
+    assert st.VK == st.VN == 4
+    for e in range(st.A_LOADS):
+        for quarter in range(NT // 8):
+            lanes = range(quarter * 8, quarter * 8 + 8)
+            words = [st.x_word(*st.x_vector(e, t)) + v for t in lanes for v in range(4)]
+            assert words[0] % 4 == 0 and sorted(w % 32 for w in words) == list(range(32)), (e, quarter)
+    for e in range(st.B_LOADS):
+        for quarter in range(NT // 8):
+            words = [st.w_word(*st.w_vector(e, t)) + v for t in range(quarter * 8, quarter * 8 + 8) for v in range(4)]
+            assert words[0] % 4 == 0 and sorted(w % 32 for w in words) == list(range(32)), (e, quarter)
+    for j in range(4):
+        assert most_lanes_on_one_bank([st.x_word(*a_fragment(lane, j)) for lane in range(32)]) == 1
+    for j in range(2):
+        assert most_lanes_on_one_bank([st.w_word(*b_fragment(lane, j)) for lane in range(32)]) == 1
 
 
 @pytest.mark.parametrize("precision", ["3xtf32", "tf32"])
