@@ -36,17 +36,15 @@ MT, NTL = WM // 16, WN // 8  # mma tiles of a warp's tile along M and N
 PRECISIONS = ("3xtf32", "tf32")
 
 
-def tensor_cores_pay(M: int | None, N: int, num_sms: int) -> bool:
-    """Whether a GEMM of M rows goes to this kernel rather than the FMA GEMM: where the FMA GEMM's
-    64 x 64 grid would leave SMs idle (`few_ctas`) and its 32 x 32 grid would not fit one wave
-    (`one_small_wave`), M = T B known when the model is built. On the H100 (kernel alone, one run,
-    docs/data/projection-small-m-h100.jsonl) this one took (100, 1024) x (1024, 4096) in 41.4 us
-    against the FMA GEMM's best 47.2, and lost to the FMA GEMM's 32 x 32 x 64 tiles where those fit
-    one wave ((100, 256) x (256, 768): 12.1 against 7.3; (100, 64) x (64, 256): 4.8 against 2.9) and
-    wherever the FMA grid is full (in a layer: 509 against 426 us at (2000, 1024) x (1024, 4096);
-    docs/data/projection-mma-h100.jsonl). TF32 was no faster than 3xTF32 there: its staging, not
-    the mma, bounds it."""
-    return M is not None and few_ctas(M, N, num_sms) and not one_small_wave(M, N, num_sms)
+def tensor_cores_pay(M: int | None, K: int, N: int, num_sms: int) -> bool:
+    """Whether a GEMM of M rows goes to this kernel rather than the FMA GEMM, M = T B known when the
+    model is built: wherever the FMA GEMM's 32 x 32 grid would not fit one wave (`one_small_wave`),
+    and, where the 64 x 64 grid fills the GPU, K at least 256 (the deepest reductions measured).
+    On the H100, kernel alone, one run (docs/data/projection-banks-h100.jsonl), with conflict-free
+    shared tiles: (100, 1024) x (1024, 4096) 27.3 us against the FMA GEMM's 45.7; (2000, 1024) x
+    (1024, 4096) 316 against 419; (2000, 256) x (256, 1024) 25.0 against 28.4; but (100, 256) x
+    (256, 1024), one wave of 32 x 32 tiles, 8.8 against 6.2."""
+    return M is not None and not one_small_wave(M, N, num_sms) and (few_ctas(M, N, num_sms) or K >= 256)
 
 
 def a_fragment(lane, reg):

@@ -3,9 +3,9 @@
 "fp32" (the default) keeps fp32 accuracy: FMA units, or the tensor cores as 3xTF32. "tf32" also
 allows the tensor cores at TF32 precision (one mma of operands rounded to 10 mantissa bits), as
 `torch.backends.cudnn.allow_tf32` allows cuDNN; a user asks for it, it is never assumed. fp16 and
-bf16 layers are computed at their own precision either way. The input projection is the fp32 FMA
-GEMM, except where few rows leave it idle SMs (`projection_mma.tensor_cores_pay`): there it runs
-on the tensor cores at the build's precision (3xTF32, or TF32 in a tf32 build).
+bf16 layers are computed at their own precision either way. The input projection runs on the
+tensor cores where they beat the fp32 FMA GEMM (`projection_mma.tensor_cores_pay`), at the build's
+precision (3xTF32, or TF32 in a tf32 build).
 """
 from __future__ import annotations
 

@@ -191,7 +191,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             rows = call_site_rows(mod, {gv.name_hint for gv, _, _ in todo})
             for gv, K, N in todo:
                 M = rows.get(gv.name_hint)
-                if tensor_cores_pay(M, N, num_sms):  # at the build's precision: 3xTF32 keeps fp32's
+                if tensor_cores_pay(M, K, N, num_sms):  # at the build's precision: 3xTF32 keeps fp32's
                     mod[gv] = projection_mma_kernel(K, N, "tf32" if precision == "tf32" else "3xtf32")
                 else:
                     mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms)
