@@ -1,12 +1,13 @@
 """The input-projection GEMM alone on the GPU: TVM's default schedule of the projection reference
 against the tiled template with each tile, on the grid's shapes (M = T*B, K = I, N = G*H).
 
-    python benchmarks/projection_sweep.py [--tiles 64x64x4 64x64x4x64 mma ...] [--shapes 100x256x768 ...] [--no-default] \
+    python benchmarks/projection_sweep.py [--tiles 64x64x4 64x64x4x64 mma mma_f16 ...] [--shapes 100x256x768 ...] [--no-default] \
         > docs/data/projection-sweep-h100.jsonl
 
 One JSON line per shape: microseconds per call through TVM's VM (key "None": the default
 schedule; else the tile, BM x BN x thread tile [x k-slice], or "mma": the tensor-core GEMM at
-3xTF32), the kernel's own median duration in a CUPTI
+3xTF32; "mma_f16", "mma_bf16", "mma_tf32": at that precision, on fp32 operands, so
+the 16-bit ones show their rounding in the error), the kernel's own median duration in a CUPTI
 trace (key + "_gpu"; a short GEMM's VM call is bound by the VM's dispatch) and each one's max
 error relative to a float64 numpy product. Needs
 torch (CUDA events) and a GPU.
@@ -37,7 +38,8 @@ def time_variant(M, K, N, tile, operands):
     import tvm
     from tvm import relax
 
-    func = (projection_reference(K, N) if tile is None else projection_mma_kernel(K, N, "3xtf32") if tile == "mma"
+    func = (projection_reference(K, N) if tile is None
+            else projection_mma_kernel(K, N, tile[4:] or "3xtf32") if str(tile).startswith("mma")
             else projection_kernel(K, N, tile))
     with tvm.transform.PassContext(opt_level=3):
         ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
@@ -57,7 +59,7 @@ def main():
     ap.add_argument("--shapes", nargs="+", help="M x K x N of each GEMM (default: the grid's)")
     ap.add_argument("--no-default", action="store_true", help="skip TVM's default schedule")
     args = ap.parse_args()
-    tiles = ([] if args.no_default else [None]) + [t if t == "mma" else tuple(int(v) for v in t.split("x"))
+    tiles = ([] if args.no_default else [None]) + [t if t.startswith("mma") else tuple(int(v) for v in t.split("x"))
                                                    for t in args.tiles]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
     for M, K, N in shapes:

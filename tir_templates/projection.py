@@ -34,8 +34,10 @@ from .persistent.layout import both
 TILES = ((128, 128, 8), (64, 64, 8), (64, 64, 4), (32, 32, 4, 64))
 
 
-def projection_reference(K: int, N: int) -> tvm.tirx.PrimFunc:
-    """The plain projection (TE): what the importer emits, scheduled by TVM's default rules."""
+def projection_reference(K: int, N: int, operands: str = "float32") -> tvm.tirx.PrimFunc:
+    """The plain projection (TE): what the importer emits, scheduled by TVM's default rules.
+    `operands`: "float16" or "bfloat16" where x and w_t hold values of that dtype (an fp16 or
+    bf16 layer's, cast to fp32), which the PersistentRNN pass may multiply on 16-bit tensor cores."""
     m = tvm.tirx.Var("m", "int64")
     k_, n_ = tvm.tirx.IntImm("int64", K), tvm.tirx.IntImm("int64", N)  # one index type: dlight needs it
     x = te.placeholder((m, k_), "float32", name="x")
@@ -45,7 +47,8 @@ def projection_reference(K: int, N: int) -> tvm.tirx.PrimFunc:
     mm = te.compute((m, n_), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="mm")
     out = te.compute((m, n_), lambda i, j: mm[i, j] + b[j], name="xw")
     func = te.create_prim_func([x, w, b, out]).without_attr("global_symbol")  # private, as the kernels
-    return func.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N})).with_attr("op_pattern", OPAQUE)
+    info = {"K": K, "N": N, **({"operands": operands} if operands != "float32" else {})}
+    return func.with_attr(PROJECTION_ATTR, json.dumps(info)).with_attr("op_pattern", OPAQUE)
 
 
 def choose_tile(M: int | None, N: int, num_sms: int) -> tuple[int, ...] | None:

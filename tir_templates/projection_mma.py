@@ -26,14 +26,17 @@ from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
 from .gemm_staging import gemm_staging
 from .projection import few_ctas, one_small_wave
-from .persistent.dot_mma import mma, tf32_rounded, tf32_split
+from .persistent.dot_mma import MMA_BF16, MMA_F16, f16_half, half_bits, mma, tf32_rounded, tf32_split
 
 BM, BN, BK = 64, 64, 32  # the CTA's tile of out, and the k-slice per shared-memory round
 WM, WN = 32, 32  # a warp's tile of out
 WARPS_N = BN // WN
 NT = (BM // WM) * WARPS_N * 32  # threads: 4 warps
 MT, NTL = WM // 16, WN // 8  # mma tiles of a warp's tile along M and N
-PRECISIONS = ("3xtf32", "tf32")
+#: "3xtf32", "tf32": fp32 operands, three or one m16n8k8 mma; "f16", "bf16": operands that are
+#: exactly 16-bit values (an fp16 or bf16 model's x and W, cast to fp32 by the importer), one
+#: m16n8k16 mma, exact products, fp32 accumulation
+PRECISIONS = ("3xtf32", "tf32", "f16", "bf16")
 
 
 def tensor_cores_pay(M: int | None, K: int, N: int, num_sms: int) -> bool:
@@ -57,6 +60,16 @@ def b_fragment(lane, reg):
     return lane % 4 + 4 * reg, lane // 4
 
 
+def a_fragment_f16(lane, reg, half):
+    """(row, k) within a 16 x 16 A tile of half `half` of register `reg` of `lane` (m16n8k16 .f16)."""
+    return lane // 4 + 8 * (reg % 2), 2 * (lane % 4) + half + 8 * (reg // 2)
+
+
+def b_fragment_f16(lane, reg, half):
+    """(k, column) within a 16 x 8 B tile of half `half` of register `reg` of `lane`."""
+    return 2 * (lane % 4) + half + 8 * reg, lane // 4
+
+
 def c_fragment(lane, reg):
     """(row, column) within a 16 x 8 C tile of accumulator `reg` of `lane`."""
     return lane // 4 + 8 * (reg // 2), 2 * (lane % 4) + reg % 2
@@ -70,6 +83,8 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
     A_LOADS, B_LOADS, VK = staging.A_LOADS, staging.B_LOADS, staging.VK
     KT = (K + BK - 1) // BK
     passes = 1 if precision == "tf32" else 3
+    half = precision in ("f16", "bf16")  # 16-bit operands: one m16n8k16 mma a tile
+    pack = T.ptx.cvt.rn.bf16x2.f32 if precision == "bf16" else T.ptx.cvt.rn.f16x2.f32  # first source: high half
 
     def warp_row(t, mt):
         return (t // 32 // WARPS_N) * WM + mt * 16
@@ -106,6 +121,29 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
                     mma(acc, mt * NTL + nt, [ah[mt * 4 + j] for j in range(4)], [bh[0], bh[1]])
 
     @T.macro
+    def warp_products_16(a_s, b_s, acc, t):
+        """16-bit operands: the warp's 2 x 4 mma tiles over the k-tile's two 16-column slices, each
+        fragment register two values packed (exact: they are 16-bit values)."""
+        ah = T.alloc_buffer((MT * 4,), "uint32", scope="local")
+        bh = T.alloc_buffer((2,), "uint32", scope="local")
+        for ks in T.unroll(BK // 16):
+            for mt in T.unroll(MT):
+                for j in T.unroll(4):
+                    pack(ah[mt * 4 + j],
+                         a_s[x_word(warp_row(t, mt) + a_fragment_f16(t % 32, j, 1)[0], ks * 16 + a_fragment_f16(t % 32, j, 1)[1])],
+                         a_s[x_word(warp_row(t, mt) + a_fragment_f16(t % 32, j, 0)[0], ks * 16 + a_fragment_f16(t % 32, j, 0)[1])])
+            for nt in T.unroll(NTL):
+                for j in T.unroll(2):
+                    pack(bh[j],
+                         b_s[w_word(ks * 16 + b_fragment_f16(t % 32, j, 1)[0], warp_col(t, nt) + b_fragment_f16(t % 32, j, 1)[1])],
+                         b_s[w_word(ks * 16 + b_fragment_f16(t % 32, j, 0)[0], warp_col(t, nt) + b_fragment_f16(t % 32, j, 0)[1])])
+                for mt in T.unroll(MT):
+                    a = (mt * NTL + nt) * 4
+                    T.ptx[MMA_BF16 if precision == "bf16" else MMA_F16](
+                        acc[a], acc[a + 1], acc[a + 2], acc[a + 3], *[ah[mt * 4 + j] for j in range(4)], bh[0], bh[1],
+                        acc[a], acc[a + 1], acc[a + 2], acc[a + 3])
+
+    @T.macro
     def store(out, b, acc, by, bx, t, n_m):
         """out = acc + b from the C fragments, for the rows and columns that exist."""
         for mt, nt, j in T.grid(MT, NTL, 4):
@@ -131,13 +169,21 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
             T.tvm_storage_sync("shared")
             if kt + 1 < KT:  # the next tile's loads are in flight during this tile's mma
                 fetch(x, w, ra, rb, 0, by, bx, t, kt + 1, n_m)
-            warp_products(a_s, b_s, acc, t)
+            if half:
+                warp_products_16(a_s, b_s, acc, t)
+            else:
+                warp_products(a_s, b_s, acc, t)
             T.tvm_storage_sync("shared")
         store(out, b, acc, by, bx, t, n_m)
 
     def operand(v):
-        """A value as the mma reads it: rounded to TF32 at "tf32"; exact for 3xTF32 (emulated as
-        the fp32 product it approximates)."""
+        """A value as the mma reads it: rounded to TF32 at "tf32", to fp16 or bf16 for the 16-bit
+        mma (exact for the values it is given); exact for 3xTF32 (emulated as the fp32 product it
+        approximates)."""
+        if precision == "bf16":
+            return f16_half(half_bits(v, True), 0, True)
+        if precision == "f16":
+            return T.Cast("float32", T.Cast("float16", v))
         return tf32_rounded(v) if passes == 1 else v
 
     @T.macro
@@ -174,7 +220,7 @@ def _build(K: int, N: int, precision: str, emulate: bool) -> tvm.tirx.PrimFunc:
 
 def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
-    accuracy; "tf32")."""
+    accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values)."""
     return _build(K, N, precision, emulate=False)
 
 

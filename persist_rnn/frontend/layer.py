@@ -42,6 +42,9 @@ class RecurrentLayer:
     p: relax.Expr  # (D, 3H)
     seq_len: object  # T: int or PrimExpr
     batch: object  # B: int or PrimExpr
+    #: the dtype whose values x and w hold (fp16 or bf16 where the node gave both in it), which the
+    #: input projection may compute exactly on 16-bit tensor cores
+    gemm_operands: str = "float32"
 
 
 def _dims(expr):
@@ -138,11 +141,12 @@ def read_layer(bb, op: str, inputs, attr: dict) -> RecurrentLayer:
     p = get.get("P")
     if p is not None:
         spec = dataclasses.replace(spec, peepholes=True)
+    w_dtype = str(getattr(get["W"].ty, "dtype", ""))
     return RecurrentLayer(
         spec=spec, layout=layout, out_dtype=x.ty.dtype, x=_f32(bb, x), w=_f32(bb, get["W"]),
         r=_f32(bb, get["R"]), wb=wb, rb=rb, lens=lens, h0=state("initial_h"),
         c0=state("initial_c"), p=_zeros((D, 3 * H)) if p is None else _f32(bb, p),
-        seq_len=T_, batch=B_,
+        seq_len=T_, batch=B_, gemm_operands=str(x.ty.dtype) if w_dtype == str(x.ty.dtype) else "float32",
     )
 
 
@@ -154,7 +158,7 @@ def input_projection(bb, layer: RecurrentLayer):
     w_t = bb.emit(relax.op.permute_dims(relax.op.reshape(layer.w, (D * GH, I)), [1, 0]))
     x2 = bb.emit(relax.op.reshape(layer.x, (layer.seq_len * layer.batch, I)))
     b = bb.emit(relax.op.reshape(layer.wb, (D * GH,)))
-    gvar = bb.add_func(projection_reference(I, D * GH), "persist_rnn_projection")
+    gvar = bb.add_func(projection_reference(I, D * GH, layer.gemm_operands), "persist_rnn_projection")
     xw = bb.emit(relax.call_tir(gvar, [x2, w_t, b], relax.TensorType((layer.seq_len * layer.batch, D * GH), "float32")))
     return bb.emit(relax.op.reshape(xw, (layer.seq_len, layer.batch, D, GH)))
 

@@ -49,12 +49,19 @@ def recurrences(mod: tvm.IRModule):
 
 
 def projections(mod: tvm.IRModule):
-    """(GlobalVar, K, N) of each input projection still in its reference form."""
+    """(GlobalVar, K, N, operands' dtype) of each input projection still in its reference form."""
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and PROJECTION_ATTR in func.attrs:
             shape = json.loads(str(func.attrs[PROJECTION_ATTR]))
-            if "tile" not in shape:
-                yield gv, shape["K"], shape["N"]
+            if "tile" not in shape and "mma" not in shape:
+                yield gv, shape["K"], shape["N"], shape.get("operands", "float32")
+
+
+def projection_precision(operands: str, precision: str) -> str:
+    """The tensor-core GEMM's precision for an input projection: 16-bit operands (an fp16 or bf16
+    layer's x and W) exactly on 16-bit tensor cores, fp32 operands at the build's precision
+    (3xTF32 keeps fp32's accuracy)."""
+    return {"float16": "f16", "bfloat16": "bf16"}.get(operands, "tf32" if precision == "tf32" else "3xtf32")
 
 
 @relax.expr_functor.mutator
@@ -188,11 +195,11 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         if cuda:
             # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM
             todo = list(projections(mod))
-            rows = call_site_rows(mod, {gv.name_hint for gv, _, _ in todo})
-            for gv, K, N in todo:
+            rows = call_site_rows(mod, {gv.name_hint for gv, *_ in todo})
+            for gv, K, N, operands in todo:
                 M = rows.get(gv.name_hint)
-                if tensor_cores_pay(M, K, N, num_sms):  # at the build's precision: 3xTF32 keeps fp32's
-                    mod[gv] = projection_mma_kernel(K, N, "tf32" if precision == "tf32" else "3xtf32")
+                if tensor_cores_pay(M, K, N, num_sms):
+                    mod[gv] = projection_mma_kernel(K, N, projection_precision(operands, precision))
                 else:
                     mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms)
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()

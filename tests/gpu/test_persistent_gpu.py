@@ -5,12 +5,16 @@ the matrix through that same kernel, so the grid stays affordable.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 
 import numpy as np
 import pytest
+import tvm
 
 import persist_rnn
+from persist_rnn.frontend import from_onnx
 from persist_rnn.schedule.cost_model import rank
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.precision import TOLERANCE as PRECISION_TOLERANCE
@@ -22,7 +26,9 @@ from persist_rnn.testing import (
     ort_run,
     reference,
 )
+from persist_rnn.transform import PersistentRNN
 from tir_templates.config import Config
+from tir_templates.gemm_signature import PROJECTION_ATTR
 from tir_templates.spec import CellSpec
 
 pytestmark = pytest.mark.gpu
@@ -247,16 +253,29 @@ def test_f16_mma_matches_onnxruntime(op, hidden, direction, keep, dtype):
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 
-@pytest.mark.parametrize("op,hidden,direction,precision", [("LSTM", 1024, "forward", "fp32"), ("GRU", 256, "bidirectional", "fp32"),
-                                                          ("LSTM", 1024, "forward", "tf32"), ("RNN", 64, "reverse", "tf32")])
-def test_tensor_core_projection_matches_onnxruntime(op, hidden, direction, precision):
-    """The input projection on the tensor cores (projection_mma.py, built with unverified=True):
-    3xTF32 keeps fp32's bound, TF32 its own, over the whole (B, T) matrix (ragged M = T B). All
-    four passed on the H100 on 2026-11-25 (docs/data/gpu-v26-f16-mma-projection.log)."""
-    case = _layer_case(op, hidden, direction)
-    compiled = persist_rnn.compile(reference(case)[0], "cuda", measure=False, unverified=True, precision=precision)
-    failures = _failures(compiled, case, PRECISION_TOLERANCE[precision])
-    assert not failures, ", ".join(failures)
+@pytest.mark.parametrize("op,hidden,direction,dtype,precision,batch,steps,mma", [
+    ("LSTM", 1024, "forward", "float32", "fp32", 5, 20, "3xtf32"),  # M = 100: the few-row GEMM
+    ("GRU", 256, "bidirectional", "float32", "fp32", 5, 20, "3xtf32"),
+    ("LSTM", 256, "forward", "float32", "fp32", 20, 101, "3xtf32"),  # a full grid (M = 2020, K = 256)
+    ("LSTM", 1024, "forward", "float32", "tf32", 5, 20, "tf32"),
+    ("RNN", 64, "reverse", "float32", "tf32", 30, 100, "tf32"),
+    ("LSTM", 1024, "forward", "float16", "fp32", 5, 20, "f16"),  # 16-bit x and W: exact 16-bit products
+    ("GRU", 256, "forward", "bfloat16", "fp32", 20, 101, "bf16"),
+], ids=str)
+def test_tensor_core_projection_matches_onnxruntime(op, hidden, direction, dtype, precision, batch, steps, mma):
+    """The input projection on the tensor cores (projection_mma.py) inside a whole layer, at a static
+    (B, T) whose M = T B sends it there (the pass must pick it): 3xTF32 and the 16-bit GEMM keep
+    their layer's bound, TF32 its own."""
+    case = dataclasses.replace(_layer_case(op, hidden, direction, dtype), dynamic=False, batch=batch, seq_len=steps)
+    model, feeds, want = reference(case)
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    mod = PersistentRNN(target, measure=False, unverified=True, precision=precision)(from_onnx(model))
+    used = [json.loads(str(f.attrs[PROJECTION_ATTR])).get("mma") for f in mod.functions.values()
+            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and PROJECTION_ATTR in f.attrs]
+    assert used == [mma], used
+    compiled = persist_rnn.compile(model, "cuda", measure=False, unverified=True, precision=precision)
+    bound = PRECISION_TOLERANCE["tf32"] if precision == "tf32" else TOLERANCE[dtype]
+    assert max_rel_error(compiled.run(feeds), want) <= bound
 
 
 @pytest.mark.parametrize("cell", ["rnn", "lstm", "gru0"])

@@ -16,7 +16,9 @@ from tir_templates.projection_mma import (
     BN,
     NT,
     a_fragment,
+    a_fragment_f16,
     b_fragment,
+    b_fragment_f16,
     c_fragment,
     emulated_projection_mma_kernel,
     projection_mma_kernel,
@@ -65,6 +67,40 @@ def test_stores_and_fragment_reads_hit_distinct_banks():
         assert most_lanes_on_one_bank([st.w_word(*b_fragment(lane, j)) for lane in range(32)]) == 1
 
 
+def test_16_bit_fragments_follow_the_ptx_figures():
+    """m16n8k16 .f16/.bf16 (PTX ISA 9.7.14.5.x): A's a0..a3 of lane l hold (l/4, 2(l%4) + {0, 1}),
+    (l/4+8, ...), (l/4, 2(l%4) + 8 + {0, 1}), (l/4+8, ...), the lower k in the low half; B's b0, b1
+    hold (k 2(l%4) + {0, 1}, column l/4) and (k 2(l%4) + 8 + {0, 1}, l/4). Each covers its tile once."""
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        assert [a_fragment_f16(lane, r, e) for r in range(4) for e in range(2)] == [
+            (g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1),
+            (g, 2 * t + 8), (g, 2 * t + 9), (g + 8, 2 * t + 8), (g + 8, 2 * t + 9)]
+        assert [b_fragment_f16(lane, r, e) for r in range(2) for e in range(2)] == [
+            (2 * t, g), (2 * t + 1, g), (2 * t + 8, g), (2 * t + 9, g)]
+    for frag, regs, shape in ((a_fragment_f16, 4, (16, 16)), (b_fragment_f16, 2, (16, 8))):
+        held = sorted(frag(lane, r, e) for lane, r, e in itertools.product(range(32), range(regs), range(2)))
+        assert held == sorted(itertools.product(range(shape[0]), range(shape[1])))
+
+
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+@pytest.mark.parametrize("M,K,N", SHAPES, ids=str)
+def test_emulated_16_bit_projection_is_exact_for_16_bit_operands(M, K, N, precision):
+    """The fp16 (bf16) GEMM on operands that are fp16 (bf16) values, as an fp16 (bf16) model's x and
+    W are: the products are exact and accumulate in fp32, so fp32's bound holds (1e-6 here); on
+    fp32 operands it would round them (the pass never gives it those)."""
+    import ml_dtypes
+
+    half = np.float16 if precision == "f16" else ml_dtypes.bfloat16
+    x, w, b = (a.astype(half).astype("float32") for a in operands(M, K, N))
+    want = x.astype("float64") @ w + b
+    func = emulated_projection_mma_kernel(K, N, precision)
+    assert np.abs(run_on_cpu(func, x, w, b) - want).max() / np.abs(want).max() <= 1e-6
+    x, w, b = operands(M, K, N)
+    want = x.astype("float64") @ w + b
+    assert np.abs(run_on_cpu(func, x, w, b) - want).max() / np.abs(want).max() > 1e-5
+
+
 @pytest.mark.parametrize("precision", ["3xtf32", "tf32"])
 @pytest.mark.parametrize("M,K,N", SHAPES, ids=str)
 def test_emulated_projection_mma_matches_numpy(M, K, N, precision):
@@ -80,10 +116,16 @@ def test_emulated_projection_mma_matches_numpy(M, K, N, precision):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (TVM compiles CUDA with it)")
-@pytest.mark.parametrize("precision", ["3xtf32", "tf32"])
+@pytest.mark.parametrize("precision", ["3xtf32", "tf32", "f16", "bf16"])
 @pytest.mark.parametrize("K,N,arch", [(1024, 4096, "sm_90"), (256, 768, "sm_80"), (40, 192, "sm_90")], ids=str)
 def test_projection_mma_compiles_without_spills(K, N, arch, precision, tmp_path):
+    """Per 32-column k-slice, unrolled: 2 x 4 tiles of 4 m16n8k8 slices, three mma each at 3xTF32
+    and one at TF32; 2 m16n8k16 slices at 16 bits."""
     source = cuda_source(projection_mma_kernel(K, N, precision), arch)
-    calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(acc")
-    assert calls == (1 if precision == "tf32" else 3) * (32 // 8) * 2 * 4  # per k-slice: 2 x 4 tiles, unrolled
+    if precision in ("f16", "bf16"):
+        calls = source.count(f"tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_{precision}_{precision}_f32(acc")
+        assert calls == (32 // 16) * 2 * 4
+    else:
+        calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(acc")
+        assert calls == (1 if precision == "tf32" else 3) * (32 // 8) * 2 * 4
     assert max(nvcc_stats(source, arch, tmp_path)) == 0

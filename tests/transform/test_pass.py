@@ -1,6 +1,8 @@
 """PersistentRNN as a Relax pass: in a user's pipeline, for each layer, with its report."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import numpy as np
@@ -215,4 +217,7 @@ def test_projections_go_to_the_tensor_cores_past_one_wave_of_small_tiles():
     assert [p.get("mma") for p in projections(full)] == ["3xtf32"]
     shallow = LayerCase(op="LSTM", hidden_size=256, input_size=64, batch=64, seq_len=200)  # ... K = 64
     assert [p.get("mma") for p in projections(shallow)] == [None]
+    for dtype, mma in (("float16", "f16"), ("bfloat16", "bf16")):  # 16-bit x and W: exact on 16-bit tensor cores
+        assert [p.get("mma") for p in projections(dataclasses.replace(past_a_wave, dtype=dtype))] == [mma]
+        assert [p.get("mma") for p in projections(dataclasses.replace(past_a_wave, dtype=dtype), precision="tf32")] == [mma]
     assert not tensor_cores_pay(None, 1024, 1024, 132)  # M known only at run time
