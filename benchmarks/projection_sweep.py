@@ -7,7 +7,7 @@ against the tiled template with each tile, on the grid's shapes (M = T*B, K = I,
 One JSON line per shape: microseconds per call through TVM's VM (key "None": the default
 schedule; else the tile, BM x BN x thread tile [x k-slice], or "mma": the tensor-core GEMM at
 3xTF32; "mma_f16", "mma_bf16", "mma_tf32": at that precision, on fp32 operands, so
-the 16-bit ones show their rounding in the error; a suffix "_w16": 16 rows of out a warp), the kernel's own median duration in a CUPTI
+the 16-bit ones show their rounding in the error), the kernel's own median duration in a CUPTI
 trace (key + "_gpu"; a short GEMM's VM call is bound by the VM's dispatch) and each one's max
 error relative to a float64 numpy product. Needs
 torch (CUDA events) and a GPU.
@@ -33,21 +33,13 @@ SHAPES = [(100, 64, 256), (1000, 64, 256), (2000, 64, 256), (1000, 64, 192), (10
           (2000, 1024, 3072), (2000, 256, 768)]
 
 
-def mma_variant(K, N, name):
-    """The tensor-core GEMM named mma[_PRECISION][_wROWS], e.g. mma_f16_w16 (default 3xTF32, 32 rows a warp)."""
-    parts = name.split("_")[1:]
-    rows = [int(p[1:]) for p in parts if p.startswith("w")]
-    precision = [p for p in parts if not p.startswith("w")]
-    return projection_mma_kernel(K, N, precision[0] if precision else "3xtf32", rows[0] if rows else 32)
-
-
 def time_variant(M, K, N, tile, operands):
     """(µs per VM call, µs of the kernel alone, relative error) of one variant on `operands`."""
     import tvm
     from tvm import relax
 
     func = (projection_reference(K, N) if tile is None
-            else mma_variant(K, N, tile) if str(tile).startswith("mma")
+            else projection_mma_kernel(K, N, tile[4:] or "3xtf32") if str(tile).startswith("mma")
             else projection_kernel(K, N, tile))
     with tvm.transform.PassContext(opt_level=3):
         ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))

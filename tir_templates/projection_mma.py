@@ -75,11 +75,8 @@ def c_fragment(lane, reg):
     return lane // 4 + 8 * (reg // 2), 2 * (lane % 4) + reg % 2
 
 
-def _launch(K: int, N: int, precision: str, emulate: bool, warp_rows: int = WM):
-    """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially:
-    `emulate`), each warp computing `warp_rows` x WN of the CTA's tile (16: twice the warps)."""
-    WM, MT = warp_rows, warp_rows // 16
-    NT = (BM // WM) * WARPS_N * 32
+def _launch(K: int, N: int, precision: str, emulate: bool):
+    """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`)."""
     staging = gemm_staging(K, N, BM, BN, BK, NT, mma_tiles=True)
     x_word, w_word = staging.x_word, staging.w_word
     fetch, stage, VN = staging.fetch, staging.stage, staging.VN
@@ -215,20 +212,18 @@ def _launch(K: int, N: int, precision: str, emulate: bool, warp_rows: int = WM):
     return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
 
 
-def _build(K: int, N: int, precision: str, emulate: bool, warp_rows: int = WM) -> tvm.tirx.PrimFunc:
+def _build(K: int, N: int, precision: str, emulate: bool) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
-    info = {"mma": precision, **({"warp_rows": warp_rows} if warp_rows != WM else {})}
-    return gemm_func(K, N, _launch(K, N, precision, emulate, warp_rows), info)
+    return gemm_func(K, N, _launch(K, N, precision, emulate), {"mma": precision})
 
 
-def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", warp_rows: int = WM) -> tvm.tirx.PrimFunc:
+def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
-    accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values), `warp_rows` 32 or 16
-    rows of out a warp."""
-    return _build(K, N, precision, False, warp_rows)
+    accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values)."""
+    return _build(K, N, precision, emulate=False)
 
 
-def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", warp_rows: int = WM) -> tvm.tirx.PrimFunc:
+def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
     """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""
-    return _build(K, N, precision, True, warp_rows)
+    return _build(K, N, precision, emulate=True)
