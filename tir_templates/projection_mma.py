@@ -41,13 +41,15 @@ PRECISIONS = ("3xtf32", "tf32", "f16", "bf16")
 
 def tensor_cores_pay(M: int | None, K: int, N: int, num_sms: int) -> bool:
     """Whether a GEMM of M rows goes to this kernel rather than the FMA GEMM, M = T B known when the
-    model is built: wherever the FMA GEMM's 32 x 32 grid would not fit one wave (`one_small_wave`),
-    and, where the 64 x 64 grid fills the GPU, K at least 256 (the deepest reductions measured).
-    On the H100, kernel alone, one run (docs/data/projection-banks-h100.jsonl), with conflict-free
-    shared tiles: (100, 1024) x (1024, 4096) 27.3 us against the FMA GEMM's 45.7; (2000, 1024) x
-    (1024, 4096) 316 against 419; (2000, 256) x (256, 1024) 25.0 against 28.4; but (100, 256) x
-    (256, 1024), one wave of 32 x 32 tiles, 8.8 against 6.2."""
-    return M is not None and not one_small_wave(M, N, num_sms) and (few_ctas(M, N, num_sms) or K >= 256)
+    model is built: wherever the FMA GEMM's 32 x 32 grid would not fit one wave (`one_small_wave`)
+    and either its 64 x 64 grid leaves SMs idle (`few_ctas`) or K >= 512. On the H100, kernel
+    alone, one run (docs/data/projection-banks-h100.jsonl), with conflict-free shared tiles:
+    (100, 1024) x (1024, 4096) 27.3 us against the FMA GEMM's 45.7; (2000, 1024) x (1024, 4096)
+    316 against 419; (100, 256) x (256, 1024), one wave of 32 x 32 tiles, 8.8 against 6.2. At
+    K = 256 on a full grid the kernel alone won ((2000, 256) x (256, 1024): 25.0 against 28.4),
+    but whole layers were mixed (docs/data/b10-b20-ab-h100.jsonl: GRU H=256 B=10 0.135 -> 0.143
+    ms, B=20 0.168 -> 0.162), so the FMA GEMM keeps those."""
+    return M is not None and not one_small_wave(M, N, num_sms) and (few_ctas(M, N, num_sms) or K >= 512)
 
 
 def a_fragment(lane, reg):

@@ -256,11 +256,11 @@ def test_f16_mma_matches_onnxruntime(op, hidden, direction, keep, dtype):
 @pytest.mark.parametrize("op,hidden,direction,dtype,precision,batch,steps,mma", [
     ("LSTM", 1024, "forward", "float32", "fp32", 5, 20, "3xtf32"),  # M = 100: the few-row GEMM
     ("GRU", 256, "bidirectional", "float32", "fp32", 5, 20, "3xtf32"),
-    ("LSTM", 256, "forward", "float32", "fp32", 20, 101, "3xtf32"),  # a full grid (M = 2020, K = 256)
+    ("LSTM", 512, "forward", "float32", "fp32", 20, 101, "3xtf32"),  # a full grid (M = 2020, K = 512)
     ("LSTM", 1024, "forward", "float32", "tf32", 5, 20, "tf32"),
     ("RNN", 64, "reverse", "float32", "tf32", 30, 100, "tf32"),
     ("LSTM", 1024, "forward", "float16", "fp32", 5, 20, "f16"),  # 16-bit x and W: exact 16-bit products
-    ("GRU", 256, "forward", "bfloat16", "fp32", 20, 101, "bf16"),
+    ("GRU", 512, "forward", "bfloat16", "fp32", 20, 101, "bf16"),
 ], ids=str)
 def test_tensor_core_projection_matches_onnxruntime(op, hidden, direction, dtype, precision, batch, steps, mma):
     """The input projection on the tensor cores (projection_mma.py) inside a whole layer, at a static

@@ -197,7 +197,7 @@ def test_a_tf32_step_is_reported_and_a_bad_precision_named():
 
 def test_projections_go_to_the_tensor_cores_past_one_wave_of_small_tiles():
     """The tensor-core GEMM (projection_mma.py; its GPU tests passed on the H100) where the FMA
-    GEMM's 32 x 32 grid would not fit one wave, and for a full 64 x 64 grid only with K >= 256, at
+    GEMM's 32 x 32 grid would not fit one wave, and for a full 64 x 64 grid only with K >= 512, at
     the build's precision (3xTF32 for fp32, TF32 for tf32); the FMA GEMM elsewhere, and where M is
     known only at run time."""
     from tir_templates.projection_mma import tensor_cores_pay
@@ -213,9 +213,9 @@ def test_projections_go_to_the_tensor_cores_past_one_wave_of_small_tiles():
     assert [p.get("mma") for p in projections(past_a_wave, precision="tf32")] == ["tf32"]
     one_wave = LayerCase(op="GRU", hidden_size=32, input_size=16, batch=4, linear_before_reset=1)  # M = 20, N = 96
     assert [p.get("tile") for p in projections(one_wave)] == [[32, 32, 4, 64]]
-    full = LayerCase(op="LSTM", hidden_size=256, input_size=256, batch=64, seq_len=200)  # 200 x 16 CTAs of 64 x 64
+    full = LayerCase(op="LSTM", hidden_size=256, input_size=512, batch=64, seq_len=200)  # 200 x 16 CTAs of 64 x 64
     assert [p.get("mma") for p in projections(full)] == ["3xtf32"]
-    shallow = LayerCase(op="LSTM", hidden_size=256, input_size=64, batch=64, seq_len=200)  # ... K = 64
+    shallow = LayerCase(op="LSTM", hidden_size=256, input_size=256, batch=64, seq_len=200)  # ... K = 256
     assert [p.get("mma") for p in projections(shallow)] == [None]
     for dtype, mma in (("float16", "f16"), ("bfloat16", "bf16")):  # 16-bit x and W: exact on 16-bit tensor cores
         assert [p.get("mma") for p in projections(dataclasses.replace(past_a_wave, dtype=dtype))] == [mma]
