@@ -1,6 +1,5 @@
 """What every input-projection kernel shares: its signature, x (M, K), w_t (K, N), b (N,) -> out
-(M, N), all float32 (x may be fp16 or bf16: an fp16 or bf16 layer's input, read as it is) with M
-symbolic, and the attribute that marks it (`gemm_func`); and the grid of
+(M, N), all float32 with M symbolic, and the attribute that marks it (`gemm_func`); and the grid of
 a tiled one, a CTA per BM x BN tile of out (`tile_grid`). The FMA GEMM (`projection.py`), the
 tensor-core GEMM (`projection_mma.py`) and the narrow dense layer (`narrow_dense.py`) differ only
 in their bodies.
@@ -19,15 +18,15 @@ PROJECTION_ATTR = "persist_rnn.projection"
 OPAQUE = 8
 
 
-def gemm_func(K: int, N: int, launch, info: dict, x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
-    """The projection PrimFunc whose body is the macro launch(x, w, b, out, n_m), x of `x_dtype`;
-    `info` joins K and N in its PROJECTION_ATTR."""
+def gemm_func(K: int, N: int, launch, info: dict) -> tvm.tirx.PrimFunc:
+    """The projection PrimFunc whose body is the macro launch(x, w, b, out, n_m); `info` joins K
+    and N in its PROJECTION_ATTR."""
 
     @T.prim_func(private=True)
     def kernel(x_h: T.handle, w: T.Buffer((K, N), "float32"), b: T.Buffer((N,), "float32"), out_h: T.handle):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
         n_m = T.int64()
-        x = T.match_buffer(x_h, (n_m, K), x_dtype)
+        x = T.match_buffer(x_h, (n_m, K), "float32")
         out = T.match_buffer(out_h, (n_m, N), "float32")
         launch(x, w, b, out, n_m)
 

@@ -28,7 +28,7 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
     rb, reg, by, bx, t, kt, n_m)`, `stage(a_s, b_s, ra, rb, reg, t)`, the shared tiles' sizes
     `x_words` and `w_words`, the words `x_word(row, k)` and `w_word(k, column)` (FMA: 4 rows of x
     from a multiple of 4 are 4 contiguous words), and the register counts A_LOADS * VK (x) and
-    B_LOADS * VN (w_t) a thread holds. An fp16 or bf16 x becomes fp32 as it is fetched."""
+    B_LOADS * VN (w_t) a thread holds."""
     VK = 4 if K % 4 == 0 else 1  # x loads along K, float4 when rows stay 16-byte aligned
     VN = 4 if N % 4 == 0 else 1  # w_t loads and out stores along N
     A_LOADS = BM * BK // (NT * VK)  # x vectors a thread fetches per k-tile
@@ -57,17 +57,14 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
         """(k, column) within the tile of thread t's e-th vector of w_t: VN consecutive columns."""
         return (e * NT + t) // (BN // VN), (e * NT + t) % (BN // VN) * VN
 
-    def as_f32(src, value):
-        return value if src.dtype == "float32" else T.Cast("float32", value)
-
     @T.macro
     def fetch_vectors(src, dst, reg, loads, vec, vector, row0, col0, n_rows, n_cols, t):
-        """Thread t's `loads` vectors of one operand's tile at (row0, col0) into registers as fp32
-        (zeros outside n_rows x n_cols): `vector(e, t)` places the e-th, `vec` wide along the columns."""
+        """Thread t's `loads` vectors of one operand's tile at (row0, col0) into registers (zeros
+        outside n_rows x n_cols): `vector(e, t)` places the e-th, `vec` wide along the columns."""
         for e in T.unroll(loads):
             if T.And(row0 + vector(e, t)[0] < n_rows, col0 + vector(e, t)[1] < n_cols):
                 for v in T.vectorized(vec):
-                    dst[reg, e * vec + v] = as_f32(src, src[row0 + vector(e, t)[0], col0 + vector(e, t)[1] + v])
+                    dst[reg, e * vec + v] = src[row0 + vector(e, t)[0], col0 + vector(e, t)[1] + v]
             else:
                 for v in T.vectorized(vec):
                     dst[reg, e * vec + v] = T.float32(0)

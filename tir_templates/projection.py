@@ -36,16 +36,15 @@ TILES = ((128, 128, 8), (64, 64, 8), (64, 64, 4), (32, 32, 4, 64))
 
 def projection_reference(K: int, N: int, operands: str = "float32") -> tvm.tirx.PrimFunc:
     """The plain projection (TE): what the importer emits, scheduled by TVM's default rules.
-    `operands`: "float16" or "bfloat16" where x is of that dtype and w_t holds values of it (an
-    fp16 or bf16 layer's, w_t cast to fp32), which the PersistentRNN pass may multiply on 16-bit
-    tensor cores."""
+    `operands`: "float16" or "bfloat16" where x and w_t hold values of that dtype (an fp16 or
+    bf16 layer's, cast to fp32), which the PersistentRNN pass may multiply on 16-bit tensor cores."""
     m = tvm.tirx.Var("m", "int64")
     k_, n_ = tvm.tirx.IntImm("int64", K), tvm.tirx.IntImm("int64", N)  # one index type: dlight needs it
-    x = te.placeholder((m, k_), operands, name="x")  # a 16-bit layer's x as it is: no cast kernel before
+    x = te.placeholder((m, k_), "float32", name="x")
     w = te.placeholder((k_, n_), "float32", name="w_t")
     b = te.placeholder((n_,), "float32", name="b")
     k = te.reduce_axis((tvm.tirx.IntImm("int64", 0), k_), name="k")
-    mm = te.compute((m, n_), lambda i, j: te.sum(x[i, k].astype("float32") * w[k, j], axis=k), name="mm")
+    mm = te.compute((m, n_), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="mm")
     out = te.compute((m, n_), lambda i, j: mm[i, j] + b[j], name="xw")
     func = te.create_prim_func([x, w, b, out]).without_attr("global_symbol")  # private, as the kernels
     info = {"K": K, "N": N, **({"operands": operands} if operands != "float32" else {})}
@@ -196,8 +195,7 @@ def _tile_launch(K: int, N: int, tile: tuple[int, ...], emulate: bool):
     return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
 
 
-def _build(K: int, N: int, tile: tuple[int, int, int] | None, num_sms: int, emulate: bool,
-           x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
+def _build(K: int, N: int, tile: tuple[int, int, int] | None, num_sms: int, emulate: bool) -> tvm.tirx.PrimFunc:
     """The projection PrimFunc with `tile`, or (None) the tile `choose_tile` picks for the runtime M."""
     if tile is not None:
         launch = _tile_launch(K, N, tile, emulate)
@@ -216,17 +214,17 @@ def _build(K: int, N: int, tile: tuple[int, int, int] | None, num_sms: int, emul
             else:
                 small(x, w, b, out, n_m)
 
-    return gemm_func(K, N, launch, {"tile": list(tile) if tile is not None else f"by rows, {num_sms} SMs"}, x_dtype)
+    return gemm_func(K, N, launch, {"tile": list(tile) if tile is not None else f"by rows, {num_sms} SMs"})
 
 
 def projection_kernel(K: int, N: int, tile: tuple[int, ...] | None = TILES[0],
-                      num_sms: int = 132, x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
-    """The tiled CUDA GEMM for x (M, K) @ w_t (K, N) + b, x of `x_dtype`; `tile` None: chosen per
-    call from the runtime M by `choose_tile`'s rule for a GPU of `num_sms` SMs."""
-    return _build(K, N, tile, num_sms, False, x_dtype)
+                      num_sms: int = 132) -> tvm.tirx.PrimFunc:
+    """The tiled CUDA GEMM for x (M, K) @ w_t (K, N) + b; `tile` None: chosen per call from the
+    runtime M by `choose_tile`'s rule for a GPU of `num_sms` SMs."""
+    return _build(K, N, tile, num_sms, emulate=False)
 
 
 def emulated_projection_kernel(K: int, N: int, tile: tuple[int, ...] | None = TILES[0],
-                               num_sms: int = 132, x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
+                               num_sms: int = 132) -> tvm.tirx.PrimFunc:
     """The same tiling run serially on the CPU (llvm): for tests."""
-    return _build(K, N, tile, num_sms, True, x_dtype)
+    return _build(K, N, tile, num_sms, emulate=True)

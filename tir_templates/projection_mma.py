@@ -214,18 +214,18 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
     return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
 
 
-def _build(K: int, N: int, precision: str, emulate: bool, x_dtype: str) -> tvm.tirx.PrimFunc:
+def _build(K: int, N: int, precision: str, emulate: bool) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
-    return gemm_func(K, N, _launch(K, N, precision, emulate), {"mma": precision}, x_dtype)
+    return gemm_func(K, N, _launch(K, N, precision, emulate), {"mma": precision})
 
 
-def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
+def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
-    accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values), x of `x_dtype`."""
-    return _build(K, N, precision, False, x_dtype)
+    accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values)."""
+    return _build(K, N, precision, emulate=False)
 
 
-def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
+def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
     """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""
-    return _build(K, N, precision, True, x_dtype)
+    return _build(K, N, precision, emulate=True)

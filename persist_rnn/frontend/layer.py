@@ -31,7 +31,7 @@ class RecurrentLayer:
     spec: CellSpec
     layout: int
     out_dtype: str
-    x: relax.Expr  # (T, B, I) float32, or of `gemm_operands` (read as it is by the input projection)
+    x: relax.Expr  # (T, B, I) float32
     w: relax.Expr  # (D, G*H, I)
     r: relax.Expr  # (D, G*H, H)
     wb: relax.Expr  # (D, G*H)
@@ -141,13 +141,12 @@ def read_layer(bb, op: str, inputs, attr: dict) -> RecurrentLayer:
     p = get.get("P")
     if p is not None:
         spec = dataclasses.replace(spec, peepholes=True)
-    # x and W of one dtype (ONNX's T): the projection reads x as it is and multiplies 16-bit values
-    operands = str(x.ty.dtype) if str(getattr(get["W"].ty, "dtype", "")) == str(x.ty.dtype) else "float32"
+    w_dtype = str(getattr(get["W"].ty, "dtype", ""))
     return RecurrentLayer(
-        spec=spec, layout=layout, out_dtype=x.ty.dtype, x=x if operands != "float32" else _f32(bb, x),
-        w=_f32(bb, get["W"]), r=_f32(bb, get["R"]), wb=wb, rb=rb, lens=lens, h0=state("initial_h"),
+        spec=spec, layout=layout, out_dtype=x.ty.dtype, x=_f32(bb, x), w=_f32(bb, get["W"]),
+        r=_f32(bb, get["R"]), wb=wb, rb=rb, lens=lens, h0=state("initial_h"),
         c0=state("initial_c"), p=_zeros((D, 3 * H)) if p is None else _f32(bb, p),
-        seq_len=T_, batch=B_, gemm_operands=operands,
+        seq_len=T_, batch=B_, gemm_operands=str(x.ty.dtype) if w_dtype == str(x.ty.dtype) else "float32",
     )
 
 

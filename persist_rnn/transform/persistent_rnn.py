@@ -199,9 +199,9 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             for gv, K, N, operands in todo:
                 M = rows.get(gv.name_hint)
                 if tensor_cores_pay(M, K, N, num_sms):
-                    mod[gv] = projection_mma_kernel(K, N, projection_precision(operands, precision), operands)
+                    mod[gv] = projection_mma_kernel(K, N, projection_precision(operands, precision))
                 else:
-                    mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, operands)
+                    mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms)
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
             for gv, func, spec in list(recurrences(mod)):
                 if gv.name_hint in early and _may_launch_early(func, spec):

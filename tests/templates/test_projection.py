@@ -76,29 +76,6 @@ def test_transposed_x_stores_spread_over_the_banks(tile, conflict):
         assert sorted(st.x_word(row, k) for row in range(BM)) == list(range(k * BM, (k + 1) * BM))
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("tile", [TILES[0], TILES[3], "mma"], ids=str)
-def test_16_bit_x_is_read_as_it_is(tile, dtype):
-    """An fp16 or bf16 layer's x goes to the GEMM in its own dtype (no cast kernel before it): each
-    kernel widens it as it fetches, the reference as it multiplies; all match numpy on the
-    widened values."""
-    import ml_dtypes
-
-    from tir_templates.projection_mma import emulated_projection_mma_kernel
-
-    M, K, N = 65, 40, 192
-    x, w, b = operands(M, K, N)
-    x16 = x.astype(np.float16 if dtype == "float16" else ml_dtypes.bfloat16)
-    want = x16.astype("float64") @ w + b
-    kernels = [projection_reference(K, N, dtype)]
-    if tile == "mma":
-        kernels.append(emulated_projection_mma_kernel(K, N, "3xtf32", dtype))
-    else:
-        kernels.append(emulated_projection_kernel(K, N, tile, x_dtype=dtype))
-    for func in kernels:
-        assert np.abs(run_on_cpu(func, x16, w, b) - want).max() <= 1e-5 * np.abs(want).max()
-
-
 def test_reference_projection_runs_on_cpu_and_builds_for_cuda():
     """The importer's form: TVM's default llvm pipeline runs it, its default CUDA one (dlight) builds it."""
     M, K, N = 37, 12, 20
