@@ -1,14 +1,17 @@
-"""The input projection xw = x @ w_t + b on the tensor cores: mma.sync m16n8k8 with TF32 operands.
+"""The input projection xw = x @ w_t + b on the tensor cores: mma.sync m16n8k8 (TF32) or m16n8k16 (16-bit).
 
 The FMA GEMM (`projection.py`) reaches ~38 TFLOP/s on the H100, ~0.43 ms of an LSTM H=1024 B=20
 layer. This one computes the same tiles with the tensor cores, at the layer's precision:
 "3xtf32" (each operand split into a TF32 high part and the fp32 remainder, three mma: fp32
-accuracy, as the recurrent step's tensor-core configs) or "tf32" (operands rounded to TF32, one
-mma: a build at precision "tf32"). Read top to bottom in `block_program`:
+accuracy, as the recurrent step's tensor-core configs), "tf32" (operands rounded to TF32, one
+mma: a build at precision "tf32"), or "f16" / "bf16" (an fp16 or bf16 layer, whose x and W are
+16-bit values: two a register, one m16n8k16 mma, exact products). Read top to bottom in
+`block_program`:
     per k-tile: registers -> shared memory (x row-major, rows of both padded so that the 16-byte
     stores and a fragment's lanes hit 32 banks: `gemm_staging`), sync, next tile's global loads
     issued,
-    each warp's 32 x 32 of the CTA's 64 x 64 tile as 2 x 4 mma tiles, sync
+    each warp's 32 x 32 of the CTA's 64 x 64 tile as 2 x 4 mma tiles (`warp_products`, 16-bit:
+    `warp_products_16`), sync
     then out = acc + b from the C fragments.
 `emulated_projection_mma_kernel` runs the same staging serially on the CPU and takes each
 product as the mma defines it (operands rounded or split as the GPU's are); the fragments' lane

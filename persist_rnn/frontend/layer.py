@@ -141,12 +141,13 @@ def read_layer(bb, op: str, inputs, attr: dict) -> RecurrentLayer:
     p = get.get("P")
     if p is not None:
         spec = dataclasses.replace(spec, peepholes=True)
-    w_dtype = str(getattr(get["W"].ty, "dtype", ""))
+    # x and W of one dtype (ONNX's T): at 16 bits the projection may multiply them exactly as such
+    operands = str(x.ty.dtype) if str(getattr(get["W"].ty, "dtype", "")) == str(x.ty.dtype) else "float32"
     return RecurrentLayer(
         spec=spec, layout=layout, out_dtype=x.ty.dtype, x=_f32(bb, x), w=_f32(bb, get["W"]),
         r=_f32(bb, get["R"]), wb=wb, rb=rb, lens=lens, h0=state("initial_h"),
         c0=state("initial_c"), p=_zeros((D, 3 * H)) if p is None else _f32(bb, p),
-        seq_len=T_, batch=B_, gemm_operands=str(x.ty.dtype) if w_dtype == str(x.ty.dtype) else "float32",
+        seq_len=T_, batch=B_, gemm_operands=operands,
     )
 
 
