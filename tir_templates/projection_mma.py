@@ -125,6 +125,14 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
                         mma(acc, mt * NTL + nt, [ah[mt * 4 + j] for j in range(4)], [T.reinterpret("uint32", bl[j]) for j in range(2)])
                     mma(acc, mt * NTL + nt, [ah[mt * 4 + j] for j in range(4)], [bh[0], bh[1]])
 
+    def a_word_16(t, mt, ks, j, half):
+        """x's word in shared memory that half `half` of A register j of thread t's tile mt holds."""
+        return x_word(warp_row(t, mt) + a_fragment_f16(t % 32, j, half)[0], ks * 16 + a_fragment_f16(t % 32, j, half)[1])
+
+    def b_word_16(t, nt, ks, j, half):
+        """w_t's word that half `half` of B register j of thread t's tile nt holds."""
+        return w_word(ks * 16 + b_fragment_f16(t % 32, j, half)[0], warp_col(t, nt) + b_fragment_f16(t % 32, j, half)[1])
+
     @T.macro
     def warp_products_16(a_s, b_s, acc, t):
         """16-bit operands: the warp's 2 x 4 mma tiles over the k-tile's two 16-column slices, each
@@ -134,14 +142,10 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
         for ks in T.unroll(BK // 16):
             for mt in T.unroll(MT):
                 for j in T.unroll(4):
-                    pack(ah[mt * 4 + j],
-                         a_s[x_word(warp_row(t, mt) + a_fragment_f16(t % 32, j, 1)[0], ks * 16 + a_fragment_f16(t % 32, j, 1)[1])],
-                         a_s[x_word(warp_row(t, mt) + a_fragment_f16(t % 32, j, 0)[0], ks * 16 + a_fragment_f16(t % 32, j, 0)[1])])
+                    pack(ah[mt * 4 + j], a_s[a_word_16(t, mt, ks, j, 1)], a_s[a_word_16(t, mt, ks, j, 0)])
             for nt in T.unroll(NTL):
                 for j in T.unroll(2):
-                    pack(bh[j],
-                         b_s[w_word(ks * 16 + b_fragment_f16(t % 32, j, 1)[0], warp_col(t, nt) + b_fragment_f16(t % 32, j, 1)[1])],
-                         b_s[w_word(ks * 16 + b_fragment_f16(t % 32, j, 0)[0], warp_col(t, nt) + b_fragment_f16(t % 32, j, 0)[1])])
+                    pack(bh[j], b_s[b_word_16(t, nt, ks, j, 1)], b_s[b_word_16(t, nt, ks, j, 0)])
                 for mt in T.unroll(MT):
                     a = (mt * NTL + nt) * 4
                     T.ptx[MMA_BF16 if precision == "bf16" else MMA_F16](
