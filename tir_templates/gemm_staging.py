@@ -28,7 +28,7 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
     rb, reg, by, bx, t, kt, n_m)`, `stage(a_s, b_s, ra, rb, reg, t)`, the shared tiles' sizes
     `x_words` and `w_words`, the words `x_word(row, k)` and `w_word(k, column)` (FMA: 4 rows of x
     from a multiple of 4 are 4 contiguous words), and the register counts A_LOADS * VK (x) and
-    B_LOADS * VN (w_t) a thread holds."""
+    B_LOADS * VN (w_t) a thread holds, beside the k-slice BK and thread count NT it was made for."""
     VK = 4 if K % 4 == 0 else 1  # x loads along K, float4 when rows stay 16-byte aligned
     VN = 4 if N % 4 == 0 else 1  # w_t loads and out stores along N
     A_LOADS = BM * BK // (NT * VK)  # x vectors a thread fetches per k-tile
@@ -92,4 +92,4 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
 
     return types.SimpleNamespace(fetch=fetch, stage=stage, x_words=x_words, w_words=w_words, x_word=x_word,
                                  w_word=w_word, x_vector=x_vector, w_vector=w_vector, VK=VK, VN=VN,
-                                 A_LOADS=A_LOADS, B_LOADS=B_LOADS)
+                                 A_LOADS=A_LOADS, B_LOADS=B_LOADS, BK=BK, NT=NT)

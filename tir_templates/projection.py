@@ -92,15 +92,12 @@ def one_small_wave(M, N, num_sms):
 
 
 def tile_staging(K: int, N: int, tile: tuple[int, ...]):
-    """`gemm_staging` of a tile (BM, BN, TT[, BK]), with its k-slice BK and thread count NT added."""
+    """`gemm_staging` of a tile (BM, BN, TT[, BK])."""
     BM, BN, TT = tile[:3]
     # k-slice per shared-memory round: by default one x and one w_t vector per thread at TT = 4; a
     # deeper one takes fewer rounds (each a global load's latency and two syncs) for a short K loop
     BK = tile[3] if len(tile) > 3 else 64 // TT
-    NT = (BN // TT) * (BM // TT)
-    staging = gemm_staging(K, N, BM, BN, BK, NT)
-    staging.BK, staging.NT = BK, NT
-    return staging
+    return gemm_staging(K, N, BM, BN, BK, (BN // TT) * (BM // TT))
 
 
 def _tile_launch(K: int, N: int, tile: tuple[int, ...], emulate: bool):
