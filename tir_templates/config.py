@@ -76,7 +76,7 @@ class Config:
     batch_chunk: int  # batch rows per pass over the CTA's weights
     weight_dtype: str = "float32"  # "float32" | "float16" | "bfloat16" (tensor cores only; fp32 accumulation always)
     gru_barriers: int = 2  # GRU linear_before_reset=0 only: 2 (two phases) or 1 (partial sums)
-    cluster: bool = False  # a direction's CTAs form one thread-block cluster (Hopper; at most 8)
+    cluster: bool = False  # a direction's CTAs form one thread-block cluster (Hopper; at most MAX_CLUSTER)
     batch_tile: int = 0  # > 0: each tile of this many batch rows gets a direction's CTA (or cluster) of its own
     smem_runs: int = 0  # of each lane's runs of columns (column_run wide), how many live in shared memory
     mma_k_split: int = 0  # > 0: tensor-core dot products, this many warps splitting the columns of a row tile
@@ -283,6 +283,9 @@ STATIC_SHARED_BYTES = 48 * 1024
 
 #: CTAs per thread-block cluster that every Hopper GPU can launch (more needs an opt-in)
 MAX_PORTABLE_CLUSTER = 8
+#: CTAs per cluster with the non-portable opt-in, which TVM's CUDA runtime makes for a kernel whose
+#: cluster is larger than the portable size (the H100 and H200 place 16 CTAs, one a SM, in a GPC)
+MAX_CLUSTER = 16
 
 
 def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STATIC_SHARED_BYTES,

@@ -5,7 +5,8 @@ barrier's cost against the number of CTAs, and the cost model's weights. On a GP
 - the facts come from the driver (name, SM count, clock);
 - the barriers are timed with kernels that do nothing but cross them: `prnn_grid_barrier` (the
   persistent kernels' own) at CTA counts up to the SM count, and on Hopper the thread-block
-  cluster barrier at 2, 4 and 8 CTAs;
+  cluster barrier at 2, 4, 8 and 16 CTAs (16 is past the portable size: a GPU that cannot
+  launch it keeps clusters of up to 8);
 - a sample of the pruned config space of a few workloads is compiled and timed (the persistent
   kernel itself), and the weights are fitted to it (`fit.fit_weights`).
 Without a GPU, recorded sweeps are fitted instead (`read_sweeps`, `fit_and_write`): the shipped
@@ -23,7 +24,7 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
-from tir_templates.config import MAX_PORTABLE_CLUSTER
+from tir_templates.config import MAX_CLUSTER, MAX_PORTABLE_CLUSTER
 from tir_templates.persistent import GRID_BARRIER
 from tir_templates.signature import WORKSPACE_WORDS
 from tir_templates.spec import CellSpec
@@ -115,7 +116,7 @@ def device_model(dev, base: GPUModel) -> GPUModel:
     hopper_or_later = int(str(dev.compute_version).split(".")[0]) >= 9  # thread-block clusters
     return dataclasses.replace(base, name=str(dev.device_name), arch=device_arch(dev),
                                num_sms=int(dev.multi_processor_count), clock_ghz=float(dev.max_clock_rate) / 1e6,
-                               max_cluster_ctas=MAX_PORTABLE_CLUSTER if hopper_or_later else 0)
+                               max_cluster_ctas=MAX_CLUSTER if hopper_or_later else 0)
 
 
 def measure_device(configs_per_workload: int = 40, log=print, sweep_out: str | None = None) -> tuple[GPUModel, list]:
@@ -128,8 +129,16 @@ def measure_device(configs_per_workload: int = 40, log=print, sweep_out: str | N
     target = tvm.target.Target({"kind": "cuda", "arch": gpu.arch})
     n = gpu.num_sms
     clusters = [c for c in (2, 4, 8) if c <= gpu.max_cluster_ctas]
+    cluster_us = barrier_costs(dev, target, clusters, cluster=True)
+    if gpu.max_cluster_ctas > MAX_PORTABLE_CLUSTER:
+        try:
+            cluster_us.update(barrier_costs(dev, target, [gpu.max_cluster_ctas], cluster=True))
+        except RuntimeError as err:  # a refused launch (tvm.error.InternalError): the space stops at 8
+            log(f"clusters of {gpu.max_cluster_ctas} CTAs do not launch here ({str(err).splitlines()[0]}); "
+                f"clusters stay at {MAX_PORTABLE_CLUSTER} CTAs")
+            gpu = dataclasses.replace(gpu, max_cluster_ctas=MAX_PORTABLE_CLUSTER)
     gpu = dataclasses.replace(gpu, grid_barrier_us=barrier_costs(dev, target, sorted({1, min(8, n), min(32, n), n})),
-                              cluster_barrier_us=barrier_costs(dev, target, clusters, cluster=True))
+                              cluster_barrier_us=cluster_us)
     log(f"{gpu.name} ({gpu.arch}, {n} SMs, {gpu.clock_ghz:.2f} GHz): grid barrier "
         + ", ".join(f"{k} CTAs {v} us" for k, v in gpu.grid_barrier_us.items())
         + "; cluster barrier " + (", ".join(f"{k} CTAs {v} us" for k, v in gpu.cluster_barrier_us.items()) or "none"))

@@ -144,6 +144,10 @@ def test_cluster_batch_tiles_match_onnxruntime(op, hidden, direction):
     ("RNN", 128, "reverse", "float32", Config(16, 8, 2, 2, cluster=True, batch_tile=2, dsmem=True)),  # ragged tile
     ("LSTM", 128, "forward", "float32", Config(32, 8, 4, 1, cluster=True, batch_tile=1, dsmem=True)),  # lane updates
     ("LSTM", 256, "forward", "float16", Config(32, 8, 4, 1, "float16", cluster=True, batch_tile=1, dsmem=True)),
+    # clusters of 16 CTAs (non-portable): 15 peers each; B > 1 takes the chunked path's 16-CTA cluster barrier
+    ("LSTM", 256, "forward", "float32", Config(16, 8, 4, 1, cluster=True, dsmem=True)),
+    ("GRU", 256, "bidirectional", "float16", Config(16, 16, 6, 1, cluster=True, batch_tile=1, dsmem=True)),
+    ("RNN", 128, "reverse", "float32", Config(8, 8, 2, 2, cluster=True, batch_tile=2, dsmem=True)),  # ragged tile
 ], ids=str)
 def test_dsmem_exchange_matches_onnxruntime(op, hidden, direction, dtype, cfg):
     """h through distributed shared memory between a cluster's CTAs, each (B, T) run three times:

@@ -134,6 +134,22 @@ def test_cluster_tiles_rank_first_and_beat_the_rest_of_the_space():
             r["measured_us"] for r in older if (r["cell"], r["hidden"], r["batch"]) == (q["cell"], 256, q["batch"]))
 
 
+@pytest.mark.parametrize("cell,dtype", [("lstm", "float32"), ("gru", "float32"), ("lstm", "float16"), ("gru", "float16")])
+def test_sixteen_cta_clusters_reach_the_tuner_at_h256_batch_1(cell, dtype):
+    """The H100 takes clusters of 16 CTAs (non-portable); at H=256 B=1 the fastest config measured
+    there, a 16-CTA dsmem cluster (docs/data/cluster16-h100.jsonl: 8x4 lanes x rows for LSTM,
+    16x6 for GRU, 1.09-1.11x faster than the best 8-CTA one), is among the configs the tuner
+    measures; no cluster exceeds 16, and a GPU without clusters (sm_80) gets none."""
+    from persist_rnn.schedule.planner import to_measure
+
+    spec = CellSpec(cell, 256, 256, linear_before_reset=cell == "gru", dtype=dtype)
+    space = candidate_configs(spec, H100, 1)
+    assert max(c.ctas_per_direction(spec) for c in space if c.cluster) == 16
+    fastest = Config(16, 8, 4, 1, cluster=True, dsmem=True) if cell == "lstm" else Config(16, 16, 6, 1, cluster=True, dsmem=True)
+    assert fastest in to_measure(rank(spec, space, H100, 1), 5)
+    assert not any(c.cluster for c in candidate_configs(spec, gpu_model("sm_80"), 1))
+
+
 def test_shipped_weights_rank_the_template_v4_h64_sweep_well():
     """Template version 4 changed the resident CTA's step: LSTM and GRU H=64 at B=1/10, every
     FMA-unit config measured again on the H100 (2,016 configs; B=20 did not fit the session's GPU

@@ -176,6 +176,8 @@ def test_cluster_configs_compile(cell, hidden, batch, tmp_path):
     ("lstm", 256, Config(32, 4, 2, 1, cluster=True, dsmem=True)),
     ("gru", 256, Config(32, 8, 4, 2, cluster=True, batch_tile=2, dsmem=True)),
     ("rnn", 512, Config(64, 16, 4, 1, cluster=True, dsmem=True)),
+    ("lstm", 256, Config(16, 8, 4, 1, cluster=True, dsmem=True)),  # 16 CTAs, the non-portable cluster size
+    ("gru", 256, Config(16, 16, 6, 1, "float16", cluster=True, dsmem=True)),
 ], ids=str)
 def test_dsmem_configs_compile(cell, hidden, cfg, tmp_path):
     """h through distributed shared memory: st.async stores counted by an mbarrier, no cluster

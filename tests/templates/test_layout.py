@@ -112,6 +112,7 @@ def test_barrier_indices_and_slots_do_not_collide():
     (Config(32, 4, 2, 1, cluster=True, dsmem=True), 256, "forward"),  # 8 CTAs, 56 stores each
     (Config(32, 8, 4, 2, cluster=True, batch_tile=2, dsmem=True), 256, "bidirectional"),
     (Config(4, 8, 4, 3, cluster=True, dsmem=True), 16, "reverse"),
+    (Config(16, 8, 4, 1, cluster=True, batch_tile=1, dsmem=True), 256, "bidirectional"),  # clusters of 16 CTAs
 ], ids=str)
 def test_dsmem_stores_give_every_peer_each_unit_once(cfg, hidden, direction):
     """A dsmem cluster's 16-byte stores of h(t): each CTA sends its own units, never to itself,

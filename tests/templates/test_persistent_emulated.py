@@ -107,7 +107,26 @@ def test_lane_updates_are_covered():
 
 @pytest.mark.parametrize("cell,direction,batch,cfg,flags", CASES, ids=lambda v: str(v))
 def test_emulated_persistent_matches_reference(cell, direction, batch, cfg, flags):
-    spec = CellSpec(cell.rstrip("0"), I, H, direction, linear_before_reset=(cell == "gru"), **flags)
+    _emulation_matches_reference(CellSpec(cell.rstrip("0"), I, H, direction, linear_before_reset=(cell == "gru"),
+                                          **flags), batch, cfg)
+
+
+@pytest.mark.parametrize("cell,direction,batch,cfg", [
+    ("lstm", "forward", 3, Config(4, 4, 4, 2, cluster=True, dsmem=True)),  # 2 chunks: the cluster barrier too
+    ("gru", "bidirectional", 2, Config(4, 4, 3, 1, cluster=True, batch_tile=1, dsmem=True)),  # 4 clusters
+], ids=str)
+def test_sixteen_cta_clusters_match_reference(cell, direction, batch, cfg):
+    """Clusters of 16 CTAs, past the portable 8 (H=64 in units of 4): every CTA sends its units
+    to 15 peers."""
+    spec = CellSpec(cell, I, 64, direction, linear_before_reset=(cell == "gru"))
+    assert cfg.ctas_per_direction(spec) == 16
+    _emulation_matches_reference(spec, batch, cfg)
+
+
+def _emulation_matches_reference(spec, batch, cfg):
+    """The CPU twin of `cfg` against the reference scan, sequences ragged (some empty), and the
+    barrier counts the GPU's counter would see."""
+    cell = spec.cell
     arrays = kernel_arrays(spec, batch, STEPS, seed=3, slots=cfg.exchange_slots(spec))
     arrays[3] = np.random.default_rng(batch).integers(0, STEPS + 1, batch).astype("int32")  # ragged, some empty
     arrays[1] = arrays[1].astype(cfg.weight_dtype).astype("float32")  # R as the registers hold it

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..config import MAX_CLUSTER
 from ..spec import CellSpec
 
 #: weight registers a lane holds at most (rows_per_group x columns per lane)
@@ -20,8 +21,6 @@ MAX_WEIGHT_REGS = 64
 #: the largest batch the kernel takes: both copies of [h below ; h] for every batch row sit in
 #: shared memory, and a step's update pairs are the batch times the CTA's units
 MAX_BATCH = 16
-#: CTAs a layer's cluster takes at most (the H100's non-portable cluster size)
-MAX_CLUSTER = 16
 #: compute warps a CTA may have (the communication warp comes on top)
 WARP_CHOICES = (8, 16)
 #: layers a wavefront kernel takes at most (the kernel has a branch per layer)
