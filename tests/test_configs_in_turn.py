@@ -1,0 +1,27 @@
+"""`benchmarks/configs_in_turn.py`'s config strings: what each flag sets, and a clear error for
+anything else (the script runs on the GPU box, where a typo would cost device time)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+
+from configs_in_turn import parse_config  # noqa: E402
+
+from tir_templates.config import Config  # noqa: E402
+
+
+def test_config_strings():
+    assert parse_config("16x8x4:cluster:dsmem") == Config(16, 8, 4, 1, cluster=True, dsmem=True)
+    assert parse_config("8x16x2:stamped:float16") == Config(8, 16, 2, 1, "float16", stamped=True)
+    assert parse_config("32x8x4:cluster:tile=2:chunk=2") == Config(32, 8, 4, 2, cluster=True, batch_tile=2)
+
+
+@pytest.mark.parametrize("text,says", [("16x8", "TILExGROUPxROWS"), ("16x8x4:dsmen", "unknown flag 'dsmen'"),
+                                       ("16x8x4:chunk=two", "unknown flag 'chunk=two'")])
+def test_bad_config_strings_are_named(text, says):
+    with pytest.raises(SystemExit, match=says):
+        parse_config(text)
