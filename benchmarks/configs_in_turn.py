@@ -1,19 +1,19 @@
 """Configs of one layer, whole layer through the VM, timed in turn, beside cuDNN's best at the same
 precision: what the tuner's kernel-alone timing does not see (the GEMM, the launch, the prologue).
 
-    python benchmarks/configs_in_turn.py --out rows.jsonl --layer LSTM:256:1 --dtype float16 \\
+    python benchmarks/configs_in_turn.py --out rows.jsonl --layer LSTM:256:1 --precision fp16 \\
         --configs 32x8x4:cluster:dsmem 16x8x4:cluster:dsmem
 
 A config is TILExGROUPxROWS (tile_units, group_size, rows_per_group) and any of: `cluster`,
 `dsmem`, `stamped`, `float16` (weights), `chunk=N`, `tile=N` (batch_chunk, batch_tile). A config
 the planner refuses falls back to the reference scan; its row says so (`<name>_lowering`). Each
 build's error is the largest of three runs against torch's strict fp32 layer, over the output
-scale. One JSON line per layer (data: docs/data/cluster16-h100.jsonl, lstm1024-configs-h100.jsonl).
+scale. cuDNN is held to the precision's bound, as `persist-rnn bench --precision` holds it
+(`bench.at_precision`). One JSON line per layer (data: docs/data/cluster16-h100.jsonl, lstm1024-configs-h100.jsonl).
 """
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import sys
@@ -22,12 +22,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from persist_rnn.bench import PRECISIONS  # noqa: E402
 from tir_templates.config import Config  # noqa: E402
 
 FLAGS = {"cluster": {"cluster": True}, "dsmem": {"dsmem": True}, "stamped": {"stamped": True},
          "float16": {"weight_dtype": "float16"}}
-#: each precision's bound over the output scale, as `persist-rnn bench` holds cuDNN to it
-BOUNDS = {"float32": 1e-4, "float16": 2e-3}
 
 
 def parse_config(text: str) -> Config:
@@ -50,33 +49,32 @@ def parse_config(text: str) -> Config:
     return Config(tile, group, rows, **fields)
 
 
-def layer_row(cell: str, hidden: int, batch: int, dtype: str, configs: list[str], seq_len: int = 100) -> dict:
+def layer_row(cell: str, hidden: int, batch: int, precision: str, configs: list[str], seq_len: int = 100) -> dict:
     import torch
 
     import persist_rnn
-    from persist_rnn.bench import cuda_ms, interleaved_ms, strict_fp32_case, vm_call
+    from persist_rnn.bench import at_precision, cuda_ms, interleaved_ms, matched_ms, strict_fp32_case, vm_call
     from persist_rnn.cudnn_direct import algorithm_rows
 
+    build_precision, dtype, math = PRECISIONS[precision]
     layer, x, strict, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len, dtype)
     strict = strict.cpu().numpy()
-    row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len, "dtype": dtype}
-    builds = {"planner": persist_rnn.compile(model, "cuda", measure=False)}
+    row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len, "precision": precision}
+    builds = {"planner": persist_rnn.compile(model, "cuda", measure=False, precision=build_precision)}
     row["planner_config"] = builds["planner"].report()[0].config
     for text in configs:
-        builds[text] = persist_rnn.compile(model, "cuda", config=parse_config(text))
+        builds[text] = persist_rnn.compile(model, "cuda", config=parse_config(text), precision=build_precision)
     for name, compiled in builds.items():
         row[f"{name}_lowering"] = compiled.report()[0].lowering
         errors = [np.abs(compiled.run(feeds)[0][:, 0].astype("float32") - strict).max() for _ in range(3)]
         row[f"{name}_err"] = float(max(errors) / max(1.0, float(np.abs(strict).max())))
     row.update({f"{n}_ms": v for n, v in interleaved_ms({n: vm_call(c, feeds) for n, c in builds.items()}).items()})
-    half = torch.float16 if dtype == "float16" else None
-    theirs, tx = (copy.deepcopy(layer).to(half), x.to(half)) if half else (layer, x)
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    theirs, tx, want, bound = at_precision(layer, x, precision)
     with torch.no_grad():
-        want = theirs(tx)[0]
-        direct = algorithm_rows(theirs, tx, want, cuda_ms, math="TENSOR_OP" if half else "FMA")
-    bound = BOUNDS[dtype] * max(1.0, float(want.float().abs().max()))
-    timed = {a: r["ms"] for a, r in direct.items() if "ms" in r and r["max_diff"] <= bound}
+        direct = algorithm_rows(theirs, tx, want, cuda_ms, math=math)
+    torch.backends.cudnn.allow_tf32 = True
+    timed = matched_ms(direct, bound)
     row["cudnn_direct"] = direct
     if timed:
         row["best_cudnn"] = min(timed, key=timed.get)
@@ -89,13 +87,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--layer", required=True, help="CELL:HIDDEN:BATCH, e.g. LSTM:1024:1")
-    ap.add_argument("--dtype", default="float32", choices=sorted(BOUNDS))
+    ap.add_argument("--precision", default="fp32", choices=list(PRECISIONS))
     ap.add_argument("--configs", nargs="+", required=True)
     args = ap.parse_args()
     for text in args.configs:
         parse_config(text)  # every config readable before anything is built
     cell, hidden, batch = args.layer.split(":")
-    row = layer_row(cell.upper(), int(hidden), int(batch), args.dtype, args.configs)
+    row = layer_row(cell.upper(), int(hidden), int(batch), args.precision, args.configs)
     with open(args.out, "a") as f:
         f.write(json.dumps(row) + "\n")
     print(json.dumps({k: v for k, v in row.items() if k.endswith(("_ms", "_ratio", "_err", "_lowering"))}))

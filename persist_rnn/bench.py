@@ -201,18 +201,37 @@ PRECISIONS = {"fp32": ("fp32", "float32", "FMA"), "tf32": ("tf32", "float32", "D
 BOUNDS = {"fp16": 2e-3, "bf16": 8e-3}
 
 
+def at_precision(layer, x, precision: str):
+    """(layer, x, output, bound) as cuDNN runs torch's layer at `precision`: 16-bit copies of the
+    layer and x at "fp16" and "bf16", themselves otherwise (TF32 is torch's switch, set by the
+    caller); the bound is the precision's (`BOUNDS`) over that output's scale."""
+    import copy
+
+    import torch
+
+    from .schedule.precision import TOLERANCE
+
+    half = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(PRECISIONS[precision][1])
+    theirs, tx = (copy.deepcopy(layer).to(half), x.to(half)) if half else (layer, x)
+    with torch.no_grad():
+        want = theirs(tx)[0]
+    return theirs, tx, want, {**TOLERANCE, **BOUNDS}[precision] * max(1.0, float(want.float().abs().max()))
+
+
+def matched_ms(direct: dict, bound: float) -> dict:
+    """{algorithm: ms} of cuDNN's algorithms (`cudnn_direct.algorithm_rows`) that ran within `bound`."""
+    return {a: r["ms"] for a, r in direct.items() if isinstance(r, dict) and "ms" in r and r["max_diff"] <= bound}
+
+
 def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True) -> dict:
     """One layer at `precision` against cuDNN at the same precision, in one run: torch's layer
     (eager and CUDA graph; TF32 allowed only at "tf32"; 16-bit layer and input at "fp16" and "bf16") and its
     four algorithms called directly, each checked against torch's output at that precision within
     the precision's bound (`BOUNDS`); the fastest of those is `best_cudnn_ms`. fp16 and bf16
     rows add FlashRNN's backends (`flashrnn_columns`) unless `flashrnn` is False. `ours_err`: ours against torch's strict fp32 layer, over the output scale."""
-    import copy
-
     import torch
 
     from .cudnn_direct import algorithm_rows
-    from .schedule.precision import TOLERANCE
 
     build_precision, dtype, math = PRECISIONS[precision]
     layer, x, strict, model, feeds = strict_fp32_case(op, hidden, batch, seq_len, dtype)
@@ -223,22 +242,18 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True)
     got = compiled.run(feeds)[0][:, 0].astype("float32")
     row["ours_err"] = float(np.abs(got - strict).max() / max(1.0, float(np.abs(strict).max())))
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
-    half = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(dtype)
-    theirs, tx = (copy.deepcopy(layer).to(half), x.to(half)) if half else (layer, x)
+    theirs, tx, want, bound = at_precision(layer, x, precision)
     with torch.no_grad():
-        want = theirs(tx)[0]
         row["torch_eager_ms"], row["torch_graph_ms"] = cudnn_ms(theirs, tx)
         try:
             direct = algorithm_rows(theirs, tx, want, cuda_ms, math=math)
         except (RuntimeError, OSError) as err:  # no libcudnn beside torch, or its API differs
             direct = {"error": str(err)}
-    bound = {**TOLERANCE, **BOUNDS}[precision] * max(1.0, float(want.float().abs().max()))
-    timed = {"torch_graph": row["torch_graph_ms"]}
-    timed.update({a: r["ms"] for a, r in direct.items() if isinstance(r, dict) and "ms" in r and r["max_diff"] <= bound})
+    timed = {"torch_graph": row["torch_graph_ms"], **matched_ms(direct, bound)}
     best = min(timed, key=timed.get)
     row.update(cudnn_direct=direct, best_cudnn=best, best_cudnn_ms=timed[best],
                best_cudnn_over_ours=timed[best] / row["ours_ms"], torch_graph_over_ours=row["torch_graph_ms"] / row["ours_ms"])
-    if half and flashrnn:  # FlashRNN runs fp16 and bf16, not fp32
+    if dtype != "float32" and flashrnn:  # FlashRNN runs fp16 and bf16, not fp32
         row.update(flashrnn_columns(theirs, tx, want, bound, row["ours_ms"]))
     spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU", dtype=dtype)
     row.update(floor_ms(spec, batch, seq_len, gpu_model("sm_90"), precision))  # the physical floor (floor.py)
