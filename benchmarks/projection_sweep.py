@@ -7,7 +7,8 @@ against the tiled template with each tile, on the grid's shapes (M = T*B, K = I,
 One JSON line per shape: microseconds per call through TVM's VM (key "None": the default
 schedule; else the tile, BM x BN x thread tile [x k-slice], or "mma": the tensor-core GEMM at
 3xTF32; "mma_f16", "mma_bf16", "mma_tf32": at that precision, on fp32 operands, so
-the 16-bit ones show their rounding in the error), the kernel's own median duration in a CUPTI
+the 16-bit ones show their rounding in the error; a part "_bk64" or "_bk128": that many columns of
+x a k-tile; "_g2": the k-tile's slices split between 2 groups of 4 warps), the kernel's own median duration in a CUPTI
 trace (key + "_gpu"; a short GEMM's VM call is bound by the VM's dispatch) and each one's max
 error relative to a float64 numpy product. Needs
 torch (CUDA events) and a GPU.
@@ -33,13 +34,27 @@ SHAPES = [(100, 64, 256), (1000, 64, 256), (2000, 64, 256), (1000, 64, 192), (10
           (2000, 1024, 3072), (2000, 256, 768)]
 
 
+def mma_variant(name: str) -> dict:
+    """projection_mma_kernel's arguments from a tensor-core variant's name: "mma" -> 3xTF32 as
+    built by default, "mma_f16_bk64_g2" -> f16, 64 columns of x a k-tile shared by 2 groups of warps."""
+    args = {"precision": "3xtf32"}
+    for part in name.split("_")[1:]:
+        if part.startswith("bk"):
+            args["bk"] = int(part[2:])
+        elif part.startswith("g") and part[1:].isdigit():
+            args["k_groups"] = int(part[1:])
+        else:
+            args["precision"] = part
+    return args
+
+
 def time_variant(M, K, N, tile, operands):
     """(µs per VM call, µs of the kernel alone, relative error) of one variant on `operands`."""
     import tvm
     from tvm import relax
 
     func = (projection_reference(K, N) if tile is None
-            else projection_mma_kernel(K, N, tile[4:] or "3xtf32") if str(tile).startswith("mma")
+            else projection_mma_kernel(K, N, **mma_variant(tile)) if str(tile).startswith("mma")
             else projection_kernel(K, N, tile))
     with tvm.transform.PassContext(opt_level=3):
         ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))

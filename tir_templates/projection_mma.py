@@ -25,6 +25,7 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
+from .config import STATIC_SHARED_BYTES
 from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
 from .gemm_staging import gemm_staging
@@ -32,6 +33,8 @@ from .projection import few_ctas, one_small_wave
 from .persistent.dot_mma import MMA_BF16, MMA_F16, f16_half, half_bits, mma, tf32_rounded, tf32_split
 
 BM, BN, BK = 64, 64, 32  # the CTA's tile of out, and the k-slice per shared-memory round
+#: the k-slices a kernel may be built with (more columns a round: fewer global-load latencies a tile)
+K_SLICES = (32, 64, 128)
 WM, WN = 32, 32  # a warp's tile of out
 WARPS_N = BN // WN
 NT = (BM // WM) * WARPS_N * 32  # threads: 4 warps
@@ -53,6 +56,19 @@ def tensor_cores_pay(M: int | None, K: int, N: int, num_sms: int) -> bool:
     but whole layers were mixed (docs/data/b10-b20-ab-h100.jsonl: GRU H=256 B=10 0.135 -> 0.143
     ms, B=20 0.168 -> 0.162), so the FMA GEMM keeps those."""
     return M is not None and not one_small_wave(M, N, num_sms) and (few_ctas(M, N, num_sms) or K >= 512)
+
+
+def k_split(M: int, N: int, num_sms: int, precision: str) -> dict:
+    """The k-tile (`bk`) and `k_groups` of a GEMM of M rows. Where its 64 x 64 grid fills at most one
+    wave, a CTA is alone on its SM with one warp a scheduler: ncu on (100, 1024) x (1024, 4096) at
+    3xTF32 found 0.38 instructions issued a cycle, the warps stalled on their own mma operands
+    (docs/data/ncu-projection-mma-h100.txt). Two groups of four warps, each half of a 64-column
+    k-tile, took it from 27.2 to 23.9 us; at 16 bits four groups, 19.8 to 18.4 (H100, kernel
+    alone, docs/data/projection-kgroups-h100.jsonl). Past one wave the CTAs share SMs and the
+    groups' summing only costs ((2000, 1024) x (1024, 4096): 313 -> 321 us), so one group there."""
+    if (M + BM - 1) // BM * ((N + BN - 1) // BN) > num_sms:
+        return {"bk": BK, "k_groups": 1}
+    return {"bk": 64, "k_groups": 4 if precision in ("f16", "bf16") else 2}
 
 
 def a_fragment(lane, reg):
@@ -80,9 +96,17 @@ def c_fragment(lane, reg):
     return lane // 4 + 8 * (reg // 2), 2 * (lane % 4) + reg % 2
 
 
-def _launch(K: int, N: int, precision: str, emulate: bool):
-    """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`)."""
-    staging = gemm_staging(K, N, BM, BN, BK, NT, mma_tiles=True)
+def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int):
+    """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`),
+    BK columns of x a k-tile, its k-slices shared by G groups of four warps (G > 1: summed at
+    the end through shared memory)."""
+    SLICES = BK // (16 if precision in ("f16", "bf16") else 8) // G  # k-slices a group takes of a k-tile
+    TILE_NT = NT  # a group's threads, one warp tile each of the CTA's tile
+    ACC = MT * NTL * 4  # accumulators a thread holds
+    staging = gemm_staging(K, N, BM, BN, BK, TILE_NT * G, mma_tiles=True)
+    red_words = (G - 1) * TILE_NT * ACC  # the partial sums of groups 1.. (layout: words a group, a thread fastest)
+    fits = 4 * (staging.x_words + staging.w_words + red_words) <= STATIC_SHARED_BYTES
+    scope = "shared" if fits else "shared.dyn"
     x_word, w_word = staging.x_word, staging.w_word
     fetch, stage, VN = staging.fetch, staging.stage, staging.VN
     A_LOADS, B_LOADS, VK = staging.A_LOADS, staging.B_LOADS, staging.VK
@@ -91,11 +115,19 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
     half = precision in ("f16", "bf16")  # 16-bit operands: one m16n8k16 mma a tile
     pack = T.ptx.cvt.rn.bf16x2.f32 if precision == "bf16" else T.ptx.cvt.rn.f16x2.f32  # first source: high half
 
+    def tile_thread(t):
+        """Thread t's place in its group (the groups share the warp tiles)."""
+        return t % TILE_NT if G > 1 else t
+
+    def k_slice(t, ks):
+        """The k-tile's slice that thread t takes as its group's ks-th."""
+        return t // TILE_NT * SLICES + ks if G > 1 else ks
+
     def warp_row(t, mt):
-        return (t // 32 // WARPS_N) * WM + mt * 16
+        return (tile_thread(t) // 32 // WARPS_N) * WM + mt * 16
 
     def warp_col(t, nt):
-        return (t // 32 % WARPS_N) * WN + nt * 8
+        return (tile_thread(t) // 32 % WARPS_N) * WN + nt * 8
 
     @T.macro
     def split(hi, lo, j, x):
@@ -112,13 +144,13 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
         al = T.alloc_buffer((MT * 4,), "float32", scope="local")
         bh = T.alloc_buffer((2,), "uint32", scope="local")
         bl = T.alloc_buffer((2,), "float32", scope="local")
-        for ks in T.unroll(BK // 8):
+        for ks in T.unroll(SLICES):
             for mt in T.unroll(MT):
                 for j in T.unroll(4):
-                    split(ah, al, mt * 4 + j, a_s[x_word(warp_row(t, mt) + a_fragment(t % 32, j)[0], ks * 8 + a_fragment(t % 32, j)[1])])
+                    split(ah, al, mt * 4 + j, a_s[x_word(warp_row(t, mt) + a_fragment(t % 32, j)[0], k_slice(t, ks) * 8 + a_fragment(t % 32, j)[1])])
             for nt in T.unroll(NTL):
                 for j in T.unroll(2):
-                    split(bh, bl, j, b_s[w_word(ks * 8 + b_fragment(t % 32, j)[0], warp_col(t, nt) + b_fragment(t % 32, j)[1])])
+                    split(bh, bl, j, b_s[w_word(k_slice(t, ks) * 8 + b_fragment(t % 32, j)[0], warp_col(t, nt) + b_fragment(t % 32, j)[1])])
                 for mt in T.unroll(MT):
                     if passes == 3:  # the small terms first
                         mma(acc, mt * NTL + nt, [T.reinterpret("uint32", al[mt * 4 + j]) for j in range(4)], [bh[0], bh[1]])
@@ -127,11 +159,11 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
 
     def a_word_16(t, mt, ks, j, half):
         """x's word in shared memory that half `half` of A register j of thread t's tile mt holds."""
-        return x_word(warp_row(t, mt) + a_fragment_f16(t % 32, j, half)[0], ks * 16 + a_fragment_f16(t % 32, j, half)[1])
+        return x_word(warp_row(t, mt) + a_fragment_f16(t % 32, j, half)[0], k_slice(t, ks) * 16 + a_fragment_f16(t % 32, j, half)[1])
 
     def b_word_16(t, nt, ks, j, half):
         """w_t's word that half `half` of B register j of thread t's tile nt holds."""
-        return w_word(ks * 16 + b_fragment_f16(t % 32, j, half)[0], warp_col(t, nt) + b_fragment_f16(t % 32, j, half)[1])
+        return w_word(k_slice(t, ks) * 16 + b_fragment_f16(t % 32, j, half)[0], warp_col(t, nt) + b_fragment_f16(t % 32, j, half)[1])
 
     @T.macro
     def warp_products_16(a_s, b_s, acc, t):
@@ -139,7 +171,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
         fragment register two values packed (exact: they are 16-bit values)."""
         ah = T.alloc_buffer((MT * 4,), "uint32", scope="local")
         bh = T.alloc_buffer((2,), "uint32", scope="local")
-        for ks in T.unroll(BK // 16):
+        for ks in T.unroll(SLICES):
             for mt in T.unroll(MT):
                 for j in T.unroll(4):
                     pack(ah[mt * 4 + j], a_s[a_word_16(t, mt, ks, j, 1)], a_s[a_word_16(t, mt, ks, j, 0)])
@@ -162,10 +194,23 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
                     acc[(mt * NTL + nt) * 4 + j] + b[bx * BN + warp_col(t, nt) + c_fragment(t % 32, j)[1]])
 
     @T.macro
+    def sum_groups(acc, t):
+        """Group 0's accumulators plus the other groups' partial sums, through shared memory."""
+        red = T.alloc_buffer((red_words,), "float32", scope=scope)
+        if t >= TILE_NT:
+            for a in T.unroll(ACC):
+                red[(t // TILE_NT - 1) * ACC * TILE_NT + a * TILE_NT + t % TILE_NT] = acc[a]
+        T.tvm_storage_sync("shared")
+        if t < TILE_NT:
+            for g in T.unroll(G - 1):
+                for a in T.unroll(ACC):
+                    acc[a] = acc[a] + red[g * ACC * TILE_NT + a * TILE_NT + t]
+
+    @T.macro
     def block_program(x, w, b, out, by, bx, t, n_m):
         """One CTA's tile, thread t's view (the CUDA kernel's body)."""
-        a_s = T.alloc_buffer((staging.x_words,), "float32", scope="shared")
-        b_s = T.alloc_buffer((staging.w_words,), "float32", scope="shared")
+        a_s = T.alloc_buffer((staging.x_words,), "float32", scope=scope)
+        b_s = T.alloc_buffer((staging.w_words,), "float32", scope=scope)
         acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
         ra = T.alloc_buffer((1, A_LOADS * VK), "float32", scope="local")
         rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
@@ -183,7 +228,12 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
             else:
                 warp_products(a_s, b_s, acc, t)
             T.tvm_storage_sync("shared")
-        store(out, b, acc, by, bx, t, n_m)
+        if G > 1:
+            sum_groups(acc, t)
+            if t < TILE_NT:
+                store(out, b, acc, by, bx, t, n_m)
+        else:
+            store(out, b, acc, by, bx, t, n_m)
 
     def operand(v):
         """A value as the mma reads it: rounded to TF32 at "tf32", to fp16 or bf16 for the 16-bit
@@ -204,12 +254,12 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
                 a_s = T.alloc_buffer((staging.x_words,), "float32")
                 b_s = T.alloc_buffer((staging.w_words,), "float32")
                 acc = T.alloc_buffer((BM, BN), "float32")
-                ra = T.alloc_buffer((NT, A_LOADS * VK), "float32")
-                rb = T.alloc_buffer((NT, B_LOADS * VN), "float32")
+                ra = T.alloc_buffer((TILE_NT * G, A_LOADS * VK), "float32")
+                rb = T.alloc_buffer((TILE_NT * G, B_LOADS * VN), "float32")
                 for i, j in T.grid(BM, BN):
                     acc[i, j] = T.float32(0)
                 for kt in range(KT):
-                    for t in range(NT):
+                    for t in range(TILE_NT * G):
                         fetch(x, w, ra, rb, t, by, bx, t, kt, n_m)
                         stage(a_s, b_s, ra, rb, t, t)
                     for i, j, k in T.grid(BM, BN, BK):
@@ -218,21 +268,27 @@ def _launch(K: int, N: int, precision: str, emulate: bool):
                     if T.And(by * BM + i < n_m, bx * BN + j < N):
                         out[by * BM + i, bx * BN + j] = acc[i, j] + b[bx * BN + j]
 
-    return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
+    return tile_grid(N, BM, BN, TILE_NT * G, block_program, emulated_blocks, emulate)
 
 
-def _build(K: int, N: int, precision: str, emulate: bool) -> tvm.tirx.PrimFunc:
+def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
-    return gemm_func(K, N, _launch(K, N, precision, emulate), {"mma": precision})
+    if bk not in K_SLICES:
+        raise ValueError(f"k-slice {bk}: one of {K_SLICES}")
+    if bk // (16 if precision in ("f16", "bf16") else 8) % k_groups:
+        raise ValueError(f"{k_groups} k-groups do not divide a {bk}-column k-tile's slices at {precision}")
+    return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups), {"mma": precision, "bk": bk, "k_groups": k_groups})
 
 
-def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
+def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK, k_groups: int = 1) -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
-    accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values)."""
-    return _build(K, N, precision, emulate=False)
+    accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values), `bk` columns of x a
+    k-tile, split between `k_groups` groups of four warps."""
+    return _build(K, N, precision, emulate=False, bk=bk, k_groups=k_groups)
 
 
-def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32") -> tvm.tirx.PrimFunc:
+def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK,
+                                   k_groups: int = 1) -> tvm.tirx.PrimFunc:
     """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""
-    return _build(K, N, precision, emulate=True)
+    return _build(K, N, precision, emulate=True, bk=bk, k_groups=k_groups)

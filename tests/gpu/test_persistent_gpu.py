@@ -264,6 +264,7 @@ def test_f16_mma_matches_onnxruntime(op, hidden, direction, keep, dtype):
     ("LSTM", 1024, "forward", "float32", "tf32", 5, 20, "tf32"),
     ("RNN", 64, "reverse", "float32", "tf32", 30, 100, "tf32"),
     ("LSTM", 1024, "forward", "float16", "fp32", 5, 20, "f16"),  # 16-bit x and W: exact 16-bit products
+    ("GRU", 1024, "forward", "bfloat16", "fp32", 1, 100, "bf16"),  # B=1: one wave, four groups of warps
     ("GRU", 512, "forward", "bfloat16", "fp32", 20, 101, "bf16"),
 ], ids=str)
 def test_tensor_core_projection_matches_onnxruntime(op, hidden, direction, dtype, precision, batch, steps, mma):
@@ -351,6 +352,32 @@ def test_projection_matches_numpy_on_gpu(tile):
         got = relax.VirtualMachine(ex, dev)["main"](*(tvm.runtime.tensor(a, dev) for a in (x, w, b))).numpy()
         want = x.astype("float64") @ w + b
         assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (M, K, N)
+
+
+@pytest.mark.parametrize("precision,k_groups", [("3xtf32", 2), ("tf32", 2), ("f16", 4), ("bf16", 4)], ids=str)
+def test_warp_group_gemm_matches_numpy_on_gpu(precision, k_groups):
+    """The tensor-core GEMM with its 64-column k-tiles split between groups of warps (what one-wave
+    grids get, projection_mma.k_split) on ragged shapes against numpy: K not a multiple of 64 or 4,
+    N not a multiple of 64; 16-bit operands hold 16-bit values, as a 16-bit model's do."""
+    import ml_dtypes
+    import tvm
+    from templates.test_projection import operands
+    from tvm import relax
+
+    from persist_rnn.testing import projection_module
+    from tir_templates.projection_mma import projection_mma_kernel
+
+    half = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}.get(precision)
+    bound = PRECISION_TOLERANCE["tf32"] if precision == "tf32" else 1e-5
+    for M, K, N in ((100, 1024, 4096), (65, 40, 192), (37, 12, 20), (130, 200, 72)):
+        func = projection_mma_kernel(K, N, precision, 64, k_groups)
+        with tvm.transform.PassContext(opt_level=3):
+            ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+        dev = tvm.cuda(0)
+        x, w, b = (a if half is None else a.astype(half).astype("float32") for a in operands(M, K, N))
+        got = relax.VirtualMachine(ex, dev)["main"](*(tvm.runtime.tensor(a, dev) for a in (x, w, b))).numpy()
+        want = x.astype("float64") @ w + b
+        assert np.abs(got - want).max() <= bound * np.abs(want).max(), (M, K, N)
 
 
 def test_narrow_dense_matches_numpy_on_gpu():

@@ -21,6 +21,7 @@ from tir_templates.projection_mma import (
     b_fragment_f16,
     c_fragment,
     emulated_projection_mma_kernel,
+    k_split,
     projection_mma_kernel,
 )
 
@@ -113,6 +114,48 @@ def test_emulated_projection_mma_matches_numpy(M, K, N, precision):
         assert err <= 1e-6
     else:
         assert 1e-5 < err <= TOLERANCE["tf32"], err
+
+
+@pytest.mark.parametrize("precision,bk,k_groups", [("3xtf32", 64, 2), ("f16", 64, 4)], ids=str)
+def test_emulated_warp_groups_stage_the_whole_k_tile(precision, bk, k_groups):
+    """With 2 or 4 groups of four warps, 256 or 512 threads stage a 64-column k-tile (their products
+    and the groups' sum are checked on the GPU: the emulation takes the products from shared
+    memory, not a group's slices)."""
+    M, K, N = 100, 200, 72
+    x, w, b = operands(M, K, N)
+    if precision == "f16":
+        x, w, b = (a.astype(np.float16).astype("float32") for a in (x, w, b))
+    want = x.astype("float64") @ w + b
+    got = run_on_cpu(emulated_projection_mma_kernel(K, N, precision, bk, k_groups), x, w, b)
+    assert np.abs(got - want).max() / np.abs(want).max() <= 1e-6
+
+
+def test_one_wave_gemms_split_their_k_tiles_between_warp_groups():
+    """A grid of at most one wave of 64 x 64 tiles gets 64-column k-tiles shared by 2 groups of warps
+    (4 at 16 bits, whose k-slices are twice as deep); a larger grid keeps one group; a split that
+    does not divide the k-tile is refused."""
+    assert k_split(100, 4096, 132, "3xtf32") == {"bk": 64, "k_groups": 2}  # LSTM H=1024 B=1: 128 CTAs
+    assert k_split(100, 3072, 132, "bf16") == {"bk": 64, "k_groups": 4}
+    assert k_split(300, 4096, 132, "tf32") == {"bk": BK, "k_groups": 1}  # 320 CTAs
+    assert k_split(100, 4096, 108, "f16") == {"bk": BK, "k_groups": 1}  # the A100's 108 SMs: past a wave
+    with pytest.raises(ValueError, match="4 k-groups"):
+        projection_mma_kernel(64, 64, "f16", 32, 4)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (TVM compiles CUDA with it)")
+@pytest.mark.parametrize("precision,bk,k_groups,arch", [("3xtf32", 64, 2, "sm_90"), ("bf16", 64, 4, "sm_80")], ids=str)
+def test_warp_groups_compile_without_spills(precision, bk, k_groups, arch, tmp_path):
+    """Each group's half (quarter) of a 64-column k-tile: the same mma a k-slice as one group, its
+    share of the slices, and the partial sums written by groups 1.. and added by group 0."""
+    source = cuda_source(projection_mma_kernel(1024, 4096, precision, bk, k_groups), arch)
+    if precision == "bf16":
+        calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(acc")
+        assert calls == bk // 16 // k_groups * 2 * 4
+    else:
+        calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(acc")
+        assert calls == 3 * bk // 8 // k_groups * 2 * 4
+    assert "if (128 <= ((int)threadIdx.x))" in source and "if (((int)threadIdx.x) < 128)" in source
+    assert max(nvcc_stats(source, arch, tmp_path)) == 0
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (TVM compiles CUDA with it)")

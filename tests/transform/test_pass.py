@@ -209,11 +209,12 @@ def test_projections_go_to_the_tensor_cores_past_one_wave_of_small_tiles():
 
     past_a_wave = LayerCase(op="LSTM", hidden_size=256, input_size=16, batch=3, seq_len=100)  # M = 300, N = 1024
     assert [p.get("mma") for p in projections(past_a_wave)] == ["3xtf32"]  # 80 CTAs of 64 x 64, 320 of 32 x 32
+    assert [p.get("k_groups") for p in projections(past_a_wave)] == [2]  # ... 80: one wave, two groups of warps
     assert [p.get("mma") for p in projections(past_a_wave, precision="tf32")] == ["tf32"]
     one_wave = LayerCase(op="GRU", hidden_size=32, input_size=16, batch=4, linear_before_reset=1)  # M = 20, N = 96
     assert [p.get("tile") for p in projections(one_wave)] == [[32, 32, 4, 64]]
     full = LayerCase(op="LSTM", hidden_size=256, input_size=512, batch=64, seq_len=200)  # 200 x 16 CTAs of 64 x 64
-    assert [p.get("mma") for p in projections(full)] == ["3xtf32"]
+    assert [(p.get("mma"), p.get("k_groups")) for p in projections(full)] == [("3xtf32", 1)]
     shallow = LayerCase(op="LSTM", hidden_size=256, input_size=256, batch=64, seq_len=200)  # ... K = 256
     assert [p.get("mma") for p in projections(shallow)] == [None]
     for dtype, mma in (("float16", "f16"), ("bfloat16", "bf16")):  # 16-bit x and W: exact on 16-bit tensor cores
