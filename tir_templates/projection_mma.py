@@ -13,6 +13,9 @@ mma: a build at precision "tf32"), or "f16" / "bf16" (an fp16 or bf16 layer, who
     each warp's 32 x 32 of the CTA's 64 x 64 tile as 2 x 4 mma tiles (`warp_products`, 16-bit:
     `warp_products_16`), sync
     then out = acc + b from the C fragments.
+Where the grid fits one wave (`k_split`), G groups of four warps share the CTA's tile, each taking
+1/G of a k-tile's slices; groups 1.. hand their sums to group 0 through shared memory
+(`sum_groups`) before it stores.
 `emulated_projection_mma_kernel` runs the same staging serially on the CPU and takes each
 product as the mma defines it (operands rounded or split as the GPU's are); the fragments' lane
 and register maps are checked against the PTX ISA's figures on plain ints (`a_fragment`,
