@@ -12,6 +12,8 @@ layouts differ, each chosen so that a warp's stores and its reads hit distinct b
   (docs/data/ncu-projection-mma-h200.txt).
 The tiles are flat buffers indexed by `x_word` and `w_word`: TVM compacts a 2-D shared buffer to
 the region it accesses, which would drop padding columns that nothing reads.
+`copy_async` brings the same vectors into the same words without registers (cp.async, sm_80 on),
+for the tensor-core GEMM's ring of k-tiles in flight; its CPU twin copies them in place.
 """
 from __future__ import annotations
 
@@ -21,6 +23,36 @@ from tvm.script import tirx as T
 
 #: floats of padding per shared row of x (row-major) and of w_t with the tensor cores' tiles
 X_ROW_PAD, W_ROW_PAD = 4, 8
+
+CP_ASYNC = r"""
+__device__ __forceinline__ void prnn_cp_async16(float* dst, const float* src, int bytes) {
+  // 16 bytes global -> shared through L2 only (.cg), no registers; the bytes past `bytes` are zeros
+  unsigned int to = (unsigned int)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(to), "l"(src), "r"(bytes) : "memory");
+}
+"""
+CP_COMMIT = r"""
+__device__ __forceinline__ void prnn_cp_commit() {
+  // the copies this thread issued since the last commit form one group
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+"""
+CP_WAIT = r"""
+__device__ __forceinline__ void prnn_cp_wait_%d() {
+  // until at most %d of this thread's groups are still in flight
+  asm volatile("cp.async.wait_group %d;" ::: "memory");
+}
+"""
+
+
+def commit_copies():
+    """Close this thread's group of async copies."""
+    return T.cuda.func_call("prnn_cp_commit", source_code=CP_COMMIT)
+
+
+def wait_copies(pending: int):
+    """Wait until at most `pending` of this thread's groups of async copies are in flight."""
+    return T.cuda.func_call(f"prnn_cp_wait_{pending}", source_code=CP_WAIT % (pending, pending, pending))
 
 
 def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: bool = False) -> types.SimpleNamespace:
@@ -90,6 +122,31 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
             for v in T.vectorized(VN):
                 b_s[w_word(w_vector(e, t)[0], w_vector(e, t)[1]) + v] = rb[reg, e * VN + v]
 
-    return types.SimpleNamespace(fetch=fetch, stage=stage, x_words=x_words, w_words=w_words, x_word=x_word,
+    @T.macro
+    def copy_vectors(src, dst, off, loads, vector, word, row0, col0, n_rows, n_cols, t, emulate):
+        """Thread t's `loads` 4-wide vectors of one operand's tile at (row0, col0) into the shared
+        words `word(...)` + off, zeros outside n_rows x n_cols (a vector is wholly in or out)."""
+        for e in T.unroll(loads):
+            inside = T.And(row0 + vector(e, t)[0] < n_rows, col0 + vector(e, t)[1] < n_cols)
+            if emulate:
+                for v in range(4):
+                    if inside:
+                        dst[off + word(vector(e, t)[0], vector(e, t)[1]) + v] = src[row0 + vector(e, t)[0], col0 + vector(e, t)[1] + v]
+                    else:
+                        dst[off + word(vector(e, t)[0], vector(e, t)[1]) + v] = T.float32(0)
+            else:
+                T.cuda.func_call("prnn_cp_async16", T.address_of(dst[off + word(vector(e, t)[0], vector(e, t)[1])]),
+                                 T.address_of(src[T.if_then_else(inside, row0 + vector(e, t)[0], 0),
+                                                  T.if_then_else(inside, col0 + vector(e, t)[1], 0)]),
+                                 T.if_then_else(inside, 16, 0), source_code=CP_ASYNC)
+
+    @T.macro
+    def copy_async(x, w, a_s, b_s, a_off, b_off, by, bx, t, kt, n_m, emulate):
+        """Thread t's share of k-tile kt of x and w_t straight into the shared tiles at word
+        offsets a_off and b_off (tensor-core tiles, VK = VN = 4; serially in place: `emulate`)."""
+        copy_vectors(x, a_s, a_off, A_LOADS, x_vector, x_word, by * BM, kt * BK, n_m, K, t, emulate)
+        copy_vectors(w, b_s, b_off, B_LOADS, w_vector, w_word, kt * BK, bx * BN, K, N, t, emulate)
+
+    return types.SimpleNamespace(fetch=fetch, stage=stage, copy_async=copy_async, x_words=x_words, w_words=w_words, x_word=x_word,
                                  w_word=w_word, x_vector=x_vector, w_vector=w_vector, VK=VK, VN=VN,
                                  A_LOADS=A_LOADS, B_LOADS=B_LOADS, BK=BK, NT=NT)

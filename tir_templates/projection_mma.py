@@ -13,9 +13,10 @@ mma: a build at precision "tf32"), or "f16" / "bf16" (an fp16 or bf16 layer, who
     each warp's 32 x 32 of the CTA's 64 x 64 tile as 2 x 4 mma tiles (`warp_products`, 16-bit:
     `warp_products_16`), sync
     then out = acc + b from the C fragments.
-Where the grid fits one wave (`k_split`), G groups of four warps share the CTA's tile, each taking
+Where the grid fits one wave (`gemm_plan`), G groups of four warps share the CTA's tile, each taking
 1/G of a k-tile's slices; groups 1.. hand their sums to group 0 through shared memory
-(`sum_groups`) before it stores.
+(`sum_groups`) before it stores. Past one wave 16-bit GEMMs keep STAGES k-tiles in flight:
+cp.async copies them into a ring of shared tiles (`block_program_async`), no registers between.
 `emulated_projection_mma_kernel` runs the same staging serially on the CPU and takes each
 product as the mma defines it (operands rounded or split as the GPU's are); the fragments' lane
 and register maps are checked against the PTX ISA's figures on plain ints (`a_fragment`,
@@ -31,7 +32,7 @@ from tvm.script import tirx as T
 from .config import STATIC_SHARED_BYTES
 from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
-from .gemm_staging import gemm_staging
+from .gemm_staging import commit_copies, gemm_staging, wait_copies
 from .projection import few_ctas, one_small_wave
 from .persistent.dot_mma import MMA_BF16, MMA_F16, f16_half, half_bits, mma, tf32_rounded, tf32_split
 
@@ -61,17 +62,23 @@ def tensor_cores_pay(M: int | None, K: int, N: int, num_sms: int) -> bool:
     return M is not None and not one_small_wave(M, N, num_sms) and (few_ctas(M, N, num_sms) or K >= 512)
 
 
-def k_split(M: int, N: int, num_sms: int, precision: str) -> dict:
-    """The k-tile (`bk`) and `k_groups` of a GEMM of M rows. Where its 64 x 64 grid fills at most one
-    wave, a CTA is alone on its SM with one warp a scheduler: ncu on (100, 1024) x (1024, 4096) at
-    3xTF32 found 0.38 instructions issued a cycle, the warps stalled on their own mma operands
-    (docs/data/ncu-projection-mma-h100.txt). Two groups of four warps, each half of a 64-column
-    k-tile, took it from 27.2 to 23.9 us; at 16 bits four groups, 19.8 to 18.4 (H100, kernel
-    alone, docs/data/projection-kgroups-h100.jsonl). Past one wave the CTAs share SMs and the
-    groups' summing only costs ((2000, 1024) x (1024, 4096): 313 -> 321 us), so one group there."""
-    if (M + BM - 1) // BM * ((N + BN - 1) // BN) > num_sms:
-        return {"bk": BK, "k_groups": 1}
-    return {"bk": 64, "k_groups": 4 if precision in ("f16", "bf16") else 2}
+def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str) -> dict:
+    """The k-tile (`bk`), `k_groups` and `stages` of a GEMM of M rows, as measured on the H100
+    (kernel alone, docs/data/projection-kgroups-h100.jsonl, projection-stages-h100.jsonl).
+    - Where its 64 x 64 grid fills at most one wave, a CTA is alone on its SM with one warp a
+      scheduler: ncu on (100, 1024) x (1024, 4096) at 3xTF32 found 0.38 instructions issued a
+      cycle, the warps stalled on their own mma operands (docs/data/ncu-projection-mma-h100.txt).
+      Two groups of four warps, each half of a 64-column k-tile, took it from 27.2 to 23.9 us; at
+      16 bits four groups, 19.8 to 18.4.
+    - Past one wave the CTAs share SMs and the groups' sum only costs ((2000, 1024) x (1024, 4096)
+      313 -> 321 us), so one group; there 16-bit GEMMs keep 3 k-tiles in flight by cp.async
+      (245 -> 198 us; (1000, 1024) x (1024, 3072) 96 -> 81), which needs 16-byte rows (K and N
+      multiples of 4). At 3xTF32, bound by its three mma and their operands' splits, the copies
+      changed nothing (316 -> 317 us), so they stay off there (TF32 was not measured)."""
+    if (M + BM - 1) // BM * ((N + BN - 1) // BN) <= num_sms:
+        return {"bk": 64, "k_groups": 4 if precision in ("f16", "bf16") else 2, "stages": 0}
+    copies = precision in ("f16", "bf16") and K % 4 == 0 and N % 4 == 0
+    return {"bk": BK, "k_groups": 1, "stages": 3 if copies else 0}
 
 
 def a_fragment(lane, reg):
@@ -99,19 +106,20 @@ def c_fragment(lane, reg):
     return lane // 4 + 8 * (reg // 2), 2 * (lane % 4) + reg % 2
 
 
-def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int):
+def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAGES: int):
     """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`),
     BK columns of x a k-tile, its k-slices shared by G groups of four warps (G > 1: summed at
-    the end through shared memory)."""
+    the end through shared memory); STAGES > 0: that many k-tiles in flight by cp.async, else
+    one, through registers."""
     SLICES = BK // (16 if precision in ("f16", "bf16") else 8) // G  # k-slices a group takes of a k-tile
     TILE_NT = NT  # a group's threads, one warp tile each of the CTA's tile
     ACC = MT * NTL * 4  # accumulators a thread holds
     staging = gemm_staging(K, N, BM, BN, BK, TILE_NT * G, mma_tiles=True)
     red_words = (G - 1) * TILE_NT * ACC  # the partial sums of groups 1.. (layout: words a group, a thread fastest)
-    fits = 4 * (staging.x_words + staging.w_words + red_words) <= STATIC_SHARED_BYTES
+    fits = 4 * (max(1, STAGES) * (staging.x_words + staging.w_words) + red_words) <= STATIC_SHARED_BYTES
     scope = "shared" if fits else "shared.dyn"
     x_word, w_word = staging.x_word, staging.w_word
-    fetch, stage, VN = staging.fetch, staging.stage, staging.VN
+    fetch, stage, copy_async, VN = staging.fetch, staging.stage, staging.copy_async, staging.VN
     A_LOADS, B_LOADS, VK = staging.A_LOADS, staging.B_LOADS, staging.VK
     KT = (K + BK - 1) // BK
     passes = 1 if precision == "tf32" else 3
@@ -141,8 +149,9 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int):
             T.ptx.cvt.rna.tf32.f32(hi[j], x)
 
     @T.macro
-    def warp_products(a_s, b_s, acc, t):
-        """The warp's 2 x 4 mma tiles over the k-tile's four 8-column slices."""
+    def warp_products(a_s, b_s, ao, bo, acc, t):
+        """The warp's 2 x 4 mma tiles over its group's 8-column slices of the k-tile at word offsets
+        ao (x) and bo (w_t)."""
         ah = T.alloc_buffer((MT * 4,), "uint32", scope="local")
         al = T.alloc_buffer((MT * 4,), "float32", scope="local")
         bh = T.alloc_buffer((2,), "uint32", scope="local")
@@ -150,10 +159,10 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int):
         for ks in T.unroll(SLICES):
             for mt in T.unroll(MT):
                 for j in T.unroll(4):
-                    split(ah, al, mt * 4 + j, a_s[x_word(warp_row(t, mt) + a_fragment(t % 32, j)[0], k_slice(t, ks) * 8 + a_fragment(t % 32, j)[1])])
+                    split(ah, al, mt * 4 + j, a_s[ao + x_word(warp_row(t, mt) + a_fragment(t % 32, j)[0], k_slice(t, ks) * 8 + a_fragment(t % 32, j)[1])])
             for nt in T.unroll(NTL):
                 for j in T.unroll(2):
-                    split(bh, bl, j, b_s[w_word(k_slice(t, ks) * 8 + b_fragment(t % 32, j)[0], warp_col(t, nt) + b_fragment(t % 32, j)[1])])
+                    split(bh, bl, j, b_s[bo + w_word(k_slice(t, ks) * 8 + b_fragment(t % 32, j)[0], warp_col(t, nt) + b_fragment(t % 32, j)[1])])
                 for mt in T.unroll(MT):
                     if passes == 3:  # the small terms first
                         mma(acc, mt * NTL + nt, [T.reinterpret("uint32", al[mt * 4 + j]) for j in range(4)], [bh[0], bh[1]])
@@ -169,7 +178,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int):
         return w_word(k_slice(t, ks) * 16 + b_fragment_f16(t % 32, j, half)[0], warp_col(t, nt) + b_fragment_f16(t % 32, j, half)[1])
 
     @T.macro
-    def warp_products_16(a_s, b_s, acc, t):
+    def warp_products_16(a_s, b_s, ao, bo, acc, t):
         """16-bit operands: the warp's 2 x 4 mma tiles over the k-tile's two 16-column slices, each
         fragment register two values packed (exact: they are 16-bit values)."""
         ah = T.alloc_buffer((MT * 4,), "uint32", scope="local")
@@ -177,10 +186,10 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int):
         for ks in T.unroll(SLICES):
             for mt in T.unroll(MT):
                 for j in T.unroll(4):
-                    pack(ah[mt * 4 + j], a_s[a_word_16(t, mt, ks, j, 1)], a_s[a_word_16(t, mt, ks, j, 0)])
+                    pack(ah[mt * 4 + j], a_s[ao + a_word_16(t, mt, ks, j, 1)], a_s[ao + a_word_16(t, mt, ks, j, 0)])
             for nt in T.unroll(NTL):
                 for j in T.unroll(2):
-                    pack(bh[j], b_s[b_word_16(t, nt, ks, j, 1)], b_s[b_word_16(t, nt, ks, j, 0)])
+                    pack(bh[j], b_s[bo + b_word_16(t, nt, ks, j, 1)], b_s[bo + b_word_16(t, nt, ks, j, 0)])
                 for mt in T.unroll(MT):
                     a = (mt * NTL + nt) * 4
                     T.ptx[MMA_BF16 if precision == "bf16" else MMA_F16](
@@ -210,6 +219,23 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int):
                     acc[a] = acc[a] + red[g * ACC * TILE_NT + a * TILE_NT + t]
 
     @T.macro
+    def products(a_s, b_s, ao, bo, acc, t):
+        if half:
+            warp_products_16(a_s, b_s, ao, bo, acc, t)
+        else:
+            warp_products(a_s, b_s, ao, bo, acc, t)
+
+    @T.macro
+    def finish(out, b, acc, by, bx, t, n_m):
+        """The groups' sums (G > 1) and out = acc + b."""
+        if G > 1:
+            sum_groups(acc, t)
+            if t < TILE_NT:
+                store(out, b, acc, by, bx, t, n_m)
+        else:
+            store(out, b, acc, by, bx, t, n_m)
+
+    @T.macro
     def block_program(x, w, b, out, by, bx, t, n_m):
         """One CTA's tile, thread t's view (the CUDA kernel's body)."""
         a_s = T.alloc_buffer((staging.x_words,), "float32", scope=scope)
@@ -226,17 +252,9 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int):
             T.tvm_storage_sync("shared")
             if kt + 1 < KT:  # the next tile's loads are in flight during this tile's mma
                 fetch(x, w, ra, rb, 0, by, bx, t, kt + 1, n_m)
-            if half:
-                warp_products_16(a_s, b_s, acc, t)
-            else:
-                warp_products(a_s, b_s, acc, t)
+            products(a_s, b_s, 0, 0, acc, t)
             T.tvm_storage_sync("shared")
-        if G > 1:
-            sum_groups(acc, t)
-            if t < TILE_NT:
-                store(out, b, acc, by, bx, t, n_m)
-        else:
-            store(out, b, acc, by, bx, t, n_m)
+        finish(out, b, acc, by, bx, t, n_m)
 
     def operand(v):
         """A value as the mma reads it: rounded to TF32 at "tf32", to fp16 or bf16 for the 16-bit
@@ -271,27 +289,87 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int):
                     if T.And(by * BM + i < n_m, bx * BN + j < N):
                         out[by * BM + i, bx * BN + j] = acc[i, j] + b[bx * BN + j]
 
+    @T.macro
+    def block_program_async(x, w, b, out, by, bx, t, n_m):
+        """One CTA's tile with STAGES k-tiles in flight: copied by cp.async into a ring of shared
+        tiles, STAGES - 1 ahead of the one whose mma run; one sync a k-tile (it also frees the
+        slot that the next copy overwrites, read the k-tile before)."""
+        a_s = T.alloc_buffer((STAGES * staging.x_words,), "float32", scope=scope)
+        b_s = T.alloc_buffer((STAGES * staging.w_words,), "float32", scope=scope)
+        acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
+        T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
+        for a in T.unroll(MT * NTL * 4):
+            acc[a] = T.float32(0)
+        for s in T.unroll(STAGES - 1):
+            if s < KT:
+                copy_async(x, w, a_s, b_s, s * staging.x_words, s * staging.w_words, by, bx, t, s, n_m, False)
+            T.evaluate(commit_copies())
+        for kt in range(KT):
+            T.evaluate(wait_copies(STAGES - 2))  # this thread's copies of k-tile kt have landed
+            T.tvm_storage_sync("shared")  # ... and every thread's; slot (kt - 1) % STAGES is free
+            if kt + STAGES - 1 < KT:
+                copy_async(x, w, a_s, b_s, (kt + STAGES - 1) % STAGES * staging.x_words,
+                           (kt + STAGES - 1) % STAGES * staging.w_words, by, bx, t, kt + STAGES - 1, n_m, False)
+            T.evaluate(commit_copies())
+            products(a_s, b_s, kt % STAGES * staging.x_words, kt % STAGES * staging.w_words, acc, t)
+        T.tvm_storage_sync("shared")  # the groups' sums may take the tiles' memory
+        finish(out, b, acc, by, bx, t, n_m)
+
+    @T.macro
+    def emulated_blocks_async(x, w, b, out, n_m):
+        """The ring of k-tiles serially: each copy into its slot as the GPU issues it, the products
+        of k-tile kt from slot kt % STAGES after the copy that overwrites slot (kt - 1) % STAGES."""
+        for by in range((n_m + BM - 1) // BM):
+            for bx in range((N + BN - 1) // BN):
+                a_s = T.alloc_buffer((STAGES * staging.x_words,), "float32")
+                b_s = T.alloc_buffer((STAGES * staging.w_words,), "float32")
+                acc = T.alloc_buffer((BM, BN), "float32")
+                for i, j in T.grid(BM, BN):
+                    acc[i, j] = T.float32(0)
+                for s in range(STAGES - 1):
+                    if s < KT:
+                        for t in range(TILE_NT * G):
+                            copy_async(x, w, a_s, b_s, s * staging.x_words, s * staging.w_words, by, bx, t, s, n_m, True)
+                for kt in range(KT):
+                    if kt + STAGES - 1 < KT:
+                        for t in range(TILE_NT * G):
+                            copy_async(x, w, a_s, b_s, (kt + STAGES - 1) % STAGES * staging.x_words,
+                                       (kt + STAGES - 1) % STAGES * staging.w_words, by, bx, t, kt + STAGES - 1, n_m, True)
+                    for i, j, k in T.grid(BM, BN, BK):
+                        acc[i, j] = acc[i, j] + (operand(a_s[kt % STAGES * staging.x_words + x_word(i, k)])
+                                                 * operand(b_s[kt % STAGES * staging.w_words + w_word(k, j)]))
+                for i, j in T.grid(BM, BN):
+                    if T.And(by * BM + i < n_m, bx * BN + j < N):
+                        out[by * BM + i, bx * BN + j] = acc[i, j] + b[bx * BN + j]
+
+    if STAGES:
+        return tile_grid(N, BM, BN, TILE_NT * G, block_program_async, emulated_blocks_async, emulate)
     return tile_grid(N, BM, BN, TILE_NT * G, block_program, emulated_blocks, emulate)
 
 
-def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int) -> tvm.tirx.PrimFunc:
+def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int, stages: int) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
     if bk not in K_SLICES:
         raise ValueError(f"k-slice {bk}: one of {K_SLICES}")
     if bk // (16 if precision in ("f16", "bf16") else 8) % k_groups:
         raise ValueError(f"{k_groups} k-groups do not divide a {bk}-column k-tile's slices at {precision}")
-    return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups), {"mma": precision, "bk": bk, "k_groups": k_groups})
+    if stages and (stages < 2 or K % 4 or N % 4):
+        raise ValueError(f"{stages} stages: 0, or 2 or more with K and N multiples of 4 (16-byte copies)")
+    info = {"mma": precision, "bk": bk, "k_groups": k_groups, "stages": stages}
+    return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups, stages), info)
 
 
-def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK, k_groups: int = 1) -> tvm.tirx.PrimFunc:
+def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK, k_groups: int = 1,
+                          stages: int = 0) -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
     accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values), `bk` columns of x a
-    k-tile, split between `k_groups` groups of four warps."""
-    return _build(K, N, precision, emulate=False, bk=bk, k_groups=k_groups)
+    k-tile, split between `k_groups` groups of four warps, `stages` k-tiles in flight by cp.async
+    (0: one, through registers)."""
+    return _build(K, N, precision, emulate=False, bk=bk, k_groups=k_groups, stages=stages)
 
 
 def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK,
-                                   k_groups: int = 1) -> tvm.tirx.PrimFunc:
+                                   k_groups: int = 1, stages: int = 0) -> tvm.tirx.PrimFunc:
     """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""
-    return _build(K, N, precision, emulate=True, bk=bk, k_groups=k_groups)
+    return _build(K, N, precision, emulate=True, bk=bk, k_groups=k_groups, stages=stages)

@@ -24,7 +24,7 @@ from tvm import relax
 
 from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH, supports_early_launch
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
-from tir_templates.projection_mma import k_split, projection_mma_kernel, tensor_cores_pay
+from tir_templates.projection_mma import gemm_plan, projection_mma_kernel, tensor_cores_pay
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
@@ -200,7 +200,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 M = rows.get(gv.name_hint)
                 if tensor_cores_pay(M, K, N, num_sms):
                     mma = projection_precision(operands, precision)
-                    mod[gv] = projection_mma_kernel(K, N, mma, **k_split(M, N, num_sms, mma))
+                    mod[gv] = projection_mma_kernel(K, N, mma, **gemm_plan(M, K, N, num_sms, mma))
                 else:
                     mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms)
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()

@@ -21,7 +21,7 @@ from tir_templates.projection_mma import (
     b_fragment_f16,
     c_fragment,
     emulated_projection_mma_kernel,
-    k_split,
+    gemm_plan,
     projection_mma_kernel,
 )
 
@@ -130,31 +130,59 @@ def test_emulated_warp_groups_stage_the_whole_k_tile(precision, bk, k_groups):
     assert np.abs(got - want).max() / np.abs(want).max() <= 1e-6
 
 
-def test_one_wave_gemms_split_their_k_tiles_between_warp_groups():
+def test_gemm_plans_follow_the_measured_grid():
     """A grid of at most one wave of 64 x 64 tiles gets 64-column k-tiles shared by 2 groups of warps
-    (4 at 16 bits, whose k-slices are twice as deep); a larger grid keeps one group; a split that
-    does not divide the k-tile is refused."""
-    assert k_split(100, 4096, 132, "3xtf32") == {"bk": 64, "k_groups": 2}  # LSTM H=1024 B=1: 128 CTAs
-    assert k_split(100, 3072, 132, "bf16") == {"bk": 64, "k_groups": 4}
-    assert k_split(300, 4096, 132, "tf32") == {"bk": BK, "k_groups": 1}  # 320 CTAs
-    assert k_split(100, 4096, 108, "f16") == {"bk": BK, "k_groups": 1}  # the A100's 108 SMs: past a wave
+    (4 at 16 bits, whose k-slices are twice as deep); a larger grid one group, with 3 k-tiles in
+    flight by cp.async at 16 bits when rows are whole 16-byte vectors; a split that does not
+    divide the k-tile, or copies of rows that are not, are refused."""
+    assert gemm_plan(100, 1024, 4096, 132, "3xtf32") == {"bk": 64, "k_groups": 2, "stages": 0}  # LSTM H=1024 B=1
+    assert gemm_plan(100, 1024, 3072, 132, "bf16") == {"bk": 64, "k_groups": 4, "stages": 0}
+    assert gemm_plan(300, 1024, 4096, 132, "tf32") == {"bk": BK, "k_groups": 1, "stages": 0}  # 320 CTAs
+    assert gemm_plan(100, 1024, 4096, 108, "3xtf32") == {"bk": BK, "k_groups": 1, "stages": 0}  # the A100: past a wave
+    assert gemm_plan(2000, 1024, 4096, 132, "f16") == {"bk": BK, "k_groups": 1, "stages": 3}
+    assert gemm_plan(2000, 1022, 4096, 132, "bf16")["stages"] == 0  # rows of x not 16-byte vectors
     with pytest.raises(ValueError, match="4 k-groups"):
         projection_mma_kernel(64, 64, "f16", 32, 4)
+    with pytest.raises(ValueError, match="16-byte copies"):
+        projection_mma_kernel(62, 64, "f16", stages=3)
+
+
+@pytest.mark.parametrize("precision,stages,k_groups", [("f16", 3, 1), ("bf16", 2, 1), ("3xtf32", 4, 2)], ids=str)
+def test_emulated_ring_of_k_tiles_matches_numpy(precision, stages, k_groups):
+    """k-tiles copied into a ring of `stages` shared slots, each as the GPU issues it (zeros past
+    the operands' edges), the products of a k-tile from its slot after the copy that overwrites
+    the slot read the k-tile before: exact for 16-bit operands, 3xTF32 to fp32's accuracy."""
+    import ml_dtypes
+
+    half = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}.get(precision)
+    for M, K, N in ((100, 64, 256), (65, 40, 192), (130, 12, 20)):
+        x, w, b = (a if half is None else a.astype(half).astype("float32") for a in operands(M, K, N))
+        want = x.astype("float64") @ w + b
+        func = emulated_projection_mma_kernel(K, N, precision, BK, k_groups, stages)
+        assert np.abs(run_on_cpu(func, x, w, b) - want).max() / np.abs(want).max() <= 1e-6, (M, K, N)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (TVM compiles CUDA with it)")
-@pytest.mark.parametrize("precision,bk,k_groups,arch", [("3xtf32", 64, 2, "sm_90"), ("bf16", 64, 4, "sm_80")], ids=str)
-def test_warp_groups_compile_without_spills(precision, bk, k_groups, arch, tmp_path):
+@pytest.mark.parametrize("precision,bk,k_groups,stages,arch", [("3xtf32", 64, 2, 0, "sm_90"), ("bf16", 64, 4, 0, "sm_80"),
+                                                              ("f16", 32, 1, 3, "sm_80")], ids=str)
+def test_gemm_plans_compile_without_spills(precision, bk, k_groups, stages, arch, tmp_path):
     """Each group's half (quarter) of a 64-column k-tile: the same mma a k-slice as one group, its
-    share of the slices, and the partial sums written by groups 1.. and added by group 0."""
-    source = cuda_source(projection_mma_kernel(1024, 4096, precision, bk, k_groups), arch)
-    if precision == "bf16":
-        calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_bf16_bf16_f32(acc")
+    share of the slices, and the partial sums written by groups 1.. and added by group 0; with
+    cp.async, the copies of the first STAGES - 1 k-tiles and of one a loop round (16-byte vectors,
+    4 a thread of each operand at 128 threads), one sync a round and a wait for all but STAGES - 2
+    groups."""
+    source = cuda_source(projection_mma_kernel(1024, 4096, precision, bk, k_groups, stages), arch)
+    if precision in ("f16", "bf16"):
+        calls = source.count(f"tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_{precision}_{precision}_f32(acc")
         assert calls == bk // 16 // k_groups * 2 * 4
     else:
         calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(acc")
         assert calls == 3 * bk // 8 // k_groups * 2 * 4
-    assert "if (128 <= ((int)threadIdx.x))" in source and "if (((int)threadIdx.x) < 128)" in source
+    if k_groups > 1:
+        assert "if (128 <= ((int)threadIdx.x))" in source and "if (((int)threadIdx.x) < 128)" in source
+    if stages:
+        assert source.count("prnn_cp_async16((") == stages * (4 + 4)
+        assert "prnn_cp_wait_1();\n    __syncthreads();" in source
     assert max(nvcc_stats(source, arch, tmp_path)) == 0
 
 
