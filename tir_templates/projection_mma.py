@@ -74,7 +74,9 @@ def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str) -> dict:
       313 -> 321 us), so one group; there 16-bit GEMMs keep 3 k-tiles in flight by cp.async
       (245 -> 198 us; (1000, 1024) x (1024, 3072) 96 -> 81), which needs 16-byte rows (K and N
       multiples of 4). At 3xTF32, bound by its three mma and their operands' splits, the copies
-      changed nothing (316 -> 317 us), so they stay off there (TF32 was not measured)."""
+      changed nothing (316 -> 317 us); at TF32 they were mixed (192 -> 188 us, (1000, 1024) x
+      (1024, 3072) 77 -> 84) and whole layers moved by under 1% (projection-tf32-h100.jsonl), so
+      they stay off at both. TF32's one-wave grid: 19.6 -> 15.4 us with 2 groups."""
     if (M + BM - 1) // BM * ((N + BN - 1) // BN) <= num_sms:
         return {"bk": 64, "k_groups": 4 if precision in ("f16", "bf16") else 2, "stages": 0}
     copies = precision in ("f16", "bf16") and K % 4 == 0 and N % 4 == 0
