@@ -22,7 +22,7 @@ import json
 import tvm
 from tvm import relax
 
-from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH, supports_early_launch
+from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH, sm_number, supports_early_launch
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
 from tir_templates.projection_mma import gemm_plan, projection_mma_kernel, tensor_cores_pay
 from tir_templates.reference import reference_scan
@@ -40,6 +40,10 @@ from .call_sites import call_args, call_site_batches, call_site_rows, call_tir_s
 from .layer_stacks import mark_stacks
 from .layer_wavefront import fuse_stacks
 from .match_cells import MatchCells
+
+
+#: the oldest GPU the kernels run on: Ampere (mma.sync on TF32 and bf16, cp.async)
+MIN_CUDA_SM = 80
 
 
 def recurrences(mod: tvm.IRModule):
@@ -152,6 +156,10 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
     (layer_wavefront.py; off by default: every layer its own kernel, faster on most stacks so far)."""
     target = as_target(target)
     precision = checked_precision(precision)
+    if target.kind.name == "cuda" and sm_number(target_arch(target)) < MIN_CUDA_SM:
+        raise PersistRNNError(
+            f"target arch {target_arch(target)}: persist_rnn's CUDA kernels need sm_{MIN_CUDA_SM} or newer (TF32 and "
+            "16-bit mma, cp.async); build with persistent=False for TVM's own CUDA schedules")
 
     @tvm.ir.transform.module_pass(opt_level=0, name="PersistentRNN")
     def _pass(mod: tvm.IRModule, ctx) -> tvm.IRModule:

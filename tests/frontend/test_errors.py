@@ -113,6 +113,7 @@ def test_bad_run_inputs(compiled_with_lengths, change, expect):
     ({"kind": "cuda", "bogus": 1}, "Unknown config option 'bogus'"),
     ("{not json", "target '{not json'"),
     (42, "not int"),
+    ({"kind": "cuda", "arch": "sm_75"}, "target arch sm_75: persist_rnn's CUDA kernels need sm_80 or newer"),
 ])
 def test_bad_targets(target, expect):
     model, _ = _model()
