@@ -3,6 +3,13 @@ precision: what the tuner's kernel-alone timing does not see (the GEMM, the laun
 
     python benchmarks/configs_in_turn.py --out rows.jsonl --layer LSTM:256:1 --precision fp16 \\
         --configs 32x8x4:cluster:dsmem 16x8x4:cluster:dsmem
+    python benchmarks/configs_in_turn.py --out rows.jsonl --layer LSTM:1024:1 \\
+        --tuning-log docs/data/tune-h100.jsonl --gemm 32/1/0 64/2/0
+
+The first build is the cost model's pick (`planner`), or with --tuning-log the log's (`log`).
+A GEMM plan BK/GROUPS/STAGES (`projection_mma.gemm_plan`'s k-tile, warp groups and k-tiles in
+flight) builds that first build again with the tensor-core input projection forced to it
+(`gemm <plan>`; a layer whose projection is not on the tensor cores builds as before).
 
 A config is TILExGROUPxROWS (tile_units, group_size, rows_per_group) and any of: `cluster`,
 `dsmem`, `stamped`, `float16` (weights), `chunk=N`, `tile=N` (batch_chunk, batch_tile). A config
@@ -49,10 +56,42 @@ def parse_config(text: str) -> Config:
     return Config(tile, group, rows, **fields)
 
 
-def layer_row(cell: str, hidden: int, batch: int, precision: str, configs: list[str], seq_len: int = 100) -> dict:
+#: the tensor-core GEMM's precision for a layer at each benchmark precision (fp32: 3xTF32)
+GEMM_PRECISION = {"fp32": "3xtf32", "tf32": "tf32", "fp16": "f16", "bf16": "bf16"}
+
+
+def parse_gemm(text: str, precision: str = "fp32") -> dict:
+    """`64/2/0` as projection_mma_kernel's bk, k_groups and stages, checked against the kernel's
+    own limits at `precision`."""
+    from tir_templates.projection_mma import projection_mma_kernel
+
+    try:
+        bk, groups, stages = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--gemm: {text!r} is not BK/GROUPS/STAGES, e.g. 64/2/0") from None
+    plan = {"bk": bk, "k_groups": groups, "stages": stages}
+    try:
+        projection_mma_kernel(64, 64, GEMM_PRECISION[precision], **plan)
+    except ValueError as err:
+        raise SystemExit(f"--gemm {text} at {precision}: {err}") from None
+    return plan
+
+
+def forced_gemm(plan: dict):
+    """A stand-in for the pass's projection_mma_kernel that builds every GEMM with `plan`."""
+    from tir_templates.projection_mma import projection_mma_kernel
+
+    return lambda K, N, precision, **_: projection_mma_kernel(K, N, precision, **plan)
+
+
+def layer_row(cell: str, hidden: int, batch: int, precision: str, configs: list[str], seq_len: int = 100,
+              gemms: tuple = (), tuning_log: str | None = None) -> dict:
+    from unittest import mock
+
     import torch
 
     import persist_rnn
+    from persist_rnn.transform import persistent_rnn
     from persist_rnn.bench import at_precision, cuda_ms, interleaved_ms, matched_ms, strict_fp32_case, vm_call
     from persist_rnn.cudnn_direct import algorithm_rows
 
@@ -60,8 +99,12 @@ def layer_row(cell: str, hidden: int, batch: int, precision: str, configs: list[
     layer, x, strict, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len, dtype)
     strict = strict.cpu().numpy()
     row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len, "precision": precision}
-    builds = {"planner": persist_rnn.compile(model, "cuda", measure=False, precision=build_precision)}
-    row["planner_config"] = builds["planner"].report()[0].config
+    first, base = ("log", {"tuning_log": tuning_log}) if tuning_log else ("planner", {"measure": False})
+    builds = {first: persist_rnn.compile(model, "cuda", precision=build_precision, **base)}
+    row[f"{first}_config"] = builds[first].report()[0].config
+    for text in gemms:
+        with mock.patch.object(persistent_rnn, "projection_mma_kernel", forced_gemm(parse_gemm(text, precision))):
+            builds[f"gemm {text}"] = persist_rnn.compile(model, "cuda", precision=build_precision, **base)
     for text in configs:
         builds[text] = persist_rnn.compile(model, "cuda", config=parse_config(text), precision=build_precision)
     for name, compiled in builds.items():
@@ -88,12 +131,17 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--layer", required=True, help="CELL:HIDDEN:BATCH, e.g. LSTM:1024:1")
     ap.add_argument("--precision", default="fp32", choices=list(PRECISIONS))
-    ap.add_argument("--configs", nargs="+", required=True)
+    ap.add_argument("--configs", nargs="*", default=[])
+    ap.add_argument("--gemm", nargs="*", default=[], help="GEMM plans BK/GROUPS/STAGES, e.g. 32/1/0 64/2/0")
+    ap.add_argument("--tuning-log", help="the first build from this log instead of the cost model")
     args = ap.parse_args()
     for text in args.configs:
-        parse_config(text)  # every config readable before anything is built
+        parse_config(text)  # every config and plan readable before anything is built
+    for text in args.gemm:
+        parse_gemm(text, args.precision)
     cell, hidden, batch = args.layer.split(":")
-    row = layer_row(cell.upper(), int(hidden), int(batch), args.precision, args.configs)
+    row = layer_row(cell.upper(), int(hidden), int(batch), args.precision, args.configs, gemms=tuple(args.gemm),
+                    tuning_log=args.tuning_log)
     with open(args.out, "a") as f:
         f.write(json.dumps(row) + "\n")
     print(json.dumps({k: v for k, v in row.items() if k.endswith(("_ms", "_ratio", "_err", "_lowering"))}))

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 
-from configs_in_turn import parse_config  # noqa: E402
+from configs_in_turn import parse_config, parse_gemm  # noqa: E402
 
 from tir_templates.config import Config  # noqa: E402
 
@@ -25,3 +25,16 @@ def test_config_strings():
 def test_bad_config_strings_are_named(text, says):
     with pytest.raises(SystemExit, match=says):
         parse_config(text)
+
+
+def test_gemm_plans():
+    assert parse_gemm("64/2/0") == {"bk": 64, "k_groups": 2, "stages": 0}
+    assert parse_gemm("32/1/3", "fp16") == {"bk": 32, "k_groups": 1, "stages": 3}
+
+
+@pytest.mark.parametrize("text,precision,says", [("64-2-0", "fp32", "not BK/GROUPS/STAGES"),
+                                                  ("32/4/0", "fp16", "4 k-groups do not divide"),
+                                                  ("48/1/0", "fp32", "k-slice 48")])
+def test_bad_gemm_plans_are_named(text, precision, says):
+    with pytest.raises(SystemExit, match=says):
+        parse_gemm(text, precision)
