@@ -294,7 +294,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     @T.macro
     def block_program_async(x, w, b, out, by, bx, t, n_m):
         """One CTA's tile with STAGES k-tiles in flight: copied by cp.async into a ring of shared
-        tiles, STAGES - 1 ahead of the one whose mma run; one sync a k-tile (it also frees the
+        tiles, STAGES - 1 ahead of the one whose mma runs; one sync a k-tile (it also frees the
         slot that the next copy overwrites, read the k-tile before)."""
         a_s = T.alloc_buffer((STAGES * staging.x_words,), "float32", scope=scope)
         b_s = T.alloc_buffer((STAGES * staging.w_words,), "float32", scope=scope)
