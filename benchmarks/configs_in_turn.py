@@ -56,13 +56,10 @@ def parse_config(text: str) -> Config:
     return Config(tile, group, rows, **fields)
 
 
-#: the tensor-core GEMM's precision for a layer at each benchmark precision (fp32: 3xTF32)
-GEMM_PRECISION = {"fp32": "3xtf32", "tf32": "tf32", "fp16": "f16", "bf16": "bf16"}
-
-
 def parse_gemm(text: str, precision: str = "fp32") -> dict:
     """`64/2/0` as projection_mma_kernel's bk, k_groups and stages, checked against the kernel's
-    own limits at `precision`."""
+    own limits at the GEMM precision the pass gives a layer at `precision`."""
+    from persist_rnn.transform.persistent_rnn import projection_precision
     from tir_templates.projection_mma import projection_mma_kernel
 
     try:
@@ -71,7 +68,8 @@ def parse_gemm(text: str, precision: str = "fp32") -> dict:
         raise SystemExit(f"--gemm: {text!r} is not BK/GROUPS/STAGES, e.g. 64/2/0") from None
     plan = {"bk": bk, "k_groups": groups, "stages": stages}
     try:
-        projection_mma_kernel(64, 64, GEMM_PRECISION[precision], **plan)
+        build_precision, dtype, _ = PRECISIONS[precision]
+        projection_mma_kernel(64, 64, projection_precision(dtype, build_precision), **plan)
     except ValueError as err:
         raise SystemExit(f"--gemm {text} at {precision}: {err}") from None
     return plan

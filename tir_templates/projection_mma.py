@@ -29,7 +29,7 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
-from .config import STATIC_SHARED_BYTES
+from .config import MMA_K, MMA_K_F16, STATIC_SHARED_BYTES
 from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
 from .gemm_staging import commit_copies, gemm_staging, wait_copies
@@ -47,6 +47,13 @@ MT, NTL = WM // 16, WN // 8  # mma tiles of a warp's tile along M and N
 #: exactly 16-bit values (an fp16 or bf16 model's x and W, cast to fp32 by the importer), one
 #: m16n8k16 mma, exact products, fp32 accumulation
 PRECISIONS = ("3xtf32", "tf32", "f16", "bf16")
+#: the precisions whose operands are 16-bit values (two a register, m16n8k16)
+HALF_PRECISIONS = ("f16", "bf16")
+
+
+def slice_k(precision: str) -> int:
+    """Columns of one k-slice (one mma's K) at `precision`: 16 for 16-bit operands, else 8."""
+    return MMA_K_F16 if precision in HALF_PRECISIONS else MMA_K
 
 
 def tensor_cores_pay(M: int | None, K: int, N: int, num_sms: int) -> bool:
@@ -78,8 +85,8 @@ def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str) -> dict:
       (1024, 3072) 77 -> 84) and whole layers moved by under 1% (projection-tf32-h100.jsonl), so
       they stay off at both. TF32's one-wave grid: 19.6 -> 15.4 us with 2 groups."""
     if (M + BM - 1) // BM * ((N + BN - 1) // BN) <= num_sms:
-        return {"bk": 64, "k_groups": 4 if precision in ("f16", "bf16") else 2, "stages": 0}
-    copies = precision in ("f16", "bf16") and K % 4 == 0 and N % 4 == 0
+        return {"bk": 64, "k_groups": 4 if precision in HALF_PRECISIONS else 2, "stages": 0}
+    copies = precision in HALF_PRECISIONS and K % 4 == 0 and N % 4 == 0
     return {"bk": BK, "k_groups": 1, "stages": 3 if copies else 0}
 
 
@@ -113,7 +120,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     BK columns of x a k-tile, its k-slices shared by G groups of four warps (G > 1: summed at
     the end through shared memory); STAGES > 0: that many k-tiles in flight by cp.async, else
     one, through registers."""
-    SLICES = BK // (16 if precision in ("f16", "bf16") else 8) // G  # k-slices a group takes of a k-tile
+    SLICES = BK // slice_k(precision) // G  # k-slices a group takes of a k-tile
     TILE_NT = NT  # a group's threads, one warp tile each of the CTA's tile
     ACC = MT * NTL * 4  # accumulators a thread holds
     staging = gemm_staging(K, N, BM, BN, BK, TILE_NT * G, mma_tiles=True)
@@ -125,7 +132,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     A_LOADS, B_LOADS, VK = staging.A_LOADS, staging.B_LOADS, staging.VK
     KT = (K + BK - 1) // BK
     passes = 1 if precision == "tf32" else 3
-    half = precision in ("f16", "bf16")  # 16-bit operands: one m16n8k16 mma a tile
+    half = precision in HALF_PRECISIONS  # 16-bit operands: one m16n8k16 mma a tile
     pack = T.ptx.cvt.rn.bf16x2.f32 if precision == "bf16" else T.ptx.cvt.rn.f16x2.f32  # first source: high half
 
     def tile_thread(t):
@@ -269,6 +276,13 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
         return tf32_rounded(v) if passes == 1 else v
 
     @T.macro
+    def emulated_store(out, b, acc, by, bx, n_m):
+        """out = acc + b for the CTA's rows and columns that exist (the CPU twin's `store`)."""
+        for i, j in T.grid(BM, BN):
+            if T.And(by * BM + i < n_m, bx * BN + j < N):
+                out[by * BM + i, bx * BN + j] = acc[i, j] + b[bx * BN + j]
+
+    @T.macro
     def emulated_blocks(x, w, b, out, n_m):
         """The CTAs one after another, threads as serial loops; each warp's products from shared
         memory as the mma defines them."""
@@ -287,9 +301,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
                         stage(a_s, b_s, ra, rb, t, t)
                     for i, j, k in T.grid(BM, BN, BK):
                         acc[i, j] = acc[i, j] + operand(a_s[x_word(i, k)]) * operand(b_s[w_word(k, j)])
-                for i, j in T.grid(BM, BN):
-                    if T.And(by * BM + i < n_m, bx * BN + j < N):
-                        out[by * BM + i, bx * BN + j] = acc[i, j] + b[bx * BN + j]
+                emulated_store(out, b, acc, by, bx, n_m)
 
     @T.macro
     def block_program_async(x, w, b, out, by, bx, t, n_m):
@@ -340,9 +352,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
                     for i, j, k in T.grid(BM, BN, BK):
                         acc[i, j] = acc[i, j] + (operand(a_s[kt % STAGES * staging.x_words + x_word(i, k)])
                                                  * operand(b_s[kt % STAGES * staging.w_words + w_word(k, j)]))
-                for i, j in T.grid(BM, BN):
-                    if T.And(by * BM + i < n_m, bx * BN + j < N):
-                        out[by * BM + i, bx * BN + j] = acc[i, j] + b[bx * BN + j]
+                emulated_store(out, b, acc, by, bx, n_m)
 
     if STAGES:
         return tile_grid(N, BM, BN, TILE_NT * G, block_program_async, emulated_blocks_async, emulate)
@@ -354,7 +364,7 @@ def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
     if bk not in K_SLICES:
         raise ValueError(f"k-slice {bk}: one of {K_SLICES}")
-    if bk // (16 if precision in ("f16", "bf16") else 8) % k_groups:
+    if bk // slice_k(precision) % k_groups:
         raise ValueError(f"{k_groups} k-groups do not divide a {bk}-column k-tile's slices at {precision}")
     if stages and (stages < 2 or K % 4 or N % 4):
         raise ValueError(f"{stages} stages: 0, or 2 or more with K and N multiples of 4 (16-byte copies)")
