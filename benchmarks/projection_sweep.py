@@ -8,7 +8,8 @@ One JSON line per shape: microseconds per call through TVM's VM (key "None": the
 schedule; else the tile, BM x BN x thread tile [x k-slice], or "mma": the tensor-core GEMM at
 3xTF32; "mma_f16", "mma_bf16", "mma_tf32": at that precision, on fp32 operands, so
 the 16-bit ones show their rounding in the error; a part "_bk64" or "_bk128": that many columns of
-x a k-tile; "_g2": the k-tile's slices split between 2 groups of 4 warps; "_s3": 3 k-tiles in flight by cp.async), the kernel's own median duration in a CUPTI
+x a k-tile; "_g2": the k-tile's slices split between 2 groups of 4 warps; "_s3": 3 k-tiles in flight by cp.async;
+"_unpaired": 16-bit operands staged as fp32 values, rounded where each fragment takes them, not as pairs), the kernel's own median duration in a CUPTI
 trace (key + "_gpu"; a short GEMM's VM call is bound by the VM's dispatch) and each one's max
 error relative to a float64 numpy product. Needs
 torch (CUDA events) and a GPU.
@@ -45,6 +46,8 @@ def mma_variant(name: str) -> dict:
             args["k_groups"] = int(part[1:])
         elif part.startswith("s") and part[1:].isdigit():
             args["stages"] = int(part[1:])
+        elif part == "unpaired":
+            args["pairs"] = False
         else:
             args["precision"] = part
     return args

@@ -21,6 +21,8 @@ import types
 
 from tvm.script import tirx as T
 
+from .persistent.dot_mma import f16_pair
+
 #: floats of padding per shared row of x (row-major) and of w_t with the tensor cores' tiles
 X_ROW_PAD, W_ROW_PAD = 4, 8
 
@@ -55,23 +57,42 @@ def wait_copies(pending: int):
     return T.cuda.func_call(f"prnn_cp_wait_{pending}", source_code=CP_WAIT % (pending, pending, pending))
 
 
-def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: bool = False) -> types.SimpleNamespace:
+def packs_pairs(K: int, N: int, BK: int, BN: int, NT: int) -> bool:
+    """Whether a tensor-core tile can be staged as 16-bit pairs (`gemm_staging`'s `pack`): float4
+    loads of both operands, and an even number of w_t vectors a thread, taken two rows at a time."""
+    return K % 4 == 0 and N % 4 == 0 and BK * BN // (NT * 4) % 2 == 0
+
+
+def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: bool = False,
+                 pack: str | None = None) -> types.SimpleNamespace:
     """The staging of a BM x BN CTA tile by NT threads, BK columns of x a round: `fetch(x, w, ra,
     rb, reg, by, bx, t, kt, n_m)`, `stage(a_s, b_s, ra, rb, reg, t)`, the shared tiles' sizes
     `x_words` and `w_words`, the words `x_word(row, k)` and `w_word(k, column)` (FMA: 4 rows of x
     from a multiple of 4 are 4 contiguous words), and the register counts A_LOADS * VK (x) and
-    B_LOADS * VN (w_t) a thread holds, beside the k-slice BK and thread count NT it was made for."""
+    B_LOADS * VN (w_t) a thread holds, beside the k-slice BK and thread count NT it was made for.
+
+    `pack` ("f16" or "bf16", tensor-core tiles where `packs_pairs`): the tiles hold the operands
+    as 16-bit pairs along k (uint32 words), rounded once at staging, so that an m16n8k16 fragment
+    register is one word read, against two fp32 reads and a convert on every use, which left the
+    16-bit GEMM waiting on shared memory (docs/design.md, *16-bit operands staged as pairs*).
+    x_word(row, kp) and w_word(kp, column) then index k-pairs kp = k // 2, each word value k in
+    its low half and k + 1 in its high half; a thread's w_t vectors come two rows (k, k + 1) at
+    the same columns, which it packs."""
     VK = 4 if K % 4 == 0 else 1  # x loads along K, float4 when rows stay 16-byte aligned
     VN = 4 if N % 4 == 0 else 1  # w_t loads and out stores along N
     A_LOADS = BM * BK // (NT * VK)  # x vectors a thread fetches per k-tile
     B_LOADS = BK * BN // (NT * VN)
+    assert pack is None or (mma_tiles and packs_pairs(K, N, BK, BN, NT)), "16-bit pairs need tensor-core tiles and packs_pairs"
+    pairs = pack is not None  # (a bool: TVMScript's `if` takes no None)
     k_vectors = BK // VK  # a row's vectors of x per k-tile: consecutive threads take them
     # k-major swizzle: XOR the row's group of 4 by a multiple of `step` / 4 per k-vector, so the
     # 32 // k_vectors rows that a warp stores land in distinct banks for each of its k-vectors
     # (32 // step different offsets, all below 32 <= BM)
     step = max(4, 32 // k_vectors)
     x_stride, w_stride = (BK + X_ROW_PAD, BN + W_ROW_PAD) if mma_tiles else (BM, BN)
-    x_words, w_words = (BM * x_stride, BK * w_stride) if mma_tiles else (BK * BM, BK * BN)
+    if pairs:  # a row of x holds BK / 2 pairs (4 words of padding: a fragment's 8 x 4 lanes hit 32 banks)
+        x_stride = BK // 2 + X_ROW_PAD
+    x_words, w_words = (BM * x_stride, BK // (2 if pairs else 1) * w_stride) if mma_tiles else (BK * BM, BK * BN)
 
     def x_word(row, k):
         if mma_tiles:
@@ -86,7 +107,11 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
         return (e * NT + t) // (BK // VK), (e * NT + t) % (BK // VK) * VK
 
     def w_vector(e, t):
-        """(k, column) within the tile of thread t's e-th vector of w_t: VN consecutive columns."""
+        """(k, column) within the tile of thread t's e-th vector of w_t: VN consecutive columns
+        (`pack`: vectors 2i and 2i + 1 at rows 2r and 2r + 1 of the same columns)."""
+        if pairs:
+            i = e // 2 * NT + t
+            return i // (BN // VN) * 2 + e % 2, i % (BN // VN) * VN
         return (e * NT + t) // (BN // VN), (e * NT + t) % (BN // VN) * VN
 
     @T.macro
@@ -109,8 +134,19 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
         fetch_vectors(w, rb, reg, B_LOADS, VN, w_vector, kt * BK, bx * BN, K, N, t)
 
     @T.macro
-    def stage(a_s, b_s, ra, rb, reg, t):
-        """Registers into shared memory: x row-major (`mma_tiles`) or k-major, w_t as it is."""
+    def stage_pairs(a_s, b_s, ra, rb, reg, t):
+        """x's 4-vectors as two pairs each, w_t's vectors of rows 2r and 2r + 1 as 4 pairs."""
+        for e in T.unroll(A_LOADS):
+            for v in T.vectorized(2):
+                a_s[x_word(x_vector(e, t)[0], x_vector(e, t)[1] // 2) + v] = f16_pair(
+                    ra[reg, e * VK + 2 * v], ra[reg, e * VK + 2 * v + 1], pack == "bf16")
+        for e in T.unroll(B_LOADS // 2):
+            for v in T.vectorized(VN):
+                b_s[w_word(w_vector(2 * e, t)[0] // 2, w_vector(2 * e, t)[1]) + v] = f16_pair(
+                    rb[reg, 2 * e * VN + v], rb[reg, (2 * e + 1) * VN + v], pack == "bf16")
+
+    @T.macro
+    def stage_values(a_s, b_s, ra, rb, reg, t):
         for e in T.unroll(A_LOADS):
             if mma_tiles:
                 for v in T.vectorized(VK):
@@ -121,6 +157,15 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
         for e in T.unroll(B_LOADS):
             for v in T.vectorized(VN):
                 b_s[w_word(w_vector(e, t)[0], w_vector(e, t)[1]) + v] = rb[reg, e * VN + v]
+
+    @T.macro
+    def stage(a_s, b_s, ra, rb, reg, t):
+        """Registers into shared memory: x row-major (`mma_tiles`) or k-major, w_t as it is;
+        `pack`: both as 16-bit pairs along k."""
+        if pairs:
+            stage_pairs(a_s, b_s, ra, rb, reg, t)
+        else:
+            stage_values(a_s, b_s, ra, rb, reg, t)
 
     @T.macro
     def copy_vectors(src, dst, off, loads, vector, word, row0, col0, n_rows, n_cols, t, emulate):

@@ -32,7 +32,7 @@ from tvm.script import tirx as T
 from .config import MMA_K, MMA_K_F16, STATIC_SHARED_BYTES
 from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
-from .gemm_staging import commit_copies, gemm_staging, wait_copies
+from .gemm_staging import commit_copies, gemm_staging, packs_pairs, wait_copies
 from .projection import few_ctas, one_small_wave
 from .persistent.dot_mma import MMA_BF16, MMA_F16, f16_half, half_bits, mma, tf32_rounded, tf32_split
 
@@ -71,23 +71,23 @@ def tensor_cores_pay(M: int | None, K: int, N: int, num_sms: int) -> bool:
 
 def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str) -> dict:
     """The k-tile (`bk`), `k_groups` and `stages` of a GEMM of M rows, as measured on the H100
-    (kernel alone, docs/data/projection-kgroups-h100.jsonl, projection-stages-h100.jsonl).
+    (kernel alone, docs/data/projection-kgroups-h100.jsonl, pairs-gemm-h100.jsonl).
     - Where its 64 x 64 grid fills at most one wave, a CTA is alone on its SM with one warp a
       scheduler: ncu on (100, 1024) x (1024, 4096) at 3xTF32 found 0.38 instructions issued a
       cycle, the warps stalled on their own mma operands (docs/data/ncu-projection-mma-h100.txt).
       Two groups of four warps, each half of a 64-column k-tile, took it from 27.2 to 23.9 us; at
-      16 bits four groups, 19.8 to 18.4.
+      16 bits (operands staged as pairs) four groups, 13.1 to 12.2.
     - Past one wave the CTAs share SMs and the groups' sum only costs ((2000, 1024) x (1024, 4096)
-      313 -> 321 us), so one group; there 16-bit GEMMs keep 3 k-tiles in flight by cp.async
-      (245 -> 198 us; (1000, 1024) x (1024, 3072) 96 -> 81), which needs 16-byte rows (K and N
-      multiples of 4). At 3xTF32, bound by its three mma and their operands' splits, the copies
-      changed nothing (316 -> 317 us); at TF32 they were mixed (192 -> 188 us, (1000, 1024) x
-      (1024, 3072) 77 -> 84) and whole layers moved by under 1% (projection-tf32-h100.jsonl), so
-      they stay off at both. TF32's one-wave grid: 19.6 -> 15.4 us with 2 groups."""
+      313 -> 321 us), so one group, through registers. 16-bit operands staged as pairs there took
+      (2000, 1024) x (1024, 4096) from 198 us (3 k-tiles in flight by cp.async, the fp32 values
+      rounded at each use) to 132, (1000, 1024) x (1024, 4096) from 104 to 68; at 3xTF32 the
+      copies had changed nothing (316 -> 317 us) and at TF32 they were mixed (192 -> 188 us,
+      (1000, 1024) x (1024, 3072) 77 -> 84), so no plan keeps k-tiles in flight (`stages`
+      stays a kernel option for measurements). TF32's one-wave grid: 19.6 -> 15.4 us with 2
+      groups."""
     if (M + BM - 1) // BM * ((N + BN - 1) // BN) <= num_sms:
         return {"bk": 64, "k_groups": 4 if precision in HALF_PRECISIONS else 2, "stages": 0}
-    copies = precision in HALF_PRECISIONS and K % 4 == 0 and N % 4 == 0
-    return {"bk": BK, "k_groups": 1, "stages": 3 if copies else 0}
+    return {"bk": BK, "k_groups": 1, "stages": 0}
 
 
 def a_fragment(lane, reg):
@@ -115,15 +115,25 @@ def c_fragment(lane, reg):
     return lane // 4 + 8 * (reg // 2), 2 * (lane % 4) + reg % 2
 
 
-def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAGES: int):
+def pairs_staged(K: int, N: int, precision: str, bk: int, k_groups: int, stages: int) -> bool:
+    """Whether the kernel stages 16-bit operands as pairs (`gemm_staging`'s `pack`): at f16 and
+    bf16 through registers (stages 0; cp.async copies bytes as they are), where the tile allows.
+    TF32 and 3xTF32 operands staged as the mma reads them (TF32 bits; the high parts and the
+    remainders) were slower on the H100: (100, 1024) x (1024, 4096) 3xTF32 24.0 -> 26.3 us,
+    (2000, 1024) x (1024, 4096) 321 -> 357, TF32 15.2 -> 16.1 (docs/data/staged-gemm-h100.jsonl)."""
+    return precision in HALF_PRECISIONS and not stages and packs_pairs(K, N, bk, BN, NT * k_groups)
+
+
+def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAGES: int, PAIRS: bool):
     """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`),
     BK columns of x a k-tile, its k-slices shared by G groups of four warps (G > 1: summed at
     the end through shared memory); STAGES > 0: that many k-tiles in flight by cp.async, else
-    one, through registers."""
+    one, through registers; PAIRS: 16-bit operands staged as pairs (`pairs_staged`)."""
     SLICES = BK // slice_k(precision) // G  # k-slices a group takes of a k-tile
     TILE_NT = NT  # a group's threads, one warp tile each of the CTA's tile
     ACC = MT * NTL * 4  # accumulators a thread holds
-    staging = gemm_staging(K, N, BM, BN, BK, TILE_NT * G, mma_tiles=True)
+    staging = gemm_staging(K, N, BM, BN, BK, TILE_NT * G, mma_tiles=True, pack=precision if PAIRS else None)
+    smem_dtype = "uint32" if PAIRS else "float32"
     red_words = (G - 1) * TILE_NT * ACC  # the partial sums of groups 1.. (layout: words a group, a thread fastest)
     fits = 4 * (max(1, STAGES) * (staging.x_words + staging.w_words) + red_words) <= STATIC_SHARED_BYTES
     scope = "shared" if fits else "shared.dyn"
@@ -178,13 +188,16 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
                         mma(acc, mt * NTL + nt, [ah[mt * 4 + j] for j in range(4)], [T.reinterpret("uint32", bl[j]) for j in range(2)])
                     mma(acc, mt * NTL + nt, [ah[mt * 4 + j] for j in range(4)], [bh[0], bh[1]])
 
-    def a_word_16(t, mt, ks, j, half):
-        """x's word in shared memory that half `half` of A register j of thread t's tile mt holds."""
-        return x_word(warp_row(t, mt) + a_fragment_f16(t % 32, j, half)[0], k_slice(t, ks) * 16 + a_fragment_f16(t % 32, j, half)[1])
+    def a_word_16(t, mt, ks, j, half, per_word=1):
+        """x's word in shared memory that half `half` of A register j of thread t's tile mt holds
+        (`per_word` 2: the tiles hold pairs along k)."""
+        return x_word(warp_row(t, mt) + a_fragment_f16(t % 32, j, half)[0],
+                      (k_slice(t, ks) * 16 + a_fragment_f16(t % 32, j, half)[1]) // per_word)
 
-    def b_word_16(t, nt, ks, j, half):
+    def b_word_16(t, nt, ks, j, half, per_word=1):
         """w_t's word that half `half` of B register j of thread t's tile nt holds."""
-        return w_word(k_slice(t, ks) * 16 + b_fragment_f16(t % 32, j, half)[0], warp_col(t, nt) + b_fragment_f16(t % 32, j, half)[1])
+        return w_word((k_slice(t, ks) * 16 + b_fragment_f16(t % 32, j, half)[0]) // per_word,
+                      warp_col(t, nt) + b_fragment_f16(t % 32, j, half)[1])
 
     @T.macro
     def warp_products_16(a_s, b_s, ao, bo, acc, t):
@@ -195,10 +208,16 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
         for ks in T.unroll(SLICES):
             for mt in T.unroll(MT):
                 for j in T.unroll(4):
-                    pack(ah[mt * 4 + j], a_s[ao + a_word_16(t, mt, ks, j, 1)], a_s[ao + a_word_16(t, mt, ks, j, 0)])
+                    if PAIRS:  # the pair's word: half 0 sits at an even k
+                        ah[mt * 4 + j] = a_s[ao + a_word_16(t, mt, ks, j, 0, 2)]
+                    else:
+                        pack(ah[mt * 4 + j], a_s[ao + a_word_16(t, mt, ks, j, 1)], a_s[ao + a_word_16(t, mt, ks, j, 0)])
             for nt in T.unroll(NTL):
                 for j in T.unroll(2):
-                    pack(bh[j], b_s[bo + b_word_16(t, nt, ks, j, 1)], b_s[bo + b_word_16(t, nt, ks, j, 0)])
+                    if PAIRS:
+                        bh[j] = b_s[bo + b_word_16(t, nt, ks, j, 0, 2)]
+                    else:
+                        pack(bh[j], b_s[bo + b_word_16(t, nt, ks, j, 1)], b_s[bo + b_word_16(t, nt, ks, j, 0)])
                 for mt in T.unroll(MT):
                     a = (mt * NTL + nt) * 4
                     T.ptx[MMA_BF16 if precision == "bf16" else MMA_F16](
@@ -247,8 +266,8 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     @T.macro
     def block_program(x, w, b, out, by, bx, t, n_m):
         """One CTA's tile, thread t's view (the CUDA kernel's body)."""
-        a_s = T.alloc_buffer((staging.x_words,), "float32", scope=scope)
-        b_s = T.alloc_buffer((staging.w_words,), "float32", scope=scope)
+        a_s = T.alloc_buffer((staging.x_words,), smem_dtype, scope=scope)
+        b_s = T.alloc_buffer((staging.w_words,), smem_dtype, scope=scope)
         acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
         ra = T.alloc_buffer((1, A_LOADS * VK), "float32", scope="local")
         rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
@@ -288,8 +307,8 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
         memory as the mma defines them."""
         for by in range((n_m + BM - 1) // BM):
             for bx in range((N + BN - 1) // BN):
-                a_s = T.alloc_buffer((staging.x_words,), "float32")
-                b_s = T.alloc_buffer((staging.w_words,), "float32")
+                a_s = T.alloc_buffer((staging.x_words,), smem_dtype)
+                b_s = T.alloc_buffer((staging.w_words,), smem_dtype)
                 acc = T.alloc_buffer((BM, BN), "float32")
                 ra = T.alloc_buffer((TILE_NT * G, A_LOADS * VK), "float32")
                 rb = T.alloc_buffer((TILE_NT * G, B_LOADS * VN), "float32")
@@ -300,7 +319,11 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
                         fetch(x, w, ra, rb, t, by, bx, t, kt, n_m)
                         stage(a_s, b_s, ra, rb, t, t)
                     for i, j, k in T.grid(BM, BN, BK):
-                        acc[i, j] = acc[i, j] + operand(a_s[x_word(i, k)]) * operand(b_s[w_word(k, j)])
+                        if PAIRS:  # each value from its half of the pair's word, as the mma reads it
+                            acc[i, j] = acc[i, j] + (f16_half(a_s[x_word(i, k // 2)], k % 2, precision == "bf16")
+                                                     * f16_half(b_s[w_word(k // 2, j)], k % 2, precision == "bf16"))
+                        else:
+                            acc[i, j] = acc[i, j] + operand(a_s[x_word(i, k)]) * operand(b_s[w_word(k, j)])
                 emulated_store(out, b, acc, by, bx, n_m)
 
     @T.macro
@@ -359,7 +382,8 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     return tile_grid(N, BM, BN, TILE_NT * G, block_program, emulated_blocks, emulate)
 
 
-def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int, stages: int) -> tvm.tirx.PrimFunc:
+def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int, stages: int,
+           pairs: bool) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
     if bk not in K_SLICES:
@@ -368,20 +392,22 @@ def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int
         raise ValueError(f"{k_groups} k-groups do not divide a {bk}-column k-tile's slices at {precision}")
     if stages and (stages < 2 or K % 4 or N % 4):
         raise ValueError(f"{stages} stages: 0, or 2 or more with K and N multiples of 4 (16-byte copies)")
-    info = {"mma": precision, "bk": bk, "k_groups": k_groups, "stages": stages}
-    return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups, stages), info)
+    pairs = pairs and pairs_staged(K, N, precision, bk, k_groups, stages)
+    info = {"mma": precision, "bk": bk, "k_groups": k_groups, "stages": stages, "pairs": pairs}
+    return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups, stages, pairs), info)
 
 
 def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK, k_groups: int = 1,
-                          stages: int = 0) -> tvm.tirx.PrimFunc:
+                          stages: int = 0, pairs: bool = True) -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
     accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values), `bk` columns of x a
     k-tile, split between `k_groups` groups of four warps, `stages` k-tiles in flight by cp.async
-    (0: one, through registers)."""
-    return _build(K, N, precision, emulate=False, bk=bk, k_groups=k_groups, stages=stages)
+    (0: one, through registers); `pairs`: 16-bit operands staged as pairs where `pairs_staged`
+    (False: as fp32 values, each rounded where a fragment takes it)."""
+    return _build(K, N, precision, emulate=False, bk=bk, k_groups=k_groups, stages=stages, pairs=pairs)
 
 
 def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK,
-                                   k_groups: int = 1, stages: int = 0) -> tvm.tirx.PrimFunc:
+                                   k_groups: int = 1, stages: int = 0, pairs: bool = True) -> tvm.tirx.PrimFunc:
     """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""
-    return _build(K, N, precision, emulate=True, bk=bk, k_groups=k_groups, stages=stages)
+    return _build(K, N, precision, emulate=True, bk=bk, k_groups=k_groups, stages=stages, pairs=pairs)

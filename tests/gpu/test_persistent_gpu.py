@@ -356,13 +356,14 @@ def test_projection_matches_numpy_on_gpu(tile):
 
 @pytest.mark.parametrize("precision,bk,k_groups,stages", [
     ("3xtf32", 64, 2, 0), ("tf32", 64, 2, 0), ("f16", 64, 4, 0), ("bf16", 64, 4, 0),  # one wave: warp groups
+    ("f16", 32, 1, 0),  # 16-bit operands staged as pairs (so are the groups' above), one group
     ("f16", 32, 1, 3), ("bf16", 32, 1, 3), ("3xtf32", 32, 1, 4),  # past a wave: k-tiles in flight by cp.async
 ], ids=str)
 def test_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, stages):
     """The tensor-core GEMM as `projection_mma.gemm_plan` builds it, its 64-column k-tiles split
     between groups of warps or its k-tiles copied by cp.async into a ring, on ragged shapes against
     numpy: K not a multiple of the k-tile, N not a multiple of 64, M of 64; 16-bit operands hold
-    16-bit values, as a 16-bit model's do."""
+    16-bit values, as a 16-bit model's do (through registers they are staged as pairs along k)."""
     import ml_dtypes
     import tvm
     from templates.test_projection import operands

@@ -3,12 +3,14 @@ twin against numpy at each precision, and nvcc without spills."""
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 
 import numpy as np
 import pytest
 
 from persist_rnn.schedule.precision import TOLERANCE
+from tir_templates.gemm_signature import PROJECTION_ATTR
 from tir_templates.gemm_staging import gemm_staging
 from tir_templates.projection_mma import (
     BK,
@@ -68,6 +70,40 @@ def test_stores_and_fragment_reads_hit_distinct_banks():
         assert most_lanes_on_one_bank([st.w_word(*b_fragment(lane, j)) for lane in range(32)]) == 1
 
 
+@pytest.mark.parametrize("bk,threads", [(32, 128), (64, 256), (64, 512)], ids=str)
+def test_16_bit_pairs_stage_and_read_on_distinct_banks(bk, threads):
+    """16-bit operands staged as pairs along k (the f16/bf16 plans through registers): x's rows of
+    bk / 2 + 4 words, w_t's k-pairs of BN + 8. A thread's two w_t vectors of a pair are rows 2r and
+    2r + 1 of the same columns; every word of both tiles is stored once; each quarter-warp's 16-byte
+    stores of w_t and each half-warp's 8-byte stores of x take one pass (bk 32: two rows of x a
+    half-warp, 2-way on 4 banks); an m16n8k16 fragment register is one word, its 32 lanes on 32 banks."""
+    st = gemm_staging(1024, 4096, BM, BN, bk, threads, mma_tiles=True, pack="f16")
+    x_stored = [st.x_word(st.x_vector(e, t)[0], st.x_vector(e, t)[1] // 2) + v
+                for e in range(st.A_LOADS) for t in range(threads) for v in range(2)]
+    assert sorted(x_stored) == sorted(st.x_word(r, kp) for r in range(BM) for kp in range(bk // 2))
+    w_stored = []
+    for e in range(0, st.B_LOADS, 2):
+        for t in range(threads):
+            (k0, c0), (k1, c1) = st.w_vector(e, t), st.w_vector(e + 1, t)
+            assert k0 % 2 == 0 and (k1, c1) == (k0 + 1, c0)
+            w_stored += [st.w_word(k0 // 2, c0) + v for v in range(4)]
+    assert sorted(w_stored) == sorted(st.w_word(kp, c) for kp in range(bk // 2) for c in range(BN))
+    for e in range(0, st.B_LOADS, 2):
+        for quarter in range(threads // 8):
+            words = [st.w_word(st.w_vector(e, t)[0] // 2, st.w_vector(e, t)[1]) + v for t in range(quarter * 8, quarter * 8 + 8) for v in range(4)]
+            assert words[0] % 4 == 0 and sorted(w % 32 for w in words) == list(range(32))
+    for e in range(st.A_LOADS):
+        for half in range(threads // 16):
+            words = [st.x_word(st.x_vector(e, t)[0], st.x_vector(e, t)[1] // 2) + v for t in range(half * 16, half * 16 + 16) for v in range(2)]
+            assert words[0] % 2 == 0 and most_lanes_on_one_bank(words) == (2 if bk == 32 else 1)
+    for j in range(4):
+        assert most_lanes_on_one_bank([st.x_word(a_fragment_f16(lane, j, 0)[0], a_fragment_f16(lane, j, 0)[1] // 2)
+                                       for lane in range(32)]) == 1
+    for j in range(2):
+        assert most_lanes_on_one_bank([st.w_word(b_fragment_f16(lane, j, 0)[0] // 2, b_fragment_f16(lane, j, 0)[1])
+                                       for lane in range(32)]) == 1
+
+
 def test_16_bit_fragments_follow_the_ptx_figures():
     """m16n8k16 .f16/.bf16 (PTX ISA 9.7.14.5.x): A's a0..a3 of lane l hold (l/4, 2(l%4) + {0, 1}),
     (l/4+8, ...), (l/4, 2(l%4) + 8 + {0, 1}), (l/4+8, ...), the lower k in the low half; B's b0, b1
@@ -96,6 +132,7 @@ def test_emulated_16_bit_projection_is_exact_for_16_bit_operands(M, K, N, precis
     x, w, b = (a.astype(half).astype("float32") for a in operands(M, K, N))
     want = x.astype("float64") @ w + b
     func = emulated_projection_mma_kernel(K, N, precision)
+    assert json.loads(str(func.attrs[PROJECTION_ATTR]))["pairs"] == (K % 4 == 0 and N % 4 == 0)  # staged as pairs
     assert np.abs(run_on_cpu(func, x, w, b) - want).max() / np.abs(want).max() <= 1e-6
     x, w, b = operands(M, K, N)
     want = x.astype("float64") @ w + b
@@ -132,15 +169,14 @@ def test_emulated_warp_groups_stage_the_whole_k_tile(precision, bk, k_groups):
 
 def test_gemm_plans_follow_the_measured_grid():
     """A grid of at most one wave of 64 x 64 tiles gets 64-column k-tiles shared by 2 groups of warps
-    (4 at 16 bits, whose k-slices are twice as deep); a larger grid one group, with 3 k-tiles in
-    flight by cp.async at 16 bits when rows are whole 16-byte vectors; a split that does not
-    divide the k-tile, or copies of rows that are not, are refused."""
+    (4 at 16 bits, whose k-slices are twice as deep); a larger grid one group, through registers
+    (16-bit operands staged as pairs beat k-tiles in flight by cp.async); a split that does not
+    divide the k-tile, or copies of rows that are not whole 16-byte vectors, are refused."""
     assert gemm_plan(100, 1024, 4096, 132, "3xtf32") == {"bk": 64, "k_groups": 2, "stages": 0}  # LSTM H=1024 B=1
     assert gemm_plan(100, 1024, 3072, 132, "bf16") == {"bk": 64, "k_groups": 4, "stages": 0}
     assert gemm_plan(300, 1024, 4096, 132, "tf32") == {"bk": BK, "k_groups": 1, "stages": 0}  # 320 CTAs
     assert gemm_plan(100, 1024, 4096, 108, "3xtf32") == {"bk": BK, "k_groups": 1, "stages": 0}  # the A100: past a wave
-    assert gemm_plan(2000, 1024, 4096, 132, "f16") == {"bk": BK, "k_groups": 1, "stages": 3}
-    assert gemm_plan(2000, 1022, 4096, 132, "bf16")["stages"] == 0  # rows of x not 16-byte vectors
+    assert gemm_plan(2000, 1024, 4096, 132, "f16") == {"bk": BK, "k_groups": 1, "stages": 0}
     with pytest.raises(ValueError, match="4 k-groups"):
         projection_mma_kernel(64, 64, "f16", 32, 4)
     with pytest.raises(ValueError, match="16-byte copies"):
@@ -175,6 +211,8 @@ def test_gemm_plans_compile_without_spills(precision, bk, k_groups, stages, arch
     if precision in ("f16", "bf16"):
         calls = source.count(f"tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_{precision}_{precision}_f32(acc")
         assert calls == bk // 16 // k_groups * 2 * 4
+        # staged as pairs through registers: no fragment register converts at its use
+        assert ("tvm_builtin_ptx_cvt_" in source) == bool(stages)
     else:
         calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(acc")
         assert calls == 3 * bk // 8 // k_groups * 2 * 4
