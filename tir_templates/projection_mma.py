@@ -8,15 +8,16 @@ mma: a build at precision "tf32"), or "f16" / "bf16" (an fp16 or bf16 layer, who
 16-bit values: two a register, one m16n8k16 mma, exact products). Read top to bottom in
 `block_program`:
     per k-tile: registers -> shared memory (x row-major, rows of both padded so that the 16-byte
-    stores and a fragment's lanes hit 32 banks: `gemm_staging`), sync, next tile's global loads
-    issued,
+    stores and a fragment's lanes hit 32 banks; 16-bit operands as pairs along k, one word a
+    fragment register: `gemm_staging`), sync, next tile's global loads issued,
     each warp's 32 x 32 of the CTA's 64 x 64 tile as 2 x 4 mma tiles (`warp_products`, 16-bit:
     `warp_products_16`), sync
     then out = acc + b from the C fragments.
 Where the grid fits one wave (`gemm_plan`), G groups of four warps share the CTA's tile, each taking
 1/G of a k-tile's slices; groups 1.. hand their sums to group 0 through shared memory
-(`sum_groups`) before it stores. Past one wave 16-bit GEMMs keep STAGES k-tiles in flight:
-cp.async copies them into a ring of shared tiles (`block_program_async`), no registers between.
+(`sum_groups`) before it stores. With STAGES > 0 (no plan's since the pairs: a kernel option for
+measurements) k-tiles are in flight: cp.async copies them into a ring of shared tiles
+(`block_program_async`), no registers between.
 `emulated_projection_mma_kernel` runs the same staging serially on the CPU and takes each
 product as the mma defines it (operands rounded or split as the GPU's are); the fragments' lane
 and register maps are checked against the PTX ISA's figures on plain ints (`a_fragment`,
