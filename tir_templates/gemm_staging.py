@@ -64,7 +64,7 @@ def packs_pairs(K: int, N: int, BK: int, BN: int, NT: int) -> bool:
 
 
 def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: bool = False,
-                 pack: str | None = None) -> types.SimpleNamespace:
+                 pack: str | None = None, emulate: bool = False) -> types.SimpleNamespace:
     """The staging of a BM x BN CTA tile by NT threads, BK columns of x a round: `fetch(x, w, ra,
     rb, reg, by, bx, t, kt, n_m)`, `stage(a_s, b_s, ra, rb, reg, t)`, the shared tiles' sizes
     `x_words` and `w_words`, the words `x_word(row, k)` and `w_word(k, column)` (FMA: 4 rows of x
@@ -77,7 +77,8 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
     16-bit GEMM waiting on shared memory (docs/design.md, *16-bit operands staged as pairs*).
     x_word(row, kp) and w_word(kp, column) then index k-pairs kp = k // 2, each word value k in
     its low half and k + 1 in its high half; a thread's w_t vectors come two rows (k, k + 1) at
-    the same columns, which it packs."""
+    the same columns, which it packs: on the GPU one `cvt.rn.{f16,bf16}x2.f32` a pair, in the CPU
+    twin (`emulate`) the same rounding in integer arithmetic (`f16_pair`)."""
     VK = 4 if K % 4 == 0 else 1  # x loads along K, float4 when rows stay 16-byte aligned
     VN = 4 if N % 4 == 0 else 1  # w_t loads and out stores along N
     A_LOADS = BM * BK // (NT * VK)  # x vectors a thread fetches per k-tile
@@ -134,16 +135,30 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
         fetch_vectors(w, rb, reg, B_LOADS, VN, w_vector, kt * BK, bx * BN, K, N, t)
 
     @T.macro
+    def pair(dst, v, lo, hi):
+        """dst[v] = lo and hi rounded to 16 bits, lo in the low half."""
+        if emulate:
+            dst[v] = f16_pair(lo, hi, pack == "bf16")
+        elif pack == "bf16":
+            T.ptx.cvt.rn.bf16x2.f32(dst[v], hi, lo)  # the first source goes to the high half
+        else:
+            T.ptx.cvt.rn.f16x2.f32(dst[v], hi, lo)
+
+    @T.macro
     def stage_pairs(a_s, b_s, ra, rb, reg, t):
-        """x's 4-vectors as two pairs each, w_t's vectors of rows 2r and 2r + 1 as 4 pairs."""
+        """x's 4-vectors as two pairs each, w_t's vectors of rows 2r and 2r + 1 as 4 pairs, each
+        vector's pairs stored at once."""
+        words = T.alloc_buffer((VN,), "uint32", scope="local")
         for e in T.unroll(A_LOADS):
+            for v in T.unroll(2):
+                pair(words, v, ra[reg, e * VK + 2 * v], ra[reg, e * VK + 2 * v + 1])
             for v in T.vectorized(2):
-                a_s[x_word(x_vector(e, t)[0], x_vector(e, t)[1] // 2) + v] = f16_pair(
-                    ra[reg, e * VK + 2 * v], ra[reg, e * VK + 2 * v + 1], pack == "bf16")
+                a_s[x_word(x_vector(e, t)[0], x_vector(e, t)[1] // 2) + v] = words[v]
         for e in T.unroll(B_LOADS // 2):
+            for v in T.unroll(VN):
+                pair(words, v, rb[reg, 2 * e * VN + v], rb[reg, (2 * e + 1) * VN + v])
             for v in T.vectorized(VN):
-                b_s[w_word(w_vector(2 * e, t)[0] // 2, w_vector(2 * e, t)[1]) + v] = f16_pair(
-                    rb[reg, 2 * e * VN + v], rb[reg, (2 * e + 1) * VN + v], pack == "bf16")
+                b_s[w_word(w_vector(2 * e, t)[0] // 2, w_vector(2 * e, t)[1]) + v] = words[v]
 
     @T.macro
     def stage_values(a_s, b_s, ra, rb, reg, t):

@@ -133,7 +133,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     SLICES = BK // slice_k(precision) // G  # k-slices a group takes of a k-tile
     TILE_NT = NT  # a group's threads, one warp tile each of the CTA's tile
     ACC = MT * NTL * 4  # accumulators a thread holds
-    staging = gemm_staging(K, N, BM, BN, BK, TILE_NT * G, mma_tiles=True, pack=precision if PAIRS else None)
+    staging = gemm_staging(K, N, BM, BN, BK, TILE_NT * G, mma_tiles=True, pack=precision if PAIRS else None, emulate=emulate)
     smem_dtype = "uint32" if PAIRS else "float32"
     red_words = (G - 1) * TILE_NT * ACC  # the partial sums of groups 1.. (layout: words a group, a thread fastest)
     fits = 4 * (max(1, STAGES) * (staging.x_words + staging.w_words) + red_words) <= STATIC_SHARED_BYTES
