@@ -213,9 +213,14 @@ def test_gemm_plans_compile_without_spills(precision, bk, k_groups, stages, arch
         assert calls == bk // 16 // k_groups * 2 * 4
         # staged as pairs through registers: one convert a pair at staging, none where a fragment
         # register is taken (the ring's tiles hold fp32: two values and a convert a register)
-        converts = source.count(f"tvm_builtin_ptx_cvt_{precision}x2_f32_rn_{precision}x2_f32(words")
+        cvt = f"tvm_builtin_ptx_cvt_{precision}x2_f32_rn_{precision}x2_f32("
+        converts = source.count(cvt) - source.count(cvt + "uint32_t&")  # calls, not the helper's definition
         st = gemm_staging(1024, 4096, BM, BN, bk, NT * k_groups, mma_tiles=True, pack=None if stages else precision)
-        assert converts == (0 if stages else 2 * st.A_LOADS + 2 * st.B_LOADS)
+        if stages:
+            # fp32 tiles: each k-slice's 8 A and 8 B fragment registers converted where they are taken
+            assert source.count(cvt + "words") == 0 and converts == 16 * (bk // 16 // k_groups)
+        else:
+            assert converts == source.count(cvt + "words") == 2 * st.A_LOADS + 2 * st.B_LOADS
     else:
         calls = source.count("tvm_builtin_ptx_mma_sync_aligned_m16n8k8_row_col_f32_tf32_tf32_f32(acc")
         assert calls == 3 * bk // 8 // k_groups * 2 * 4
