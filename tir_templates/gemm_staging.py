@@ -21,7 +21,7 @@ import types
 
 from tvm.script import tirx as T
 
-from .persistent.dot_mma import f16_pair
+from .persistent.dot_mma import f16_pair, pair_convert
 
 #: floats of padding per shared row of x (row-major) and of w_t with the tensor cores' tiles
 X_ROW_PAD, W_ROW_PAD = 4, 8
@@ -85,6 +85,7 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
     B_LOADS = BK * BN // (NT * VN)
     assert pack is None or (mma_tiles and packs_pairs(K, N, BK, BN, NT)), "16-bit pairs need tensor-core tiles and packs_pairs"
     pairs = pack is not None  # (a bool: TVMScript's `if` takes no None)
+    convert = pair_convert(pack == "bf16")
     k_vectors = BK // VK  # a row's vectors of x per k-tile: consecutive threads take them
     # k-major swizzle: XOR the row's group of 4 by a multiple of `step` / 4 per k-vector, so the
     # 32 // k_vectors rows that a warp stores land in distinct banks for each of its k-vectors
@@ -139,10 +140,8 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
         """dst[v] = lo and hi rounded to 16 bits, lo in the low half."""
         if emulate:
             dst[v] = f16_pair(lo, hi, pack == "bf16")
-        elif pack == "bf16":
-            T.ptx.cvt.rn.bf16x2.f32(dst[v], hi, lo)  # the first source goes to the high half
         else:
-            T.ptx.cvt.rn.f16x2.f32(dst[v], hi, lo)
+            convert(dst[v], hi, lo)  # the first source goes to the high half
 
     @T.macro
     def stage_pairs(a_s, b_s, ra, rb, reg, t):

@@ -35,7 +35,7 @@ from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
 from .gemm_staging import commit_copies, gemm_staging, packs_pairs, wait_copies
 from .projection import few_ctas, one_small_wave
-from .persistent.dot_mma import MMA_BF16, MMA_F16, f16_half, half_bits, mma, tf32_rounded, tf32_split
+from .persistent.dot_mma import MMA_BF16, MMA_F16, f16_half, half_bits, mma, pair_convert, tf32_rounded, tf32_split
 
 BM, BN, BK = 64, 64, 32  # the CTA's tile of out, and the k-slice per shared-memory round
 #: the k-slices a kernel may be built with (more columns a round: fewer global-load latencies a tile)
@@ -144,7 +144,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     KT = (K + BK - 1) // BK
     passes = 1 if precision == "tf32" else 3
     half = precision in HALF_PRECISIONS  # 16-bit operands: one m16n8k16 mma a tile
-    pack = T.ptx.cvt.rn.bf16x2.f32 if precision == "bf16" else T.ptx.cvt.rn.f16x2.f32  # first source: high half
+    pack = pair_convert(precision == "bf16")  # first source: high half
 
     def tile_thread(t):
         """Thread t's place in its group (the groups share the warp tiles)."""

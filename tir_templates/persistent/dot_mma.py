@@ -57,10 +57,15 @@ def f16_half(reg, e, bf16=False):
     return T.Cast("float32", T.reinterpret("float16", T.Cast("uint16", half)))
 
 
+def pair_convert(bf16: bool):
+    """The instruction that rounds two fp32 values into one fp16 (`bf16`: bf16) pair register, its
+    first source into the high half."""
+    return T.ptx.cvt.rn.bf16x2.f32 if bf16 else T.ptx.cvt.rn.f16x2.f32
+
+
 def pack_pair(L):
-    """The instruction that rounds two fp32 values into one 16-bit pair register of the layer's
-    dtype (its first source into the high half)."""
-    return T.ptx.cvt.rn.bf16x2.f32 if L.BF16 else T.ptx.cvt.rn.f16x2.f32
+    """`pair_convert` at the layer's dtype."""
+    return pair_convert(L.BF16)
 
 
 def a_operand(L, w):
