@@ -24,6 +24,7 @@ import tvm
 from tvm import te
 from tvm.script import tirx as T
 
+from .built_once import built_once
 from .early_launch import allow_next_kernel
 from .gemm_signature import OPAQUE, PROJECTION_ATTR, gemm_func, tile_grid
 from .gemm_staging import gemm_staging
@@ -214,6 +215,7 @@ def _build(K: int, N: int, tile: tuple[int, int, int] | None, num_sms: int, emul
     return gemm_func(K, N, launch, {"tile": list(tile) if tile is not None else f"by rows, {num_sms} SMs"})
 
 
+@built_once
 def projection_kernel(K: int, N: int, tile: tuple[int, ...] | None = TILES[0],
                       num_sms: int = 132) -> tvm.tirx.PrimFunc:
     """The tiled CUDA GEMM for x (M, K) @ w_t (K, N) + b; `tile` None: chosen per call from the
@@ -221,6 +223,7 @@ def projection_kernel(K: int, N: int, tile: tuple[int, ...] | None = TILES[0],
     return _build(K, N, tile, num_sms, emulate=False)
 
 
+@built_once
 def emulated_projection_kernel(K: int, N: int, tile: tuple[int, ...] | None = TILES[0],
                                num_sms: int = 132) -> tvm.tirx.PrimFunc:
     """The same tiling run serially on the CPU (llvm): for tests."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
+from .built_once import built_once
 from .config import MMA_K, MMA_K_F16, STATIC_SHARED_BYTES
 from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
@@ -398,6 +399,7 @@ def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int
     return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups, stages, pairs), info)
 
 
+@built_once
 def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK, k_groups: int = 1,
                           stages: int = 0, pairs: bool = True) -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
@@ -408,6 +410,7 @@ def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = B
     return _build(K, N, precision, emulate=False, bk=bk, k_groups=k_groups, stages=stages, pairs=pairs)
 
 
+@built_once
 def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK,
                                    k_groups: int = 1, stages: int = 0, pairs: bool = True) -> tvm.tirx.PrimFunc:
     """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""

@@ -2,6 +2,12 @@
 
 Candidates are compiled in parallel subprocesses (CUDA compilation dominates), then loaded
 and timed one by one in this process on random inputs: the median of repeated launches.
+
+A layer whose weights (R, and the W that its input GEMM streams just before the kernel) outgrow
+half of the GPU's L2 starts its kernel with R mostly evicted, and back-to-back launches of the
+kernel alone keep R in L2: they ranked LSTM H=1024 B=1's configs unlike the whole layers did on the
+H100 (docs/data/flush-rank-h100.jsonl). Such a layer's candidates are timed cold, with L2 flushed
+before each launch, as Triton's `do_bench` and nvbench's cold runs time kernels.
 """
 from __future__ import annotations
 
@@ -22,6 +28,9 @@ from tir_templates.signature import EXCHANGE_SLOTS, WORKSPACE_WORDS, batch_exten
 from tir_templates.spec import CellSpec
 
 MEASURE_STEPS = 50
+#: bytes written before a cold launch: several times the L2 of the H100 (50 MB) and H200 (60 MB)
+FLUSH_BYTES = 256 << 20
+_FLUSH = "persist_rnn.flush_l2"
 
 
 def kernel_arrays(spec: CellSpec, batch: int, seq_len: int, seed: int = 0, slots: int = EXCHANGE_SLOTS) -> list[np.ndarray]:
@@ -76,14 +85,43 @@ def build_many(spec: CellSpec, configs: list[Config], target: tvm.target.Target,
     return [tvm.runtime.load_module(p) if p else None for p in done]
 
 
-def time_kernel(lib, dev, arrays, repeats: int = 5, number: int = 5) -> float:
+def time_kernel(lib, dev, arrays, repeats: int = 5, number: int = 5, cold: bool = False) -> float:
     """Median microseconds of one launch: the device's own timer (CUDA events on a GPU) around
     `number` back-to-back launches, `repeats` times. Host-side clocks would add the launch and
-    synchronisation latency, several microseconds of noise on a 50-step kernel."""
+    synchronisation latency, several microseconds of noise on a 50-step kernel. `cold`: one launch
+    a timing, after FLUSH_BYTES are copied on the device (the copy is not timed), 3 x `repeats` times."""
     mod = getattr(lib, "mod", lib)  # tvm.compile's Executable or a loaded runtime Module
     args = [tvm.runtime.tensor(a, dev) for a in arrays]
-    result = mod.time_evaluator("main", dev, number=number, repeat=repeats)(*args)
-    return float(result.median * 1e6)
+    if cold:
+        _register_flush(dev)
+        timer = mod.time_evaluator("main", dev, number=1, repeat=3 * repeats, f_preproc=_FLUSH)
+    else:
+        timer = mod.time_evaluator("main", dev, number=number, repeat=repeats)
+    return float(timer(*args).median * 1e6)
+
+
+def _register_flush(dev) -> None:
+    """The global function `time_evaluator` calls before each timing of a cold launch: a device
+    copy of FLUSH_BYTES, on the stream the timer's events are recorded on, so it lands before."""
+    src, dst = (tvm.runtime.empty((FLUSH_BYTES // 4,), "float32", dev) for _ in range(2))
+
+    def flush(*_kernel_args) -> None:  # returns nothing: the evaluator takes no object back
+        src.copyto(dst)
+
+    tvm.register_global_func(_FLUSH, flush, override=True)
+
+
+def evicted_by_projection(spec: CellSpec, l2_bytes: int) -> bool:
+    """Whether the layer's weights, R and its input GEMM's W at the layer's width, outgrow half of
+    an L2 of `l2_bytes` (0: unknown, taken as not), so that R is mostly gone when the kernel starts."""
+    D, G, H = spec.num_directions, spec.num_gates, spec.hidden_size
+    weights = D * G * H * (H + spec.input_size) * spec.dtype_bytes
+    return l2_bytes > 0 and weights > l2_bytes // 2
+
+
+def timing(spec: CellSpec, dev) -> str:
+    """How `measure_configs` times this layer's candidates on `dev`: "cold" or "warm"."""
+    return "cold" if evicted_by_projection(spec, getattr(dev, "l2_cache_size_bytes", 0) or 0) else "warm"
 
 
 def measure_configs(spec: CellSpec, configs: list[Config], target, dev, batch: int,
@@ -92,11 +130,12 @@ def measure_configs(spec: CellSpec, configs: list[Config], target, dev, batch: i
     GPU refuses to launch is left out with a warning naming it and the error (the others are
     still worth choosing from); if none runs, the first error is raised."""
     libs = build_many(spec, configs, target)
+    cold = timing(spec, dev) == "cold"
     out, errors = [], []
     for cfg, lib in zip(configs, libs):
         arrays = kernel_arrays(spec, batch, seq_len, slots=cfg.exchange_slots(spec))
         try:
-            out.append((time_kernel(lib, dev, arrays) / seq_len, cfg))
+            out.append((time_kernel(lib, dev, arrays, cold=cold) / seq_len, cfg))
         except RuntimeError as err:  # what TVM raises for a refused launch (tvm.error.InternalError)
             warnings.warn(f"candidate {cfg.as_dict()} failed on {dev} and is left out: {str(err).strip()}")
             errors.append(err)

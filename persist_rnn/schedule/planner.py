@@ -25,7 +25,7 @@ from tir_templates.spec import CellSpec
 from . import tuning_log
 from .cost_model import rank, step_us
 from .gpu import gpu_model, present_device
-from .measure import measure_configs
+from .measure import measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
 from .space import candidate_configs, most_common_problem, problems_on
 
@@ -106,10 +106,12 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
         timed = measure_configs(spec, to_measure(ranked, top_k), target, dev, batch, progress=progress)
         best_us, best = timed[0]
         plan = Plan(None, best, "measured", time_us=best_us)
+        how = timing(spec, dev)
     else:  # the model has no fitted term for the tensor cores: without measurements, FMA units only
         plan = Plan(None, next((c for _, c in ranked if not c.tensor_cores()), ranked[0][1]), "cost_model")
+        how = "warm"
     if tuning_log_path:
-        tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source))
+        tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source, timing=how))
     return plan
 
 

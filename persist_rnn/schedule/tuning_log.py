@@ -1,8 +1,11 @@
 """Tuning logs: JSON lines, one record per workload, so later compiles skip the search.
 
 A record is {"workload": {...}, "config": {...}, "time_us": float | null, "source": str,
-"created": str}. The workload names everything the best config depends on, including the GPU
-arch and the template version; records of another arch or version are ignored with a warning.
+"created": str}, and "timing": "cold" for a kernel timed with L2 flushed before each launch
+(`measure.timing`; absent: back-to-back launches). The workload names everything the best config
+depends on, including the GPU arch and the template version; records of another arch or version
+are ignored with a warning. Cold and warm times do not compare: a workload's best record is the
+fastest of those timed as its newest measured record was (a re-tune by a later method wins).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from ..errors import PersistRNNError
 WORKLOAD_KEYS = ("cell", "input_size", "hidden_size", "batch", "directions", "dtype",
                  "linear_before_reset", "arch", "template_version")
 SOURCES = ("measured", "cost_model")
+TIMINGS = ("warm", "cold")
 
 
 def workload(spec: CellSpec, batch: int | None, arch: str, precision: str = "fp32") -> dict:
@@ -42,10 +46,14 @@ class Record:
     time_us: float | None
     source: str
     created: str = ""
+    timing: str = "warm"
 
     def to_json(self) -> str:
-        return json.dumps({"workload": self.workload, "config": self.config.as_dict(), "time_us": self.time_us,
-                           "source": self.source, "created": self.created}, sort_keys=True)
+        d = {"workload": self.workload, "config": self.config.as_dict(), "time_us": self.time_us,
+             "source": self.source, "created": self.created}
+        if self.timing != "warm":
+            d["timing"] = self.timing
+        return json.dumps(d, sort_keys=True)
 
 
 def _parse(line: str, where: str) -> Record:
@@ -73,7 +81,10 @@ def _parse(line: str, where: str) -> Record:
     t = d.get("time_us")
     if t is not None and not isinstance(t, (int, float)):
         raise PersistRNNError(f"{where}: time_us must be a number or null")
-    return Record(wl, config, None if t is None else float(t), d["source"], str(d.get("created", "")))
+    how = d.get("timing", "warm")
+    if how not in TIMINGS:
+        raise PersistRNNError(f"{where}: timing {how!r}, expected one of {TIMINGS}")
+    return Record(wl, config, None if t is None else float(t), d["source"], str(d.get("created", "")), how)
 
 
 def read(path: str) -> list[Record]:
@@ -103,10 +114,17 @@ def lookup(path: str, wl: dict) -> Record | None:
     if stale and not hits:
         warnings.warn(f"{path}: {stale} record(s) for this workload were made for another GPU arch or "
                       f"template version (want {wl['arch']}, v{wl['template_version']}) and are ignored")
-    if not hits:
-        return None
-    measured = [r for r in hits if r.time_us is not None and r.source == "measured"]
-    return min(measured, key=lambda r: r.time_us) if measured else hits[-1]
+    return best(hits)
+
+
+def best(records: list[Record]) -> Record | None:
+    """The fastest measured of one workload's `records` among those timed as the newest measured
+    one was (else the last record; None for none)."""
+    measured = [r for r in records if r.time_us is not None and r.source == "measured"]
+    if not measured:
+        return records[-1] if records else None
+    newest = max(enumerate(measured), key=lambda ir: (ir[1].created, ir[0]))[1].timing  # a tie: the later line
+    return min((r for r in measured if r.timing == newest), key=lambda r: r.time_us)
 
 
 def append(path: str, rec: Record) -> None:
@@ -130,15 +148,11 @@ def append(path: str, rec: Record) -> None:
 
 def merge(paths: list[str], out: str) -> int:
     """Keep the best record per workload from `paths` into `out`; returns the record count."""
-    best: dict[str, Record] = {}
+    records: dict[str, list[Record]] = {}
     for p in paths:
         for rec in read(p):
-            key = json.dumps(rec.workload, sort_keys=True)
-            cur = best.get(key)
-            better = cur is None or (rec.time_us is not None and (cur.time_us is None or rec.time_us < cur.time_us))
-            if better:
-                best[key] = rec
+            records.setdefault(json.dumps(rec.workload, sort_keys=True), []).append(rec)
     with open(out, "w") as f:
-        for rec in best.values():
-            f.write(rec.to_json() + "\n")
-    return len(best)
+        for recs in records.values():
+            f.write(best(recs).to_json() + "\n")
+    return len(records)

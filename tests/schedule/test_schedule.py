@@ -285,6 +285,41 @@ def test_merge_keeps_the_fastest(tmp_path):
     assert {r.time_us for r in recs} == {2.0, 1.0}
 
 
+def test_a_cold_retune_takes_over_from_faster_warm_records(tmp_path):
+    """Cold times (L2 flushed before each launch) are longer than warm ones and do not compare
+    with them: once the newest measured record is cold, lookup and merge choose among the cold
+    ones; the timing survives the round trip, and an unknown one names the line."""
+    spec = CellSpec("lstm", 1024, 1024)
+    log, out = str(tmp_path / "tune.jsonl"), str(tmp_path / "out.jsonl")
+    warm, cold, slower_cold = Config(8, 16, 2, 1), Config(8, 32, 2, 1), Config(8, 32, 4, 1)
+    tuning_log.append(log, _record(spec, cfg=warm, batch=1, time_us=1.4))
+    wl = tuning_log.workload(spec, 1, "sm_90")
+    assert tuning_log.lookup(log, wl).config == warm
+    for cfg, us in ((cold, 1.9), (slower_cold, 2.1)):
+        tuning_log.append(log, tuning_log.Record(wl, cfg, us, "measured", timing="cold"))
+    assert tuning_log.lookup(log, wl).config == cold
+    assert tuning_log.merge([log], out) == 1
+    assert [(r.config, r.timing) for r in tuning_log.read(out)] == [(cold, "cold")]
+    bad = json.loads(tuning_log.read(out)[0].to_json())
+    bad["timing"] = "lukewarm"
+    (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(PersistRNNError, match=r"bad.jsonl:1: timing 'lukewarm'"):
+        tuning_log.read(str(tmp_path / "bad.jsonl"))
+
+
+def test_only_a_layer_whose_weights_outgrow_half_of_l2_is_timed_cold():
+    """R plus its GEMM's W at the layer's width against half of the H100's 50 MB L2: fp32 LSTM
+    H=1024 (32 MB) is cold; fp32 GRU H=1024 (24 MB), fp16 LSTM H=1024 (16 MB) and an unknown L2 warm."""
+    from persist_rnn.schedule.measure import evicted_by_projection
+
+    h100 = 50 << 20
+    assert evicted_by_projection(CellSpec("lstm", 1024, 1024), h100)
+    assert evicted_by_projection(CellSpec("lstm", 512, 512, direction="bidirectional"), 20 << 20)
+    assert not evicted_by_projection(CellSpec("gru", 1024, 1024, linear_before_reset=True), h100)
+    assert not evicted_by_projection(CellSpec("lstm", 1024, 1024, dtype="float16"), h100)
+    assert not evicted_by_projection(CellSpec("lstm", 1024, 1024), 0)
+
+
 def test_unverified_configs_in_a_tuning_log_need_the_flag(tmp_path):
     """A record that an unverified=True tuning measured (tensor cores with a padded row tile) is
     not reused by a default compile, which plans the layer without it."""
@@ -307,7 +342,7 @@ def test_a_candidate_the_gpu_refuses_is_left_out_with_a_warning(monkeypatch):
     monkeypatch.setattr(measure, "build_many", lambda spec, configs, target: list(configs))
     monkeypatch.setattr(measure, "kernel_arrays", lambda *a, **k: None)
 
-    def time_kernel(lib, dev, arrays):
+    def time_kernel(lib, dev, arrays, cold=False):
         if lib is bad:
             raise tvm.error.InternalError("CUDALaunch Error: CUDA_ERROR_INVALID_VALUE")
         return 50.0

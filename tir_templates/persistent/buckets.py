@@ -13,6 +13,7 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
+from ..built_once import built_once
 from ..config import Config
 from ..signature import recurrence_func
 from ..spec import CellSpec
@@ -61,12 +62,14 @@ def _build(spec: CellSpec, buckets: Buckets, kernel, emulate: bool) -> tvm.tirx.
     return recurrence_func(spec, body, max(cfg.exchange_slots(spec) for _, cfg in buckets))
 
 
+@built_once
 def bucketed_kernel(spec: CellSpec, buckets: Buckets) -> tvm.tirx.PrimFunc:
     """The CUDA kernels of `buckets` behind one signature; the last bucket takes every batch past
     the others' bounds (raises UnsupportedLayer)."""
     return _build(spec, buckets, cuda_kernel, emulate=False)
 
 
+@built_once
 def emulated_bucketed_kernel(spec: CellSpec, buckets: Buckets) -> tvm.tirx.PrimFunc:
     """The same dispatch over the CPU twins: for tests."""
     return _build(spec, buckets, emulated_kernel, emulate=True)

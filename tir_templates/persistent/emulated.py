@@ -9,6 +9,7 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
+from ..built_once import built_once
 from ..config import Config
 from ..signature import WORKSPACE_WORDS, recurrence_func
 from ..spec import CellSpec
@@ -181,6 +182,7 @@ def emulated_kernel(L, a):
         final_state(L, a, emulated_thread(L, regs, cta, tx))
 
 
+@built_once
 def emulated_persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc:
     """The same tiling run serially on the CPU (llvm), barriers as phase boundaries: for tests."""
     check(spec, cfg)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
+from ..built_once import built_once
 from ..config import Config
 from ..early_launch import allow_next_kernel, wait_for_previous_kernel
 from ..signature import WORKSPACE_WORDS, recurrence_func
@@ -174,6 +175,7 @@ def cuda_kernel(L, a):
                 cta_program(L, a, cta, tx)
 
 
+@built_once
 def persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc:
     """The CUDA persistent kernel of `spec` under `cfg` (raises UnsupportedLayer)."""
     check(spec, cfg)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
+from ..built_once import built_once
 from ..signature import WORKSPACE_WORDS
 from ..spec import CellSpec
 from .layout import StackLayout
@@ -80,6 +81,7 @@ def emulated_stack(S, a):
     for_each_layer(S, emulated_layer, a, regs)
 
 
+@built_once
 def emulated_stack_kernel(specs: list[CellSpec], cfg: StackConfig) -> tvm.tirx.PrimFunc:
     """The same tiling run serially on the CPU (llvm): for tests."""
     check_stack(specs)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
+from ..built_once import built_once
 from ..persistent.exchange import DSMEM_INIT, DSMEM_SEND, DSMEM_WAIT
 from ..signature import WORKSPACE_WORDS
 from ..spec import CellSpec
@@ -196,6 +197,7 @@ def cuda_stack(S, a):
                 for_each_layer(S, cta_if_drawn, a, ticket, cta % S.C, tx, hs, gs, bar)
 
 
+@built_once
 def stack_kernel(specs: list[CellSpec], cfg: StackConfig) -> tvm.tirx.PrimFunc:
     """The CUDA wavefront kernel of the stack `specs` (lowest layer first) under `cfg`."""
     check_stack(specs)
