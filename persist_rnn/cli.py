@@ -341,6 +341,7 @@ def log_list(path):
     for rec in records:
         w = rec.workload
         t = f"{rec.time_us:.2f} us/step" if rec.time_us is not None else "not measured"
+        t += " (cold: L2 flushed before each launch)" if rec.timing == "cold" else ""
         allowed = f" precision={w['precision']}" if "precision" in w else ""  # a build that allowed less than fp32
         click.echo(f"{w['cell']} I={w['input_size']} H={w['hidden_size']} B={w['batch']} D={w['directions']} "
                    f"{w['dtype']}{allowed} {w['arch']} v{w['template_version']}: {rec.config.as_dict()} {t} [{rec.source}]")

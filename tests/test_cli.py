@@ -68,6 +68,13 @@ def test_log_list_and_merge(tmp_path):
     assert "2 workloads" in res.output  # the fp32 build's and the tf32 build's, each once
 
 
+def test_log_list_says_which_records_were_timed_cold():
+    shipped = os.path.join(os.path.dirname(__file__), "..", "docs", "data", "tune-h100.jsonl")
+    lines = _run("log", "list", shipped).output.splitlines()
+    cold = [line for line in lines if "(cold: L2 flushed before each launch)" in line]
+    assert cold and all("lstm I=1024 H=1024 B=1 D=1 float32" in line for line in cold)
+
+
 def test_bench_without_gpu_skips_with_a_message(tmp_path):
     res = _run("bench", "--out", str(tmp_path / "r.jsonl"), "--parts", "grid")
     assert res.exit_code == 0 and res.output.startswith("skip:")
