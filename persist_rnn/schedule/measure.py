@@ -100,15 +100,22 @@ def time_kernel(lib, dev, arrays, repeats: int = 5, number: int = 5, cold: bool 
     return float(timer(*args).median * 1e6)
 
 
+_flushed_on = []  # the device whose buffers the registered flush copies
+
+
 def _register_flush(dev) -> None:
     """The global function `time_evaluator` calls before each timing of a cold launch: a device
-    copy of FLUSH_BYTES, on the stream the timer's events are recorded on, so it lands before."""
+    copy of FLUSH_BYTES, on the stream the timer's events are recorded on, so it lands before.
+    Registered once a device: a tuning run times every candidate with the same two buffers."""
+    if _flushed_on == [str(dev)]:
+        return
     src, dst = (tvm.runtime.empty((FLUSH_BYTES // 4,), "float32", dev) for _ in range(2))
 
     def flush(*_kernel_args) -> None:  # returns nothing: the evaluator takes no object back
         src.copyto(dst)
 
     tvm.register_global_func(_FLUSH, flush, override=True)
+    _flushed_on[:] = [str(dev)]
 
 
 def evicted_by_projection(spec: CellSpec, l2_bytes: int) -> bool:

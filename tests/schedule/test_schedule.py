@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 import tvm
 
@@ -305,6 +306,27 @@ def test_a_cold_retune_takes_over_from_faster_warm_records(tmp_path):
     (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
     with pytest.raises(PersistRNNError, match=r"bad.jsonl:1: timing 'lukewarm'"):
         tuning_log.read(str(tmp_path / "bad.jsonl"))
+
+
+def test_a_cold_timing_runs_the_flush_before_each_launch(monkeypatch):
+    """The cold path end to end on the CPU: the flush is registered once a device, the evaluator
+    calls it before every timing (3 x repeats, one launch each, and its warm-up), and a time comes back."""
+    from tvm import te
+
+    from persist_rnn.schedule import measure
+
+    a = te.placeholder((64,), "float32", name="a")
+    add_one = te.create_prim_func([a, te.compute((64,), lambda i: a[i] + 1.0, name="b")])
+    lib = tvm.compile(tvm.IRModule({"main": add_one}), target="llvm")
+    monkeypatch.setattr(measure, "FLUSH_BYTES", 1 << 16)
+    monkeypatch.setattr(measure, "_flushed_on", [])
+    arrays = [np.zeros(64, "float32"), np.zeros(64, "float32")]
+    assert measure.time_kernel(lib, tvm.cpu(0), arrays, repeats=2, cold=True) > 0
+    calls = []
+    flush = tvm.get_global_func(measure._FLUSH)
+    tvm.register_global_func(measure._FLUSH, lambda *args: calls.append(flush(*args)), override=True)
+    assert measure.time_kernel(lib, tvm.cpu(0), arrays, repeats=2, cold=True) > 0  # registered: kept
+    assert len(calls) >= 6
 
 
 def test_only_a_layer_whose_weights_outgrow_half_of_l2_is_timed_cold():
