@@ -11,8 +11,8 @@ import numpy as np
 from .errors import PersistRNNError
 from .schedule.precision import PRECISIONS, TOLERANCE
 
-UNVERIFIED_HELP = ("also use kernel variants not yet run on a GPU (today: tensor cores with a padded row tile, and "
-                   "bf16 layers' tensor-core kernels)")
+UNVERIFIED_HELP = ("also use kernel variants not yet run on a GPU (today none: every variant of the template has run "
+                   "on the H100)")
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)": "int64",
                "tensor(int32)": "int32", "tensor(float16)": "float16", "tensor(bool)": "bool"}
 #: compile, run and tune: what an fp32 layer's recurrent step may run at (schedule/precision.py)

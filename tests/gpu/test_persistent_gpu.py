@@ -199,7 +199,8 @@ def _whole_tiles(spec, c):
 def test_tensor_cores_match_onnxruntime(op, hidden, direction, keep):
     """3xTF32 mma dot products (the model's best tensor-core config of each kind) keep fp32's
     tolerance over the whole (B, T) matrix, odd batches padding the mma's 8-row n-tiles. The
-    first six passed on the H100 on 2026-11-23; padded row tiles have not run on a GPU yet."""
+    first six passed on the H100 on 2026-11-23, the padded row tile on 2026-11-26
+    (docs/data/gpu-v34-padded-tiles.log, with its TF32, fp16 and bf16 twins below)."""
     case = _layer_case(op, hidden, direction)
     spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
     cfg = _model_best(spec, lambda c: c.tensor_cores() and keep(spec, c))
@@ -215,7 +216,8 @@ MMA_KINDS = pytest.mark.parametrize("op,hidden,direction,keep", [
     ("GRU", 256, "forward", _whole_tiles),
     ("RNN", 128, "reverse", lambda s, c: _whole_tiles(s, c) and not c.cluster),
     ("GRU", 64, "bidirectional", lambda s, c: c.barrier(s) == "cta" and _whole_tiles(s, c)),
-], ids=["lstm1024", "lstm256-bidir", "gru256", "rnn128", "gru64-one-cta"])
+    ("GRU", 1024, "forward", lambda s, c: not _whole_tiles(s, c)),  # 3 x 8 rows: the second tile padded
+], ids=["lstm1024", "lstm256-bidir", "gru256", "rnn128", "gru64-one-cta", "gru1024-padded"])
 
 
 @MMA_KINDS
@@ -223,7 +225,8 @@ def test_tf32_matches_onnxruntime_within_its_bound(op, hidden, direction, keep):
     """The TF32 step (precision="tf32": one mma of rounded operands) of the model's best TF32
     config of each kind, over the whole (B, T) matrix: within TF32's bound (precision.TOLERANCE),
     and off fp32's result by more than fp32 arithmetic would be (the rounding is really there). All
-    five passed on the H100 on 2026-11-25 (docs/data/gpu-v25-tf32.log)."""
+    five passed on the H100 on 2026-11-25 (docs/data/gpu-v25-tf32.log), the padded GRU H=1024 on
+    2026-11-26 (docs/data/gpu-v34-padded-tiles.log)."""
     case = _layer_case(op, hidden, direction)
     spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU")
     gpu = gpu_model("sm_90")
@@ -246,8 +249,9 @@ def test_f16_mma_matches_onnxruntime(op, hidden, direction, keep, dtype):
     """16-bit models on the tensor cores (m16n8k16 on their own fp16 or bf16 weights, h(t-1)
     rounded to that dtype): the model's best such config of each kind over the whole (B, T)
     matrix, within the dtype's bound, against ONNX Runtime on the float32 twin. fp16: all five
-    passed on the H100 on 2026-11-25 (docs/data/gpu-v26-f16-mma-projection.log); bf16: not yet run
-    on a GPU (written the same day, after the session's device time had run out)."""
+    passed on the H100 on 2026-11-25 (docs/data/gpu-v26-f16-mma-projection.log), bf16 later
+    (docs/data/gpu-v27-bf16-tile.log), the padded GRU H=1024 at both dtypes on 2026-11-26
+    (docs/data/gpu-v34-padded-tiles.log)."""
     case = _layer_case(op, hidden, direction, dtype)
     spec = CellSpec(op.lower(), hidden, hidden, direction, linear_before_reset=op == "GRU", dtype=dtype)
     gpu = gpu_model("sm_90")

@@ -12,20 +12,17 @@ class UnsupportedLayer(Exception):
 def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     """Why the planner does not pick this config for `spec` on its own (empty when it may): a
     variant that passes the CPU emulation and nvcc but has not run on a GPU. `unverified=True` or
-    a config forced by the caller still builds it. Batch tiles, clusters, both
-    GRU linear_before_reset=0 kernels and fp32 shared-memory weights passed on the H100
-    (docs/data/gpu_variants.log), tensor cores with whole row tiles too
-    (docs/data/gpu-v4-tensor-cores.log), fp16 weights in shared memory too (H=1024 bidirectional,
-    H=2048; docs/data/gpu-v22-fp16-shared-weights.log; bf16 layers hold fp32 weights, the fp32 code),
-    h through distributed shared memory (dsmem) too (docs/data/gpu-v24-dsmem.log), tensor cores at
-    TF32 precision with whole row tiles too (docs/data/gpu-v25-tf32.log), and the fp16 layers' mma
-    (m16n8k16) with whole row tiles too (docs/data/gpu-v26-f16-mma-projection.log), and the bf16
-    layers' mma (docs/data/gpu-v27-bf16-tile.log), and h(t-1) as stamped words between a grid
-    direction's CTAs (docs/data/gpu-v28-stamped-rounds.log, an H200); tensor cores with a padded row tile (any
-    precision) have not."""
-    if cfg.tensor_cores() and (cfg.row_gates(spec) * cfg.tile_units) % 16:
-        return ("tensor cores with a padded row tile (the CTA's gate rows are not whole 16-row tiles): pass the "
-                "CPU emulation and nvcc but have not yet been run on a GPU; compile with unverified=True to use them")
+    a config forced by the caller still builds it. Today every variant has run on the H100: batch
+    tiles, clusters, both GRU linear_before_reset=0 kernels and fp32 shared-memory weights
+    (docs/data/gpu_variants.log), tensor cores with whole row tiles (docs/data/gpu-v4-tensor-cores.log),
+    fp16 weights in shared memory (H=1024 bidirectional, H=2048; docs/data/gpu-v22-fp16-shared-weights.log;
+    bf16 layers hold fp32 weights, the fp32 code), h through distributed shared memory (dsmem)
+    (docs/data/gpu-v24-dsmem.log), tensor cores at TF32 precision with whole row tiles
+    (docs/data/gpu-v25-tf32.log), the fp16 layers' mma (m16n8k16) with whole row tiles
+    (docs/data/gpu-v26-f16-mma-projection.log), the bf16 layers' mma (docs/data/gpu-v27-bf16-tile.log),
+    h(t-1) as stamped words between a grid direction's CTAs (docs/data/gpu-v28-stamped-rounds.log,
+    an H200), and tensor cores with a padded row tile at 3xTF32, TF32, fp16 and bf16 (GRU H=1024:
+    24 gate rows a CTA; docs/data/gpu-v34-padded-tiles.log). A new variant starts here, named."""
     return ""
 
 
