@@ -12,7 +12,9 @@ flight) builds that first build again with the tensor-core input projection forc
 (`gemm <plan>`; a layer whose projection is not on the tensor cores builds as before).
 
 A config is TILExGROUPxROWS (tile_units, group_size, rows_per_group) and any of: `cluster`,
-`dsmem`, `stamped`, `float16` (weights), `chunk=N`, `tile=N` (batch_chunk, batch_tile). A config
+`dsmem`, `stamped`, `float16` or `bfloat16` (weights), `tf32` (the tensor cores' precision),
+`chunk=N`, `tile=N`, `mma=N` (batch_chunk, batch_tile, mma_k_split: N warps a row tile on the
+tensor cores), e.g. `8x32x16:float16:mma=8:chunk=20`. A config
 the planner refuses falls back to the reference scan; its row says so (`<name>_lowering`). Each
 build's error is the largest of three runs against torch's strict fp32 layer, over the output
 scale. cuDNN is held to the precision's bound, as `persist-rnn bench --precision` holds it
@@ -33,7 +35,9 @@ from persist_rnn.bench import PRECISIONS  # noqa: E402
 from tir_templates.config import Config  # noqa: E402
 
 FLAGS = {"cluster": {"cluster": True}, "dsmem": {"dsmem": True}, "stamped": {"stamped": True},
-         "float16": {"weight_dtype": "float16"}}
+         "float16": {"weight_dtype": "float16"}, "bfloat16": {"weight_dtype": "bfloat16"},
+         "tf32": {"mma_precision": "tf32"}}
+NUMBERS = {"chunk": "batch_chunk", "tile": "batch_tile", "mma": "mma_k_split"}
 
 
 def parse_config(text: str) -> Config:
@@ -48,11 +52,11 @@ def parse_config(text: str) -> Config:
         name, _, value = flag.partition("=")
         if name in FLAGS and not value:
             fields.update(FLAGS[name])
-        elif name in ("chunk", "tile") and value.isdigit():
-            fields["batch_chunk" if name == "chunk" else "batch_tile"] = int(value)
+        elif name in NUMBERS and value.isdigit():
+            fields[NUMBERS[name]] = int(value)
         else:
             raise SystemExit(f"--configs: unknown flag {flag!r} in {text!r} (cluster, dsmem, stamped, float16, "
-                             "chunk=N, tile=N)")
+                             "bfloat16, tf32, chunk=N, tile=N, mma=N)")
     return Config(tile, group, rows, **fields)
 
 

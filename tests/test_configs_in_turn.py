@@ -18,10 +18,13 @@ def test_config_strings():
     assert parse_config("16x8x4:cluster:dsmem") == Config(16, 8, 4, 1, cluster=True, dsmem=True)
     assert parse_config("8x16x2:stamped:float16") == Config(8, 16, 2, 1, "float16", stamped=True)
     assert parse_config("32x8x4:cluster:tile=2:chunk=2") == Config(32, 8, 4, 2, cluster=True, batch_tile=2)
+    assert parse_config("8x32x16:bfloat16:mma=8:chunk=20") == Config(8, 32, 16, 20, "bfloat16", mma_k_split=8)
+    assert parse_config("8x32x16:tf32:mma=4") == Config(8, 32, 16, 1, mma_k_split=4, mma_precision="tf32")
 
 
 @pytest.mark.parametrize("text,says", [("16x8", "TILExGROUPxROWS"), ("16x8x4:dsmen", "unknown flag 'dsmen'"),
-                                       ("16x8x4:chunk=two", "unknown flag 'chunk=two'")])
+                                       ("16x8x4:chunk=two", "unknown flag 'chunk=two'"),
+                                       ("8x32x16:mma", "unknown flag 'mma'")])
 def test_bad_config_strings_are_named(text, says):
     with pytest.raises(SystemExit, match=says):
         parse_config(text)
