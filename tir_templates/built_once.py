@@ -3,7 +3,9 @@
 tuner's candidates and a test suite's models ask for the same (spec, config) again and again.
 
 A PrimFunc is immutable (every change copies it; the cache's own reference makes sure of that),
-so one object serves every caller. A builder that raises is not cached: it raises again.
+so one object serves every caller. A builder that raises is not cached: it raises again. Code
+that rebinds a template's macros (`benchmarks/step_budget.py`'s ablations) reloads the builder's
+module, which gives the reloaded builder a cache of its own; `cache_clear()` empties one.
 """
 from __future__ import annotations
 
