@@ -63,11 +63,6 @@ def pair_convert(bf16: bool):
     return T.ptx.cvt.rn.bf16x2.f32 if bf16 else T.ptx.cvt.rn.f16x2.f32
 
 
-def pack_pair(L):
-    """`pair_convert` at the layer's dtype."""
-    return pair_convert(L.BF16)
-
-
 def a_operand(L, w):
     """A weight as it is held: TF32-rounded at TF32 (the mma reads its bits), else as given
     (3xTF32 splits it each step)."""
@@ -101,8 +96,8 @@ def mma_load_weights(L, a, t):
                                                     weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)), L.BF16)
             elif L.F16:  # cvt packs its first source into the high half (nvcc gave sm_80 a stack
                 # frame for the bit puns of the plain version)
-                pack_pair(L)(t.wreg[t.row, i * 4 + j], weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)),
-                             weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)))
+                pair_convert(L.BF16)(t.wreg[t.row, i * 4 + j], weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)),
+                                     weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)))
             else:
                 t.wreg[t.row, i * 4 + j] = a_operand(L, weight(L, a, t, j, L.mma_col(t.tx, i, j)))
 
@@ -129,8 +124,8 @@ def mma_dot_f16(L, t, hs):
     for i in T.unroll(L.KPW):
         for nt in T.unroll(L.NTL):
             for j in T.unroll(2):  # B fragment: batch row lane / 4, columns 2 * (lane % 4) + {0, 1} (+8);
-                pack_pair(L)(bh[j], hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 1)],
-                             hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 0)])
+                pair_convert(L.BF16)(bh[j], hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 1)],
+                                     hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 0)])
             T.ptx[MMA_BF16 if L.BF16 else MMA_F16](t.acc[nt * 4], t.acc[nt * 4 + 1], t.acc[nt * 4 + 2], t.acc[nt * 4 + 3],
                            *[t.wreg[0, i * 4 + j] for j in range(4)], bh[0], bh[1],
                            t.acc[nt * 4], t.acc[nt * 4 + 1], t.acc[nt * 4 + 2], t.acc[nt * 4 + 3])
