@@ -1,5 +1,5 @@
 """What every input-projection kernel shares: its signature, x (M, K), w_t (K, N), b (N,) -> out
-(M, N), all float32 with M symbolic, and the attribute that marks it (`gemm_func`); and the grid of
+(M, N), float32 with M symbolic (x may be an fp16 or bf16 layer's own input, read as it is), and the attribute that marks it (`gemm_func`); and the grid of
 a tiled one, a CTA per BM x BN tile of out (`tile_grid`). The FMA GEMM (`projection.py`), the
 tensor-core GEMM (`projection_mma.py`) and the narrow dense layer (`narrow_dense.py`) differ only
 in their bodies.
@@ -18,19 +18,22 @@ PROJECTION_ATTR = "persist_rnn.projection"
 OPAQUE = 8
 
 
-def gemm_func(K: int, N: int, launch, info: dict) -> tvm.tirx.PrimFunc:
+def gemm_func(K: int, N: int, launch, info: dict, x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
     """The projection PrimFunc whose body is the macro launch(x, w, b, out, n_m); `info` joins K
-    and N in its PROJECTION_ATTR."""
+    and N in its PROJECTION_ATTR. x in `x_dtype`: a 16-bit layer's input, which the kernel widens
+    as it loads it into registers (TVMScript casts a store to its buffer's dtype), so that no cast
+    kernel runs before the GEMM."""
 
     @T.prim_func(private=True)
     def kernel(x_h: T.handle, w: T.Buffer((K, N), "float32"), b: T.Buffer((N,), "float32"), out_h: T.handle):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
         n_m = T.int64()
-        x = T.match_buffer(x_h, (n_m, K), "float32")
+        x = T.match_buffer(x_h, (n_m, K), x_dtype)
         out = T.match_buffer(out_h, (n_m, N), "float32")
         launch(x, w, b, out, n_m)
 
-    return kernel.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N, **info}))
+    info = {"K": K, "N": N, **info, **({"x": x_dtype} if x_dtype != "float32" else {})}
+    return kernel.with_attr(PROJECTION_ATTR, json.dumps(info))
 
 
 def tile_grid(N: int, BM: int, BN: int, NT: int, block_program, emulated_blocks, emulate: bool):

@@ -14,7 +14,8 @@ The 4 x 4 thread tile (four times the warps) is for GEMMs whose 64 x 64 grid lea
 schedule gives a thread 4 x 4 of a 32 x 64 tile and ran at ~18 TFLOP/s on the H100, half of an
 H=1024 layer's time. `emulated_projection_kernel` runs the same macros serially on the CPU.
 
-Signature: x (M, K), w_t (K, N), b (N,) -> out (M, N), all float32, M = T*B symbolic.
+Signature: x (M, K), w_t (K, N), b (N,) -> out (M, N), float32 (x in a 16-bit layer's own dtype),
+M = T*B symbolic.
 """
 from __future__ import annotations
 
@@ -38,14 +39,15 @@ TILES = ((128, 128, 8), (64, 64, 8), (64, 64, 4), (32, 32, 4, 64))
 def projection_reference(K: int, N: int, operands: str = "float32") -> tvm.tirx.PrimFunc:
     """The plain projection (TE): what the importer emits, scheduled by TVM's default rules.
     `operands`: "float16" or "bfloat16" where x and w_t hold values of that dtype (an fp16 or
-    bf16 layer's, cast to fp32), which the PersistentRNN pass may multiply on 16-bit tensor cores."""
+    bf16 layer's), which the PersistentRNN pass may multiply on 16-bit tensor cores; x then comes
+    in that dtype (the layer's input as it is, no cast kernel before the GEMM), w_t as fp32."""
     m = tvm.tirx.Var("m", "int64")
     k_, n_ = tvm.tirx.IntImm("int64", K), tvm.tirx.IntImm("int64", N)  # one index type: dlight needs it
-    x = te.placeholder((m, k_), "float32", name="x")
+    x = te.placeholder((m, k_), operands, name="x")
     w = te.placeholder((k_, n_), "float32", name="w_t")
     b = te.placeholder((n_,), "float32", name="b")
     k = te.reduce_axis((tvm.tirx.IntImm("int64", 0), k_), name="k")
-    mm = te.compute((m, n_), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="mm")
+    mm = te.compute((m, n_), lambda i, j: te.sum(x[i, k].astype("float32") * w[k, j], axis=k), name="mm")
     out = te.compute((m, n_), lambda i, j: mm[i, j] + b[j], name="xw")
     func = te.create_prim_func([x, w, b, out]).without_attr("global_symbol")  # private, as the kernels
     info = {"K": K, "N": N, **({"operands": operands} if operands != "float32" else {})}
@@ -193,7 +195,8 @@ def _tile_launch(K: int, N: int, tile: tuple[int, ...], emulate: bool):
     return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
 
 
-def _build(K: int, N: int, tile: tuple[int, int, int] | None, num_sms: int, emulate: bool) -> tvm.tirx.PrimFunc:
+def _build(K: int, N: int, tile: tuple[int, int, int] | None, num_sms: int, emulate: bool,
+           x_dtype: str) -> tvm.tirx.PrimFunc:
     """The projection PrimFunc with `tile`, or (None) the tile `choose_tile` picks for the runtime M."""
     if tile is not None:
         launch = _tile_launch(K, N, tile, emulate)
@@ -212,19 +215,19 @@ def _build(K: int, N: int, tile: tuple[int, int, int] | None, num_sms: int, emul
             else:
                 small(x, w, b, out, n_m)
 
-    return gemm_func(K, N, launch, {"tile": list(tile) if tile is not None else f"by rows, {num_sms} SMs"})
+    return gemm_func(K, N, launch, {"tile": list(tile) if tile is not None else f"by rows, {num_sms} SMs"}, x_dtype)
 
 
 @built_once
 def projection_kernel(K: int, N: int, tile: tuple[int, ...] | None = TILES[0],
-                      num_sms: int = 132) -> tvm.tirx.PrimFunc:
+                      num_sms: int = 132, x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
     """The tiled CUDA GEMM for x (M, K) @ w_t (K, N) + b; `tile` None: chosen per call from the
-    runtime M by `choose_tile`'s rule for a GPU of `num_sms` SMs."""
-    return _build(K, N, tile, num_sms, emulate=False)
+    runtime M by `choose_tile`'s rule for a GPU of `num_sms` SMs; x in `x_dtype` (gemm_func)."""
+    return _build(K, N, tile, num_sms, emulate=False, x_dtype=x_dtype)
 
 
 @built_once
 def emulated_projection_kernel(K: int, N: int, tile: tuple[int, ...] | None = TILES[0],
-                               num_sms: int = 132) -> tvm.tirx.PrimFunc:
+                               num_sms: int = 132, x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
     """The same tiling run serially on the CPU (llvm): for tests."""
-    return _build(K, N, tile, num_sms, emulate=True)
+    return _build(K, N, tile, num_sms, emulate=True, x_dtype=x_dtype)

@@ -385,7 +385,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
 
 
 def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int, stages: int,
-           pairs: bool) -> tvm.tirx.PrimFunc:
+           pairs: bool, x_dtype: str) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
     if bk not in K_SLICES:
@@ -394,24 +394,30 @@ def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int
         raise ValueError(f"{k_groups} k-groups do not divide a {bk}-column k-tile's slices at {precision}")
     if stages and (stages < 2 or K % 4 or N % 4):
         raise ValueError(f"{stages} stages: 0, or 2 or more with K and N multiples of 4 (16-byte copies)")
+    if stages and x_dtype != "float32":
+        raise ValueError(f"{stages} stages copy x as fp32 words (cp.async); x in {x_dtype} goes through registers: stages 0")
     pairs = pairs and pairs_staged(K, N, precision, bk, k_groups, stages)
     info = {"mma": precision, "bk": bk, "k_groups": k_groups, "stages": stages, "pairs": pairs}
-    return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups, stages, pairs), info)
+    return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups, stages, pairs), info, x_dtype)
 
 
 @built_once
 def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK, k_groups: int = 1,
-                          stages: int = 0, pairs: bool = True) -> tvm.tirx.PrimFunc:
+                          stages: int = 0, pairs: bool = True, x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
     accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values), `bk` columns of x a
     k-tile, split between `k_groups` groups of four warps, `stages` k-tiles in flight by cp.async
     (0: one, through registers); `pairs`: 16-bit operands staged as pairs where `pairs_staged`
-    (False: as fp32 values, each rounded where a fragment takes it)."""
-    return _build(K, N, precision, emulate=False, bk=bk, k_groups=k_groups, stages=stages, pairs=pairs)
+    (False: as fp32 values, each rounded where a fragment takes it); x in `x_dtype` (gemm_func;
+    16-bit only through registers, `stages` 0)."""
+    return _build(K, N, precision, emulate=False, bk=bk, k_groups=k_groups, stages=stages, pairs=pairs,
+                  x_dtype=x_dtype)
 
 
 @built_once
 def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK,
-                                   k_groups: int = 1, stages: int = 0, pairs: bool = True) -> tvm.tirx.PrimFunc:
+                                   k_groups: int = 1, stages: int = 0, pairs: bool = True,
+                                   x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
     """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""
-    return _build(K, N, precision, emulate=True, bk=bk, k_groups=k_groups, stages=stages, pairs=pairs)
+    return _build(K, N, precision, emulate=True, bk=bk, k_groups=k_groups, stages=stages, pairs=pairs,
+                  x_dtype=x_dtype)

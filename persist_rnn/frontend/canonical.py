@@ -33,13 +33,13 @@ def func_name(spec) -> str:
 
 def call_scan(bb, spec, target_kind: str, args: list, seq_len, batch, name: str):
     """Add the reference scan of `spec` and call it on `args` (xw, r, rb, lens, h0, c0, p):
-    returns the Y (T, D, B, H), Y_h and Y_c (D, B, H) vars."""
+    returns the Y (T, D, B, H, in the layer's dtype), Y_h and Y_c (D, B, H, float32) vars."""
     D, H = spec.num_directions, spec.hidden_size
     gvar = bb.add_func(reference_scan(spec, target_kind), name)
     state = relax.TensorType((D, batch, H), "float32")
     workspace = relax.TensorType((WORKSPACE_WORDS,), "uint32")
     exchange = relax.TensorType((EXCHANGE_SLOTS, D, batch, H), "float32")
-    out_ty = [relax.TensorType((seq_len, D, batch, H), "float32"), state, state, exchange, workspace]
+    out_ty = [relax.TensorType((seq_len, D, batch, H), spec.dtype), state, state, exchange, workspace]
     res = bb.emit(relax.call_tir(gvar, args, out_ty))
     return tuple(bb.emit(relax.TupleGetItem(res, i)) for i in range(3))
 

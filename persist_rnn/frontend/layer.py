@@ -31,7 +31,7 @@ class RecurrentLayer:
     spec: CellSpec
     layout: int
     out_dtype: str
-    x: relax.Expr  # (T, B, I) float32
+    x: relax.Expr  # (T, B, I) float32, or gemm_operands (an fp16 or bf16 layer's x and W)
     w: relax.Expr  # (D, G*H, I)
     r: relax.Expr  # (D, G*H, H)
     wb: relax.Expr  # (D, G*H)
@@ -143,8 +143,8 @@ def read_layer(bb, op: str, inputs, attr: dict) -> RecurrentLayer:
         spec = dataclasses.replace(spec, peepholes=True)
     # x and W of one dtype (ONNX's T): at 16 bits the projection may multiply them exactly as such
     operands = str(x.ty.dtype) if str(getattr(get["W"].ty, "dtype", "")) == str(x.ty.dtype) else "float32"
-    return RecurrentLayer(
-        spec=spec, layout=layout, out_dtype=x.ty.dtype, x=_f32(bb, x), w=_f32(bb, get["W"]),
+    return RecurrentLayer(  # x stays 16-bit where the projection multiplies it as such
+        spec=spec, layout=layout, out_dtype=x.ty.dtype, x=x if operands != "float32" else _f32(bb, x), w=_f32(bb, get["W"]),
         r=_f32(bb, get["R"]), wb=wb, rb=rb, lens=lens, h0=state("initial_h"),
         c0=state("initial_c"), p=_zeros((D, 3 * H)) if p is None else _f32(bb, p),
         seq_len=T_, batch=B_, gemm_operands=operands,
@@ -172,7 +172,7 @@ def finish_outputs(bb, layer: RecurrentLayer, y, y_h, y_c):
             continue
         if layer.layout == 1:
             e = bb.emit(relax.op.permute_dims(e, perm))
-        if layer.out_dtype != "float32":
+        if e.ty.dtype != layer.out_dtype:  # Y leaves the kernel in it already (tir_templates/signature.py)
             e = bb.emit(relax.op.astype(e, layer.out_dtype))
         outs.append(e)
     return relax.Tuple(outs)

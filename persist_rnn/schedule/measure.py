@@ -19,6 +19,7 @@ import sys
 import tempfile
 import warnings
 
+import ml_dtypes  # noqa: F401  (numpy then knows "bfloat16", a bf16 layer's Y and Y_h)
 import numpy as np
 import tvm
 
@@ -35,15 +36,23 @@ _FLUSH = "persist_rnn.flush_l2"
 
 def kernel_arrays(spec: CellSpec, batch: int, seq_len: int, seed: int = 0, slots: int = EXCHANGE_SLOTS) -> list[np.ndarray]:
     """Random inputs and zeroed outputs in the order every recurrence kernel takes them (`slots`:
-    the exchange buffer's, `Config.exchange_slots`); operands the spec broadcasts have batch extent 1."""
+    the exchange buffer's, `Config.exchange_slots`); operands the spec broadcasts have batch extent 1.
+    Y and Y_h in the layer's dtype, as the persistent kernels take them (tir_templates/signature.py;
+    `as_params` converts them for another kernel)."""
     rng = np.random.default_rng(seed)
     D, H, G = spec.num_directions, spec.hidden_size, spec.num_gates
     f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype("float32")
     lens_b, h0_b, c0_b = (batch_extent(spec, op, batch) for op in ("lens", "h0", "c0"))
     return [f(seq_len, batch, D, G * H), f(D, G * H, H), f(D, G * H), np.full(lens_b, seq_len, "int32"),
-            f(D, h0_b, H), f(D, c0_b, H), f(D, 3 * H), np.zeros((seq_len, D, batch, H), "float32"),
-            np.zeros((D, batch, H), "float32"), np.zeros((D, batch, H), "float32"),
+            f(D, h0_b, H), f(D, c0_b, H), f(D, 3 * H), np.zeros((seq_len, D, batch, H), spec.dtype),
+            np.zeros((D, batch, H), spec.dtype), np.zeros((D, batch, H), "float32"),
             np.zeros((slots, D, batch, H), "float32"), np.zeros(WORKSPACE_WORDS, "uint32")]
+
+
+def as_params(func: tvm.tirx.PrimFunc, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """`arrays` converted to the dtypes of `func`'s parameters (the reference scan keeps Y_h in
+    float32, the persistent kernels write it in the layer's dtype)."""
+    return [a.astype(str(p.dtype)) for a, p in zip(arrays, func.params)]
 
 
 def build_kernel(func: tvm.tirx.PrimFunc, target: tvm.target.Target):

@@ -5,8 +5,9 @@ canonical form; chains of primitive-op LSTM, GRU and RNN cells are first turned 
 match_cells), wherever their call_tir sites stand (call_sites: any position in a Relax pipeline
 before TVM's dataflow lowering, which it refuses by name), asks the scheduler for a config, and
 replaces the callee with the kernel the templates generate for it. All lowerings share one signature, so call sites stay as they are,
-except that a kernel may want a longer exchange buffer (GRU's partial sums: `exchange_slots`),
-which is then written into its call sites.
+except that a kernel may want a longer exchange buffer (GRU's partial sums: `exchange_slots`) or
+write Y_h of an fp16 or bf16 layer in that dtype (tir_templates/signature.py), which is then
+written into its call sites (`_conform_call_sites`; the cast after it goes).
 What cannot be made persistent keeps the reference scan (re-targeted to the target's variant),
 and the reason is recorded where `report()` reads it.
 On CUDA the layers' input projections (the importer's projection reference) become the tiled
@@ -53,7 +54,8 @@ def recurrences(mod: tvm.IRModule):
 
 
 def projections(mod: tvm.IRModule):
-    """(GlobalVar, K, N, operands' dtype) of each input projection still in its reference form."""
+    """(GlobalVar, K, N, operands' dtype) of each input projection still in its reference form
+    (whose x comes in the operands' dtype, projection_reference)."""
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and PROJECTION_ATTR in func.attrs:
             shape = json.loads(str(func.attrs[PROJECTION_ATTR]))
@@ -68,32 +70,69 @@ def projection_precision(operands: str, precision: str) -> str:
     return {"float16": "f16", "bfloat16": "bf16"}.get(operands, "tf32" if precision == "tf32" else "3xtf32")
 
 
-@relax.expr_functor.mutator
-class _ExchangeResizer(relax.PyExprMutator):
-    """call_tir sites of the kernels in `slots` (GlobalVar name -> exchange slots) get an exchange
-    buffer (output 3) of that many slots."""
+#: the results a recurrence kernel may write in a dtype other than its call site's (signature.py),
+#: output index -> (parameter index, buffer name): Y_h
+_RETYPED_OUTPUTS = {1: (8, "yh")}
 
-    def __init__(self, mod, slots: dict):
+
+@relax.expr_functor.mutator
+class _CallSiteConformer(relax.PyExprMutator):
+    """call_tir sites of the kernels in `slots` (GlobalVar name -> exchange slots) get an exchange
+    buffer (output 3) of that many slots; those of the kernels in `dtypes` (GlobalVar name ->
+    {output: dtype}) results of those dtypes. A cast to the dtype its operand already has (the
+    importer's cast of Y_h to the layer's dtype, once the kernel writes it so) is dropped."""
+
+    def __init__(self, mod, slots: dict, dtypes: dict, retyped: dict):
         super().__init__(mod)
-        self.slots = slots
+        self.slots, self.dtypes = slots, dtypes
+        # a GlobalVar keeps the type of the function it was made for: a kernel whose results
+        # change dtype is added afresh under its name (the old one was taken out of the module)
+        self.callees = {name: self.builder_.add_func(func, name) for name, func in retyped.items()}
         self.call_tir = tvm.ir.Op.get("relax.call_tir")
+        self.astype = tvm.ir.Op.get("relax.astype")
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        if call.op.same_as(self.call_tir) and call.args[0].name_hint in self.slots:
+        name = call.args[0].name_hint if call.op.same_as(self.call_tir) else None
+        if name in self.slots or name in self.dtypes:
+            call = relax.Call(call.op, [self.callees.get(name, call.args[0]), *call.args[1:]], call.attrs, call.ty_args)
             outs = list(call.ty_args[0].fields)
-            ex = outs[3]
-            outs[3] = relax.TensorType([self.slots[call.args[0].name_hint], *list(ex.shape)[1:]], ex.dtype)
+            if name in self.slots:
+                ex = outs[3]
+                outs[3] = relax.TensorType([self.slots[name], *list(ex.shape)[1:]], ex.dtype)
+            for index, dtype in self.dtypes.get(name, {}).items():
+                outs[index] = relax.TensorType(outs[index].shape, dtype)
             return relax.Call(call.op, call.args, call.attrs, [relax.TupleType(outs)])  # tir_vars kept
+        if call.op.same_as(self.astype) and str(call.args[0].ty.dtype) == str(call.attrs.dtype):
+            return call.args[0]
         return call
 
 
-def _resize_exchange(mod: tvm.IRModule, slots: dict) -> tvm.IRModule:
+def _retyped_outputs(mod: tvm.IRModule, kernels) -> dict:
+    """GlobalVar name -> {output: dtype} for each kernel of `kernels` that writes a result in a
+    dtype other than its call sites give it."""
+    out = {}
+    for func, call in call_tir_sites(mod, kernels):
+        callee = mod[call.args[0]]
+        fields = call.ty_args[0].fields
+        for index, (param, name) in _RETYPED_OUTPUTS.items():
+            buf = callee.params[param] if len(callee.params) > param else None  # a Var of BufferType
+            if buf is not None and buf.name == name and str(fields[index].dtype) != str(buf.dtype):
+                out.setdefault(call.args[0].name_hint, {})[index] = str(buf.dtype)
+    return out
+
+
+def _conform_call_sites(mod: tvm.IRModule, slots: dict, dtypes: dict) -> tvm.IRModule:
+    retyped = {}
+    for name in dtypes:
+        gv = mod.get_global_var(name)
+        retyped[name] = mod[gv]
+        del mod[gv]
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
-            resizer = _ExchangeResizer(mod, slots)
-            new_func = resizer.visit_expr(func)
-            mod = resizer.builder_.get()
+            conformer = _CallSiteConformer(mod, slots, dtypes, retyped)  # (add_func finds a kernel added before)
+            new_func = conformer.visit_expr(func)
+            mod = conformer.builder_.get()
             mod[gv] = new_func
     return mod
 
@@ -208,16 +247,17 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 M = rows.get(gv.name_hint)
                 if tensor_cores_pay(M, K, N, num_sms):
                     mma = projection_precision(operands, precision)
-                    mod[gv] = projection_mma_kernel(K, N, mma, **gemm_plan(M, K, N, num_sms, mma))
+                    mod[gv] = projection_mma_kernel(K, N, mma, **gemm_plan(M, K, N, num_sms, mma), x_dtype=operands)
                 else:
-                    mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms)
+                    mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=operands)
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
             for gv, func, spec in list(recurrences(mod)):
                 if gv.name_hint in early and _may_launch_early(func, spec):
                     mod[gv] = func.with_attr(*EARLY_LAUNCH)
                 elif cooperative and _needs_cooperative_launch(func, spec):
                     mod[gv] = func.with_attr(*COOPERATIVE_LAUNCH)
-        return _resize_exchange(mod, slots) if slots else mod
+        dtypes = _retyped_outputs(mod, {gv.name_hint for gv, _, _ in recurrences(mod)})
+        return _conform_call_sites(mod, slots, dtypes) if slots or dtypes else mod
 
     return _pass
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tvm
 
-from persist_rnn.schedule.measure import kernel_arrays
+from persist_rnn.schedule.measure import as_params, kernel_arrays
 from tir_templates.config import Config
 from tir_templates.persistent import BARRIER_FLAG_WORD
 from tir_templates.persistent.buckets import bucketed_kernel, emulated_bucketed_kernel
@@ -24,7 +24,7 @@ BUCKETS = [(1, Config(16, 4, 4, 1, batch_tile=1)), (4, Config(4, 4, 2, 4)), (Non
 
 def _run_llvm(func, arrays):
     lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target="llvm")
-    tensors = [tvm.runtime.tensor(a) for a in arrays]
+    tensors = [tvm.runtime.tensor(a) for a in as_params(func, arrays)]
     lib["main"](*tensors)
     return [t.numpy() for t in tensors]
 

@@ -286,9 +286,15 @@ def test_f16_mma_configs_compile(cell, hidden, batch, arches, dtype, tmp_path):
 def test_fp16_layers_get_the_fp32_kernel_where_it_fits(cell, hidden, batch):
     """An fp16 layer's weights are exact in fp32, and where registers hold them so the model picks
     the fp32 kernel: the same CUDA, step for step, as the fp32 layer's (issue 20: the fp16 kernel
-    took 52 us at LSTM H=64 B=1 on the H100, the fp32 one 36)."""
+    took 52 us at LSTM H=64 B=1 on the H100, the fp32 one 36), but for Y and Y_h, which it stores
+    as half (no cast kernel after it: tir_templates/signature.py)."""
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
     fp16, fp32 = (CellSpec(cell, hidden, hidden, linear_before_reset=True, dtype=d) for d in ("float16", "float32"))
     half = plan_layer(fp16, target, batch=batch, measure=False)
     assert half.config.weight_dtype == "float32"
-    assert cuda_source(half.kernel, "sm_90") == cuda_source(plan_layer(fp32, target, batch=batch, measure=False).kernel, "sm_90")
+    kernel = lambda source: source[source.index('extern "C"'):].splitlines()  # past cuda_fp16's helpers
+    got, want = kernel(cuda_source(half.kernel, "sm_90")), kernel(cuda_source(plan_layer(fp32, target, batch=batch, measure=False).kernel, "sm_90"))
+    assert len(got) == len(want)
+    changed = [(g, w) for g, w in zip(got, want) if g != w]
+    assert changed and all(re.match(r"\s*(y|yh)_ptr\[", g) or "main_kernel" in g for g, _ in changed), changed[:3]
+    assert all(re.match(r"\s*(y|yh)_ptr\[.*\] = (\(\(half\)|__float2half_rn\()", g) for g, _ in changed if "main_kernel" not in g)

@@ -59,7 +59,7 @@ def _build(spec: CellSpec, buckets: Buckets, kernel, emulate: bool) -> tvm.tirx.
         a = T.meta_var(Args(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b))
         run(a)
 
-    return recurrence_func(spec, body, max(cfg.exchange_slots(spec) for _, cfg in buckets))
+    return recurrence_func(spec, body, max(cfg.exchange_slots(spec) for _, cfg in buckets), yh_written_only=True)
 
 
 @built_once

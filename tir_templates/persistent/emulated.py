@@ -193,4 +193,4 @@ def emulated_persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc
         a = T.meta_var(Args(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b))
         emulated_kernel(L, a)
 
-    return recurrence_func(spec, body, L.SLOTS)
+    return recurrence_func(spec, body, L.SLOTS, yh_written_only=True)  # final_state writes Y_h once

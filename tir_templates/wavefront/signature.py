@@ -55,7 +55,8 @@ def _signature_source(specs: list[CellSpec]) -> str:
                        f"hb{l}": f"(n_t, 1, n_b, {2 * H})"})
     params.append(f"ws: T.Buffer(({WORKSPACE_WORDS},), 'uint32')")
     shapes["xw"] = f"(n_t, n_b, 1, {GH})"
-    lines = [f"    {name} = T.match_buffer({name}_h, {shape}, {'int32' if name == 'lens' else 'float32'!r})"
+    dtypes = {"lens": "int32", **{f"y{l}": specs[l].dtype for l in range(n_l)}}  # Y in the layer's dtype, as signature.py
+    lines = [f"    {name} = T.match_buffer({name}_h, {shape}, {dtypes.get(name, 'float32')!r})"
              for name, shape in shapes.items()]
     per_layer = lambda name, first=0: "[" + ", ".join(["None"] * first + [f"{name}{l}" for l in range(first, n_l)]) + "]"
     args = ", ".join(["xw", per_layer("r"), per_layer("rb"), per_layer("w", 1), per_layer("wb", 1), "lens",
@@ -73,7 +74,7 @@ def stack_func(specs: list[CellSpec], body) -> tvm.tirx.PrimFunc:
         xw (T, B, 1, G*H)  layer 0's input projection    lens (B,) int32 (all layers')
         per layer l: r_l (1, G*H, H), rb_l (1, G*H), h0_l, c0_l (1, B, H), p_l (1, 3*H),
                      and above the first w_l (H, G*H), wb_l (G*H,) (its projection's operands)
-        -> per layer: y_l (T, 1, B, H), yh_l, yc_l (1, B, H), hb_l (T, 1, B, 2H): the layer's
+        -> per layer: y_l (T, 1, B, H) in the layer's dtype, yh_l, yc_l (1, B, H), hb_l (T, 1, B, 2H): the layer's
            h after each step, each value beside its step's stamp (`steps.py`); then ws
     (lens, h0, c0 of batch extent 1 where the specs broadcast them). TVMScript has no parameter
     lists of variable length, so the signature is written out for len(specs) layers and parsed;
