@@ -54,13 +54,13 @@ def recurrences(mod: tvm.IRModule):
 
 
 def projections(mod: tvm.IRModule):
-    """(GlobalVar, K, N, operands' dtype) of each input projection still in its reference form
-    (whose x comes in the operands' dtype, projection_reference)."""
+    """(GlobalVar, K, N, operands' dtype, x's dtype) of each input projection still in its
+    reference form (an fp16 or bf16 layer's x comes as it is, projection_reference)."""
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and PROJECTION_ATTR in func.attrs:
             shape = json.loads(str(func.attrs[PROJECTION_ATTR]))
             if "tile" not in shape and "mma" not in shape:
-                yield gv, shape["K"], shape["N"], shape.get("operands", "float32")
+                yield gv, shape["K"], shape["N"], shape.get("operands", "float32"), str(func.params[0].dtype)
 
 
 def projection_precision(operands: str, precision: str) -> str:
@@ -243,13 +243,13 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM
             todo = list(projections(mod))
             rows = call_site_rows(mod, {gv.name_hint for gv, *_ in todo})
-            for gv, K, N, operands in todo:
+            for gv, K, N, operands, x_dtype in todo:
                 M = rows.get(gv.name_hint)
                 if tensor_cores_pay(M, K, N, num_sms):
                     mma = projection_precision(operands, precision)
-                    mod[gv] = projection_mma_kernel(K, N, mma, **gemm_plan(M, K, N, num_sms, mma), x_dtype=operands)
+                    mod[gv] = projection_mma_kernel(K, N, mma, **gemm_plan(M, K, N, num_sms, mma), x_dtype=x_dtype)
                 else:
-                    mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=operands)
+                    mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=x_dtype)
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
             for gv, func, spec in list(recurrences(mod)):
                 if gv.name_hint in early and _may_launch_early(func, spec):
