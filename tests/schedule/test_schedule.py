@@ -330,6 +330,24 @@ def test_a_cold_timing_runs_the_flush_before_each_launch(monkeypatch):
     assert len(calls) >= 6
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_tuners_arrays_are_what_the_persistent_kernel_takes(dtype):
+    """The tuner times persistent kernels on arrays from `kernel_arrays`: their dtypes are the
+    kernel's parameters' (Y and Y_h in the layer's dtype; the GPU runtime refuses a mismatch),
+    and `as_params` converts them for the reference scan, which keeps Y_h in float32."""
+    from persist_rnn.schedule.measure import as_params, kernel_arrays
+    from tir_templates.persistent import persistent_kernel
+    from tir_templates.reference import reference_scan
+
+    spec = CellSpec("lstm", 64, 64, dtype=dtype)
+    cfg = Config(64, 2, 4, 1)
+    arrays = kernel_arrays(spec, 1, 3, slots=cfg.exchange_slots(spec))
+    assert [str(a.dtype) for a in arrays] == [str(p.dtype) for p in persistent_kernel(spec, cfg).params]
+    reference = reference_scan(spec, "llvm")
+    assert [str(a.dtype) for a in as_params(reference, arrays)] == [str(p.dtype) for p in reference.params]
+    assert str(reference.params[8].dtype) == "float32" and str(arrays[7].dtype) == dtype
+
+
 def test_only_a_layer_whose_weights_outgrow_half_of_l2_is_timed_cold():
     """R plus its GEMM's W at the layer's width against half of the H100's 50 MB L2: fp32 LSTM
     H=1024 (32 MB) is cold; fp32 GRU H=1024 (24 MB), fp16 LSTM H=1024 (16 MB) and an unknown L2 warm."""
