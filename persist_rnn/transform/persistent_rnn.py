@@ -75,12 +75,20 @@ def projection_precision(operands: str, precision: str) -> str:
 _RETYPED_OUTPUTS = {1: (8, "yh")}
 
 
+#: casts that keep every value: a 16-bit float widened to fp32 (its narrowing back is exact)
+_WIDENINGS = {("float16", "float32"), ("bfloat16", "float32")}
+#: ops that move a tensor's values without changing them (the importer's layout=1 transposes)
+_LAYOUT_OPS = ("relax.permute_dims", "relax.reshape", "relax.squeeze", "relax.expand_dims")
+
+
 @relax.expr_functor.mutator
 class _CallSiteConformer(relax.PyExprMutator):
     """call_tir sites of the kernels in `slots` (GlobalVar name -> exchange slots) get an exchange
     buffer (output 3) of that many slots; those of the kernels in `dtypes` (GlobalVar name ->
-    {output: dtype}) results of those dtypes. A cast to the dtype its operand already has (the
-    importer's cast of Y_h to the layer's dtype, once the kernel writes it so) is dropped."""
+    {output: dtype}) results of those dtypes. Whatever used such a result gets it in the dtype it
+    had, widened by a cast (exact: the importer rounds Y_h to the layer's dtype before anything
+    reads it), and that cast followed by the importer's cast back is dropped, so that where the
+    importer's cast is still an op (PersistentRNN before legalization) no cast kernel is left."""
 
     def __init__(self, mod, slots: dict, dtypes: dict, retyped: dict):
         super().__init__(mod)
@@ -103,9 +111,33 @@ class _CallSiteConformer(relax.PyExprMutator):
             for index, dtype in self.dtypes.get(name, {}).items():
                 outs[index] = relax.TensorType(outs[index].shape, dtype)
             return relax.Call(call.op, call.args, call.attrs, [relax.TupleType(outs)])  # tir_vars kept
-        if call.op.same_as(self.astype) and str(call.args[0].ty.dtype) == str(call.attrs.dtype):
-            return call.args[0]
+        if call.op.same_as(self.astype):
+            narrow = self._unwidened(call.args[0], str(call.attrs.dtype))
+            return call if narrow is None else narrow
         return call
+
+    def _unwidened(self, value, dtype: str):
+        """`value` computed from the 16-bit result itself, where `value` is that result widened
+        (a cast this pass made), then moved by layout ops only, and `dtype` is the result's own;
+        else None."""
+        bound = self.lookup_binding(value) if isinstance(value, relax.Var) else None
+        if not isinstance(bound, relax.Call) or not isinstance(bound.op, tvm.ir.Op):
+            return None
+        if bound.op.same_as(self.astype):
+            source = bound.args[0]
+            widening = (str(source.ty.dtype), str(bound.attrs.dtype))
+            return source if widening in _WIDENINGS and widening[0] == dtype else None
+        if bound.op.name in _LAYOUT_OPS:
+            inner = self._unwidened(bound.args[0], dtype)
+            return None if inner is None else self.builder_.normalize(relax.Call(bound.op, [inner, *bound.args[1:]], bound.attrs))
+        return None
+
+    def visit_tuple_getitem_(self, op):
+        new = self.builder_.normalize(super().visit_tuple_getitem_(op))
+        was, now = op.ty, new.ty
+        if isinstance(was, relax.TensorType) and isinstance(now, relax.TensorType) and str(was.dtype) != str(now.dtype):
+            return self.builder_.normalize(relax.op.astype(new, str(was.dtype)))  # its users as they were
+        return new
 
 
 def _retyped_outputs(mod: tvm.IRModule, kernels) -> dict:
@@ -131,7 +163,7 @@ def _conform_call_sites(mod: tvm.IRModule, slots: dict, dtypes: dict) -> tvm.IRM
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
             conformer = _CallSiteConformer(mod, slots, dtypes, retyped)  # (add_func finds a kernel added before)
-            new_func = conformer.visit_expr(func)
+            new_func = relax.analysis.remove_all_unused(conformer.visit_expr(func))  # widenings left unread
             mod = conformer.builder_.get()
             mod[gv] = new_func
     return mod

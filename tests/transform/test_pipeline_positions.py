@@ -129,3 +129,20 @@ def test_every_position_matches_onnx_runtime_on_the_gpu(model, position):
     got = relax.VirtualMachine(tvm.compile(out, CUDA), dev)["main"](*[tvm.runtime.tensor(a, dev) for a in feeds.values()])
     got = [got.numpy()] if hasattr(got, "numpy") else [g.numpy() for g in got]
     assert max_rel_error(got, ort_run(load_model(f"examples/{model}.onnx"), feeds)) <= 1e-4
+
+
+@pytest.mark.parametrize("position", list(POSITIONS))
+def test_a_16_bit_layer_in_every_position(position, tmp_path):
+    """An fp16 LSTM's persistent kernel stores Y_h in fp16 and the pass re-types its call site
+    (tir_templates/signature.py): wherever the pass stands, whatever reads Y_h (the importer's
+    cast, or the kernel legalization or fusion made of it) still gets fp32, so the model builds;
+    where the cast is still an op (before legalization), no cast kernel is left for Y_h."""
+    from persist_rnn.testing import LayerCase, make_model
+
+    model, _ = make_model(LayerCase(op="LSTM", seq_len=10, batch=2, input_size=32, hidden_size=64, dtype="float16"))
+    out = PersistentRNN(CUDA, measure=False)(POSITIONS[position](persist_rnn.from_onnx(model)))
+    assert [r.lowering for r in layer_report(out)] == ["persistent"]
+    main = out["main"].script()
+    if position in ("first", "after FoldConstant+DCE"):
+        assert main.count("R.astype") == 1, main  # Y_c's
+    _nvcc(cuda_source(tvm.compile(out, CUDA)), tmp_path)
