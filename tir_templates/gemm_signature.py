@@ -1,9 +1,8 @@
 """What every input-projection kernel shares: its signature, x (M, K), w_t (K, N), b (N,) -> out
 (M, N), float32 with M symbolic (x may be an fp16 or bf16 layer's own input, read as it is), and
 the attribute that marks it (`gemm_func`); and the grid of a tiled one, a CTA per BM x BN tile of
-out (`tile_grid`). The FMA GEMM (`projection.py`), the
-tensor-core GEMM (`projection_mma.py`) and the narrow dense layer (`narrow_dense.py`) differ only
-in their bodies.
+out (`tile_grid`). The FMA GEMM (`projection.py`), the tensor-core GEMM (`projection_mma.py`) and
+the narrow dense layer (`narrow_dense.py`) differ only in their bodies.
 """
 from __future__ import annotations
 
