@@ -74,6 +74,22 @@ def test_report_names_the_wavefront_or_why_not():
     assert all("needs thread-block clusters" in r.stack_reason for r in ampere.report())
 
 
+def test_a_16_bit_stack_is_found_and_keeps_its_layers_apart():
+    """An fp16 stack: Y leaves layer 0 in fp16 and layer 1's projection reads it as it is, so the
+    layers link as a stack (tir_templates/signature.py); the wavefront kernel is fp32 only, so each
+    layer keeps its own kernel and the report says why."""
+    from onnx import TensorProto, numpy_helper
+
+    model, _ = stacked_layers_model("LSTM", 64, 2, 10, 1)
+    for i, t in enumerate(model.graph.initializer):
+        model.graph.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype("float16"), t.name))
+    for v in [*model.graph.input, *model.graph.output]:
+        v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    report = persist_rnn.compile(model, tvm.target.Target(SM90), measure=False, wavefront=True).report()
+    assert [r.lowering for r in report] == ["persistent"] * 2
+    assert all("stacked" in r.line() and "the wavefront kernel is fp32 only" in r.stack_reason for r in report)
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_cuda_build_of_slash_named_layers_compiles(tmp_path):
     """ONNX exporters name nodes "/lstm/LSTM_1"; the kernel's name must still be a C identifier."""
