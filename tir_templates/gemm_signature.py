@@ -32,8 +32,7 @@ def gemm_func(K: int, N: int, launch, info: dict, x_dtype: str = "float32") -> t
         out = T.match_buffer(out_h, (n_m, N), "float32")
         launch(x, w, b, out, n_m)
 
-    info = {"K": K, "N": N, **info, **({"x": x_dtype} if x_dtype != "float32" else {})}
-    return kernel.with_attr(PROJECTION_ATTR, json.dumps(info))
+    return kernel.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N, **info}))
 
 
 def tile_grid(N: int, BM: int, BN: int, NT: int, block_program, emulated_blocks, emulate: bool):
