@@ -3,9 +3,11 @@
     floor = T x (barrier + max(dot products at peak, L2 time of the h exchange)) + GEMM at peak
 
 - The recurrent weights must stay on chip, so a direction needs at least
-  ceil(weight bytes / on-chip bytes of an SM) SMs; the barrier is then none (one SM), the
-  measured cluster barrier (a cluster: h through distributed shared memory, no L2 exchange), or
-  the measured grid barrier of that many CTAs (every CTA reads h(t-1) from L2).
+  ceil(weight bytes / on-chip bytes of an SM) SMs; the barrier is then none (one SM), in a
+  cluster the cheapest of the cluster barrier and the dsmem exchange (h through distributed
+  shared memory, no L2 exchange), or in a grid the cheapest of the grid barrier and the wait on
+  stamped words, for that many CTAs (every CTA reads h(t-1) from L2). Each is the least of the
+  calibration's figure and what a step was measured to spend on it (`MEASURED_SYNC_US`).
 - The step's dot products at the peak of the SMs that hold the weights, on the best unit the
   precision allows: the FMA units, or the tensor cores with the batch padded to the mma's 8
   columns (fp32: 3xTF32, three TF32 mma; TF32; fp16). More SMs than the weights need may hold
@@ -31,6 +33,19 @@ ON_CHIP_BYTES = {"sm_90": (256 + 228) * 1024, "sm_80": (256 + 164) * 1024}
 #: L2 read bandwidth, bytes per second
 L2_BYTES_PER_S = {"sm_90": 5.5e12, "sm_80": 4.0e12}
 MMA_N = 8
+#: the least a batch-1 step was measured to spend waiting for the other CTAs, by the ablations of
+#: `benchmarks/step_budget.py` (H100, session 30, docs/data/step-budget-split-h100.jsonl): in a
+#: dsmem cluster of 16 CTAs the sends and the wait together (GRU H=256, 0.161 µs; the cluster
+#: barrier's calibrated 0.71 is what the floor took before, and our H=256 layers ran under it);
+#: in a grid of 128 CTAs the wait on stamped words without their L2 trip (GRU H=1024, 0.241)
+MEASURED_SYNC_US = {"sm_90": {"cluster": 0.161, "grid": 0.241}}
+
+
+def least_sync_us(gpu: GPUModel, arch: str, ctas: int, *kinds: str) -> float:
+    """The cheapest way `ctas` CTAs wait for each other once a step: the least of the calibrated
+    `kinds` (gpu.barrier_us) and the measured least (`MEASURED_SYNC_US`, for the first kind)."""
+    measured = MEASURED_SYNC_US.get(arch, {}).get(kinds[0], float("inf"))
+    return min(measured, *(gpu.barrier_us(ctas, kind) for kind in kinds))
 
 
 def floor_ms(spec: CellSpec, batch: int, seq_len: int, gpu: GPUModel, precision: str = "fp32") -> dict:
@@ -51,9 +66,9 @@ def floor_ms(spec: CellSpec, batch: int, seq_len: int, gpu: GPUModel, precision:
         if sms == 1:
             barrier, exchange_bytes = 0.0, 0
         elif sms <= max(gpu.max_cluster_ctas, 1):
-            barrier, exchange_bytes = gpu.barrier_us(sms, "cluster"), 0
+            barrier, exchange_bytes = least_sync_us(gpu, arch, sms, "cluster", "dsmem"), 0
         else:
-            barrier, exchange_bytes = gpu.barrier_us(sms * D, "grid"), sms * D * rows * H * 4
+            barrier, exchange_bytes = least_sync_us(gpu, arch, sms * D, "grid", "stamped"), sms * D * rows * H * 4
         tensor = {"fp32": 3, "tf32": 1, "fp16": 1}[precision] * math.ceil(rows / MMA_N) * MMA_N * G * H * H
         dot = min(rows * G * H * H / (rate["fma"] * sms / gpu.num_sms),
                   tensor / ((rate["fp16"] if precision == "fp16" else rate["tf32"]) * sms / gpu.num_sms)) * 1e6
