@@ -331,6 +331,23 @@ def model_rows(name, batches, options, examples_dir):
     return rows
 
 
+def flashrnn_builds(precision_jobs, flashrnn_layers, log) -> list[dict]:
+    """FlashRNN's JIT builds for the 16-bit rows that will time it, done first and in parallel
+    (`flashrnn_prebuild.py`), so that no build lands inside the timed run; [] without flashrnn."""
+    import importlib.util
+
+    wanted = {(p, op, h, b) for p, op, h, b in precision_jobs if PRECISIONS[p][1] != "float32"
+              and (not flashrnn_layers or (op, h, b) in set(flashrnn_layers))}
+    if not wanted or importlib.util.find_spec("flashrnn") is None:
+        return []
+    from .flashrnn_anchor import BACKENDS
+    from .flashrnn_prebuild import prebuild
+
+    jobs = [(op, h, b, PRECISIONS[p][1], backend) for p, op, h, b in sorted(wanted) for backend in BACKENDS
+            if not (op == "GRU" and backend == "cuda_fused")]  # FlashRNN has no fused GRU
+    return [{"job": list(job), **result} for job, result in prebuild(jobs, log=log).items()]
+
+
 def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), examples_dir="examples", log=print,
               unverified=False, layers=(), precisions=(), flashrnn_layers=()):
     """Measure `parts` and append JSON lines to `out` (the first one describes the machine and
@@ -367,6 +384,9 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
     precision_jobs = [(p, *layer) for p in precisions for layer in grid if not layers or layer in set(layers)]
     with open(out, "a") as f:
         f.write(json.dumps(meta) + "\n")
+        builds = flashrnn_builds(precision_jobs, flashrnn_layers, log)
+        if builds:
+            f.write(json.dumps({"part": "flashrnn_builds", "builds": builds}) + "\n")
         for op, h, b, t, unrolled in jobs:
             row = layer_row(op, h, b, t, options, unrolled)
             f.write(json.dumps(row) + "\n")
