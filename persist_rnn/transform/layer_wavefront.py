@@ -147,10 +147,11 @@ class _FuseStacks(relax.PyExprMutator):
 
 
 def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool = True,
-                emulate: bool = False, arch: str | None = None) -> tvm.IRModule:
+                emulate: bool = False, arch: str | None = None, unverified: bool = False) -> tvm.IRModule:
     """`mod` with every stack the wavefront can run as one kernel; the others' layers carry
     STACK_REASON_ATTR (so do all stacks' unless `enabled`). `arch`: the CUDA target's ("sm_90");
-    `emulate`: the kernel's CPU twin (tests on llvm)."""
+    `emulate`: the kernel's CPU twin (tests on llvm); `unverified`: also stacks whose kernel has
+    not run on a GPU yet (16-bit ones, `plan_stack`)."""
     replaced = set()
     for gv_func, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function):
@@ -167,7 +168,7 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool
                 if not emulate and not has_clusters(arch):
                     raise UnsupportedStack(f"the layer wavefront needs thread-block clusters (sm_{MIN_CLUSTER_SM} or "
                                            f"later, not {arch})")
-                cfg = plan_stack(specs, static_dim(call_args(calls[0])[0], 1), num_sms)
+                cfg = plan_stack(specs, static_dim(call_args(calls[0])[0], 1), num_sms, unverified or emulate)
                 problem = fusion_problem(func, old_vars, calls, projections, where)
                 span = (where[old_vars[0]], where[old_vars[-1]])
                 if any(lo <= span[1] and span[0] <= hi for lo, hi in spans):

@@ -27,6 +27,9 @@ WARP_CHOICES = (8, 16)
 MAX_LAYERS = 4
 #: lanes that share a gate row's columns: one warp, summed by a shuffle
 LANES = 32
+#: the 16-bit dtypes a stack may have: weights widened to fp32 on chip, each layer's h rounded to
+#: the dtype where the layer above reads it (`steps.as_layer_input`), as the layer's Y would be
+SIXTEEN_BIT = ("float16", "bfloat16")
 
 
 class UnsupportedStack(Exception):
@@ -62,8 +65,8 @@ def stack_problems(specs: list[CellSpec]) -> list[str]:
             bad.append(f"{spec.node}: the layers must share cell, hidden_size and dtype")
         if spec.batch_broadcast != first.batch_broadcast:
             bad.append(f"{spec.node}: the layers' lengths and initial states must be given alike")
-    if first.dtype != "float32":
-        bad.append(f"dtype {first.dtype}: the wavefront kernel is fp32 only")
+    if first.dtype not in SIXTEEN_BIT + ("float32",):
+        bad.append(f"dtype {first.dtype}: the wavefront kernel takes float32, float16 and bfloat16")
     if first.cell == "gru" and not first.linear_before_reset:
         bad.append("GRU with linear_before_reset=0 needs r * h(t-1) before its dot product (two phases)")
     if first.hidden_size % LANES:
@@ -87,9 +90,13 @@ def parts(spec: CellSpec, layer: int) -> int:
     return 2 if layer > 0 and spec.cell == "gru" else 1
 
 
-def plan_stack(specs: list[CellSpec], batch: int | None, num_sms: int) -> StackConfig:
-    """The wavefront's config for `specs` at a static `batch`, or UnsupportedStack with the reason."""
+def plan_stack(specs: list[CellSpec], batch: int | None, num_sms: int, unverified: bool = False) -> StackConfig:
+    """The wavefront's config for `specs` at a static `batch`, or UnsupportedStack with the reason.
+    A 16-bit stack only with `unverified`: its kernel has not run on a GPU yet."""
     check_stack(specs)
+    if specs[0].dtype in SIXTEEN_BIT and not unverified:
+        raise UnsupportedStack(f"dtype {specs[0].dtype}: the 16-bit wavefront kernel has not run on a GPU yet "
+                               "(compile(..., unverified=True) allows it)")
     if batch is None or batch > MAX_BATCH:
         raise UnsupportedStack(f"the wavefront takes static batches up to {MAX_BATCH} (batch "
                                f"{batch or 'known at run time'}): both copies of a step's input sit in shared memory")

@@ -1,6 +1,6 @@
 """What each thread of a wavefront CTA does, shared by the CUDA kernel (`kernel.py`) and its CPU
 twin (`emulated.py`): its weights and constants in, the states set up, a step's h(t-1) (compute
-threads) and the layer below's h(t) (the communication warp) into shared memory, each owned
+threads) and the layer below's h(t) (the communication warp, rounded as the layer's input in a 16-bit stack) into shared memory, each owned
 (batch row, unit) pair's cell update, the final states. Every macro takes the layout `S`, the
 kernel's arguments `a` and the layer (a Python int: each layer's code has its own constants);
 `row` is the thread's row of the register buffers (0 on the GPU, one per (CTA, thread) in the twin).
@@ -98,6 +98,13 @@ def load_projection(S, a, c, tx, regs, row, t):
                                                            S.pair(c, tx, e)[0], 0, g * S.H + S.pair(c, tx, e)[1]]
 
 
+def as_layer_input(S, h):
+    """h_{l-1}(t) as the layer above takes it: in a 16-bit stack rounded to the dtype, as the
+    layer below's Y, stored in it, reaches the next layer when each layer has its own kernel."""
+    dtype = S.specs[0].dtype
+    return h if dtype == "float32" else T.Cast("float32", T.Cast(dtype, h))
+
+
 @T.macro
 def issue_input(S, a, layer, tx, raw, e, t, issue):
     """`issue` (stamped.issue or .reissue) of thread tx's e-th word of h_{l-1}(t), the layer
@@ -125,8 +132,8 @@ def settle_input(S, a, layer, tx, hs, raw, t):
         if T.Cast("int64", S.input_word(tx, e)[0]) < a.n_b:
             if t < valid_steps(S, a, S.input_word(tx, e)[0]):
                 stamped.check(S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1])
-                hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = stamped.settled(
-                    S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1], raw, e)
+                hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = as_layer_input(S, stamped.settled(
+                    S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1], raw, e))
             else:
                 hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = T.float32(0)
 
