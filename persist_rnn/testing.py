@@ -309,3 +309,26 @@ def stacked_layers_model(op: str, hidden: int, layers: int, steps: int, batch, *
     for name in [i.name for i in graph.input if i.name.startswith(("h0", "c0"))]:
         feeds[name] = (rng.standard_normal((1, n_b, hidden)) * 0.5).astype("float32")
     return model, feeds
+
+
+def sixteen_bit_model(model: onnx.ModelProto, feeds: dict, dtype: str = "float16"):
+    """(model16, feeds16, model32, feeds32): `model` and `feeds` in `dtype` (initializers, inputs
+    and outputs; lengths stay int32), and the fp32 model on the same 16-bit-exact weights and
+    feeds, which ONNX Runtime's CPU layers (fp32 only) run as the reference."""
+    exact = {k: (v.astype(dtype).astype("float32") if v.dtype == np.float32 else v) for k, v in feeds.items()}
+    half, ref = onnx.ModelProto(), onnx.ModelProto()
+    half.CopyFrom(model)
+    ref.CopyFrom(model)
+    for i, t in enumerate(model.graph.initializer):
+        a = numpy_helper.to_array(t)
+        if a.dtype == np.float32:
+            rounded = a.astype(dtype).astype("float32")
+            half.graph.initializer[i].CopyFrom(helper.make_tensor(t.name, NP_TO_ONNX[dtype], a.shape,
+                                                                  rounded.flatten().tolist()))
+            ref.graph.initializer[i].CopyFrom(numpy_helper.from_array(rounded, t.name))
+    for v in [*half.graph.input, *half.graph.output]:
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+            v.type.tensor_type.elem_type = NP_TO_ONNX[dtype]
+    ours = {k: (v.astype(dtype) if v.dtype == np.float32 else v) for k, v in exact.items()}
+    return half, ours, ref, exact
+

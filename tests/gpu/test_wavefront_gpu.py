@@ -1,15 +1,17 @@
 """The layer wavefront on the GPU: stacks of 2-4 layers (LSTM, GRU with linear_before_reset=1,
 RNN) with sequence lengths (empty rows among them) and initial states, against ONNX Runtime at
 fp32's bound (1e-4 of the output scale), and the shipped examples built for a static batch (their
-stacks fused) against it too."""
+stacks fused) against it too; fp16 and bf16 stacks (still behind `unverified`) against ONNX
+Runtime's fp32 layers on the same 16-bit-exact weights and inputs, at the dtype's bound
+(bench.BOUNDS: four unit roundoffs of the output scale)."""
 from __future__ import annotations
 
 import onnx
 import pytest
 
 import persist_rnn
-from persist_rnn.bench import inputs_at_batch
-from persist_rnn.testing import max_rel_error, ort_run, stacked_layers_model
+from persist_rnn.bench import BOUNDS, inputs_at_batch
+from persist_rnn.testing import max_rel_error, ort_run, sixteen_bit_model, stacked_layers_model
 
 pytestmark = pytest.mark.gpu
 
@@ -23,6 +25,18 @@ def test_stack_matches_onnxruntime(op, hidden, layers, batch, direction):
     compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True)
     assert [r.lowering for r in compiled.report()] == ["wavefront"] * layers
     assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4
+
+
+@pytest.mark.parametrize("op,hidden,layers,batch,dtype", [
+    ("LSTM", 256, 3, 1, "float16"), ("GRU", 256, 2, 3, "bfloat16"), ("RNN", 128, 2, 5, "float16"),
+    ("LSTM", 128, 4, 10, "bfloat16")])
+def test_16_bit_stack_matches_onnxruntime(op, hidden, layers, batch, dtype):
+    model, feeds = stacked_layers_model(op, hidden, layers, 37, batch, lengths=True, states=True)
+    half, ours, ref, exact = sixteen_bit_model(model, feeds, dtype)
+    compiled = persist_rnn.compile(half, "cuda", measure=False, wavefront=True, unverified=True)
+    assert [r.lowering for r in compiled.report()] == ["wavefront"] * layers
+    got = [g.astype("float32") for g in compiled.run(ours)]
+    assert max_rel_error(got, ort_run(ref, exact)) <= BOUNDS["fp16" if dtype == "float16" else "bf16"]
 
 
 @pytest.mark.parametrize("name", ["char_rnn", "speech_gru", "text_classifier"])

@@ -8,14 +8,13 @@ import shutil
 import subprocess
 
 import numpy as np
-import onnx
 import pytest
 import tvm
 from tvm import relax
 
 import persist_rnn
 from persist_rnn.frontend import from_onnx
-from persist_rnn.testing import cuda_source, max_rel_error, ort_run, stacked_layers_model
+from persist_rnn.testing import cuda_source, max_rel_error, ort_run, sixteen_bit_model, stacked_layers_model
 from persist_rnn.transform.layer_wavefront import fuse_stacks
 from tir_templates.spec import ATTR_KEY
 from tir_templates.wavefront import STACK_KERNEL_ATTR
@@ -76,36 +75,12 @@ def test_report_names_the_wavefront_or_why_not():
     assert all("needs thread-block clusters" in r.stack_reason for r in ampere.report())
 
 
-def sixteen_bit(model, feeds, dtype="float16"):
-    """`model` and `feeds` in `dtype` (initializers, inputs and outputs; lengths stay int32), and
-    the fp32 model on the same 16-bit-exact weights and feeds, which ONNX Runtime's CPU layers run."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    from persist_rnn.testing import NP_TO_ONNX
-
-    exact = {k: (v.astype(dtype).astype("float32") if v.dtype == np.float32 else v) for k, v in feeds.items()}
-    half, ref = onnx.ModelProto(), onnx.ModelProto()
-    half.CopyFrom(model)
-    ref.CopyFrom(model)
-    for i, t in enumerate(model.graph.initializer):
-        a = numpy_helper.to_array(t)
-        if a.dtype == np.float32:
-            half.graph.initializer[i].CopyFrom(helper.make_tensor(t.name, NP_TO_ONNX[dtype], a.shape,
-                                                                  a.astype(dtype).astype("float32").flatten().tolist()))
-            ref.graph.initializer[i].CopyFrom(numpy_helper.from_array(a.astype(dtype).astype("float32"), t.name))
-    for v in [*half.graph.input, *half.graph.output]:
-        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
-            v.type.tensor_type.elem_type = NP_TO_ONNX[dtype]
-    ours = {k: (v.astype(dtype) if v.dtype == np.float32 else v) for k, v in exact.items()}
-    return half, ours, ref, exact
-
-
 def test_a_16_bit_stack_waits_for_unverified():
     """An fp16 stack: Y leaves layer 0 in fp16 and layer 1's projection reads it as it is, so the
     layers link as a stack (tir_templates/signature.py). Its wavefront kernel has not run on a GPU
     yet, so without `unverified` each layer keeps its own kernel and the report says why."""
     model, feeds = stacked_layers_model("LSTM", 64, 2, 10, 1)
-    half, *_ = sixteen_bit(model, feeds)
+    half, *_ = sixteen_bit_model(model, feeds)
     report = persist_rnn.compile(half, tvm.target.Target(SM90), measure=False, wavefront=True).report()
     assert [r.lowering for r in report] == ["persistent"] * 2
     assert all("stacked" in r.line() and "has not run on a GPU yet" in r.stack_reason for r in report)
@@ -128,7 +103,7 @@ def test_a_16_bit_stack_matches_onnxruntime_and_the_layers_own_kernels(op, dtype
     from persist_rnn.bench import BOUNDS
 
     model, feeds = stacked_layers_model(op, 32, 2, 6, 5, lengths=True, states=True)
-    half, ours, ref, exact = sixteen_bit(model, feeds, dtype)
+    half, ours, ref, exact = sixteen_bit_model(model, feeds, dtype)
     mod, vm = fused_on_llvm(half)
     assert len(kernels(mod, STACK_KERNEL_ATTR)) == 1 and kernels(mod, ATTR_KEY) == []
     got = [g.numpy().astype("float32") for g in vm["main"](*[tvm.runtime.tensor(ours[i.name]) for i in half.graph.input])]
