@@ -19,6 +19,9 @@ import time
 
 #: the last characters of a failed build's output that its record keeps
 KEPT_OUTPUT = 300
+#: seconds a build may take before it is killed and recorded as failed (the longest seen, the
+#: fused LSTM at H=1024, took minutes; a build that hangs must not hold the benchmark)
+BUILD_TIMEOUT_S = 1200
 
 
 def build_command(cell: str, hidden: int, batch: int, dtype: str, backend: str) -> list[str]:
@@ -26,9 +29,10 @@ def build_command(cell: str, hidden: int, batch: int, dtype: str, backend: str) 
     return [sys.executable, "-m", "persist_rnn.flashrnn_prebuild", cell, str(hidden), str(batch), dtype, backend]
 
 
-def prebuild(jobs, workers: int = 8, command=build_command, log=print) -> dict:
+def prebuild(jobs, workers: int = 8, command=build_command, log=print, timeout_s: float = BUILD_TIMEOUT_S) -> dict:
     """Run `command(*job)` for each job (cell, hidden, batch, dtype, backend), `workers` at a
-    time; {job: {"ok": bool, "s": seconds, "output": the end of a failure's output}}."""
+    time, each killed after `timeout_s`; {job: {"ok": bool, "s": seconds, "output": the end of a
+    failure's output}}."""
     pending, running, done = list(jobs), {}, {}
     while pending or running:
         while pending and len(running) < max(workers, 1):
@@ -37,6 +41,10 @@ def prebuild(jobs, workers: int = 8, command=build_command, log=print) -> dict:
             running[job] = (subprocess.Popen(command(*job), stdout=out, stderr=subprocess.STDOUT, text=True), out,
                             time.perf_counter())
         for job, (proc, out, start) in list(running.items()):
+            if proc.poll() is None and time.perf_counter() - start > timeout_s:
+                proc.kill()
+                proc.wait()
+                out.write(f"\nkilled after {timeout_s:.0f} s")
             if proc.poll() is None:
                 continue
             out.seek(0)

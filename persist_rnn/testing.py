@@ -331,4 +331,3 @@ def sixteen_bit_model(model: onnx.ModelProto, feeds: dict, dtype: str = "float16
             v.type.tensor_type.elem_type = NP_TO_ONNX[dtype]
     ours = {k: (v.astype(dtype) if v.dtype == np.float32 else v) for k, v in exact.items()}
     return half, ours, ref, exact
-

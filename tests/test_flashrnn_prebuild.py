@@ -41,6 +41,13 @@ def test_every_build_runs_once_and_a_failure_is_kept(tmp_path):
     assert max(int(m.rsplit("running", 1)[1]) for m in marks if "running" in m) <= 2
 
 
+def test_a_build_that_hangs_is_killed_and_recorded():
+    hang = lambda *job: [sys.executable, "-c", "import time; print('started'); time.sleep(60)"]
+    done = prebuild([("LSTM", 64, 1, "float16", "cuda")], command=hang, log=lambda *_: None, timeout_s=1)
+    (result,) = done.values()
+    assert not result["ok"] and result["s"] < 30 and result["output"].endswith("killed after 1 s")
+
+
 def test_the_build_command_runs_this_module():
     assert build_command("GRU", 256, 10, "bfloat16", "triton_fused")[1:] == [
         "-m", "persist_rnn.flashrnn_prebuild", "GRU", "256", "10", "bfloat16", "triton_fused"]

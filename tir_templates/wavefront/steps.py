@@ -1,7 +1,8 @@
 """What each thread of a wavefront CTA does, shared by the CUDA kernel (`kernel.py`) and its CPU
 twin (`emulated.py`): its weights and constants in, the states set up, a step's h(t-1) (compute
-threads) and the layer below's h(t) (the communication warp, rounded as the layer's input in a 16-bit stack) into shared memory, each owned
-(batch row, unit) pair's cell update, the final states. Every macro takes the layout `S`, the
+threads) and the layer below's h(t) (the communication warp; in a 16-bit stack rounded to the
+dtype, as the layer's input) into shared memory, each owned (batch row, unit) pair's cell
+update, the final states. Every macro takes the layout `S`, the
 kernel's arguments `a` and the layer (a Python int: each layer's code has its own constants);
 `row` is the thread's row of the register buffers (0 on the GPU, one per (CTA, thread) in the twin).
 """
