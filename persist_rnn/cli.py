@@ -287,8 +287,9 @@ def calibrate(out_dir, sweeps, arch, configs, sweep_out):
               help="also GRNN's grid at each of these precisions, against cuDNN at the same precision, "
                    "comma-separated: fp32, tf32, fp16, bf16 (e.g. --precision fp32,tf32,fp16)")
 @click.option("--flashrnn", "flashrnn_layers", multiple=True, callback=lambda ctx, param, v: tuple(_layer_key(s) for s in v),
-              help="FlashRNN in the fp16 rows only for this layer, CELL:HIDDEN:BATCH (repeatable; default: every "
-                   "layer). Its JIT builds one CUDA extension per shape, about a minute each")
+              help="FlashRNN in the fp16 and bf16 rows only for this layer, CELL:HIDDEN:BATCH (repeatable; "
+                   "default: every layer). Its JIT builds a CUDA extension per shape and backend (about a "
+                   "minute each); the bench runs them first, eight at a time")
 def bench(out, parts, tuning_log, unrolled_hidden, examples_dir, unverified, layers, precisions, flashrnn_layers):
     """Benchmark against cuDNN, ONNX Runtime and unrolled TVM (needs torch and a CUDA GPU);
     `python benchmarks/report.py OUT` makes the tables and plots. With --precision alone, only
