@@ -42,10 +42,9 @@ from persist_rnn.schedule.measure import build_kernel, kernel_arrays, time_kerne
 from tir_templates.config import Config  # noqa: E402
 from tir_templates.persistent import dots, exchange, kernel, update  # noqa: E402
 from tir_templates.persistent.exchange import DSMEM_SEND, DSMEM_WAIT, load_h  # noqa: E402
-from tir_templates.persistent.stamped_exchange import flat_words, word, words_of_thread  # noqa: E402
+from tir_templates.persistent.stamped_exchange import flat_words, issue_words, words_into_shared  # noqa: E402
 from tir_templates.persistent.update import each_owned_pair, h_out, recurrent_parts  # noqa: E402
 from tir_templates.spec import CellSpec  # noqa: E402
-from tir_templates.stamped_words import ISSUE  # noqa: E402
 
 SHIPPED_LOG = os.path.join(os.path.dirname(__file__), "..", "docs", "data", "tune-h100.jsonl")
 LAYERS = [("LSTM", 256), ("GRU", 256), ("LSTM", 1024), ("GRU", 1024)]
@@ -75,22 +74,16 @@ def gateless_update(L, a, t, hs, gs, s, ch, hs_next):
 @T.macro
 def unsynced_h_in(L, a, t, hs, s, slot, ch):
     """The ablation of `exchange.h_into_shared` that waits for no CTA: h(t-1) loaded from L2 once
-    (stamped words: each word read once and taken whatever its stamp)."""
+    (stamped words: each word read once and taken whatever its stamp: `load_stamped_h` without
+    its rounds)."""
     if L.stamped:
         cta = t.cta
         d = L.dir_of(cta)
         flat = flat_words(L, a)
         rows = T.min(a.n_b - ch * L.BC, T.int64(L.BC))
         raw = T.alloc_buffer((L.WORDS,), "uint64", scope="local")
-        for e in T.unroll(L.WORDS):
-            mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
-            if mine:
-                raw[e] = T.cuda.func_call("prnn_stamped_issue", T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + bi, j)]),
-                                          source_code=ISSUE, return_type="uint64")
-        for e in T.unroll(L.WORDS):
-            mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
-            if mine:
-                hs[bi, j] = T.reinterpret("float32", T.Cast("uint32", raw[e]))
+        issue_words(L, a, t, raw, flat, s % 2, d, ch, rows)
+        words_into_shared(L, a, t, hs, raw, rows)
     else:
         load_h(L, a, t, hs, slot, ch)
 

@@ -340,11 +340,11 @@ def flashrnn_builds(precision_jobs, flashrnn_layers, log) -> list[dict]:
               and (not flashrnn_layers or (op, h, b) in set(flashrnn_layers))}
     if not wanted or importlib.util.find_spec("flashrnn") is None:
         return []
-    from .flashrnn_anchor import BACKENDS
+    from .flashrnn_anchor import BACKENDS, has_backend
     from .flashrnn_prebuild import prebuild
 
     jobs = [(op, h, b, PRECISIONS[p][1], backend) for p, op, h, b in sorted(wanted) for backend in BACKENDS
-            if not (op == "GRU" and backend == "cuda_fused")]  # FlashRNN has no fused GRU
+            if has_backend(op, backend)]
     return [{"job": list(job), **result} for job, result in prebuild(jobs, log=log).items()]
 
 

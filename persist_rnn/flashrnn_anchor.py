@@ -16,6 +16,11 @@ from __future__ import annotations
 BACKENDS = ("cuda_fused", "cuda", "triton_fused")
 
 
+def has_backend(function: str, backend: str) -> bool:
+    """Whether FlashRNN has `backend` for `function` ("lstm", "gru"): no fused GRU kernel."""
+    return not (function.lower() == "gru" and backend == "cuda_fused")
+
+
 def device_facts(device_id: int) -> dict:
     """The four device facts FlashRNN's fused kernel sizes its tiles by, from torch. FlashRNN reads
     them through a C++ extension of its own (gpu_info.cc) that no longer compiles against CUDA 13's
@@ -74,7 +79,7 @@ def flashrnn_call(layer, x, backend: str):
 
     _answer_device_facts()
     project, R, b, function = flashrnn_operands(layer)
-    if function == "gru" and backend == "cuda_fused":  # FlashRNN would quietly run `cuda` instead
+    if not has_backend(function, backend):  # FlashRNN would quietly run `cuda` instead
         raise ValueError("FlashRNN has no fused GRU kernel (it runs the cuda backend)")
     dtype = str(x.dtype).replace("torch.", "")  # float16, bfloat16 or float32, as FlashRNN names them
     y = torch.empty(x.shape[0], x.shape[1], layer.hidden_size, device=x.device, dtype=x.dtype)

@@ -7,6 +7,7 @@ import pathlib
 
 import pytest
 
+from persist_rnn.bench import PRECISIONS
 from persist_rnn.schedule.floor import MEASURED_SYNC_US, floor_ms, least_sync_us
 from persist_rnn.schedule.gpu import gpu_model
 from tir_templates.spec import CellSpec
@@ -16,8 +17,8 @@ H100 = gpu_model("sm_90")
 
 
 def _spec(row, precision="fp32"):
-    dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(precision, "float32")
-    return CellSpec(row["cell"].lower(), row["hidden"], row["hidden"], linear_before_reset=True, dtype=dtype)
+    return CellSpec(row["cell"].lower(), row["hidden"], row["hidden"], linear_before_reset=True,
+                    dtype=PRECISIONS[precision][1])  # the model's dtype at `precision`
 
 
 def _measured():

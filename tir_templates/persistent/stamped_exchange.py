@@ -81,6 +81,30 @@ def words_of_thread(L, a, t, e, rows):
     return T.Cast("int64", i) < rows * L.H, i // L.H, i % L.H
 
 
+def issued(L, a, flat, copy, d, b, j):
+    """h[b, j]'s word of direction d in `copy`, loaded as L2 holds it now (its stamp unchecked)."""
+    return T.cuda.func_call("prnn_stamped_issue", T.address_of(flat[2 * word(L, a, copy, d, b, j)]),
+                            source_code=ISSUE, return_type="uint64")
+
+
+@T.macro
+def issue_words(L, a, t, raw, flat, copy, d, ch, rows):
+    """Every word of chunk ch that thread t reads, from `copy`, into `raw`, all in flight together."""
+    for e in T.unroll(L.WORDS):
+        mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
+        if mine:
+            raw[e] = issued(L, a, flat, copy, d, ch * L.BC + bi, j)
+
+
+@T.macro
+def words_into_shared(L, a, t, hs, raw, rows):
+    """The values of thread t's words in `raw` into `hs`."""
+    for e in T.unroll(L.WORDS):
+        mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
+        if mine:
+            hs[bi, j] = T.reinterpret("float32", T.Cast("uint32", raw[e]))
+
+
 @T.macro
 def load_stamped_h(L, a, t, hs, s, ch):
     """h(t-1) of chunk ch's batch rows (all H units) into `hs` for step s: copy s % 2 of the words,
@@ -101,11 +125,7 @@ def load_stamped_h(L, a, t, hs, s, ch):
         raw = T.alloc_buffer((L.WORDS,), "uint64", scope="local")
         late = T.alloc_buffer((1,), "int32", scope="local")
         since = T.alloc_buffer((1,), "int64", scope="local")
-        for e in T.unroll(L.WORDS):
-            mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
-            if mine:
-                raw[e] = T.cuda.func_call("prnn_stamped_issue", T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + bi, j)]),
-                                          source_code=ISSUE, return_type="uint64")
+        issue_words(L, a, t, raw, flat, s % 2, d, ch, rows)
         since[0] = T.cuda.func_call("prnn_clock", source_code=CLOCK, return_type="int64")
         late[0] = 1
         while late[0] == 1:  # a round: every word still without its stamp loaded again, together
@@ -114,12 +134,7 @@ def load_stamped_h(L, a, t, hs, s, ch):
                 mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
                 if mine:
                     if T.Cast("uint32", T.shift_right(raw[e], T.uint64(32))) != T.Cast("uint32", s + 1):
-                        raw[e] = T.cuda.func_call(
-                            "prnn_stamped_issue", T.address_of(flat[2 * word(L, a, s % 2, d, ch * L.BC + bi, j)]),
-                            source_code=ISSUE, return_type="uint64")
+                        raw[e] = issued(L, a, flat, s % 2, d, ch * L.BC + bi, j)
                         late[0] = 1
             T.cuda.func_call("prnn_spin_check", since[0], source_code=SPIN_CHECK)
-        for e in T.unroll(L.WORDS):
-            mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
-            if mine:
-                hs[bi, j] = T.reinterpret("float32", T.Cast("uint32", raw[e]))
+        words_into_shared(L, a, t, hs, raw, rows)
