@@ -3,7 +3,8 @@
 The template was restructured (issue 19) without changing what it emits, so that the GPU results
 of template v4 still hold. Each config below covers a variant (each cell, grid / cluster /
 resident / batch tiles, chunked batches, shared-memory weights, 3xTF32 tensor cores, the two GRU
-linear_before_reset=0 kernels, fp16 weights); the md5 of its CUDA source (sm_90) and of its CPU
+linear_before_reset=0 kernels, fp16 weights; since session 30 also h through distributed shared
+memory and as stamped words, recorded from the code whose kernels ran on the H100 that session); the md5 of its CUDA source (sm_90) and of its CPU
 twin's TVMScript must equal the values recorded in `fixtures/template_v4_md5.json`.
 
 A deliberate kernel change re-records them: `python tests/templates/test_identical_cuda.py`
@@ -42,6 +43,8 @@ CASES = {
     "lstm-h16-tensor-cores-grid": ("lstm", 16, "bidirectional", Config(4, 32, 16, 3, mma_k_split=2), dict(peepholes=True)),
     "lstm-h1024-tensor-cores": ("lstm", 1024, "forward", Config(8, 32, 16, 20, mma_k_split=2), {}),
     "gru-h256-cluster": ("gru", 256, "forward", Config(32, 8, 4, 1, cluster=True), {}),
+    "gru-h256-dsmem-cluster-of-16": ("gru", 256, "forward", Config(16, 16, 6, 1, cluster=True, dsmem=True), {}),
+    "lstm-h1024-stamped-words": ("lstm", 1024, "forward", Config(8, 32, 2, 1, stamped=True), {}),
     "gru-h16-fp16-smem-weights": ("gru", 16, "forward", Config(8, 4, 3, 2, "float16", smem_runs=1), {}),
     "gru-h16-cluster-tile-shared-meet": ("gru", 16, "reverse", Config(4, 4, 3, 1, cluster=True, batch_tile=1), {}),
     "gru-h16-activations-bidir": ("gru", 16, "bidirectional", Config(8, 4, 3, 2),
@@ -92,6 +95,7 @@ def test_cases_cover_every_variant():
     assert any(c.tensor_cores() and (c.row_gates(s) * c.tile_units) % 16 for s, c in specs.values())
     assert any(c.lane_updates(s) for s, c in specs.values()) and any(not c.lane_updates(s) for s, c in specs.values())
     assert any(c.resident(s) for s, c in specs.values())
+    assert any(c.dsmem for _, c in specs.values()) and any(c.stamped for _, c in specs.values())
     assert any(not c.resident(s) and c.batch_chunk < 20 and c.barrier(s) == "grid" for s, c in specs.values())
 
 
