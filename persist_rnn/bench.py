@@ -302,8 +302,9 @@ def model_rows(name, batches, options, examples_dir):
     """A shipped example end to end, latency against batch. Side by side, timed in turn
     (`interleaved_ms`): the model as shipped (symbolic batch: one build for every batch) and
     built for each static batch, both through the VM with inputs on the GPU (`ours_ms` is the
-    static build; `wavefront_ms` the same with its stacks fused, `compile(wavefront=True)`); the as-shipped build also through the whole `run()` path, with numpy and with
-    torch CUDA tensors; ONNX Runtime (CPU)."""
+    static build, its stacks fused where the default `wavefront="auto"` chooses; `per_layer_ms`
+    and `wavefront_ms` the same with wavefront=False and True); the as-shipped build also through
+    the whole `run()` path, with numpy and with torch CUDA tensors; ONNX Runtime (CPU)."""
     import onnx
     import torch
 
@@ -316,7 +317,9 @@ def model_rows(name, batches, options, examples_dir):
         on_gpu = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
         compiled = compile_model(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, **options)
         fused = compile_model(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, wavefront=True, **options)
+        apart = compile_model(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, wavefront=False, **options)
         ms = interleaved_ms({"ours_ms": vm_call(compiled, feeds), "wavefront_ms": vm_call(fused, feeds),
+                             "per_layer_ms": vm_call(apart, feeds),
                              "shipped_ms": vm_call(shipped, feeds),
                              "shipped_run_numpy_ms": lambda: shipped.run(feeds),
                              "shipped_run_torch_ms": lambda: shipped.run(on_gpu)}, per_timing=50)
@@ -326,6 +329,7 @@ def model_rows(name, batches, options, examples_dir):
                "ort_cpu_ms": _ort_ms(model, feeds), "lowerings": [r.lowering for r in compiled.report()]}
         row["shipped_over_static"] = row["shipped_ms"] / row["ours_ms"]
         row["ours_over_wavefront"] = row["ours_ms"] / row["wavefront_ms"]
+        row["per_layer_over_ours"] = row["per_layer_ms"] / row["ours_ms"]
         row["run_torch_over_vm"] = row["shipped_run_torch_ms"] / row["shipped_ms"]
         rows.append(row)
     return rows

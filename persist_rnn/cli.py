@@ -22,9 +22,10 @@ _precision_option = click.option(
          "as torch.backends.cudnn.allow_tf32 allows cuDNN)")
 #: compile and run: stacks of layers as one kernel (transform/layer_wavefront.py)
 _wavefront_option = click.option(
-    "--wavefront", is_flag=True,
-    help="run each stack of layers that the layer wavefront takes as one kernel (off: a kernel a layer, "
-         "faster on most stacks measured so far)")
+    "--wavefront", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+    is_flag=False, flag_value="on",
+    help="stacks of layers as one kernel: auto (those a measured stack record of the tuning log, else the cost "
+         "model, finds faster so), on (--wavefront alone: every stack the wavefront takes), off (a kernel a layer)")
 TARGET_HELP = 'a name ("llvm", "cuda") or a JSON target, e.g. \'{"kind": "cuda", "arch": "sm_80"}\''
 
 
@@ -333,10 +334,11 @@ def log():
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 def log_list(path):
     """One line per record."""
-    from .schedule import tuning_log
+    from .schedule import stack_log, tuning_log
 
     try:
         records = tuning_log.read(path)
+        stacks = stack_log.read(path)
     except PersistRNNError as err:
         _fail(err)
     for rec in records:
@@ -346,17 +348,20 @@ def log_list(path):
         allowed = f" precision={w['precision']}" if "precision" in w else ""  # a build that allowed less than fp32
         click.echo(f"{w['cell']} I={w['input_size']} H={w['hidden_size']} B={w['batch']} D={w['directions']} "
                    f"{w['dtype']}{allowed} {w['arch']} v{w['template_version']}: {rec.config.as_dict()} {t} [{rec.source}]")
+    for rec in stacks:
+        click.echo(stack_log.describe(rec))
 
 
 @log.command("merge")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 def log_merge(paths, output):
-    """Keep the best record per workload of PATHS in OUTPUT."""
-    from .schedule import tuning_log
+    """Keep the best record per workload (and per stack of layers) of PATHS in OUTPUT."""
+    from .schedule import stack_log, tuning_log
 
     try:
         n = tuning_log.merge(list(paths), output)
+        n += stack_log.merge_into(list(paths), output)
     except PersistRNNError as err:
         _fail(err)
     click.echo(f"{n} workloads -> {output}")

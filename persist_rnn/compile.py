@@ -17,7 +17,7 @@ from .targets import as_target
 
 def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, unroll=False, config=None,
             top_k=5, measure=None, persistent=True, unverified=False, verbose=False, shapes=None, constants=None,
-            simplify=True, precision="fp32", wavefront=False) -> CompiledModel:
+            simplify=True, precision="fp32", wavefront="auto") -> CompiledModel:
     """Compile an ONNX model. For CUDA targets each recurrent layer becomes a persistent kernel
     (unless `persistent=False`, or it cannot, in which case report() says why). `unverified`
     also allows kernel variants not yet run on a GPU (see tir_templates.persistent). TVM's
@@ -26,9 +26,10 @@ def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, u
     with known values; `simplify` then folds the graph with onnxslim (frontend.front_door); the
     compiled model's `notes` say what was pinned and folded. `precision` "tf32" lets fp32 layers'
     recurrent steps run on the tensor cores at TF32, as torch.backends.cudnn.allow_tf32 lets cuDNN
-    (default "fp32": fp32 accuracy; schedule/precision.py). `wavefront` runs each stack of layers
-    the layer wavefront takes as one kernel (transform/layer_wavefront.py; off by default: on the
-    H100 it beat the per-layer kernels only on some stacks, docs/benchmarks.md *Layer wavefront*)."""
+    (default "fp32": fp32 accuracy; schedule/precision.py). `wavefront` runs stacks of layers
+    as one kernel (transform/layer_wavefront.py): "auto" (default) those a measured record of the
+    tuning log, else the cost model, finds faster so; True every stack the wavefront takes (static
+    batch, sm_90 or later); False none (docs/benchmarks.md *Layer wavefront*)."""
     target = as_target(target)
     precision = checked_precision(precision)
     model, notes = prepare(load_model(model_or_path), shapes, constants, simplify)

@@ -45,14 +45,14 @@ class LayerReport:
     lowering: str  # "reference" | "unrolled" | "persistent"
     reason: str = ""
     config: dict = dataclasses.field(default_factory=dict)
-    source: str = ""  # "tuning_log" | "cost_model" | "measured" | ""
+    source: str = ""  # "tuning_log" | "cost_model" | "measured" | "" (a wavefront layer: the stack's choice, or "asked")
     early_launch: bool = False  # starts while the input projection runs (tir_templates.early_launch)
     cooperative_launch: bool = False  # a grid barrier: launched whole or not at all, never a hang
     tf32_step: bool = False  # the recurrent step (some bucket's, at least) on the tensor cores at TF32 precision
     #: batch known only at run time: a config per bucket, [{max_batch (None: the rest), config, source, time_us}]
     buckets: list = dataclasses.field(default_factory=list)
     #: the stack of layers this one belongs to (node names, lowest first; transform/layer_stacks.py):
-    #: one wavefront kernel (lowering "wavefront"), or each layer its own kernel, `stack_reason` says why
+    #: one wavefront kernel (lowering "wavefront"), or each layer its own kernel; `stack_reason` says why
     stack: list = dataclasses.field(default_factory=list)
     stack_reason: str = ""
 
@@ -71,6 +71,8 @@ class LayerReport:
         stacked = f", layer {self.stack.index(self.node) + 1} of {len(self.stack)} stacked" if self.stack else ""
         if self.stack and self.lowering == "persistent":  # a kernel a layer where the wavefront could have fused them
             stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
+        elif self.stack_reason:  # one wavefront kernel: whose choice
+            stacked += f" ({self.stack_reason})"
         return (f"{self.node}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
                 f"{dirs}: {self.lowering}{tf32}{early}{buckets}{stacked}{why}")
 
@@ -98,8 +100,9 @@ def _wavefront_layers(func) -> list[LayerReport]:
     """The layers of a wavefront kernel (tir_templates.wavefront), one entry each."""
     info = json.loads(str(func.attrs[STACK_KERNEL_ATTR]))
     specs = [CellSpec.from_json(text) for text in info["layers"]]
-    return [_entry(spec, "wavefront", config=info["config"], source="wavefront plan", stack=[s.node for s in specs])
-            for spec in specs]
+    choice = info.get("choice", {})
+    return [_entry(spec, "wavefront", config=info["config"], source=choice.get("source", ""),
+                   stack=[s.node for s in specs], stack_reason=choice.get("why", "")) for spec in specs]
 
 
 def layer_report(mod: tvm.IRModule) -> list[LayerReport]:

@@ -1,12 +1,19 @@
 """`persist-rnn bench --parts stacks`: stacked layers, the layer wavefront against the same stack
 built one kernel a layer and against torch's multi-layer nn.LSTM / nn.GRU (cuDNN, strict fp32, in
-a CUDA graph), all three timed in turn in the same run (gpu_timing.interleaved_ms)."""
+a CUDA graph), all three timed in turn in the same run (gpu_timing.interleaved_ms); beside them
+what the default (`wavefront="auto"`) chose, and, with a tuning log, the measured choice recorded
+in it (`schedule/stack_log.py`)."""
 from __future__ import annotations
 
 import numpy as np
 from onnx import helper, numpy_helper
 
+from tir_templates.spec import CellSpec
+
 from .compile import compile as compile_model
+from .schedule import stack_log
+from .schedule.planner import target_arch
+from .targets import as_target
 from .gpu_timing import graph_replay, interleaved_ms, vm_call
 from .testing import torch_to_onnx_weights
 
@@ -47,7 +54,8 @@ def stack_row(op: str, hidden: int, layers: int, batch: int, seq_len: int, optio
     model = onnx_stack_from_torch(op, module, seq_len, batch)
     feeds = {"X": x.cpu().numpy()}
     fused = compile_model(model, "cuda", wavefront=True, **options)
-    per_layer = compile_model(model, "cuda", **options)
+    per_layer = compile_model(model, "cuda", wavefront=False, **options)
+    auto = compile_model(model, "cuda", **options)  # the default's choice (not timed: it is one of the two)
     torch.backends.cudnn.allow_tf32 = False
     with torch.no_grad():
         want = module(x)[0].cpu().numpy()
@@ -59,7 +67,14 @@ def stack_row(op: str, hidden: int, layers: int, batch: int, seq_len: int, optio
     errors = {name: float(np.abs(c.run(feeds)[0] - want).max() / scale) for name, c in (("ours", fused), ("per_layer", per_layer))}
     row = {"part": "stack", "cell": op, "hidden": hidden, "layers": layers, "batch": batch, "seq_len": seq_len, **ms,
            "ours_err": errors["ours"], "per_layer_err": errors["per_layer"],
-           "lowerings": [r.lowering for r in fused.report()], "config": fused.report()[0].config}
+           "lowerings": [r.lowering for r in fused.report()], "config": fused.report()[0].config,
+           "auto": {"lowering": auto.report()[0].lowering, "why": auto.report()[0].stack_reason}}
     row["per_layer_over_ours"] = row["per_layer_ms"] / row["ours_ms"]
     row["torch_graph_over_ours"] = row["torch_graph_ms"] / row["ours_ms"]
+    if options.get("tuning_log"):  # later compiles of this stack take the faster lowering as measured
+        spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU")
+        stack_log.append(options["tuning_log"], stack_log.StackRecord(
+            stack_log.stack_workload([spec] * layers, batch, target_arch(as_target("cuda")), options.get("precision", "fp32")),
+            "wavefront" if row["ours_ms"] < row["per_layer_ms"] else "per_layer", 1e3 * row["ours_ms"],
+            1e3 * row["per_layer_ms"], "measured"))
     return row

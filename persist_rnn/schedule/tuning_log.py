@@ -24,6 +24,8 @@ WORKLOAD_KEYS = ("cell", "input_size", "hidden_size", "batch", "directions", "dt
                  "linear_before_reset", "arch", "template_version")
 SOURCES = ("measured", "cost_model")
 TIMINGS = ("warm", "cold")
+#: the workload key of a stack's record (`stack_log.py`), which `read` leaves to that module
+STACK_KEY = "stack"
 
 
 def workload(spec: CellSpec, batch: int | None, arch: str, precision: str = "fp32") -> dict:
@@ -87,8 +89,8 @@ def _parse(line: str, where: str) -> Record:
     return Record(wl, config, None if t is None else float(t), d["source"], str(d.get("created", "")), how)
 
 
-def read(path: str) -> list[Record]:
-    """Every record of the log at `path` (a missing or unreadable file is an empty log)."""
+def _lines(path: str) -> list[tuple[str, str]]:
+    """(line, "path:number") of every non-blank line of the log (a missing or unreadable file has none)."""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
@@ -97,7 +99,26 @@ def read(path: str) -> list[Record]:
     except OSError as err:  # a directory, no permission: the compile goes on without the log
         warnings.warn(f"{path}: the tuning log cannot be read ({err.strerror or err}); it is not used")
         return []
-    return [_parse(line, f"{path}:{i}") for i, line in enumerate(lines, 1) if line.strip()]
+    return [(line, f"{path}:{i}") for i, line in enumerate(lines, 1) if line.strip()]
+
+
+def _stack_record(line: str) -> dict | None:
+    """The line's record if it is a stack's (`stack_log.py`), else None."""
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError:
+        return None  # _parse says what is wrong with it
+    return d if isinstance(d, dict) and isinstance(d.get("workload"), dict) and STACK_KEY in d["workload"] else None
+
+
+def read(path: str) -> list[Record]:
+    """Every layer record of the log at `path` (a missing or unreadable file is an empty log)."""
+    return [_parse(line, where) for line, where in _lines(path) if _stack_record(line) is None]
+
+
+def stack_lines(path: str) -> list[tuple[dict, str]]:
+    """(record, "path:number") of every stack record of the log, for `stack_log.py`."""
+    return [(d, where) for line, where in _lines(path) if (d := _stack_record(line)) is not None]
 
 
 def lookup(path: str, wl: dict) -> Record | None:
@@ -132,7 +153,12 @@ def append(path: str, rec: Record) -> None:
     one log at once lose no record and interleave no line. A log that cannot be written (a
     read-only place) gets a warning, and the compile goes on without recording."""
     rec.created = rec.created or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    line = rec.to_json() + "\n"
+    append_line(path, rec.to_json())
+
+
+def append_line(path: str, text: str) -> None:
+    """`append`'s locked write of one record's JSON `text`."""
+    line = text + "\n"
     try:
         with open(path, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)

@@ -8,7 +8,8 @@ break TVM's kernels, which take tensors at offset 0). Each layer's result become
 results, so every use reads the fused kernel: whatever read a lower layer before the top layer's
 call (the importer takes each layer's Y_h right after it) is held back and emitted after the fused
 call. The per-layer kernels and the upper layers' projections are then unused and dropped.
-A stack the wavefront cannot run keeps its per-layer kernels, and the report says why.
+A stack the wavefront cannot run, or (under `wavefront="auto"`) runs slower than its per-layer
+kernels, keeps those, and the report says why.
 """
 from __future__ import annotations
 
@@ -18,16 +19,30 @@ import re
 import tvm
 from tvm import relax
 
+from tir_templates.config import Config
 from tir_templates.early_launch import sm_number
 from tir_templates.wavefront import (STACK_KERNEL_ATTR, UnsupportedStack, emulated_stack_kernel,
                                      plan_stack, stack_kernel)
 
-from ..report import STACK_REASON_ATTR
+from ..errors import PersistRNNError
+from ..report import CONFIG_ATTR, LOWERING_ATTR, STACK_REASON_ATTR
+from ..schedule.stack_choice import choose_stack
 from .call_sites import call_args, static_dim
 from .layer_stacks import call_chains, layer_spec, projection_of
 
 #: the first architecture with thread-block clusters (the wavefront gives each layer one)
 MIN_CLUSTER_SM = 90
+
+
+#: `wavefront=` values: fuse every stack the wavefront takes, none, or those it runs faster
+WAVEFRONT_MODES = {True: True, "on": True, False: False, "off": False, "auto": "auto"}
+
+
+def wavefront_mode(value) -> bool | str:
+    """True, False or "auto" for a `wavefront=` value (True/"on", False/"off", "auto")."""
+    if isinstance(value, (bool, str)) and value in WAVEFRONT_MODES:
+        return WAVEFRONT_MODES[value]
+    raise PersistRNNError(f"wavefront={value!r}: expected True or 'on', False or 'off', or 'auto'")
 
 
 def has_clusters(arch: str | None) -> bool:
@@ -146,12 +161,15 @@ class _FuseStacks(relax.PyExprMutator):
                 super().visit_var_binding_(binding)
 
 
-def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool = True,
-                emulate: bool = False, arch: str | None = None, unverified: bool = False) -> tvm.IRModule:
-    """`mod` with every stack the wavefront can run as one kernel; the others' layers carry
-    STACK_REASON_ATTR (so do all stacks' unless `enabled`). `arch`: the CUDA target's ("sm_90");
-    `emulate`: the kernel's CPU twin (tests on llvm); `unverified`: also stacks whose kernel has
-    not run on a GPU yet (16-bit ones, `plan_stack`)."""
+def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | str = True,
+                emulate: bool = False, arch: str | None = None, unverified: bool = False,
+                tuning_log_path=None, precision: str = "fp32") -> tvm.IRModule:
+    """`mod` with the stacks the wavefront can run as one kernel fused: each of them (`mode`
+    True), none (False), or those that a measured record of the tuning log or else the cost model
+    finds faster fused ("auto", `schedule/stack_choice.py`). The layers of the others carry
+    STACK_REASON_ATTR. `arch`: the CUDA target's ("sm_90"); `emulate`: the kernel's CPU twin
+    (tests on llvm); `unverified`: also stacks whose kernel has not run on a GPU yet (16-bit
+    ones, `plan_stack`)."""
     replaced = set()
     for gv_func, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function):
@@ -163,8 +181,9 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool
             try:
                 if target_kind != "cuda" and not emulate:
                     raise UnsupportedStack("the layer wavefront is a CUDA kernel")
-                if not enabled:
-                    raise UnsupportedStack("the layer wavefront is off: compile(..., wavefront=True) or --wavefront")
+                if not mode:
+                    raise UnsupportedStack("the layer wavefront is off (compile(..., wavefront=False), "
+                                           "--wavefront off)")
                 if not emulate and not has_clusters(arch):
                     raise UnsupportedStack(f"the layer wavefront needs thread-block clusters (sm_{MIN_CLUSTER_SM} or "
                                            f"later, not {arch})")
@@ -175,13 +194,16 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool
                     problem = "its layers interleave with another stack's, which the wavefront fuses"
                 if problem:
                     raise UnsupportedStack(problem)
+                choice = _choice(mod, calls, specs, cfg, mode, arch, tuning_log_path, precision)
+                if not choice["fuse"]:
+                    raise UnsupportedStack(choice["why"])
             except UnsupportedStack as err:
                 for c in calls:
                     mod[c.args[0]] = mod[c.args[0]].with_attr(STACK_REASON_ATTR, str(err))
                 continue
             kernel = (emulated_stack_kernel if emulate else stack_kernel)(specs, cfg)
             kernel = kernel.with_attr(STACK_KERNEL_ATTR, json.dumps(
-                {"layers": [s.to_json() for s in specs], "config": cfg.as_dict()}))
+                {"layers": [s.to_json() for s in specs], "config": cfg.as_dict(), "choice": choice}))
             name = _kernel_name(specs)
             fused[old_vars[-1]] = (kernel, name, calls, old_vars, projections)
             spans.append(span)
@@ -193,6 +215,21 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, enabled: bool
         mod = mutator.builder_.get()
         mod[gv_func] = relax.analysis.remove_all_unused(new_func)
     return _drop_unused(mod, replaced)
+
+
+def _choice(mod, calls, specs, cfg, mode, arch, tuning_log_path, precision) -> dict:
+    """{"fuse", "source", "why"}: whether the stack is fused, by whose choice and why."""
+    if mode != "auto":
+        return {"fuse": True, "source": "asked", "why": ""}  # wavefront=True
+    layer_configs = []
+    for call in calls:
+        func = mod[call.args[0]]
+        persistent = func.attrs is not None and str(func.attrs.get(LOWERING_ATTR, "")) == "persistent"
+        layer_configs.append(Config.from_dict(json.loads(str(func.attrs[CONFIG_ATTR]))) if persistent else None)
+    xw = call_args(calls[0])[0]
+    choice = choose_stack(specs, cfg, layer_configs, arch or "sm_90", static_dim(xw, 1), static_dim(xw, 0),
+                          tuning_log_path=tuning_log_path, precision=precision)
+    return {"fuse": choice.fuse, "source": choice.source, "why": choice.why()}
 
 
 def _kernel_name(specs) -> str:

@@ -39,7 +39,7 @@ from ..targets import as_target
 from .batch_invariants import broadcast_batch_invariants
 from .call_sites import call_args, call_site_batches, call_site_rows, call_tir_sites
 from .layer_stacks import mark_stacks
-from .layer_wavefront import fuse_stacks
+from .layer_wavefront import fuse_stacks, wavefront_mode
 from .match_cells import MatchCells
 
 
@@ -216,17 +216,19 @@ def _needs_cooperative_launch(func, spec: CellSpec) -> bool:
 
 
 def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None,
-                  unverified=False, cooperative=True, precision="fp32", wavefront=False) -> tvm.ir.transform.Pass:
+                  unverified=False, cooperative=True, precision="fp32", wavefront="auto") -> tvm.ir.transform.Pass:
     """The pass. `config` forces one schedule config (a dict or Config) for every layer;
     `tuning_log` is a JSON-lines path whose records are reused; `measure` (default: when a GPU is
     present) times the cost model's top_k candidates; `unverified` lets the planner pick kernel
     variants that have not yet run on a GPU; `cooperative` (default) launches grid-barrier kernels
     cooperatively (see `_needs_cooperative_launch`; off only to measure what it costs);
     `precision` "tf32" lets fp32 layers' steps use the tensor cores at TF32 (schedule/precision.py);
-    `wavefront` runs each stack of layers the layer wavefront can take as one kernel
-    (layer_wavefront.py; off by default: every layer its own kernel, faster on most stacks so far)."""
+    `wavefront` runs stacks of layers as one kernel (layer_wavefront.py): "auto" (default) those
+    that a measured stack record of `tuning_log`, else the cost model, finds faster so
+    (schedule/stack_choice.py); True every stack the wavefront takes; False none."""
     target = as_target(target)
     precision = checked_precision(precision)
+    wavefront = wavefront_mode(wavefront)
     if target.kind.name == "cuda" and sm_number(target_arch(target)) < MIN_CUDA_SM:
         raise PersistRNNError(
             f"target arch {target_arch(target)}: persist_rnn's CUDA kernels need sm_{MIN_CUDA_SM} or newer (TF32 and "
@@ -269,8 +271,8 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         cuda = target.kind.name == "cuda"
         arch = target_arch(target) if cuda else None
         num_sms = gpu_model(arch).num_sms if cuda else 0
-        mod = fuse_stacks(mod, target.kind.name, num_sms, enabled=wavefront, arch=arch,
-                          unverified=unverified)  # a stack as one kernel, or why not
+        mod = fuse_stacks(mod, target.kind.name, num_sms, mode=wavefront, arch=arch, unverified=unverified,
+                          tuning_log_path=tuning_log, precision=precision)  # a stack as one kernel, or why not
         layers = {gv.name_hint for gv, _, _ in recurrences(mod)}
         if cuda:
             # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM

@@ -1,0 +1,138 @@
+"""wavefront="auto": the stack cost model (schedule/stack_cost.py) against every stack measured with
+the current wavefront kernel, the stack records of a tuning log (schedule/stack_log.py), and what
+compile() and report() make of them."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+import tvm
+
+import persist_rnn
+from persist_rnn.errors import PersistRNNError
+from persist_rnn.schedule import stack_log, tuning_log
+from persist_rnn.schedule.gpu import gpu_model
+from persist_rnn.schedule.planner import choose
+from persist_rnn.schedule.stack_choice import choose_stack
+from persist_rnn.schedule.stack_cost import FUSE_MARGIN, stack_us
+from persist_rnn.testing import stacked_layers_model
+from tir_templates.config import Config
+from tir_templates.spec import CellSpec
+from tir_templates.wavefront.plan import plan_stack
+
+SM90 = {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "thread_warp_size": 32,
+        "max_shared_memory_per_block": 49152}
+DATA = pathlib.Path(__file__).resolve().parents[2] / "docs" / "data"
+#: `bench --parts stacks` runs of the wavefront kernel as it is now (session 21's H100 file timed an
+#: earlier kernel, with a grid barrier a step)
+MEASURED = ("wavefront-stacks-h200.jsonl", "wavefront-stacks-s31-h100.jsonl")
+#: measured ratios this close to 1 are ties: either choice is as good
+TIE = 1.1
+
+
+def _measured_stacks():
+    rows = []
+    for name in MEASURED:
+        path = DATA / name
+        if path.exists():
+            rows += [r for r in map(json.loads, path.read_text().splitlines()) if r.get("part") == "stack"]
+    return rows
+
+
+def _spec(cell: str, hidden: int) -> CellSpec:
+    return CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU")
+
+
+def _choice(cell, hidden, layers, batch, steps=100):
+    """(fuse, wavefront us, per-layer us) as a compile without a GPU or log decides (the cost model's
+    per-layer configs)."""
+    spec = _spec(cell, hidden)
+    layer_cfg = choose(spec, tvm.target.Target(SM90), batch, measure=False).config
+    c = choose_stack([spec] * layers, plan_stack([spec] * layers, batch, 132), [layer_cfg] * layers, "sm_90",
+                     batch, steps)
+    return c.fuse, c.wavefront_us, c.per_layer_us
+
+
+@pytest.mark.parametrize("row", _measured_stacks(), ids=lambda r: f"{r['cell']}{r['hidden']}x{r['layers']}-B{r['batch']}")
+def test_the_choice_agrees_with_every_measured_stack(row):
+    """Where the wavefront measured more than 10% faster, auto fuses; more than 10% slower, it
+    keeps a kernel a layer (GPU runs of `persist-rnn bench --parts stacks`)."""
+    measured = row["per_layer_ms"] / row["ours_ms"]
+    fuse, _, _ = _choice(row["cell"], row["hidden"], row["layers"], row["batch"], row["seq_len"])
+    if measured >= TIE:
+        assert fuse, f"measured {measured:.2f}x faster fused"
+    elif measured <= 1 / TIE:
+        assert not fuse, f"measured {1 / measured:.2f}x slower fused"
+
+
+def test_batch_makes_the_wavefront_compute_bound():
+    """At B=1 a 3-layer LSTM stack is predicted faster fused; at B=10 every layer's [W | R] dot on
+    its 16 SMs costs more than a kernel a layer saves (docs/benchmarks.md *Layer wavefront*)."""
+    one = _choice("LSTM", 256, 3, 1)
+    ten = _choice("LSTM", 256, 3, 10)
+    assert one[0] and one[2] >= FUSE_MARGIN * one[1]
+    assert not ten[0] and ten[1] > ten[2]
+
+
+def test_the_slowest_layer_sets_the_pace():
+    spec = _spec("LSTM", 128)
+    cfg = plan_stack([spec] * 3, 1, 132)
+    layer_cfg = Config(8, 8, 1, 1)
+    two = stack_us([spec] * 2, plan_stack([spec] * 2, 1, 132), [layer_cfg] * 2, gpu_model("sm_90"), 1, 100)
+    three = stack_us([spec] * 3, cfg, [layer_cfg] * 3, gpu_model("sm_90"), 1, 100)
+    assert three[0] == pytest.approx(two[0] * 102 / 101, rel=1e-9)  # layers 1 and 2 alike: one more step
+    assert three[1] == pytest.approx(two[1] * 1.5)
+
+
+def _measured_record(log, cell, hidden, layers, batch, lowering):
+    specs = [_spec(cell, hidden)] * layers
+    stack_log.append(str(log), stack_log.StackRecord(stack_log.stack_workload(specs, batch, "sm_90"), lowering,
+                                                     100.0, 200.0, "measured"))
+
+
+def test_auto_fuses_where_the_model_or_a_measured_record_says(tmp_path):
+    model, _ = stacked_layers_model("LSTM", 128, 3, 100, 1)
+    target = tvm.target.Target(SM90)
+    report = persist_rnn.compile(model, target, measure=False).report()
+    assert [r.lowering for r in report] == ["wavefront"] * 3
+    assert report[0].source == "cost_model" and "the cost model's choice" in report[0].line()
+    log = tmp_path / "log.jsonl"
+    _measured_record(log, "LSTM", 128, 3, 1, "per_layer")
+    apart = persist_rnn.compile(model, target, measure=False, tuning_log=str(log)).report()
+    assert [r.lowering for r in apart] == ["persistent"] * 3
+    assert all("own kernel: the tuning log's measured choice: 200 us" in r.line() for r in apart)
+    wide, _ = stacked_layers_model("LSTM", 256, 3, 20, 10)
+    kept = persist_rnn.compile(wide, target, measure=False).report()
+    assert [r.lowering for r in kept] == ["persistent"] * 3 and "predicted" in kept[0].stack_reason
+    _measured_record(log, "LSTM", 256, 3, 10, "wavefront")
+    forced = persist_rnn.compile(wide, target, measure=False, tuning_log=str(log)).report()
+    assert [r.lowering for r in forced] == ["wavefront"] * 3 and forced[0].source == "tuning_log"
+
+
+def test_wavefront_takes_on_off_and_auto_only():
+    model, _ = stacked_layers_model("LSTM", 64, 2, 4, 1)
+    with pytest.raises(PersistRNNError, match="wavefront='sometimes'"):
+        persist_rnn.compile(model, tvm.target.Target(SM90), measure=False, wavefront="sometimes")
+    on = persist_rnn.compile(model, tvm.target.Target(SM90), measure=False, wavefront="on").report()
+    assert [r.lowering for r in on] == ["wavefront"] * 2 and on[0].source == "asked"
+
+
+def test_stack_records_share_the_tuning_log(tmp_path):
+    """Layer records and stack records in one file: each reader takes its own, merge keeps both,
+    a measured record wins over the cost model's, and a bad one is named."""
+    log, out = tmp_path / "a.jsonl", tmp_path / "out.jsonl"
+    spec = _spec("GRU", 64)
+    tuning_log.append(str(log), tuning_log.Record(tuning_log.workload(spec, 1, "sm_90"), Config(8, 8, 1, 1), 1.0, "measured"))
+    wl = stack_log.stack_workload([spec] * 2, 1, "sm_90")
+    stack_log.append(str(log), stack_log.StackRecord(wl, "wavefront", 1.0, 2.0, "measured"))
+    stack_log.append(str(log), stack_log.StackRecord(wl, "per_layer", 3.0, 2.0, "cost_model"))
+    assert len(tuning_log.read(str(log))) == 1 and len(stack_log.read(str(log))) == 2
+    assert stack_log.lookup(str(log), wl).lowering == "wavefront"
+    assert stack_log.lookup(str(log), stack_log.stack_workload([spec] * 3, 1, "sm_90")) is None
+    assert tuning_log.merge([str(log)], str(out)) == 1 and stack_log.merge_into([str(log)], str(out)) == 1
+    assert [r.lowering for r in stack_log.read(str(out))] == ["wavefront"] and len(tuning_log.read(str(out))) == 1
+    bad = json.loads(stack_log.read(str(out))[0].to_json()) | {"lowering": "sideways"}
+    (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(PersistRNNError, match="bad.jsonl:1: lowering 'sideways'"):
+        stack_log.read(str(tmp_path / "bad.jsonl"))
