@@ -223,12 +223,14 @@ def matched_ms(direct: dict, bound: float) -> dict:
     return {a: r["ms"] for a, r in direct.items() if isinstance(r, dict) and "ms" in r and r["max_diff"] <= bound}
 
 
-def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True) -> dict:
+def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True, failed_builds=()) -> dict:
     """One layer at `precision` against cuDNN at the same precision, in one run: torch's layer
     (eager and CUDA graph; TF32 allowed only at "tf32"; 16-bit layer and input at "fp16" and "bf16") and its
     four algorithms called directly, each checked against torch's output at that precision within
     the precision's bound (`BOUNDS`); the fastest of those is `best_cudnn_ms`. fp16 and bf16
-    rows add FlashRNN's backends (`flashrnn_columns`) unless `flashrnn` is False. `ours_err`: ours against torch's strict fp32 layer, over the output scale."""
+    rows add FlashRNN's backends (`flashrnn_columns`) unless `flashrnn` is False, but not those
+    whose build failed up front (`failed_builds`: (cell, hidden, batch, dtype, backend) jobs).
+    `ours_err`: ours against torch's strict fp32 layer, over the output scale."""
     import torch
 
     from .cudnn_direct import algorithm_rows
@@ -254,7 +256,8 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True)
     row.update(cudnn_direct=direct, best_cudnn=best, best_cudnn_ms=timed[best],
                best_cudnn_over_ours=timed[best] / row["ours_ms"], torch_graph_over_ours=row["torch_graph_ms"] / row["ours_ms"])
     if dtype != "float32" and flashrnn:  # FlashRNN runs fp16 and bf16, not fp32
-        row.update(flashrnn_columns(theirs, tx, want, bound, row["ours_ms"]))
+        skip = {job[4] for job in failed_builds if tuple(job[:4]) == (op, hidden, batch, dtype)}
+        row.update(flashrnn_columns(theirs, tx, want, bound, row["ours_ms"], skip))
     spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU", dtype=dtype)
     row.update(floor_ms(spec, batch, seq_len, gpu_model("sm_90"), precision))  # the physical floor (floor.py)
     row["ours_over_floor"] = row["ours_ms"] / row["floor_ms"]
@@ -262,24 +265,47 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True)
     return row
 
 
-def flashrnn_columns(layer, x, want, bound, ours_ms) -> dict:
+def _why(err) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
+
+
+def flashrnn_columns(layer, x, want, bound, ours_ms, skip=()) -> dict:
     """FlashRNN's backends on the same layer (`flashrnn_anchor.py`, input projection included),
-    each checked against torch's output within `bound`: `flashrnn` per backend ({"ms", "max_diff"}
-    or {"refused": why}), the fastest that matched as `flashrnn_best_ms`."""
+    each checked against torch's output within `bound` and timed as called from Python (`ms`) and
+    replayed from a CUDA graph (`graph_ms`, as torch's cuDNN layer is: its host-side work then
+    drops out): `flashrnn` per backend ({"ms", "graph_ms" or "graph_refused", "max_diff"} or
+    {"refused": why}; a backend in `skip` failed to build), the fastest that matched, either way,
+    as `flashrnn_best_ms`."""
     import torch
 
     from .flashrnn_anchor import BACKENDS, flashrnn_call
 
     rows = {}
     for backend in BACKENDS:
+        if backend in skip:
+            rows[backend] = {"refused": "its JIT build failed before the timed run (the flashrnn_builds line)"}
+            continue
         try:
             with torch.no_grad():
                 call, y = flashrnn_call(layer, x, backend)
                 rows[backend] = {"max_diff": float((y.float() - want.float()).abs().max()), "ms": cuda_ms(call)}
         except Exception as err:  # not installed, a JIT build that fails, a shape or dtype it refuses
-            rows[backend] = {"refused": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]}
+            rows[backend] = {"refused": _why(err)}
+            continue
+        try:
+            with torch.no_grad():
+                replay = graph_replay(call)
+                y.zero_()
+                replay()
+                torch.cuda.synchronize()
+                diff = float((y.float() - want.float()).abs().max())
+                if diff > bound:
+                    raise RuntimeError(f"the replayed graph's output is {diff:.3g} off")
+                rows[backend].update(graph_ms=cuda_ms(replay), graph_max_diff=diff)
+        except Exception as err:  # a host-side sync or allocation that capture does not allow
+            rows[backend]["graph_refused"] = _why(err)
     out = {"flashrnn": rows}
-    matched = {b: r["ms"] for b, r in rows.items() if "ms" in r and r["max_diff"] <= bound}
+    matched = {b: min(r["ms"], r.get("graph_ms", r["ms"])) for b, r in rows.items() if "ms" in r and r["max_diff"] <= bound}
     if matched:
         best = min(matched, key=matched.get)
         out.update(flashrnn_best=best, flashrnn_best_ms=matched[best], flashrnn_over_ours=matched[best] / ours_ms)
@@ -397,7 +423,8 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
             f.flush()
             log(json.dumps(row))
         for precision, op, h, b in precision_jobs:
-            row = precision_row(op, h, b, 100, options, precision, not flashrnn_layers or (op, h, b) in set(flashrnn_layers))
+            row = precision_row(op, h, b, 100, options, precision, not flashrnn_layers or (op, h, b) in set(flashrnn_layers),
+                                [x["job"] for x in builds if not x["ok"]])
             f.write(json.dumps(row) + "\n")
             f.flush()
             log(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}))

@@ -71,7 +71,7 @@ class LayerReport:
         stacked = f", layer {self.stack.index(self.node) + 1} of {len(self.stack)} stacked" if self.stack else ""
         if self.stack and self.lowering == "persistent":  # a kernel a layer where the wavefront could have fused them
             stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
-        elif self.stack_reason:  # one wavefront kernel: whose choice
+        elif self.lowering == "wavefront" and self.stack_reason:  # one wavefront kernel: whose choice
             stacked += f" ({self.stack_reason})"
         return (f"{self.node}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
                 f"{dirs}: {self.lowering}{tf32}{early}{buckets}{stacked}{why}")

@@ -162,14 +162,12 @@ class _FuseStacks(relax.PyExprMutator):
 
 
 def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | str = True,
-                emulate: bool = False, arch: str | None = None, unverified: bool = False,
-                tuning_log_path=None, precision: str = "fp32") -> tvm.IRModule:
+                emulate: bool = False, arch: str | None = None, tuning_log_path=None, precision: str = "fp32") -> tvm.IRModule:
     """`mod` with the stacks the wavefront can run as one kernel fused: each of them (`mode`
     True), none (False), or those that a measured record of the tuning log or else the cost model
     finds faster fused ("auto", `schedule/stack_choice.py`). The layers of the others carry
     STACK_REASON_ATTR. `arch`: the CUDA target's ("sm_90"); `emulate`: the kernel's CPU twin
-    (tests on llvm); `unverified`: also stacks whose kernel has not run on a GPU yet (16-bit
-    ones, `plan_stack`)."""
+    (tests on llvm)."""
     replaced = set()
     for gv_func, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function):
@@ -187,7 +185,7 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | 
                 if not emulate and not has_clusters(arch):
                     raise UnsupportedStack(f"the layer wavefront needs thread-block clusters (sm_{MIN_CLUSTER_SM} or "
                                            f"later, not {arch})")
-                cfg = plan_stack(specs, static_dim(call_args(calls[0])[0], 1), num_sms, unverified or emulate)
+                cfg = plan_stack(specs, static_dim(call_args(calls[0])[0], 1), num_sms)
                 problem = fusion_problem(func, old_vars, calls, projections, where)
                 span = (where[old_vars[0]], where[old_vars[-1]])
                 if any(lo <= span[1] and span[0] <= hi for lo, hi in spans):

@@ -4,6 +4,7 @@ kernel's CPU twin against ONNX Runtime; report() names the fused layers, or why 
 kernel a layer; the CUDA build of a model with ONNX's slash-named nodes goes through nvcc."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 
@@ -16,7 +17,8 @@ import persist_rnn
 from persist_rnn.frontend import from_onnx
 from persist_rnn.testing import cuda_source, max_rel_error, ort_run, sixteen_bit_model, stacked_layers_model
 from persist_rnn.transform.layer_wavefront import fuse_stacks
-from tir_templates.spec import ATTR_KEY
+from tir_templates.spec import ATTR_KEY, CellSpec
+from tir_templates.wavefront.plan import UnsupportedStack, plan_stack
 from tir_templates.wavefront import STACK_KERNEL_ATTR
 
 SM90 = {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "thread_warp_size": 32,
@@ -75,17 +77,17 @@ def test_report_names_the_wavefront_or_why_not():
     assert all("needs thread-block clusters" in r.stack_reason for r in ampere.report())
 
 
-def test_a_16_bit_stack_waits_for_unverified():
+def test_a_16_bit_stack_is_a_stack():
     """An fp16 stack: Y leaves layer 0 in fp16 and layer 1's projection reads it as it is, so the
-    layers link as a stack (tir_templates/signature.py). Its wavefront kernel has not run on a GPU
-    yet, so without `unverified` each layer keeps its own kernel and the report says why."""
+    layers link as a stack (tir_templates/signature.py) and the wavefront takes it (its kernel ran
+    on the H100 in session 31: tests/gpu/test_wavefront_gpu.py); an fp64 stack it does not."""
     model, feeds = stacked_layers_model("LSTM", 64, 2, 10, 1)
     half, *_ = sixteen_bit_model(model, feeds)
     report = persist_rnn.compile(half, tvm.target.Target(SM90), measure=False, wavefront=True).report()
-    assert [r.lowering for r in report] == ["persistent"] * 2
-    assert all("stacked" in r.line() and "has not run on a GPU yet" in r.stack_reason for r in report)
-    allowed = persist_rnn.compile(half, tvm.target.Target(SM90), measure=False, wavefront=True, unverified=True)
-    assert [r.lowering for r in allowed.report()] == ["wavefront"] * 2
+    assert [r.lowering for r in report] == ["wavefront"] * 2
+    wide = [dataclasses.replace(CellSpec("lstm", 64, 64), dtype="float64")] * 2
+    with pytest.raises(UnsupportedStack, match="takes float32, float16 and bfloat16"):
+        plan_stack(wide, 1, 132)
 
 
 #: how close the 16-bit wavefront's twin comes to the same model built a kernel a layer: fp16

@@ -110,9 +110,8 @@ def test_plan_gives_each_layer_the_smallest_cluster_that_holds_it():
         plan_stack([CellSpec("gru", 64, 64)] * 2, 1, 132)
     with pytest.raises(UnsupportedStack, match="2 to 4 layers"):
         plan_stack([CellSpec("rnn", 64, 64)] * 5, 1, 132)
-    with pytest.raises(UnsupportedStack, match="has not run on a GPU yet"):
-        plan_stack([CellSpec("lstm", 64, 64, dtype="float16")] * 2, 1, 132)
-    assert plan_stack([CellSpec("lstm", 64, 64, dtype="bfloat16")] * 2, 1, 132, unverified=True).cluster == 2
+    assert plan_stack([CellSpec("lstm", 64, 64, dtype="float16")] * 2, 1, 132).cluster == 2
+    assert plan_stack([CellSpec("lstm", 64, 64, dtype="bfloat16")] * 2, 1, 132).cluster == 2
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -125,7 +124,7 @@ def test_cuda_compiles_without_spills(cell, H, n_l, batch, dtype, tmp_path):
     A 16-bit stack adds a rounding of each input word and 16-bit stores of Y."""
     arch = "sm_90"
     specs = [CellSpec(cell, H, H, node=f"l{l}", linear_before_reset=cell == "gru", dtype=dtype) for l in range(n_l)]
-    func = stack_kernel(specs, plan_stack(specs, batch, 132, unverified=True))
+    func = stack_kernel(specs, plan_stack(specs, batch, 132))
     lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
                       target=tvm.target.Target({"kind": "cuda", "arch": arch}))
     src = tmp_path / "k.cu"

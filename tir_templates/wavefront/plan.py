@@ -90,13 +90,9 @@ def parts(spec: CellSpec, layer: int) -> int:
     return 2 if layer > 0 and spec.cell == "gru" else 1
 
 
-def plan_stack(specs: list[CellSpec], batch: int | None, num_sms: int, unverified: bool = False) -> StackConfig:
-    """The wavefront's config for `specs` at a static `batch`, or UnsupportedStack with the reason.
-    A 16-bit stack only with `unverified`: its kernel has not run on a GPU yet."""
+def plan_stack(specs: list[CellSpec], batch: int | None, num_sms: int) -> StackConfig:
+    """The wavefront's config for `specs` at a static `batch`, or UnsupportedStack with the reason."""
     check_stack(specs)
-    if specs[0].dtype in SIXTEEN_BIT and not unverified:
-        raise UnsupportedStack(f"dtype {specs[0].dtype}: the 16-bit wavefront kernel has not run on a GPU yet "
-                               "(compile(..., unverified=True) allows it)")
     if batch is None or batch > MAX_BATCH:
         raise UnsupportedStack(f"the wavefront takes static batches up to {MAX_BATCH} (batch "
                                f"{batch or 'known at run time'}): both copies of a step's input sit in shared memory")
