@@ -234,6 +234,7 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True,
     import torch
 
     from .cudnn_direct import algorithm_rows
+    from .flashrnn_graph import graph_columns
 
     build_precision, dtype, math = PRECISIONS[precision]
     layer, x, strict, model, feeds = strict_fp32_case(op, hidden, batch, seq_len, dtype)
@@ -257,7 +258,8 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True,
                best_cudnn_over_ours=timed[best] / row["ours_ms"], torch_graph_over_ours=row["torch_graph_ms"] / row["ours_ms"])
     if dtype != "float32" and flashrnn:  # FlashRNN runs fp16 and bf16, not fp32
         skip = {job[4] for job in failed_builds if tuple(job[:4]) == (op, hidden, batch, dtype)}
-        row.update(flashrnn_columns(theirs, tx, want, bound, row["ours_ms"], skip))
+        row.update(flashrnn_columns(theirs, tx, want, bound, row["ours_ms"], skip,
+                                    lambda backend: graph_columns(op, hidden, batch, precision, backend)))
     spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU", dtype=dtype)
     row.update(floor_ms(spec, batch, seq_len, gpu_model("sm_90"), precision))  # the physical floor (floor.py)
     row["ours_over_floor"] = row["ours_ms"] / row["floor_ms"]
@@ -269,13 +271,13 @@ def _why(err) -> str:
     return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
 
 
-def flashrnn_columns(layer, x, want, bound, ours_ms, skip=()) -> dict:
+def flashrnn_columns(layer, x, want, bound, ours_ms, skip=(), graph=None) -> dict:
     """FlashRNN's backends on the same layer (`flashrnn_anchor.py`, input projection included),
     each checked against torch's output within `bound` and timed as called from Python (`ms`) and
-    replayed from a CUDA graph (`graph_ms`, as torch's cuDNN layer is: its host-side work then
-    drops out): `flashrnn` per backend ({"ms", "graph_ms" or "graph_refused", "max_diff"} or
-    {"refused": why}; a backend in `skip` failed to build), the fastest that matched, either way,
-    as `flashrnn_best_ms`."""
+    replayed from a CUDA graph (`graph(backend)`: `flashrnn_graph.graph_columns` in a process of
+    its own, as torch's cuDNN layer is replayed): `flashrnn` per backend ({"ms", "max_diff",
+    "graph_ms" or "graph_refused"} or {"refused": why}; a backend in `skip` failed to build), the
+    fastest that matched, either way, as `flashrnn_best_ms`."""
     import torch
 
     from .flashrnn_anchor import BACKENDS, flashrnn_call
@@ -292,18 +294,8 @@ def flashrnn_columns(layer, x, want, bound, ours_ms, skip=()) -> dict:
         except Exception as err:  # not installed, a JIT build that fails, a shape or dtype it refuses
             rows[backend] = {"refused": _why(err)}
             continue
-        try:
-            with torch.no_grad():
-                replay = graph_replay(call)
-                y.zero_()
-                replay()
-                torch.cuda.synchronize()
-                diff = float((y.float() - want.float()).abs().max())
-                if diff > bound:
-                    raise RuntimeError(f"the replayed graph's output is {diff:.3g} off")
-                rows[backend].update(graph_ms=cuda_ms(replay), graph_max_diff=diff)
-        except Exception as err:  # a host-side sync or allocation that capture does not allow
-            rows[backend]["graph_refused"] = _why(err)
+        if graph is not None:
+            rows[backend].update(graph(backend))
     out = {"flashrnn": rows}
     matched = {b: min(r["ms"], r.get("graph_ms", r["ms"])) for b, r in rows.items() if "ms" in r and r["max_diff"] <= bound}
     if matched:
