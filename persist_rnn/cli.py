@@ -204,7 +204,8 @@ def inspect(model, target, tuning_log, wavefront, shape_opts, const_opts):
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
 def tune(model, target, top_k, log_path, batches, precision, unverified):
     """Measure the cost model's top-K configs of every recurrent layer and log the fastest (for a
-    symbolic batch, of every batch bucket)."""
+    symbolic batch, of every batch bucket); then time the model with its stacks of layers fused
+    and apart, and log the faster for each stack (persist_rnn/stack_tuning.py)."""
     from tqdm import tqdm
 
     from .targets import as_target
@@ -239,6 +240,27 @@ def tune(model, target, top_k, log_path, batches, precision, unverified):
             took = f"{row['time_us']:.2f} us/step " if row["time_us"] else ""
             at = "" if not plan.buckets else f" B<={row['max_batch']}" if row["max_batch"] else " B rest"
             click.echo(f"{spec.node}{at}: {row['source']} {took}{row['config']}")
+    _tune_stacks(model, mod, tgt, log_path, precision, unverified)
+
+
+def _tune_stacks(model, mod, tgt, log_path, precision, unverified):
+    """`tune`'s stacks: the model timed with them fused and apart (stack_tuning.py)."""
+    from .schedule.planner import target_arch
+    from .stack_tuning import tune_stacks
+    from .transform.persistent_rnn import PersistentRNN
+
+    try:
+        fused = PersistentRNN(tgt, tuning_log=log_path, measure=False, precision=precision, unverified=unverified,
+                              wavefront=True)(mod)
+        rows = tune_stacks(model, fused, tgt, log_path, target_arch(tgt), precision, unverified)
+    except PersistRNNError as err:
+        _fail(err)
+    for row in rows:
+        if "skipped" in row:
+            click.echo(f"stacks: not timed ({row['skipped']})")
+            continue
+        click.echo(f"stack {' > '.join(row['layers'])} B={row['batch']}: {row['lowering']} (wavefront "
+                   f"{row['wavefront_us']:.1f} us, a kernel a layer {row['per_layer_us']:.1f} us, the whole model) [measured]")
 
 
 @main.command()

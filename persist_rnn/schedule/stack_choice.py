@@ -33,7 +33,7 @@ class StackChoice:
         times = f"{self.per_layer_us:.0f} us a kernel a layer against {self.wavefront_us:.0f} us as one wavefront kernel"
         if self.source == "tuning_log":
             return f"the tuning log's measured choice: {times}"
-        return f"the cost model's choice: {times}, predicted (fused from {FUSE_MARGIN}x)"
+        return f"the cost model's choice: {times}, predicted; fused from {FUSE_MARGIN}x"
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -118,6 +118,27 @@ def test_wavefront_takes_on_off_and_auto_only():
     assert [r.lowering for r in on] == ["wavefront"] * 2 and on[0].source == "asked"
 
 
+def test_the_cli_takes_auto_on_and_off(tmp_path):
+    """`--wavefront` alone is `on`; the default is `auto`; `inspect` says whose choice it was."""
+    import onnx
+    from click.testing import CliRunner
+
+    from persist_rnn.cli import main
+
+    model, _ = stacked_layers_model("LSTM", 128, 3, 20, 1)
+    onnx.save(model, tmp_path / "stack.onnx")
+    first = {}
+    for name, extra in (("default", []), ("flag", ["--wavefront"]), ("off", ["--wavefront", "off"])):
+        res = CliRunner().invoke(main, ["inspect", str(tmp_path / "stack.onnx"), "--target", json.dumps(SM90), *extra])
+        assert res.exit_code == 0, res.output
+        first[name] = res.output.splitlines()[0]
+    assert "wavefront" in first["default"] and "the cost model's choice" in first["default"]
+    assert "wavefront, layer 1 of 3 stacked" in first["flag"] and "[asked]" in first["flag"]
+    assert "own kernel: the layer wavefront is off" in first["off"]
+    bad = CliRunner().invoke(main, ["inspect", str(tmp_path / "stack.onnx"), "--wavefront", "maybe"])
+    assert bad.exit_code != 0 and "maybe" in bad.output
+
+
 def test_stack_records_share_the_tuning_log(tmp_path):
     """Layer records and stack records in one file: each reader takes its own, merge keeps both,
     a measured record wins over the cost model's, and a bad one is named."""
@@ -136,3 +157,27 @@ def test_stack_records_share_the_tuning_log(tmp_path):
     (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
     with pytest.raises(PersistRNNError, match="bad.jsonl:1: lowering 'sideways'"):
         stack_log.read(str(tmp_path / "bad.jsonl"))
+
+
+def test_tune_times_the_model_both_ways_and_logs_each_stack(tmp_path):
+    """stack_tuning on llvm (the timing path is the GPU's, through TVM's VM timer): every stack the
+    wavefront fused in the module gets a measured record of the two whole-model times, which a
+    later compile with the log follows; a model without static float inputs is not timed."""
+    from tvm import relax
+
+    from persist_rnn.frontend import from_onnx
+    from persist_rnn.stack_tuning import fusable_stacks, random_feeds, tune_stacks
+    from persist_rnn.transform.layer_wavefront import fuse_stacks
+
+    model, _ = stacked_layers_model("LSTM", 32, 2, 6, 2)
+    mod = fuse_stacks(relax.transform.FoldConstant()(from_onnx(model)), "llvm", 132, emulate=True)
+    assert [(len(specs), batch) for specs, batch in fusable_stacks(mod)] == [(2, 2)]
+    log = str(tmp_path / "log.jsonl")
+    rows = tune_stacks(model, mod, "llvm", log, "sm_90", dev=tvm.cpu())
+    assert len(rows) == 1 and rows[0]["lowering"] in ("wavefront", "per_layer") and rows[0]["per_layer_us"] > 0
+    rec = stack_log.lookup(log, stack_log.stack_workload([_spec("LSTM", 32)] * 2, 2, "sm_90"))
+    assert rec.source == "measured" and rec.wavefront_us == rows[0]["wavefront_us"]
+    report = persist_rnn.compile(model, tvm.target.Target(SM90), measure=False, tuning_log=log).report()
+    assert all("the tuning log's measured choice" in r.stack_reason for r in report)
+    with_lengths, _ = stacked_layers_model("LSTM", 32, 2, 6, 2, lengths=True)
+    assert random_feeds(persist_rnn.compile(with_lengths, "llvm").inputs) is None

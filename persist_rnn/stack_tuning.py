@@ -1,0 +1,102 @@
+"""`persist-rnn tune`'s last step: a model's stacks of layers timed both ways, the faster recorded.
+
+The per-layer planner can time a kernel alone, but a stack's two lowerings differ in launches, input
+GEMMs and early launches too, which only the whole model shows. So the model is built with every
+stack the wavefront takes fused, and with none, both from the layer records just tuned, and the two
+builds are timed in turn through TVM's VM (its own timer; no torch). Each fused stack gets a measured
+stack record (`schedule/stack_log.py`) of the two times, which later compiles with the log follow
+(`wavefront="auto"`). A model with several stacks times them together: each record carries the
+whole model's two times.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from tir_templates.spec import CellSpec
+from tir_templates.wavefront import STACK_KERNEL_ATTR
+
+from .schedule import stack_log
+
+#: rounds of (wavefront build, per-layer build) timings, alternating, and calls a timing
+ROUNDS, CALLS = 5, 20
+
+
+def fusable_stacks(mod) -> list[tuple[list[CellSpec], int]]:
+    """(the layers, the static batch) of each stack that the wavefront fused in `mod` (after
+    PersistentRNN with wavefront=True)."""
+    out = []
+    for func in mod.functions.values():
+        if func.attrs is not None and STACK_KERNEL_ATTR in func.attrs:
+            info = json.loads(str(func.attrs[STACK_KERNEL_ATTR]))
+            out.append(([CellSpec.from_json(t) for t in info["layers"]], info["config"]["batch_chunk"]))
+    return out
+
+
+def random_feeds(inputs) -> dict | None:
+    """Inputs of the model's static shapes (None if any extent is symbolic or unknown): lengths
+    and other integer inputs at their largest valid value where one can be guessed."""
+    rng, feeds = np.random.default_rng(0), {}
+    for spec in inputs:
+        if spec.shape is None or not all(isinstance(d, int) and d > 0 for d in spec.shape):
+            return None
+        if np.issubdtype(np.dtype(spec.dtype), np.integer):
+            return None  # sequence lengths and ids: no value known to be valid
+        feeds[spec.name] = rng.standard_normal(spec.shape).astype(spec.dtype)
+    return feeds
+
+
+def vm_us(compiled, feeds, dev) -> callable:
+    """A timer of one call of `compiled` through TVM's VM with `feeds` on `dev`: median
+    microseconds of CALLS back-to-back calls."""
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(compiled.executable, dev)
+    args = [tvm.runtime.tensor(feeds[i.name], dev) for i in compiled.inputs]
+    timer = vm.time_evaluator("main", dev, number=CALLS, repeat=1)
+    return lambda: float(timer(*args).median * 1e6)
+
+
+def time_in_turn(timers: dict, rounds: int = ROUNDS) -> dict:
+    """Median microseconds of each timer, the timers called in turn for `rounds` rounds (a
+    host-bound call drifts over seconds: one timed after the other would compare moments)."""
+    times = {name: [] for name in timers}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            times[name].append(timer())
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def tune_stacks(model, mod, target, log_path: str, arch: str, precision: str = "fp32", unverified: bool = False,
+                dev=None, compile_model=None) -> list[dict]:
+    """Time `model` (an ONNX path or ModelProto) with its stacks fused and apart, and append one
+    measured stack record per stack fused in `mod` (the imported module after PersistentRNN with
+    wavefront=True); returns one {"layers", "batch", "lowering", "wavefront_us", "per_layer_us"} a
+    stack, or a {"skipped": why} row when the model cannot be timed so."""
+    stacks = fusable_stacks(mod)
+    if not stacks:
+        return []
+    if compile_model is None:
+        from .compile import compile as compile_model
+    options = dict(tuning_log=log_path, measure=False, precision=precision, unverified=unverified)
+    fused = compile_model(model, target, wavefront=True, **options)
+    apart = compile_model(model, target, wavefront=False, **options)
+    feeds = random_feeds(fused.inputs)
+    if feeds is None:
+        return [{"skipped": "an input has an integer dtype or an extent known only at run time: no inputs to time "
+                            "the model with (compile keeps the cost model's choice)"}]
+    if dev is None:
+        import tvm
+
+        dev = tvm.cuda(0)
+    us = time_in_turn({"wavefront": vm_us(fused, feeds, dev), "per_layer": vm_us(apart, feeds, dev)})
+    lowering = "wavefront" if us["wavefront"] < us["per_layer"] else "per_layer"
+    rows = []
+    for specs, batch in stacks:
+        stack_log.append(log_path, stack_log.StackRecord(stack_log.stack_workload(specs, batch, arch, precision),
+                                                         lowering, us["wavefront"], us["per_layer"], "measured"))
+        rows.append({"layers": [s.node for s in specs], "batch": batch, "lowering": lowering,
+                     "wavefront_us": us["wavefront"], "per_layer_us": us["per_layer"]})
+    return rows
