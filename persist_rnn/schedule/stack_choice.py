@@ -1,8 +1,9 @@
 """Choose how a stack of layers is lowered under `wavefront="auto"`: tuning log, else cost model.
 
 A measured stack record of the tuning log (`stack_log.py`) decides; without one the cost model
-(`stack_cost.py`) does (a choice that costs nothing to make again, so it is not logged). A stack with a layer that has no persistent kernel of its own is fused:
-the reference scan it would keep is far slower than any persistent kernel.
+(`stack_cost.py`) does (a choice that costs nothing to make again, so it is not logged). A stack
+with a layer that has no persistent kernel of its own is fused: the reference scan that layer
+would keep is far slower than any persistent kernel.
 """
 from __future__ import annotations
 
@@ -34,9 +35,6 @@ class StackChoice:
         if self.source == "tuning_log":
             return f"the tuning log's measured choice: {times}"
         return f"the cost model's choice: {times}, predicted; fused from {FUSE_MARGIN}x"
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def choose_stack(specs: list[CellSpec], cfg: StackConfig, layer_configs: list[Config | None], arch: str,
