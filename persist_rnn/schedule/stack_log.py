@@ -58,12 +58,15 @@ def read(path: str) -> list[StackRecord]:
     return [_parse(d, where) for d, where in tuning_log.stack_lines(path)]
 
 
-def lookup(path: str, wl: dict) -> StackRecord | None:
-    """The newest measured record of stack workload `wl`, else its newest record, else None."""
-    hits = [r for r in read(path) if r.workload == wl]
-    measured = [r for r in hits if r.source == "measured"]
-    pick = measured or hits
+def best(records: list[StackRecord]) -> StackRecord | None:
+    """The newest measured of one stack's `records`, else the newest (a tie: the later line)."""
+    pick = [r for r in records if r.source == "measured"] or records
     return max(enumerate(pick), key=lambda ir: (ir[1].created, ir[0]))[1] if pick else None
+
+
+def lookup(path: str, wl: dict) -> StackRecord | None:
+    """`best` of the records of stack workload `wl`, or None."""
+    return best([r for r in read(path) if r.workload == wl])
 
 
 def append(path: str, rec: StackRecord) -> None:
@@ -74,14 +77,13 @@ def append(path: str, rec: StackRecord) -> None:
 
 def merge_into(paths: list[str], out: str) -> int:
     """Append to `out` the record `lookup` would take of every stack in `paths`; returns how many."""
-    best: dict[str, list[StackRecord]] = {}
+    by_stack: dict[str, list[StackRecord]] = {}
     for p in paths:
         for rec in read(p):
-            best.setdefault(json.dumps(rec.workload, sort_keys=True), []).append(rec)
-    for recs in best.values():
-        measured = [r for r in recs if r.source == "measured"] or recs
-        tuning_log.append_line(out, max(enumerate(measured), key=lambda ir: (ir[1].created, ir[0]))[1].to_json())
-    return len(best)
+            by_stack.setdefault(json.dumps(rec.workload, sort_keys=True), []).append(rec)
+    for recs in by_stack.values():
+        tuning_log.append_line(out, best(recs).to_json())
+    return len(by_stack)
 
 
 def describe(rec: StackRecord) -> str:
