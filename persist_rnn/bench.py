@@ -267,7 +267,8 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True,
     return row
 
 
-def _why(err) -> str:
+def refusal(err) -> str:
+    """A refused baseline's row entry: the exception's type and first line."""
     return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
 
 
@@ -292,7 +293,7 @@ def flashrnn_columns(layer, x, want, bound, ours_ms, skip=(), graph=None) -> dic
                 call, y = flashrnn_call(layer, x, backend)
                 rows[backend] = {"max_diff": float((y.float() - want.float()).abs().max()), "ms": cuda_ms(call)}
         except Exception as err:  # not installed, a JIT build that fails, a shape or dtype it refuses
-            rows[backend] = {"refused": _why(err)}
+            rows[backend] = {"refused": refusal(err)}
             continue
         if graph is not None:
             rows[backend].update(graph(backend))
@@ -333,9 +334,10 @@ def model_rows(name, batches, options, examples_dir):
     for batch in batches:
         feeds = inputs_at_batch(shipped, path.replace(".onnx", "_inputs.npz"), batch)
         on_gpu = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}
-        compiled = compile_model(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, **options)
-        fused = compile_model(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, wavefront=True, **options)
-        apart = compile_model(path, "cuda", shapes={k: v.shape for k, v in feeds.items()}, wavefront=False, **options)
+        shapes = {k: v.shape for k, v in feeds.items()}
+        compiled = compile_model(path, "cuda", shapes=shapes, **options)
+        fused = compile_model(path, "cuda", shapes=shapes, wavefront=True, **options)
+        apart = compile_model(path, "cuda", shapes=shapes, wavefront=False, **options)
         ms = interleaved_ms({"ours_ms": vm_call(compiled, feeds), "wavefront_ms": vm_call(fused, feeds),
                              "per_layer_ms": vm_call(apart, feeds),
                              "shipped_ms": vm_call(shipped, feeds),

@@ -42,7 +42,7 @@ def main(argv: list[str]) -> None:
     output against torch's at the precision's bound, and time the replay."""
     import torch
 
-    from .bench import at_precision, strict_fp32_case
+    from .bench import at_precision, refusal, strict_fp32_case
     from .flashrnn_anchor import flashrnn_call
     from .gpu_timing import cuda_ms, graph_replay
 
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> None:
             out = ({"graph_refused": f"the replayed graph's output is {diff:.3g} off (bound {bound:.3g})"} if diff > bound
                    else {"graph_ms": cuda_ms(replay), "graph_max_diff": diff})
     except Exception as err:  # a host-side sync or allocation that capture does not allow
-        out = {"graph_refused": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]}
+        out = {"graph_refused": refusal(err)}
     print(json.dumps(out), flush=True)
 
 

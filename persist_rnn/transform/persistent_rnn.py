@@ -271,7 +271,8 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         cuda = target.kind.name == "cuda"
         arch = target_arch(target) if cuda else None
         num_sms = gpu_model(arch).num_sms if cuda else 0
-        mod = fuse_stacks(mod, target.kind.name, num_sms, mode=wavefront, arch=arch, tuning_log_path=tuning_log, precision=precision)  # a stack as one kernel, or why not
+        mod = fuse_stacks(mod, target.kind.name, num_sms, mode=wavefront, arch=arch, tuning_log_path=tuning_log,
+                          precision=precision)  # a stack as one kernel, or why not
         layers = {gv.name_hint for gv, _, _ in recurrences(mod)}
         if cuda:
             # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM
