@@ -240,11 +240,12 @@ def tune(model, target, top_k, log_path, batches, precision, unverified):
             took = f"{row['time_us']:.2f} us/step " if row["time_us"] else ""
             at = "" if not plan.buckets else f" B<={row['max_batch']}" if row["max_batch"] else " B rest"
             click.echo(f"{spec.node}{at}: {row['source']} {took}{row['config']}")
-    _tune_stacks(model, mod, tgt, log_path, precision, unverified)
+    _tune_stacks(model, mod, tgt, log_path, precision, unverified, top_k)
 
 
-def _tune_stacks(model, mod, tgt, log_path, precision, unverified):
-    """`tune`'s stacks: the model timed with them fused and apart (stack_tuning.py)."""
+def _tune_stacks(model, mod, tgt, log_path, precision, unverified, top_k):
+    """`tune`'s stacks: the model timed with them fused (the top_k wavefront configs) and apart
+    (stack_tuning.py)."""
     from .schedule.planner import target_arch
     from .stack_tuning import tune_stacks
     from .transform.persistent_rnn import PersistentRNN
@@ -252,15 +253,17 @@ def _tune_stacks(model, mod, tgt, log_path, precision, unverified):
     try:
         fused = PersistentRNN(tgt, tuning_log=log_path, measure=False, precision=precision, unverified=unverified,
                               wavefront=True)(mod)
-        rows = tune_stacks(model, fused, tgt, log_path, target_arch(tgt), precision, unverified)
+        rows = tune_stacks(model, fused, tgt, log_path, target_arch(tgt), precision, unverified, top_k=top_k)
     except PersistRNNError as err:
         _fail(err)
     for row in rows:
         if "skipped" in row:
             click.echo(f"stacks: not timed ({row['skipped']})")
             continue
+        timed = ", ".join(f"{name} {us:.1f} us" for name, us in row["configs_timed"].items())
         click.echo(f"stack {' > '.join(row['layers'])} B={row['batch']}: {row['lowering']} (wavefront "
-                   f"{row['wavefront_us']:.1f} us, a kernel a layer {row['per_layer_us']:.1f} us, the whole model) [measured]")
+                   f"{row['wavefront_us']:.1f} us, a kernel a layer {row['per_layer_us']:.1f} us, the whole model; "
+                   f"wavefront configs: {timed}) [measured]")
 
 
 @main.command()

@@ -24,6 +24,9 @@ BUCKETS_ATTR = "persist_rnn.buckets"
 STACK_ATTR = "persist_rnn.stack"
 #: set on a stack's per-layer kernels when the stack stays per layer (transform/layer_wavefront.py): why
 STACK_REASON_ATTR = "persist_rnn.stack_reason"
+#: a layer whose input projection was folded into the embedding table it reads
+#: (transform/embedding_projection.py)
+EMBEDDING_FOLDED_ATTR = "persist_rnn.embedding_folded"
 
 
 def kernel_configs(func) -> list[Config]:
@@ -55,6 +58,8 @@ class LayerReport:
     #: one wavefront kernel (lowering "wavefront"), or each layer its own kernel; `stack_reason` says why
     stack: list = dataclasses.field(default_factory=list)
     stack_reason: str = ""
+    #: its input projection folded into the embedding table it reads: a lookup, no GEMM
+    embedding_folded: bool = False
 
     def __getitem__(self, key):
         return getattr(self, key)
@@ -68,6 +73,7 @@ class LayerReport:
         early = ", early launch" if self.early_launch else ", cooperative launch" if self.cooperative_launch else ""
         buckets = f", {len(self.buckets)} batch buckets" if self.buckets else ""
         tf32 = ", TF32 step" if self.tf32_step else ""
+        tf32 += ", input projection folded into its embedding table" if self.embedding_folded else ""
         stacked = f", layer {self.stack.index(self.node) + 1} of {len(self.stack)} stacked" if self.stack else ""
         if self.stack and self.lowering == "persistent":  # a kernel a layer where the wavefront could have fused them
             stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
@@ -122,7 +128,8 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
                               tf32_step=lowering == "persistent" and any(c.tf32() for c in kernel_configs(func)),
                               buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]")),
                               stack=json.loads(_attr(func, STACK_ATTR, "{}")).get("stack", []),
-                              stack_reason=_attr(func, STACK_REASON_ATTR)))
+                              stack_reason=_attr(func, STACK_REASON_ATTR),
+                              embedding_folded=_attr(func, EMBEDDING_FOLDED_ATTR) == "1"))
     if mod.attrs is not None and UNROLLED_ATTR in mod.attrs:
         for text in json.loads(str(mod.attrs[UNROLLED_ATTR])):
             out.append(_entry(CellSpec.from_json(text), "unrolled", reason="unroll=True was asked for"))

@@ -331,3 +331,27 @@ def sixteen_bit_model(model: onnx.ModelProto, feeds: dict, dtype: str = "float16
             v.type.tensor_type.elem_type = NP_TO_ONNX[dtype]
     ours = {k: (v.astype(dtype) if v.dtype == np.float32 else v) for k, v in exact.items()}
     return half, ours, ref, exact
+
+
+def embedding_model(op="LSTM", vocab=50, embed=16, hidden=24, steps=7, batch=3, axis=0, seed=0):
+    """Gather(table, ids) -> op (one layer) -> Y, with a symbolic batch; and feeds with negative ids
+    (ONNX's Gather counts them from the end)."""
+    rng = np.random.default_rng(seed)
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    table = rng.standard_normal((vocab, embed) if axis == 0 else (embed, vocab)).astype("float32")
+    w = (0.3 * rng.standard_normal((1, gates * hidden, embed))).astype("float32")
+    r = (0.3 * rng.standard_normal((1, gates * hidden, hidden))).astype("float32")
+    b = (0.1 * rng.standard_normal((1, 2 * gates * hidden))).astype("float32")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["x"], axis=axis)]
+    if axis != 0:
+        nodes.append(helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 2, 0]))
+    nodes.append(helper.make_node(op, ["x" if axis == 0 else "xt", "W", "R", "B"], ["Y"], hidden_size=hidden,
+                                  **({"linear_before_reset": 1} if op == "GRU" else {})))
+    ids_shape = [steps, "batch"] if axis == 0 else ["batch", steps]
+    graph = helper.make_graph(nodes, "embedded", [helper.make_tensor_value_info("ids", TensorProto.INT64, ids_shape)],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(a, n) for a, n in ((table, "table"), (w, "W"), (r, "R"), (b, "B"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    ids = rng.integers(-vocab, vocab, size=(steps, batch) if axis == 0 else (batch, steps)).astype("int64")
+    return model, {"ids": ids}

@@ -4,8 +4,11 @@ a kernel a layer, so that later compiles take that lowering without predicting i
 A stack record shares the layer records' file (`tuning_log.py` skips it) and is keyed by its
 layers: {"workload": {"stack": [each layer's `tuning_log.workload`, lowest first]}, "lowering":
 "wavefront" | "per_layer", "wavefront_us", "per_layer_us", "source": "measured" | "cost_model",
-"created"}. A measured record (both builds timed in turn, `persist-rnn bench --parts stacks` or
-`persist-rnn tune`) wins over the cost model's; among records of one source the newest wins.
+"created", "config"}; "config" is the wavefront kernel's config that `wavefront_us` timed
+(`StackConfig.as_dict`; absent in records older than the config space, which timed the rule's
+config), and later compiles of the stack build that config. A measured record (both builds timed
+in turn, `persist-rnn bench --parts stacks` or `persist-rnn tune`) wins over the cost model's;
+among records of one source the newest wins.
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from ..errors import PersistRNNError
 from . import tuning_log
 
 LOWERINGS = ("wavefront", "per_layer")
+#: the fields of a record's wavefront config (tir_templates.wavefront.plan.StackConfig)
+CONFIG_KEYS = {"threads", "cluster", "rows_per_group", "batch_chunk"}
 
 
 def stack_workload(specs: list[CellSpec], batch: int | None, arch: str, precision: str = "fp32") -> dict:
@@ -34,6 +39,7 @@ class StackRecord:
     per_layer_us: float | None
     source: str  # tuning_log.SOURCES
     created: str = ""
+    config: dict | None = None  # the wavefront config timed (StackConfig.as_dict)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -50,7 +56,12 @@ def _parse(d: dict, where: str) -> StackRecord:
     times = [d.get(k) for k in ("wavefront_us", "per_layer_us")]
     if any(t is not None and not isinstance(t, (int, float)) for t in times):
         raise PersistRNNError(f"{where}: wavefront_us and per_layer_us must be numbers or null")
-    return StackRecord(d["workload"], d["lowering"], *times, d["source"], str(d.get("created", "")))
+    config = d.get("config")
+    if config is not None and not (isinstance(config, dict) and set(config) == CONFIG_KEYS
+                                   and all(isinstance(v, int) for v in config.values())):
+        raise PersistRNNError(f"{where}: a stack record's config is {{{', '.join(sorted(CONFIG_KEYS))}}} (integers) "
+                              f"or null, not {config!r}")
+    return StackRecord(d["workload"], d["lowering"], *times, d["source"], str(d.get("created", "")), config)
 
 
 def read(path: str) -> list[StackRecord]:
@@ -92,5 +103,11 @@ def describe(rec: StackRecord) -> str:
     w = layers[0]
     us = ", ".join(f"{name} {t:.1f} us" for name, t in (("wavefront", rec.wavefront_us), ("a kernel a layer", rec.per_layer_us))
                    if t is not None)
+    config = f", {config_name(rec.config)}" if rec.config and rec.lowering == "wavefront" else ""
     return (f"stack of {len(layers)} {w['cell']} H={w['hidden_size']} B={w['batch']} {w['dtype']} {w['arch']} "
-            f"v{w['template_version']}: {rec.lowering} ({us}) [{rec.source}]")
+            f"v{w['template_version']}: {rec.lowering}{config} ({us}) [{rec.source}]")
+
+
+def config_name(config: dict) -> str:
+    """A wavefront config in a few words: "8 warps x 16 CTAs a layer"."""
+    return f"{config['threads'] // 32} warps x {config['cluster']} CTAs a layer"

@@ -116,6 +116,11 @@ def read(path: str) -> list[Record]:
     return [_parse(line, where) for line, where in _lines(path) if _stack_record(line) is None]
 
 
+def layer_lines(path: str) -> list[tuple[str, str]]:
+    """(line, "path:number") of every line of the log that is not a stack record."""
+    return [(line, where) for line, where in _lines(path) if _stack_record(line) is None]
+
+
 def stack_lines(path: str) -> list[tuple[dict, str]]:
     """(record, "path:number") of every stack record of the log, for `stack_log.py`."""
     return [(d, where) for line, where in _lines(path) if (d := _stack_record(line)) is not None]

@@ -21,12 +21,12 @@ from tvm import relax
 
 from tir_templates.config import Config
 from tir_templates.early_launch import sm_number
-from tir_templates.wavefront import (STACK_KERNEL_ATTR, UnsupportedStack, emulated_stack_kernel,
-                                     plan_stack, stack_kernel)
+from tir_templates.wavefront import STACK_KERNEL_ATTR, UnsupportedStack, emulated_stack_kernel, stack_kernel
+from tir_templates.wavefront.plan import stack_configs
 
 from ..errors import PersistRNNError
 from ..report import CONFIG_ATTR, LOWERING_ATTR, STACK_REASON_ATTR
-from ..schedule.stack_choice import choose_stack
+from ..schedule.stack_choice import StackChoice, choose_stack
 from .call_sites import call_args, static_dim
 from .layer_stacks import call_chains, layer_spec, projection_of
 
@@ -185,23 +185,25 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | 
                 if not emulate and not has_clusters(arch):
                     raise UnsupportedStack(f"the layer wavefront needs thread-block clusters (sm_{MIN_CLUSTER_SM} or "
                                            f"later, not {arch})")
-                cfg = plan_stack(specs, static_dim(call_args(calls[0])[0], 1), num_sms)
+                configs = stack_configs(specs, static_dim(call_args(calls[0])[0], 1), num_sms)
                 problem = fusion_problem(func, old_vars, calls, projections, where)
                 span = (where[old_vars[0]], where[old_vars[-1]])
                 if any(lo <= span[1] and span[0] <= hi for lo, hi in spans):
                     problem = "its layers interleave with another stack's, which the wavefront fuses"
                 if problem:
                     raise UnsupportedStack(problem)
-                choice = _choice(mod, calls, specs, cfg, mode, arch, tuning_log_path, precision)
-                if not choice["fuse"]:
-                    raise UnsupportedStack(choice["why"])
+                choice = _choice(mod, calls, specs, configs, mode, arch, tuning_log_path, precision)
+                if not choice.fuse:
+                    raise UnsupportedStack(choice.why())
             except UnsupportedStack as err:
                 for c in calls:
                     mod[c.args[0]] = mod[c.args[0]].with_attr(STACK_REASON_ATTR, str(err))
                 continue
-            kernel = (emulated_stack_kernel if emulate else stack_kernel)(specs, cfg)
+            kernel = (emulated_stack_kernel if emulate else stack_kernel)(specs, choice.config)
+            why = "; ".join(w for w in (choice.why(), choice.config_why()) if w)
             kernel = kernel.with_attr(STACK_KERNEL_ATTR, json.dumps(
-                {"layers": [s.to_json() for s in specs], "config": cfg.as_dict(), "choice": choice}))
+                {"layers": [s.to_json() for s in specs], "config": choice.config.as_dict(),
+                 "choice": {"fuse": choice.fuse, "source": choice.source, "why": why}}))
             name = _kernel_name(specs)
             fused[old_vars[-1]] = (kernel, name, calls, old_vars, projections)
             spans.append(span)
@@ -215,19 +217,16 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | 
     return _drop_unused(mod, replaced)
 
 
-def _choice(mod, calls, specs, cfg, mode, arch, tuning_log_path, precision) -> dict:
-    """{"fuse", "source", "why"}: whether the stack is fused, by whose choice and why."""
-    if mode != "auto":
-        return {"fuse": True, "source": "asked", "why": ""}  # wavefront=True
+def _choice(mod, calls, specs, configs, mode, arch, tuning_log_path, precision) -> StackChoice:
+    """Whether the stack is fused (`mode` True: asked), with which of `configs`, by whose choice."""
     layer_configs = []
     for call in calls:
         func = mod[call.args[0]]
         persistent = func.attrs is not None and str(func.attrs.get(LOWERING_ATTR, "")) == "persistent"
         layer_configs.append(Config.from_dict(json.loads(str(func.attrs[CONFIG_ATTR]))) if persistent else None)
     xw = call_args(calls[0])[0]
-    choice = choose_stack(specs, cfg, layer_configs, arch or "sm_90", static_dim(xw, 1), static_dim(xw, 0),
-                          tuning_log_path=tuning_log_path, precision=precision)
-    return {"fuse": choice.fuse, "source": choice.source, "why": choice.why()}
+    return choose_stack(specs, configs, layer_configs, arch or "sm_90", static_dim(xw, 1), static_dim(xw, 0),
+                        tuning_log_path=tuning_log_path, precision=precision, asked=mode != "auto")
 
 
 def _kernel_name(specs) -> str:

@@ -31,12 +31,14 @@ from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
 
 from ..errors import PersistRNNError
-from ..report import BUCKETS_ATTR, CONFIG_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR, kernel_configs
+from ..report import (BUCKETS_ATTR, CONFIG_ATTR, EMBEDDING_FOLDED_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR,
+                      kernel_configs)
 from ..schedule.gpu import gpu_model
 from ..schedule.planner import plan_layer, target_arch
 from ..schedule.precision import checked as checked_precision
 from ..targets import as_target
 from .batch_invariants import broadcast_batch_invariants
+from .embedding_projection import fold_embedding_projections
 from .call_sites import call_args, call_site_batches, call_site_rows, call_tir_sites
 from .layer_stacks import mark_stacks
 from .layer_wavefront import fuse_stacks, wavefront_mode
@@ -245,6 +247,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         check_position(mod, layers)
         mod = relax.transform.FoldConstant()(mod)  # weights sliced from initializers become constants
         mod = broadcast_batch_invariants(mod, target.kind.name)  # a symbolic batch's default operands
+        mod, embedded = fold_embedding_projections(mod, lambda f: f.attrs is not None and ATTR_KEY in f.attrs)
         batches = call_site_batches(mod, layers)
         slots, plans = {}, {}
         for gv, func, spec in list(recurrences(mod)):
@@ -266,6 +269,8 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 need = max(cfg.exchange_slots(spec) for cfg in kernel_configs(new))
                 if need != EXCHANGE_SLOTS:
                     slots[gv.name_hint] = need
+            if gv.name_hint in embedded:
+                new = new.with_attr(EMBEDDING_FOLDED_ATTR, 1)
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
         mod = mark_stacks(mod)  # report() names each layer's stack
         cuda = target.kind.name == "cuda"

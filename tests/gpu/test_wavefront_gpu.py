@@ -49,3 +49,36 @@ def test_shipped_examples_fused_match_onnxruntime(name, batch):
                                    shapes={k: v.shape for k, v in feeds.items()})
     assert "wavefront" in [r.lowering for r in compiled.report()]
     assert max_rel_error(compiled.run(feeds), ort_run(onnx.load(path), feeds)) <= 1e-4
+
+
+def _stack_space(model, batch):
+    """(stacks as tune sees them, the config space of the first) for `model` on this GPU."""
+    from tvm import relax
+
+    from persist_rnn.frontend import from_onnx
+    from persist_rnn.schedule.gpu import gpu_model
+    from persist_rnn.schedule.planner import target_arch
+    from persist_rnn.stack_tuning import fusable_stacks
+    from persist_rnn.targets import as_target
+    from persist_rnn.transform.layer_wavefront import fuse_stacks
+    from tir_templates.wavefront.plan import stack_configs
+
+    arch = target_arch(as_target("cuda"))
+    mod = fuse_stacks(relax.transform.FoldConstant()(from_onnx(model)), "cuda", gpu_model(arch).num_sms, arch=arch)
+    stacks = fusable_stacks(mod)
+    return stacks, stack_configs(stacks[0][0], batch, gpu_model(arch).num_sms), arch
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_every_config_of_the_space_matches_onnxruntime(index, tmp_path):
+    """The char-RNN's stack at each of its five configs (warps x cluster), built as a tuning log
+    that names the config makes it (stack_tuning._log_naming), with lengths and initial states."""
+    from persist_rnn.stack_tuning import _log_naming
+
+    model, feeds = stacked_layers_model("LSTM", 128, 3, 29, 3, lengths=True, states=True)
+    stacks, space, arch = _stack_space(model, 3)
+    assert len(space) == 5
+    log = _log_naming(str(tmp_path / "none.jsonl"), stacks, [space[index]], arch, "fp32", str(tmp_path))
+    compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True, tuning_log=log)
+    assert compiled.report()[0].config == space[index].as_dict()
+    assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4

@@ -14,12 +14,12 @@ from persist_rnn.errors import PersistRNNError
 from persist_rnn.schedule import stack_log, tuning_log
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.planner import choose
-from persist_rnn.schedule.stack_choice import choose_stack
+from persist_rnn.schedule.stack_choice import choose_stack, ranked_configs
 from persist_rnn.schedule.stack_cost import FUSE_MARGIN, stack_us
 from persist_rnn.testing import stacked_layers_model
 from tir_templates.config import Config
 from tir_templates.spec import CellSpec
-from tir_templates.wavefront.plan import plan_stack
+from tir_templates.wavefront.plan import StackConfig, plan_stack, stack_configs
 
 SM90 = {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "thread_warp_size": 32,
         "max_shared_memory_per_block": 49152}
@@ -44,13 +44,13 @@ def _spec(cell: str, hidden: int) -> CellSpec:
     return CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU")
 
 
-def _choice(cell, hidden, layers, batch, steps=100):
+def _choice(cell, hidden, layers, batch, steps=100, config=None):
     """(fuse, wavefront us, per-layer us) as a compile without a GPU or log decides (the cost model's
-    per-layer configs)."""
+    per-layer configs; the wavefront at `config`, else the cost model's best of the config space)."""
     spec = _spec(cell, hidden)
     layer_cfg = choose(spec, tvm.target.Target(SM90), batch, measure=False).config
-    c = choose_stack([spec] * layers, plan_stack([spec] * layers, batch, 132), [layer_cfg] * layers, "sm_90",
-                     batch, steps)
+    configs = [StackConfig(**config)] if config else stack_configs([spec] * layers, batch, 132)
+    c = choose_stack([spec] * layers, configs, [layer_cfg] * layers, "sm_90", batch, steps)
     return c.fuse, c.wavefront_us, c.per_layer_us
 
 
@@ -59,7 +59,7 @@ def test_the_choice_agrees_with_every_measured_stack(row):
     """Where the wavefront measured more than 10% faster, auto fuses; more than 10% slower, it
     keeps a kernel a layer (GPU runs of `persist-rnn bench --parts stacks`)."""
     measured = row["per_layer_ms"] / row["ours_ms"]
-    fuse, _, _ = _choice(row["cell"], row["hidden"], row["layers"], row["batch"], row["seq_len"])
+    fuse, _, _ = _choice(row["cell"], row["hidden"], row["layers"], row["batch"], row["seq_len"], row["config"])
     if measured >= TIE:
         assert fuse, f"measured {measured:.2f}x faster fused"
     elif measured <= 1 / TIE:
@@ -173,11 +173,79 @@ def test_tune_times_the_model_both_ways_and_logs_each_stack(tmp_path):
     mod = fuse_stacks(relax.transform.FoldConstant()(from_onnx(model)), "llvm", 132, emulate=True)
     assert [(len(specs), batch) for specs, batch in fusable_stacks(mod)] == [(2, 2)]
     log = str(tmp_path / "log.jsonl")
-    rows = tune_stacks(model, mod, "llvm", log, "sm_90", dev=tvm.cpu())
+    rows = tune_stacks(model, mod, "llvm", log, "sm_90", dev=tvm.cpu(), top_k=2)
     assert len(rows) == 1 and rows[0]["lowering"] in ("wavefront", "per_layer") and rows[0]["per_layer_us"] > 0
+    assert len(rows[0]["configs_timed"]) == 2 and rows[0]["wavefront_us"] == min(rows[0]["configs_timed"].values())
     rec = stack_log.lookup(log, stack_log.stack_workload([_spec("LSTM", 32)] * 2, 2, "sm_90"))
-    assert rec.source == "measured" and rec.wavefront_us == rows[0]["wavefront_us"]
+    assert rec.source == "measured" and rec.wavefront_us == rows[0]["wavefront_us"] and rec.config == rows[0]["config"]
     report = persist_rnn.compile(model, tvm.target.Target(SM90), measure=False, tuning_log=log).report()
     assert all("the tuning log's measured choice" in r.stack_reason for r in report)
     with_lengths, _ = stacked_layers_model("LSTM", 32, 2, 6, 2, lengths=True)
     assert random_feeds(persist_rnn.compile(with_lengths, "llvm").inputs) is None
+
+
+def _config_name(name: str) -> dict:
+    """"w8c16r4" (stack_cands' column) as a StackConfig's fields."""
+    warps, rest = name[1:].split("c")
+    cluster, rows = rest.split("r")
+    return {"threads": 32 * int(warps), "cluster": int(cluster), "rows_per_group": int(rows)}
+
+
+def test_the_cost_model_ranks_the_fastest_measured_config_first():
+    """The stack timed at every config of its space on the H100 (docs/data/stack-configs-s32-h100.jsonl):
+    the model's first config is the fastest there, and the rule's (fewest warps, then fewest peers)
+    was not."""
+    rows = [json.loads(line) for line in (DATA / "stack-configs-s32-h100.jsonl").read_text().splitlines()]
+    assert rows
+    for row in rows:
+        spec = _spec(row["cell"], row["hidden"])
+        specs = [spec] * row["layers"]
+        timed = {k: v for k, v in row["ms"].items() if k.startswith("w")}
+        space = stack_configs(specs, row["batch"], 132)
+        assert len(timed) == len(space)  # every config of the space was timed
+        first = ranked_configs(specs, space, "sm_90", row["batch"])[0]
+        fastest = _config_name(min(timed, key=timed.get))
+        assert {k: v for k, v in first.as_dict().items() if k != "batch_chunk"} == fastest
+        assert plan_stack(specs, row["batch"], 132) != first
+
+
+def test_a_logged_config_is_built_and_reported(tmp_path):
+    """A stack record's config is what compile builds (the tuning log's choice over the model's),
+    the report names it, and a record with a malformed config is refused by name."""
+    model, _ = stacked_layers_model("LSTM", 128, 3, 20, 1)
+    target = tvm.target.Target(SM90)
+    modelled = persist_rnn.compile(model, target, measure=False, wavefront=True).report()
+    assert modelled[0].config["cluster"] == 16 and "the cost model's fastest config" in modelled[0].line()
+    log = tmp_path / "log.jsonl"
+    specs = [_spec("LSTM", 128)] * 3
+    rule = plan_stack(specs, 1, 132)
+    stack_log.append(str(log), stack_log.StackRecord(stack_log.stack_workload(specs, 1, "sm_90"), "wavefront",
+                                                     90.0, 180.0, "measured", config=rule.as_dict()))
+    logged = persist_rnn.compile(model, target, measure=False, tuning_log=str(log)).report()
+    assert [r.lowering for r in logged] == ["wavefront"] * 3 and logged[0].config == rule.as_dict()
+    assert "8 warps x 8 CTAs a layer, the tuning log's measured config" in logged[0].line()
+    assert "8 warps x 8 CTAs a layer" in stack_log.describe(stack_log.read(str(log))[0])
+    bad = json.loads(stack_log.read(str(log))[0].to_json()) | {"config": {"threads": 256}}
+    (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(PersistRNNError, match="bad.jsonl:1: a stack record's config"):
+        stack_log.read(str(tmp_path / "bad.jsonl"))
+
+
+def test_tune_names_each_config_it_builds(tmp_path):
+    """tune's fused build at the k-th config is compiled from a log copy that names that config for
+    each stack (stack_tuning._log_naming): the layer records stay, the stack records are replaced."""
+    from persist_rnn.stack_tuning import _log_naming
+
+    specs = [_spec("LSTM", 128)] * 3
+    log = tmp_path / "log.jsonl"
+    tuning_log.append(str(log), tuning_log.Record(tuning_log.workload(specs[0], 1, "sm_90"), Config(8, 8, 1, 1), 1.0,
+                                                  "measured"))
+    stack_log.append(str(log), stack_log.StackRecord(stack_log.stack_workload(specs, 1, "sm_90"), "per_layer", 2.0,
+                                                     1.0, "measured"))
+    space = stack_configs(specs, 1, 132)
+    path = _log_naming(str(log), [(specs, 1)], [space[-1]], "sm_90", "fp32", str(tmp_path))
+    assert len(tuning_log.read(path)) == 1
+    rec = stack_log.lookup(path, stack_log.stack_workload(specs, 1, "sm_90"))
+    assert rec.lowering == "wavefront" and rec.config == space[-1].as_dict()
+    choice = choose_stack(specs, space, [Config(8, 8, 1, 1)] * 3, "sm_90", 1, 100, tuning_log_path=path, asked=True)
+    assert choice.config == space[-1] and choice.config_source == "tuning_log"

@@ -90,8 +90,11 @@ def parts(spec: CellSpec, layer: int) -> int:
     return 2 if layer > 0 and spec.cell == "gru" else 1
 
 
-def plan_stack(specs: list[CellSpec], batch: int | None, num_sms: int) -> StackConfig:
-    """The wavefront's config for `specs` at a static `batch`, or UnsupportedStack with the reason."""
+def stack_configs(specs: list[CellSpec], batch: int | None, num_sms: int) -> list[StackConfig]:
+    """Every config the wavefront can run `specs` with at a static `batch` (the config space of a
+    stack): each warp count and cluster size whose CTAs hold the widest layer's [W | R] in
+    registers, fewest warps first, then smallest cluster. UnsupportedStack, with the reason, when
+    there is none."""
     check_stack(specs)
     if batch is None or batch > MAX_BATCH:
         raise UnsupportedStack(f"the wavefront takes static batches up to {MAX_BATCH} (batch "
@@ -99,14 +102,24 @@ def plan_stack(specs: list[CellSpec], batch: int | None, num_sms: int) -> StackC
     spec = specs[0]
     H, G = spec.hidden_size, spec.num_gates
     widest = 2 * H // LANES  # columns a lane holds of an upper layer's [W | R]
+    fitting = []
     for warps in WARP_CHOICES:  # 8 warps first: a CTA of 17 warps (with the comm warp) has 96 registers a thread
         for cluster in (2, 4, 8, MAX_CLUSTER):
             units = H // cluster
-            if H % cluster or (G * units) % warps:
+            if H % cluster or units % 4 or (G * units) % warps:  # units go to peers 4 at a time (16 bytes)
                 continue
             rpg = G * units // warps
             if rpg * widest <= MAX_WEIGHT_REGS:
-                if cluster * len(specs) > num_sms:
-                    raise UnsupportedStack(f"the stack needs {cluster * len(specs)} CTAs, more than the GPU's {num_sms} SMs")
-                return StackConfig(LANES * warps, cluster, rpg, batch)
-    raise UnsupportedStack(f"an upper layer's [W | R] does not fit the registers of a cluster of {MAX_CLUSTER} CTAs")
+                fitting.append(StackConfig(LANES * warps, cluster, rpg, batch))
+    if not fitting:
+        raise UnsupportedStack(f"an upper layer's [W | R] does not fit the registers of a cluster of {MAX_CLUSTER} CTAs")
+    if all(c.cluster * len(specs) > num_sms for c in fitting):
+        least = min(c.cluster for c in fitting) * len(specs)
+        raise UnsupportedStack(f"the stack needs {least} CTAs, more than the GPU's {num_sms} SMs")
+    return [c for c in fitting if c.cluster * len(specs) <= num_sms]
+
+
+def plan_stack(specs: list[CellSpec], batch: int | None, num_sms: int) -> StackConfig:
+    """The wavefront's rule-based config for `specs` at a static `batch` (the first of
+    `stack_configs`: fewest warps, then fewest peers), or UnsupportedStack with the reason."""
+    return stack_configs(specs, batch, num_sms)[0]

@@ -1,0 +1,139 @@
+"""FoldEmbeddingProjection: a layer's input projection whose x is rows of a constant table (an
+embedding lookup, `take(E, ids, axis=0)`, reshaped to rows) becomes a lookup of the projected
+table: take(E @ w_t + b, ids). The GEMM is gone; the gather reads N columns a row instead of K.
+
+Why: text models feed their first recurrent layer from an embedding, and a model as exported
+has a symbolic batch, so each call pays its kernels' launches on the host. The shipped text
+classifier issued six kernels for 57 us of GPU work in 74 us of host time (benchmarks.md, *Batch 1
+in session 30*); the fold drops its GEMM launch and the GEMM's ~5 us on the GPU.
+
+Numerics: E @ w_t + b is computed once in float64 and rounded to float32, so each folded value is
+the exact projection rounded once, closer to it than the fp32 GEMM's sum (whose rounding errors
+grow with K). A 16-bit layer's table and w_t hold 16-bit values; their products are summed the same
+way, into the fp32 that the projection's output has.
+
+The projected table is kept only up to `MAX_TABLE_BYTES` (a vocabulary of 50,000 words at 4H =
+1024 would take 205 MB of device memory): a larger one keeps the GEMM. report() says which layers'
+projections were folded.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from tir_templates.gemm_signature import PROJECTION_ATTR
+
+#: the largest projected table kept on the device (V x N x 4 bytes)
+MAX_TABLE_BYTES = 64 << 20
+
+
+def _bound(expr, var2val):
+    while isinstance(expr, relax.Var) and expr in var2val:
+        expr = var2val[expr]
+    return expr
+
+
+def _op(expr, name: str) -> bool:
+    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
+
+
+def _constant(expr, var2val) -> np.ndarray | None:
+    expr = _bound(expr, var2val)
+    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
+
+
+def _reference_projection(mod: tvm.IRModule, call) -> bool:
+    """Whether `call` is a call_tir of an input projection in the importer's reference form."""
+    if not _op(call, "relax.call_tir") or not isinstance(call.args[0], relax.GlobalVar):
+        return False
+    func = mod[call.args[0]]
+    if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None or PROJECTION_ATTR not in func.attrs:
+        return False
+    info = json.loads(str(func.attrs[PROJECTION_ATTR]))
+    return "tile" not in info and "mma" not in info
+
+
+def _lookup(x, var2val):
+    """(table, ids, mode) when `x` (the projection's rows) is a constant table's rows taken by
+    ids along axis 0 and reshaped to (rows, K); else None."""
+    rows = _bound(x, var2val)
+    if not _op(rows, "relax.reshape"):
+        return None
+    taken = _bound(rows.args[0], var2val)
+    if not _op(taken, "relax.take") or taken.attrs.axis is None or int(taken.attrs.axis) != 0:
+        return None
+    table = _constant(taken.args[0], var2val)
+    if table is None or table.ndim != 2:
+        return None
+    return table, taken.args[1], str(taken.attrs.mode)
+
+
+@relax.expr_functor.mutator
+class _Fold(relax.PyExprMutator):
+    def __init__(self, mod, var2val: dict, folded: list):
+        super().__init__(mod)
+        self.mod, self.var2val, self.folded = mod, var2val, folded
+        self.lookups = set()  # the projected tables' takes emitted
+
+    def visit_call_(self, call):
+        new = super().visit_call_(call)
+        if not _reference_projection(self.mod, call):
+            return new
+        x, w_arg, b_arg = call.args[1].fields
+        found = _lookup(x, self.var2val)
+        w, b = _constant(w_arg, self.var2val), _constant(b_arg, self.var2val)
+        if found is None or w is None or b is None:
+            return new
+        table, ids, mode = found
+        if table.shape[1] != w.shape[0] or table.shape[0] * w.shape[1] * 4 > MAX_TABLE_BYTES:
+            return new
+        projected = (table.astype("float64") @ w.astype("float64") + b.astype("float64")).astype("float32")
+        self.folded.append(call.args[0].name_hint)
+        rows = self.builder_.emit(relax.op.take(relax.const(projected, "float32"), self.visit_expr(ids), axis=0,
+                                                mode=mode))
+        self.lookups.add(rows)
+        return relax.op.reshape(rows, call.ty.shape)
+
+
+def fold_embedding_projections(mod: tvm.IRModule, is_layer) -> tuple[tvm.IRModule, set[str]]:
+    """`mod` with every input projection of an embedding lookup folded into its table (the
+    projection functions folded dropped, unused now), and the names of the layer functions
+    (`is_layer(PrimFunc)`) whose input is such a lookup."""
+    folded: list[str] = []
+    layers: set[str] = set()
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            fold = _Fold(mod, relax.analysis.get_var2val(func), folded)
+            new_func = relax.analysis.remove_all_unused(fold.visit_expr(func))
+            mod = fold.builder_.get()
+            mod[gv] = new_func
+            layers |= _fed_layers(mod, new_func, fold.lookups, is_layer)
+    for name in folded:
+        mod = _without(mod, name)
+    return mod, layers
+
+
+def _fed_layers(mod, func, lookups: set, is_layer) -> set[str]:
+    """Names of the layers called in `func` whose input is, through reshapes, one of `lookups`."""
+    var2val, out = relax.analysis.get_var2val(func), set()
+    for value in var2val.values():
+        if _op(value, "relax.call_tir") and isinstance(value.args[0], relax.GlobalVar) and \
+                is_layer(mod[value.args[0]]) and value.args[1].fields:
+            x = value.args[1].fields[0]
+            while isinstance(x, relax.Var) and x not in lookups and _op(var2val.get(x), "relax.reshape"):
+                x = var2val[x].args[0]
+            if x in lookups:
+                out.add(value.args[0].name_hint)
+    return out
+
+
+def _without(mod: tvm.IRModule, name: str) -> tvm.IRModule:
+    """`mod` without the function `name` if no Relax function calls it any more."""
+    gv = mod.get_global_var(name)
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function) and gv in relax.analysis.all_global_vars(func):
+            return mod
+    return tvm.IRModule({g: f for g, f in mod.functions.items() if g.name_hint != name}, attrs=mod.attrs)
