@@ -76,5 +76,5 @@ def stack_row(op: str, hidden: int, layers: int, batch: int, seq_len: int, optio
         stack_log.append(options["tuning_log"], stack_log.StackRecord(
             stack_log.stack_workload([spec] * layers, batch, target_arch(as_target("cuda")), options.get("precision", "fp32")),
             "wavefront" if row["ours_ms"] < row["per_layer_ms"] else "per_layer", 1e3 * row["ours_ms"],
-            1e3 * row["per_layer_ms"], "measured"))
+            1e3 * row["per_layer_ms"], "measured", config=row["config"]))
     return row

@@ -339,9 +339,10 @@ def embedding_model(op="LSTM", vocab=50, embed=16, hidden=24, steps=7, batch=3, 
     rng = np.random.default_rng(seed)
     gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     table = rng.standard_normal((vocab, embed) if axis == 0 else (embed, vocab)).astype("float32")
-    w = (0.3 * rng.standard_normal((1, gates * hidden, embed))).astype("float32")
-    r = (0.3 * rng.standard_normal((1, gates * hidden, hidden))).astype("float32")
-    b = (0.1 * rng.standard_normal((1, 2 * gates * hidden))).astype("float32")
+    # torch's initialisation, U(-1/sqrt(H), 1/sqrt(H)): larger recurrent weights make the sequence
+    # chaotic, and any two summation orders (ours, ONNX Runtime's) drift apart step by step
+    w, r, b = (rng.uniform(-1, 1, shape).astype("float32") / np.float32(np.sqrt(hidden))
+               for shape in ((1, gates * hidden, embed), (1, gates * hidden, hidden), (1, 2 * gates * hidden)))
     nodes = [helper.make_node("Gather", ["table", "ids"], ["x"], axis=axis)]
     if axis != 0:
         nodes.append(helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 2, 0]))
