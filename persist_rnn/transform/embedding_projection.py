@@ -80,7 +80,7 @@ class _Fold(relax.PyExprMutator):
 
     def visit_call_(self, call):
         new = super().visit_call_(call)
-        if not _reference_projection(self.mod, call):
+        if not _reference_projection(self.mod, call) or not isinstance(call.args[1], relax.Tuple):
             return new
         x, w_arg, b_arg = call.args[1].fields
         found = _lookup(x, self.var2val)
