@@ -69,15 +69,15 @@ def _stack_space(model, batch):
     return stacks, stack_configs(stacks[0][0], batch, gpu_model(arch).num_sms), arch
 
 
-@pytest.mark.parametrize("index", range(5))
+@pytest.mark.parametrize("index", range(6))
 def test_every_config_of_the_space_matches_onnxruntime(index, tmp_path):
-    """The char-RNN's stack at each of its five configs (warps x cluster), built as a tuning log
+    """The char-RNN's stack at each of its six configs (warps x cluster), built as a tuning log
     that names the config makes it (stack_tuning._log_naming), with lengths and initial states."""
     from persist_rnn.stack_tuning import _log_naming
 
     model, feeds = stacked_layers_model("LSTM", 128, 3, 29, 3, lengths=True, states=True)
     stacks, space, arch = _stack_space(model, 3)
-    assert len(space) == 5
+    assert len(space) == 6
     log = _log_naming(str(tmp_path / "none.jsonl"), stacks, [space[index]], arch, "fp32", str(tmp_path))
     compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True, tuning_log=log)
     assert compiled.report()[0].config == space[index].as_dict()

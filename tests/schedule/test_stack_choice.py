@@ -192,9 +192,9 @@ def _config_name(name: str) -> dict:
 
 
 def test_the_cost_model_ranks_the_fastest_measured_config_first():
-    """The stack timed at every config of its space on the H100 (docs/data/stack-configs-s32-h100.jsonl):
-    the model's first config is the fastest there, and the rule's (fewest warps, then fewest peers)
-    was not."""
+    """Stacks timed at several configs of their space on the H100 (docs/data/stack-configs-s32-h100.jsonl):
+    the model's first config of the whole space is the fastest timed, and the rule's (fewest warps,
+    then fewest peers) is not it."""
     rows = [json.loads(line) for line in (DATA / "stack-configs-s32-h100.jsonl").read_text().splitlines()]
     assert rows
     for row in rows:
@@ -202,7 +202,8 @@ def test_the_cost_model_ranks_the_fastest_measured_config_first():
         specs = [spec] * row["layers"]
         timed = {k: v for k, v in row["ms"].items() if k.startswith("w")}
         space = stack_configs(specs, row["batch"], 132)
-        assert len(timed) == len(space)  # every config of the space was timed
+        names = [{k: v for k, v in c.as_dict().items() if k != "batch_chunk"} for c in space]
+        assert all(_config_name(name) in names for name in timed)  # each timed config is in the space
         first = ranked_configs(specs, space, "sm_90", row["batch"])[0]
         fastest = _config_name(min(timed, key=timed.get))
         assert {k: v for k, v in first.as_dict().items() if k != "batch_chunk"} == fastest
@@ -223,8 +224,8 @@ def test_a_logged_config_is_built_and_reported(tmp_path):
                                                      90.0, 180.0, "measured", config=rule.as_dict()))
     logged = persist_rnn.compile(model, target, measure=False, tuning_log=str(log)).report()
     assert [r.lowering for r in logged] == ["wavefront"] * 3 and logged[0].config == rule.as_dict()
-    assert "8 warps x 8 CTAs a layer, the tuning log's measured config" in logged[0].line()
-    assert "8 warps x 8 CTAs a layer" in stack_log.describe(stack_log.read(str(log))[0])
+    assert "8 warps x 4 CTAs a layer, the tuning log's measured config" in logged[0].line()
+    assert "8 warps x 4 CTAs a layer" in stack_log.describe(stack_log.read(str(log))[0])
     bad = json.loads(stack_log.read(str(log))[0].to_json()) | {"config": {"threads": 256}}
     (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
     with pytest.raises(PersistRNNError, match="bad.jsonl:1: a stack record's config"):

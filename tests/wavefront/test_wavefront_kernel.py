@@ -95,9 +95,9 @@ def test_twin_matches_numpy_stack(cell, H, n_l, n_b, direction):
 
 def test_plan_gives_each_layer_the_smallest_cluster_that_holds_it():
     specs = [CellSpec("lstm", 256, 256, node=f"l{l}") for l in range(3)]
-    cfg = plan_stack(specs, 1, 132)  # [W | R] of 1024 rows x 512 columns: 16 CTAs of 16 warps
-    assert (cfg.cluster, cfg.threads, cfg.rows_per_group, cfg.batch_chunk) == (16, 512, 4, 1)
-    assert plan_stack([CellSpec("lstm", 128, 128)] * 3, 1, 132).cluster == 8  # the char-RNN's layers, 8 warps
+    cfg = plan_stack(specs, 1, 132)  # [W | R] of 1024 rows x 512 columns: 16 CTAs of 8 warps, 128 weights a lane
+    assert (cfg.cluster, cfg.threads, cfg.rows_per_group, cfg.batch_chunk) == (16, 256, 8, 1)
+    assert plan_stack([CellSpec("lstm", 128, 128)] * 3, 1, 132).cluster == 4  # the char-RNN's layers, 8 warps
     with pytest.raises(UnsupportedStack, match="more than the GPU's"):
         plan_stack(specs, 1, 40)
     with pytest.raises(UnsupportedStack, match="cluster of 16"):

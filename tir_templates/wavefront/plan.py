@@ -5,7 +5,7 @@ registers for the whole sequence: layer 0 its recurrent matrix R (K = H columns)
 [W | R], its input and recurrent weights side by side (K = 2H). Every CTA owns H / cluster units
 (all their gates); a warp owns `rows_per_group` of the CTA's gate rows and each lane a stride-32
 slice of their columns. The plan takes the fewest warps a CTA (registers a thread shrink as warps
-grow: 17 warps leave 96) and then the smallest cluster whose CTAs hold the widest layer's weights
+grow: 17 warps leave 120) and then the smallest cluster whose CTAs hold the widest layer's weights
 in registers (fewer peers to send h to), and one chunk of the whole batch (the layer below's h
 is loaded ahead for the whole batch at once; the dot products walk it a batch row at a time).
 """
@@ -16,8 +16,11 @@ import dataclasses
 from ..config import MAX_CLUSTER
 from ..spec import CellSpec
 
-#: weight registers a lane holds at most (rows_per_group x columns per lane)
-MAX_WEIGHT_REGS = 64
+#: weight registers a lane holds at most (rows_per_group x columns per lane), by compute warps: the
+#: 64K-register file over the CTA's threads (the communication warp included) leaves 227 registers
+#: a thread at 8 warps and 120 at 16, and the rest of a thread's state takes 50-60 (ptxas, sm_90:
+#: 180 registers and no spill for 128 weights at 8 warps; 128 weights at 16 warps spill)
+MAX_WEIGHT_REGS = {8: 128, 16: 64}
 #: the largest batch the kernel takes: both copies of [h below ; h] for every batch row sit in
 #: shared memory, and a step's update pairs are the batch times the CTA's units
 MAX_BATCH = 16
@@ -103,13 +106,13 @@ def stack_configs(specs: list[CellSpec], batch: int | None, num_sms: int) -> lis
     H, G = spec.hidden_size, spec.num_gates
     widest = 2 * H // LANES  # columns a lane holds of an upper layer's [W | R]
     fitting = []
-    for warps in WARP_CHOICES:  # 8 warps first: a CTA of 17 warps (with the comm warp) has 96 registers a thread
+    for warps in WARP_CHOICES:  # 8 warps first: a CTA of 17 warps (with the comm warp) has 120 registers a thread
         for cluster in (2, 4, 8, MAX_CLUSTER):
             units = H // cluster
             if H % cluster or units % 4 or (G * units) % warps:  # units go to peers 4 at a time (16 bytes)
                 continue
             rpg = G * units // warps
-            if rpg * widest <= MAX_WEIGHT_REGS:
+            if rpg * widest <= MAX_WEIGHT_REGS[warps]:
                 fitting.append(StackConfig(LANES * warps, cluster, rpg, batch))
     if not fitting:
         raise UnsupportedStack(f"an upper layer's [W | R] does not fit the registers of a cluster of {MAX_CLUSTER} CTAs")
