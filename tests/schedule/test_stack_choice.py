@@ -192,9 +192,9 @@ def _config_name(name: str) -> dict:
 
 
 def test_the_cost_model_ranks_the_fastest_measured_config_first():
-    """Stacks timed at several configs of their space on the H100 (docs/data/stack-configs-s32-h100.jsonl):
-    the model's first config of the whole space is the fastest timed, and the rule's (fewest warps,
-    then fewest peers) is not it."""
+    """Stacks timed at several configs of their space on the H100 (docs/data/stack-configs-s32-h100.jsonl:
+    3 x LSTM H=128, 3 x LSTM H=256, 2 x GRU H=256, B=1): the model's first config of the whole space
+    is the fastest timed."""
     rows = [json.loads(line) for line in (DATA / "stack-configs-s32-h100.jsonl").read_text().splitlines()]
     assert rows
     for row in rows:
@@ -207,7 +207,6 @@ def test_the_cost_model_ranks_the_fastest_measured_config_first():
         first = ranked_configs(specs, space, "sm_90", row["batch"])[0]
         fastest = _config_name(min(timed, key=timed.get))
         assert {k: v for k, v in first.as_dict().items() if k != "batch_chunk"} == fastest
-        assert plan_stack(specs, row["batch"], 132) != first
 
 
 def test_a_logged_config_is_built_and_reported(tmp_path):
