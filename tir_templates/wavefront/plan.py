@@ -4,9 +4,11 @@ Every layer runs on one cluster of `cluster` CTAs, each holding its slice of tha
 registers for the whole sequence: layer 0 its recurrent matrix R (K = H columns), every later layer
 [W | R], its input and recurrent weights side by side (K = 2H). Every CTA owns H / cluster units
 (all their gates); a warp owns `rows_per_group` of the CTA's gate rows and each lane a stride-32
-slice of their columns. The plan takes the fewest warps a CTA (registers a thread shrink as warps
-grow: 17 warps leave 120) and then the smallest cluster whose CTAs hold the widest layer's weights
-in registers (fewer peers to send h to), and one chunk of the whole batch (the layer below's h
+slice of their columns. `stack_configs` lists every warp count and cluster size whose CTAs hold
+the widest layer's weights in registers (the config space, which persist_rnn's stack cost model
+ranks); `plan_stack`, the rule, takes the fewest warps (registers a thread shrink as warps grow:
+17 warps leave 120) and then the smallest cluster (fewer peers to send h to). Each takes one chunk
+of the whole batch (the layer below's h
 is loaded ahead for the whole batch at once; the dot products walk it a batch row at a time).
 """
 from __future__ import annotations
