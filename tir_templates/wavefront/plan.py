@@ -8,8 +8,8 @@ slice of their columns. `stack_configs` lists every warp count and cluster size 
 the widest layer's weights in registers (the config space, which persist_rnn's stack cost model
 ranks); `plan_stack`, the rule, takes the fewest warps (registers a thread shrink as warps grow:
 17 warps leave 120) and then the smallest cluster (fewer peers to send h to). Each takes one chunk
-of the whole batch (the layer below's h
-is loaded ahead for the whole batch at once; the dot products walk it a batch row at a time).
+of the whole batch (the layer below's h is loaded ahead for the whole batch at once; the dot
+products walk it a batch row at a time).
 """
 from __future__ import annotations
 
