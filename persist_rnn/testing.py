@@ -333,9 +333,10 @@ def sixteen_bit_model(model: onnx.ModelProto, feeds: dict, dtype: str = "float16
     return half, ours, ref, exact
 
 
-def embedding_model(op="LSTM", vocab=50, embed=16, hidden=24, steps=7, batch=3, axis=0, seed=0):
+def embedding_model(op="LSTM", vocab=50, embed=16, hidden=24, steps=7, batch=3, axis=0, seed=0, batch_first=False):
     """Gather(table, ids) -> op (one layer) -> Y, with a symbolic batch; and feeds with negative ids
-    (ONNX's Gather counts them from the end)."""
+    (ONNX's Gather counts them from the end). `batch_first`: ids (B, T), the rows transposed to
+    (T, B) before the layer (torch's batch_first=True export); `axis` 1: the table's columns gathered."""
     rng = np.random.default_rng(seed)
     gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     table = rng.standard_normal((vocab, embed) if axis == 0 else (embed, vocab)).astype("float32")
@@ -344,15 +345,16 @@ def embedding_model(op="LSTM", vocab=50, embed=16, hidden=24, steps=7, batch=3, 
     w, r, b = (rng.uniform(-1, 1, shape).astype("float32") / np.float32(np.sqrt(hidden))
                for shape in ((1, gates * hidden, embed), (1, gates * hidden, hidden), (1, 2 * gates * hidden)))
     nodes = [helper.make_node("Gather", ["table", "ids"], ["x"], axis=axis)]
-    if axis != 0:
-        nodes.append(helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 2, 0]))
-    nodes.append(helper.make_node(op, ["x" if axis == 0 else "xt", "W", "R", "B"], ["Y"], hidden_size=hidden,
-                                  **({"linear_before_reset": 1} if op == "GRU" else {})))
-    ids_shape = [steps, "batch"] if axis == 0 else ["batch", steps]
+    if axis != 0 or batch_first:
+        nodes.append(helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2] if batch_first else [1, 2, 0]))
+    nodes.append(helper.make_node(op, ["x" if axis == 0 and not batch_first else "xt", "W", "R", "B"], ["Y"],
+                                  hidden_size=hidden, **({"linear_before_reset": 1} if op == "GRU" else {})))
+    rows_first = axis == 0 and not batch_first
+    ids_shape = [steps, "batch"] if rows_first else ["batch", steps]
     graph = helper.make_graph(nodes, "embedded", [helper.make_tensor_value_info("ids", TensorProto.INT64, ids_shape)],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(a, n) for a, n in ((table, "table"), (w, "W"), (r, "R"), (b, "B"))])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8
-    ids = rng.integers(-vocab, vocab, size=(steps, batch) if axis == 0 else (batch, steps)).astype("int64")
+    ids = rng.integers(-vocab, vocab, size=(steps, batch) if rows_first else (batch, steps)).astype("int64")
     return model, {"ids": ids}

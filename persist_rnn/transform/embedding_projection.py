@@ -1,6 +1,7 @@
 """FoldEmbeddingProjection: a layer's input projection whose x is rows of a constant table (an
-embedding lookup, `take(E, ids, axis=0)`, reshaped to rows) becomes a lookup of the projected
-table: take(E @ w_t + b, ids). The GEMM is gone; the gather reads N columns a row instead of K.
+embedding lookup, `take(E, ids, axis=0)`, perhaps transposed from batch-first, reshaped to rows)
+becomes a lookup of the projected table: take(E @ w_t + b, ids), the transpose done on the ids.
+The GEMM is gone; the gather reads N columns a row instead of K.
 
 Why: text models feed their first recurrent layer from an embedding, and a model as exported
 has a symbolic batch, so each call pays its kernels' launches on the host. The shipped text
@@ -57,18 +58,26 @@ def _reference_projection(mod: tvm.IRModule, call) -> bool:
 
 
 def _lookup(x, var2val):
-    """(table, ids, mode) when `x` (the projection's rows) is a constant table's rows taken by
-    ids along axis 0 and reshaped to (rows, K); else None."""
+    """(table, ids, mode, ids_axes) when `x` (the projection's rows) is a constant table's rows
+    taken by ids along axis 0, perhaps transposed with the embedding axis kept last (a batch-first
+    model's (B, T) -> (T, B)), and reshaped to (rows, K); `ids_axes` is that transpose done on the
+    ids instead (None: none). Else None."""
     rows = _bound(x, var2val)
     if not _op(rows, "relax.reshape"):
         return None
-    taken = _bound(rows.args[0], var2val)
+    taken, ids_axes = _bound(rows.args[0], var2val), None
+    if _op(taken, "relax.permute_dims"):
+        axes = taken.attrs.axes
+        if axes is None or int(axes[-1]) != len(axes) - 1:
+            return None  # the embedding axis moves: not a transpose of the rows
+        ids_axes = [int(a) for a in axes[:-1]]
+        taken = _bound(taken.args[0], var2val)
     if not _op(taken, "relax.take") or taken.attrs.axis is None or int(taken.attrs.axis) != 0:
         return None
     table = _constant(taken.args[0], var2val)
     if table is None or table.ndim != 2:
         return None
-    return table, taken.args[1], str(taken.attrs.mode)
+    return table, taken.args[1], str(taken.attrs.mode), ids_axes
 
 
 @relax.expr_functor.mutator
@@ -87,13 +96,15 @@ class _Fold(relax.PyExprMutator):
         w, b = _constant(w_arg, self.var2val), _constant(b_arg, self.var2val)
         if found is None or w is None or b is None:
             return new
-        table, ids, mode = found
+        table, ids, mode, ids_axes = found
         if table.shape[1] != w.shape[0] or table.shape[0] * w.shape[1] * 4 > MAX_TABLE_BYTES:
             return new
         projected = (table.astype("float64") @ w.astype("float64") + b.astype("float64")).astype("float32")
         self.folded.append(call.args[0].name_hint)
-        rows = self.builder_.emit(relax.op.take(relax.const(projected, "float32"), self.visit_expr(ids), axis=0,
-                                                mode=mode))
+        ids = self.visit_expr(ids)
+        if ids_axes is not None and ids_axes != sorted(ids_axes):  # transpose the ids, not the rows
+            ids = self.builder_.emit(relax.op.permute_dims(ids, ids_axes))
+        rows = self.builder_.emit(relax.op.take(relax.const(projected, "float32"), ids, axis=0, mode=mode))
         self.lookups.add(rows)
         return relax.op.reshape(rows, call.ty.shape)
 

@@ -24,6 +24,14 @@ def test_an_embedded_layer_matches_onnxruntime_without_its_gemm(op):
     assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4
 
 
+def test_a_batch_first_embedding_folds_with_its_ids_transposed():
+    """ids (B, T) gathered, then the rows transposed to (T, B): the fold transposes the ids instead."""
+    model, feeds = embedding_model("GRU", steps=5, batch=4, batch_first=True)
+    compiled = persist_rnn.compile(model, "llvm")
+    assert compiled.report()[0].embedding_folded
+    assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4
+
+
 def test_the_cuda_build_has_no_projection_gemm_for_the_embedded_layer():
     model, _ = embedding_model("LSTM")
     compiled = persist_rnn.compile(model, tvm.target.Target(SM90), measure=False)
