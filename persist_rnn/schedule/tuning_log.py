@@ -113,7 +113,7 @@ def _stack_record(line: str) -> dict | None:
 
 def read(path: str) -> list[Record]:
     """Every layer record of the log at `path` (a missing or unreadable file is an empty log)."""
-    return [_parse(line, where) for line, where in _lines(path) if _stack_record(line) is None]
+    return [_parse(line, where) for line, where in layer_lines(path)]
 
 
 def layer_lines(path: str) -> list[tuple[str, str]]:

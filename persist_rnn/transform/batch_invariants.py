@@ -104,6 +104,16 @@ def invariant_value(expr, var2val) -> np.ndarray | None:
     return np.ascontiguousarray(value)
 
 
+def static_value(expr, var2val) -> np.ndarray | None:
+    """The value of a static tensor known at compile time (a constant, or one transposed as ONNX
+    Gemm's transB gives it, when no FoldConstant ran), as numpy."""
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or \
+            not all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape):
+        return None
+    return invariant_value(expr, var2val)  # with no symbolic axis: the value itself
+
+
 @relax.expr_functor.mutator
 class _OperandSwap(relax.PyExprMutator):
     """The call_tir sites in `constants` (by identity) get those constants (argument position ->

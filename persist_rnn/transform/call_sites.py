@@ -80,3 +80,13 @@ def call_site_batches(mod: tvm.IRModule, callees) -> dict:
 def call_site_rows(mod: tvm.IRModule, callees) -> dict:
     """Projection name -> static row count (T*B) of x at its call sites; None if symbolic."""
     return _per_callee(mod, callees, 0)
+
+
+def drop_uncalled(mod: tvm.IRModule, candidates: set) -> tvm.IRModule:
+    """`mod` without those of `candidates` (GlobalVars: a fused layer's kernel, a projection folded
+    away) that no Relax function calls any more, so that they are neither tuned nor compiled."""
+    used = {gv for func in mod.functions.values() if isinstance(func, relax.Function)
+            for gv in relax.analysis.all_global_vars(func)}
+    for gv in candidates - used:
+        del mod[gv]
+    return mod

@@ -22,17 +22,7 @@ from tir_templates.projection import projection_kernel
 from ..schedule.gpu import gpu_model
 from ..schedule.planner import target_arch
 from ..targets import as_target
-from .batch_invariants import invariant_value
-
-
-def _constant(expr, var2val) -> np.ndarray | None:
-    """The value of a static tensor known at compile time (a constant, or one transposed as ONNX
-    Gemm's transB gives it, when no FoldConstant ran), as numpy."""
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or \
-            not all(isinstance(d, tvm.tirx.IntImm) for d in ty.shape):
-        return None
-    return invariant_value(expr, var2val)  # with no symbolic axis: the value itself
+from .batch_invariants import static_value
 
 
 def _float32(expr) -> bool:
@@ -49,7 +39,7 @@ class _Dense:
 def _matmul(call, var2val) -> _Dense | None:
     if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul"):
         return None
-    x, w = call.args[0], _constant(call.args[1], var2val)
+    x, w = call.args[0], static_value(call.args[1], var2val)
     if w is None or w.dtype != np.float32 or w.ndim != 2 or not _float32(x) or x.ty.ndim < 2:
         return None
     if call.attrs.out_dtype is not None and str(call.attrs.out_dtype) not in ("", "void", "float32"):
@@ -72,7 +62,7 @@ def _dense(call, var2val) -> _Dense | None:
     for mm, bias in ((call.args[0], call.args[1]), (call.args[1], call.args[0])):
         inner = var2val.get(mm) if isinstance(mm, relax.Var) else None
         found = _matmul(inner, var2val) if isinstance(inner, relax.Call) else None
-        value = _constant(bias, var2val)
+        value = static_value(bias, var2val)
         if found is None or value is None or value.dtype != np.float32:
             continue
         n = found.w.shape[1]

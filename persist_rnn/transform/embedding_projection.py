@@ -21,37 +21,24 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import tvm
 from tvm import relax
 
 from tir_templates.gemm_signature import PROJECTION_ATTR
+from tir_templates.spec import ATTR_KEY
+
+from .batch_invariants import static_value
+from .call_sites import call_args, drop_uncalled
+from .layer_stacks import callee, is_op, through_views
 
 #: the largest projected table kept on the device (V x N x 4 bytes)
 MAX_TABLE_BYTES = 64 << 20
 
 
-def _bound(expr, var2val):
-    while isinstance(expr, relax.Var) and expr in var2val:
-        expr = var2val[expr]
-    return expr
-
-
-def _op(expr, name: str) -> bool:
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
-
-
-def _constant(expr, var2val) -> np.ndarray | None:
-    expr = _bound(expr, var2val)
-    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
-
-
 def _reference_projection(mod: tvm.IRModule, call) -> bool:
     """Whether `call` is a call_tir of an input projection in the importer's reference form."""
-    if not _op(call, "relax.call_tir") or not isinstance(call.args[0], relax.GlobalVar):
-        return False
-    func = mod[call.args[0]]
-    if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs is None or PROJECTION_ATTR not in func.attrs:
+    func = callee(call, mod, PROJECTION_ATTR)
+    if func is None:
         return False
     info = json.loads(str(func.attrs[PROJECTION_ATTR]))
     return "tile" not in info and "mma" not in info
@@ -61,20 +48,17 @@ def _lookup(x, var2val):
     """(table, ids, mode, ids_axes) when `x` (the projection's rows) is a constant table's rows
     taken by ids along axis 0, perhaps transposed with the embedding axis kept last (a batch-first
     model's (B, T) -> (T, B)), and reshaped to (rows, K); `ids_axes` is that transpose done on the
-    ids instead (None: none). Else None."""
-    rows = _bound(x, var2val)
-    if not _op(rows, "relax.reshape"):
-        return None
-    taken, ids_axes = _bound(rows.args[0], var2val), None
-    if _op(taken, "relax.permute_dims"):
+    ids instead (None: none). Else None. Views (reshape, squeeze, expand_dims) keep the rows' order."""
+    taken, ids_axes = through_views(x, var2val), None  # the reshape to rows, and any view before it
+    if is_op(taken, "relax.permute_dims"):
         axes = taken.attrs.axes
         if axes is None or int(axes[-1]) != len(axes) - 1:
             return None  # the embedding axis moves: not a transpose of the rows
         ids_axes = [int(a) for a in axes[:-1]]
-        taken = _bound(taken.args[0], var2val)
-    if not _op(taken, "relax.take") or taken.attrs.axis is None or int(taken.attrs.axis) != 0:
+        taken = through_views(taken.args[0], var2val)
+    if not is_op(taken, "relax.take") or taken.attrs.axis is None or int(taken.attrs.axis) != 0:
         return None
-    table = _constant(taken.args[0], var2val)
+    table = static_value(taken.args[0], var2val)
     if table is None or table.ndim != 2:
         return None
     return table, taken.args[1], str(taken.attrs.mode), ids_axes
@@ -82,7 +66,7 @@ def _lookup(x, var2val):
 
 @relax.expr_functor.mutator
 class _Fold(relax.PyExprMutator):
-    def __init__(self, mod, var2val: dict, folded: list):
+    def __init__(self, mod, var2val: dict, folded: set):
         super().__init__(mod)
         self.mod, self.var2val, self.folded = mod, var2val, folded
         self.lookups = set()  # the projected tables' takes emitted
@@ -93,14 +77,14 @@ class _Fold(relax.PyExprMutator):
             return new
         x, w_arg, b_arg = call.args[1].fields
         found = _lookup(x, self.var2val)
-        w, b = _constant(w_arg, self.var2val), _constant(b_arg, self.var2val)
+        w, b = static_value(w_arg, self.var2val), static_value(b_arg, self.var2val)
         if found is None or w is None or b is None:
             return new
         table, ids, mode, ids_axes = found
         if table.shape[1] != w.shape[0] or table.shape[0] * w.shape[1] * 4 > MAX_TABLE_BYTES:
             return new
         projected = (table.astype("float64") @ w.astype("float64") + b.astype("float64")).astype("float32")
-        self.folded.append(call.args[0].name_hint)
+        self.folded.add(call.args[0])
         ids = self.visit_expr(ids)
         if ids_axes is not None and ids_axes != sorted(ids_axes):  # transpose the ids, not the rows
             ids = self.builder_.emit(relax.op.permute_dims(ids, ids_axes))
@@ -109,11 +93,11 @@ class _Fold(relax.PyExprMutator):
         return relax.op.reshape(rows, call.ty.shape)
 
 
-def fold_embedding_projections(mod: tvm.IRModule, is_layer) -> tuple[tvm.IRModule, set[str]]:
+def fold_embedding_projections(mod: tvm.IRModule) -> tuple[tvm.IRModule, set[str]]:
     """`mod` with every input projection of an embedding lookup folded into its table (the
-    projection functions folded dropped, unused now), and the names of the layer functions
-    (`is_layer(PrimFunc)`) whose input is such a lookup."""
-    folded: list[str] = []
+    projection functions folded dropped, unused now), and the names of the layer functions whose
+    input is such a lookup."""
+    folded: set = set()
     layers: set[str] = set()
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
@@ -121,30 +105,18 @@ def fold_embedding_projections(mod: tvm.IRModule, is_layer) -> tuple[tvm.IRModul
             new_func = relax.analysis.remove_all_unused(fold.visit_expr(func))
             mod = fold.builder_.get()
             mod[gv] = new_func
-            layers |= _fed_layers(mod, new_func, fold.lookups, is_layer)
-    for name in folded:
-        mod = _without(mod, name)
-    return mod, layers
+            layers |= _fed_layers(mod, new_func, fold.lookups)
+    return drop_uncalled(mod, folded), layers
 
 
-def _fed_layers(mod, func, lookups: set, is_layer) -> set[str]:
+def _fed_layers(mod, func, lookups: set) -> set[str]:
     """Names of the layers called in `func` whose input is, through reshapes, one of `lookups`."""
     var2val, out = relax.analysis.get_var2val(func), set()
     for value in var2val.values():
-        if _op(value, "relax.call_tir") and isinstance(value.args[0], relax.GlobalVar) and \
-                is_layer(mod[value.args[0]]) and value.args[1].fields:
-            x = value.args[1].fields[0]
-            while isinstance(x, relax.Var) and x not in lookups and _op(var2val.get(x), "relax.reshape"):
+        if callee(value, mod, ATTR_KEY) is not None:
+            x = call_args(value)[0]
+            while isinstance(x, relax.Var) and x not in lookups and is_op(var2val.get(x), "relax.reshape"):
                 x = var2val[x].args[0]
             if x in lookups:
                 out.add(value.args[0].name_hint)
     return out
-
-
-def _without(mod: tvm.IRModule, name: str) -> tvm.IRModule:
-    """`mod` without the function `name` if no Relax function calls it any more."""
-    gv = mod.get_global_var(name)
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function) and gv in relax.analysis.all_global_vars(func):
-            return mod
-    return tvm.IRModule({g: f for g, f in mod.functions.items() if g.name_hint != name}, attrs=mod.attrs)

@@ -39,30 +39,30 @@ def _bindings(func: relax.Function) -> dict:
     return out
 
 
-def _is_op(expr, name: str) -> bool:
+def is_op(expr, name: str) -> bool:
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
 
 
-def _through_views(expr, bound: dict):
+def through_views(expr, bound: dict):
     """`expr` with the views in front of it peeled off (variables followed to their values), and
     dropout's output (inference leaves the tensor as it is)."""
     while True:
         if isinstance(expr, relax.Var) and expr in bound:
             expr = bound[expr]
-        elif any(_is_op(expr, view) for view in _VIEWS):
+        elif any(is_op(expr, view) for view in _VIEWS):
             expr = expr.args[0]
         elif isinstance(expr, relax.TupleGetItem) and expr.index == 0:
-            source = _through_views(expr.tuple_value, bound)
-            if not _is_op(source, "relax.nn.dropout"):
+            source = through_views(expr.tuple_value, bound)
+            if not is_op(source, "relax.nn.dropout"):
                 return expr
             expr = source.args[0]
         else:
             return expr
 
 
-def _callee(call, mod: tvm.IRModule, attr: str):
+def callee(call, mod: tvm.IRModule, attr: str):
     """The PrimFunc a call_tir site calls, if it carries `attr`; else None."""
-    if not _is_op(call, "relax.call_tir"):
+    if not is_op(call, "relax.call_tir"):
         return None
     func = mod[call.args[0]] if isinstance(call.args[0], relax.GlobalVar) and call.args[0] in mod else None
     return func if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and attr in func.attrs else None
@@ -70,14 +70,14 @@ def _callee(call, mod: tvm.IRModule, attr: str):
 
 def _below(call, mod: tvm.IRModule, bound: dict):
     """The recurrence call whose Y feeds this recurrence call's projection through views only, or None."""
-    xw = _through_views(call_args(call)[0], bound)
-    if _callee(xw, mod, PROJECTION_ATTR) is None:
+    xw = through_views(call_args(call)[0], bound)
+    if callee(xw, mod, PROJECTION_ATTR) is None:
         return None
-    y = _through_views(call_args(xw)[0], bound)
+    y = through_views(call_args(xw)[0], bound)
     if not (isinstance(y, relax.TupleGetItem) and y.index == 0):
         return None
-    lower = _through_views(y.tuple_value, bound)
-    return lower if _callee(lower, mod, ATTR_KEY) is not None else None
+    lower = through_views(y.tuple_value, bound)
+    return lower if callee(lower, mod, ATTR_KEY) is not None else None
 
 
 def layer_spec(call, mod) -> CellSpec:
@@ -96,7 +96,7 @@ def _same_steps(lower, upper) -> bool:
 def _linkable(lower, upper, mod, bound) -> bool:
     """Whether the wavefront could run `upper` one time step behind `lower` (module docstring)."""
     a, b = layer_spec(lower, mod), layer_spec(upper, mod)
-    lens_a, lens_b = (_through_views(call_args(c)[3], bound) for c in (lower, upper))
+    lens_a, lens_b = (through_views(call_args(c)[3], bound) for c in (lower, upper))
     return (a.num_directions == b.num_directions == 1 and a.direction == b.direction and a.dtype == b.dtype
             and tvm_ffi.structural_equal(lens_a, lens_b) and _same_steps(lower, upper))
 
@@ -104,7 +104,7 @@ def _linkable(lower, upper, mod, bound) -> bool:
 def call_chains(func: relax.Function, mod: tvm.IRModule) -> tuple[list, dict]:
     """Each stack in `func` as its recurrence calls, lowest layer first; and `func`'s bindings."""
     bound = _bindings(func)
-    calls = [v for v in bound.values() if _callee(v, mod, ATTR_KEY) is not None]
+    calls = [v for v in bound.values() if callee(v, mod, ATTR_KEY) is not None]
     above = {}  # lower call -> upper call
     for call in calls:
         lower = _below(call, mod, bound)
@@ -121,7 +121,7 @@ def call_chains(func: relax.Function, mod: tvm.IRModule) -> tuple[list, dict]:
 
 def projection_of(call, bound: dict):
     """The projection call whose result is this recurrence call's input (through views)."""
-    return _through_views(call_args(call)[0], bound)
+    return through_views(call_args(call)[0], bound)
 
 
 def find_stacks(mod: tvm.IRModule) -> list[list[relax.GlobalVar]]:

@@ -27,7 +27,7 @@ from tir_templates.wavefront.plan import stack_configs
 from ..errors import PersistRNNError
 from ..report import CONFIG_ATTR, LOWERING_ATTR, STACK_REASON_ATTR
 from ..schedule.stack_choice import StackChoice, choose_stack
-from .call_sites import call_args, static_dim
+from .call_sites import call_args, drop_uncalled, static_dim
 from .layer_stacks import call_chains, layer_spec, projection_of
 
 #: the first architecture with thread-block clusters (the wavefront gives each layer one)
@@ -214,7 +214,7 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | 
         new_func = mutator.visit_expr(func)
         mod = mutator.builder_.get()
         mod[gv_func] = relax.analysis.remove_all_unused(new_func)
-    return _drop_unused(mod, replaced)
+    return drop_uncalled(mod, replaced)
 
 
 def _choice(mod, calls, specs, configs, mode, arch, tuning_log_path, precision) -> StackChoice:
@@ -232,13 +232,3 @@ def _choice(mod, calls, specs, configs, mode, arch, tuning_log_path, precision) 
 def _kernel_name(specs) -> str:
     """A C identifier for the stack's kernel: ONNX node names ("/lstm/LSTM_1") are not."""
     return re.sub(r"\W", "_", f"wavefront_{len(specs)}_{specs[0].node or 'layers'}")
-
-
-def _drop_unused(mod: tvm.IRModule, candidates: set) -> tvm.IRModule:
-    """`mod` without those of `candidates` (fused layers' kernels, the upper layers' projections)
-    that no Relax function calls any more, so that they are neither tuned nor compiled."""
-    used = {gv for func in mod.functions.values() if isinstance(func, relax.Function)
-            for gv in relax.analysis.all_global_vars(func)}
-    for gv in candidates - used:
-        del mod[gv]
-    return mod

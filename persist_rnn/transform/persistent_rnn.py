@@ -247,7 +247,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         check_position(mod, layers)
         mod = relax.transform.FoldConstant()(mod)  # weights sliced from initializers become constants
         mod = broadcast_batch_invariants(mod, target.kind.name)  # a symbolic batch's default operands
-        mod, embedded = fold_embedding_projections(mod, lambda f: f.attrs is not None and ATTR_KEY in f.attrs)
+        mod, embedded = fold_embedding_projections(mod)
         batches = call_site_batches(mod, layers)
         slots, plans = {}, {}
         for gv, func, spec in list(recurrences(mod)):
