@@ -175,10 +175,19 @@ class Config:
     def exchange_slots(self, spec: CellSpec) -> int:
         """Leading extent of the exchange buffer: h by step parity and a spare slot, plus, with
         partial sums, one slot per (parity, gate z/r, CTA of a direction); stamped words take two
-        slots each, by step parity."""
+        slots each, by step parity. A 16-bit LSTM adds its cell state's slot (`cell_state_slot`)."""
+        return self._h_slots(spec) + (self.cell_state_slot(spec) is not None)
+
+    def _h_slots(self, spec: CellSpec) -> int:
         if self.stamped:
             return 2 * STAMPED_COPIES
         return 3 + (4 * self.ctas_per_direction(spec) if self.partial_sums(spec) else 0)
+
+    def cell_state_slot(self, spec: CellSpec) -> int | None:
+        """The exchange slot where a 16-bit LSTM keeps C in fp32 between steps (a CTA walking
+        batch chunks reads it back each step), so that Y_c leaves the kernel in the layer's dtype
+        with no cast kernel after it; None where Y_c itself is fp32 and is C's home."""
+        return self._h_slots(spec) if spec.cell == "lstm" and spec.dtype != "float32" else None
 
     def num_ctas(self, spec: CellSpec) -> int:
         return spec.num_directions * (spec.hidden_size // self.tile_units)

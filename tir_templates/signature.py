@@ -14,7 +14,7 @@ T and B are runtime variables, everything else comes from the layer's CellSpec:
     ->   y (T, D, B, H) in the layer's dtype (every kernel only writes it, so an fp16 or bf16
          layer's Y leaves the kernel as the model wants it, with no cast kernel after it),
          yh (D, B, H), yc (D, B, H) (LSTM only) in float32 (the reference scan keeps its states there;
-         a kernel that only writes yh may declare it in the layer's dtype, `recurrence_func`),
+         a kernel that only writes them may declare them in the layer's dtype, `recurrence_func`),
          hbuf (EXCHANGE_SLOTS or more, D, B, H) float32, ws (WORKSPACE_WORDS,) uint32
 The last two outputs are per-call scratch that the reference ignores and the persistent kernels
 use (h exchanged between CTAs, grid-barrier counters); a kernel may want a longer exchange
@@ -60,17 +60,20 @@ def time_index(spec: CellSpec, d, s, n_valid):
     return T.if_then_else(d == 1, n_valid - 1 - s, s)
 
 
-def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS, yh_written_only: bool = False) -> tvm.tirx.PrimFunc:
+def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS, yh_written_only: bool = False,
+                    yc_written_only: bool = False) -> tvm.tirx.PrimFunc:
     """A PrimFunc with the signature above whose body is the TIR macro `body`, called as
     body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b); it carries `spec`. The exchange
     buffer's leading extent stays symbolic (at least `slots`), so that a pass can swap the callee
     of a call site without changing the callee's type. `yh_written_only`: the body never reads yh,
     which is then in the layer's dtype too (the pass that swaps such a kernel in re-types Y_h at
-    its call sites, so that no cast kernel follows it)."""
+    its call sites, so that no cast kernel follows it); `yc_written_only` likewise for an LSTM's yc
+    (a GRU's yc is fp32 scratch: the two-phase kernel keeps z there)."""
     H, D = spec.hidden_size, spec.num_directions
     GH = spec.num_gates * H
     y_dtype = spec.dtype  # stores into y round to it (TVMScript casts a store to its buffer's dtype)
     yh_dtype = spec.dtype if yh_written_only else "float32"
+    yc_dtype = spec.dtype if yc_written_only and spec.cell == "lstm" else "float32"
 
     @T.prim_func(private=True)
     def kernel(
@@ -89,7 +92,7 @@ def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS, yh_writte
         c0 = T.match_buffer(c0_h, (D, batch_extent(spec, "c0", n_b), H), "float32")
         y = T.match_buffer(y_h, (n_t, D, n_b, H), y_dtype)
         yh = T.match_buffer(yh_h, (D, n_b, H), yh_dtype)
-        yc = T.match_buffer(yc_h, (D, n_b, H), "float32")
+        yc = T.match_buffer(yc_h, (D, n_b, H), yc_dtype)
         hb = T.match_buffer(hb_h, (n_slots, D, n_b, H), "float32")
         assert n_slots >= slots, "the exchange buffer is shorter than this kernel needs"
         body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b)

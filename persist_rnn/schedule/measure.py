@@ -37,15 +37,15 @@ _FLUSH = "persist_rnn.flush_l2"
 def kernel_arrays(spec: CellSpec, batch: int, seq_len: int, seed: int = 0, slots: int = EXCHANGE_SLOTS) -> list[np.ndarray]:
     """Random inputs and zeroed outputs in the order every recurrence kernel takes them (`slots`:
     the exchange buffer's, `Config.exchange_slots`); operands the spec broadcasts have batch extent 1.
-    Y and Y_h in the layer's dtype, as the persistent kernels take them (tir_templates/signature.py;
-    `as_params` converts them for another kernel)."""
+    Y, Y_h and an LSTM's Y_c in the layer's dtype, as the persistent kernels take them
+    (tir_templates/signature.py; `as_params` converts them for another kernel)."""
     rng = np.random.default_rng(seed)
     D, H, G = spec.num_directions, spec.hidden_size, spec.num_gates
     f = lambda *shape: (rng.standard_normal(shape) * 0.3).astype("float32")
     lens_b, h0_b, c0_b = (batch_extent(spec, op, batch) for op in ("lens", "h0", "c0"))
     return [f(seq_len, batch, D, G * H), f(D, G * H, H), f(D, G * H), np.full(lens_b, seq_len, "int32"),
             f(D, h0_b, H), f(D, c0_b, H), f(D, 3 * H), np.zeros((seq_len, D, batch, H), spec.dtype),
-            np.zeros((D, batch, H), spec.dtype), np.zeros((D, batch, H), "float32"),
+            np.zeros((D, batch, H), spec.dtype), np.zeros((D, batch, H), spec.dtype if spec.cell == "lstm" else "float32"),
             np.zeros((slots, D, batch, H), "float32"), np.zeros(WORKSPACE_WORDS, "uint32")]
 
 

@@ -5,8 +5,8 @@ canonical form; chains of primitive-op LSTM, GRU and RNN cells are first turned 
 match_cells), wherever their call_tir sites stand (call_sites: any position in a Relax pipeline
 before TVM's dataflow lowering, which it refuses by name), asks the scheduler for a config, and
 replaces the callee with the kernel the templates generate for it. All lowerings share one signature, so call sites stay as they are,
-except that a kernel may want a longer exchange buffer (GRU's partial sums: `exchange_slots`) or
-write Y_h of an fp16 or bf16 layer in that dtype (tir_templates/signature.py), which is then
+except that a kernel may want a longer exchange buffer (GRU's partial sums, a 16-bit LSTM's C:
+`exchange_slots`) or write Y_h and Y_c of an fp16 or bf16 layer in that dtype (tir_templates/signature.py), which is then
 written into its call sites (`_conform_call_sites`; the cast after it goes).
 What cannot be made persistent keeps the reference scan (re-targeted to the target's variant),
 and the reason is recorded where `report()` reads it.
@@ -73,8 +73,8 @@ def projection_precision(operands: str, precision: str) -> str:
 
 
 #: the results a recurrence kernel may write in a dtype other than its call site's (signature.py),
-#: output index -> (parameter index, buffer name): Y_h
-_RETYPED_OUTPUTS = {1: (8, "yh")}
+#: output index -> (parameter index, buffer name): Y_h, and an LSTM's Y_c
+_RETYPED_OUTPUTS = {1: (8, "yh"), 2: (9, "yc")}
 
 
 #: casts that keep every value: a 16-bit float widened to fp32 (its narrowing back is exact)
@@ -88,8 +88,8 @@ class _CallSiteConformer(relax.PyExprMutator):
     """call_tir sites of the kernels in `slots` (GlobalVar name -> exchange slots) get an exchange
     buffer (output 3) of that many slots; those of the kernels in `dtypes` (GlobalVar name ->
     {output: dtype}) results of those dtypes. Whatever used such a result gets it in the dtype it
-    had, widened by a cast (exact: the importer rounds Y_h to the layer's dtype before anything
-    reads it), and that cast followed by the importer's cast back is dropped, so that where the
+    had, widened by a cast (exact: the importer rounds Y_h and Y_c to the layer's dtype before
+    anything reads them), and that cast followed by the importer's cast back is dropped, so that where the
     importer's cast is still an op (PersistentRNN before legalization) no cast kernel is left."""
 
     def __init__(self, mod, slots: dict, dtypes: dict, retyped: dict):

@@ -252,3 +252,36 @@ def test_bf16_mma_rounds_h_within_the_bf16_bound(cell, direction, batch, cfg, fl
     y_got, y_want = got[7].astype("float32"), want[7].astype("float32")  # Y in bf16: subtract in fp32
     err = float(np.abs(y_got - y_want).max()) / max(1.0, float(np.abs(y_want).max()))
     assert 1e-4 < err <= 8e-3, err
+
+
+#: LSTM kernels on the FMA units with C kept between steps in each place a kernel keeps it: a CTA
+#: walking two chunks (C in memory), three chunks over a grid, stamped words, a resident CTA (C in
+#: a register), dsmem with three chunks
+SIXTEEN_BIT_LSTM_CASES = [
+    ("lstm", "reverse", 5, Config(16, 1, 8, 3), dict(input_forget=True)),
+    ("lstm", "forward", 5, Config(4, 4, 4, 2), dict(peepholes=True)),
+    ("lstm", "forward", 5, Config(4, 4, 4, 2, stamped=True), {}),
+    ("lstm", "forward", 2, Config(16, 4, 4, 2), {}),
+    ("lstm", "reverse", 5, Config(4, 8, 4, 2, cluster=True, dsmem=True), {}),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("cell,direction,batch,cfg,flags", SIXTEEN_BIT_LSTM_CASES, ids=lambda v: str(v))
+def test_a_16_bit_lstm_returns_the_fp32_states_rounded_once(cell, direction, batch, cfg, flags, dtype):
+    """A 16-bit LSTM on the FMA units computes in fp32 as the fp32 layer does and writes Y, Y_h
+    and Y_c in its dtype (no cast kernel after it): each must be the fp32 kernel's value rounded
+    once. C kept between steps in Y_c itself would be rounded every step, and off by more."""
+    import ml_dtypes
+
+    assert cell == "lstm" and not cfg.tensor_cores()
+    fp32 = CellSpec(cell, I, H, direction, **flags)
+    half = dataclasses.replace(fp32, dtype=dtype)
+    arrays = kernel_arrays(fp32, batch, STEPS, seed=3, slots=cfg.exchange_slots(half))
+    arrays[3] = np.random.default_rng(batch).integers(0, STEPS + 1, batch).astype("int32")  # ragged, some empty
+    want = _run_llvm(emulated_persistent_kernel(fp32, cfg), [a.copy() for a in arrays])
+    got = _run_llvm(emulated_persistent_kernel(half, cfg), [a.copy() for a in arrays])
+    np_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    for name, g, w in zip(("Y", "Y_h", "Y_c"), got[7:10], want[7:10]):
+        assert g.dtype == np_dtype, name
+        np.testing.assert_array_equal(g.astype("float32"), w.astype(np_dtype).astype("float32"), err_msg=name)

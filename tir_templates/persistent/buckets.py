@@ -59,7 +59,8 @@ def _build(spec: CellSpec, buckets: Buckets, kernel, emulate: bool) -> tvm.tirx.
         a = T.meta_var(Args(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b))
         run(a)
 
-    return recurrence_func(spec, body, max(cfg.exchange_slots(spec) for _, cfg in buckets), yh_written_only=True)
+    return recurrence_func(spec, body, max(cfg.exchange_slots(spec) for _, cfg in buckets), yh_written_only=True,
+                           yc_written_only=all(cfg.cell_state_slot(spec) is not None for _, cfg in buckets))
 
 
 @built_once

@@ -14,6 +14,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from ..signature import BARRIER_FLAG_WORD, batch_row
+from .cell_state import keep_cell_state
 from .stamped_exchange import flat_words, load_stamped_h, publish, stamped_value
 
 GRID_BARRIER = r"""
@@ -99,8 +100,8 @@ def init_state(L, a, t):
                 a.hb[0, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)] = a.h0[
                     L.dir_of(t.cta), batch_row(L.spec, "h0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)]
             if L.lstm:
-                a.yc[L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)] = a.c0[
-                    L.dir_of(t.cta), batch_row(L.spec, "c0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)]
+                keep_cell_state(L, a, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e), a.c0[
+                    L.dir_of(t.cta), batch_row(L.spec, "c0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)])
 
 
 @T.macro

@@ -8,6 +8,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .. import signature
+from .cell_state import cell_state
 from .exchange import h_into_shared
 
 
@@ -53,8 +54,8 @@ def fetch(L, a, t, xr, s, ch, with_c):
                 xr[t.row, e * L.XR + g] = input_at(L, a, t, e, g, ch, T.max(
                     T.min(time_index(L, L.dir_of(t.cta), s, t.nv[t.row, e]), a.n_t - 1), T.int64(0)))
             if L.lstm and with_c:
-                xr[t.row, e * L.XR + L.G] = a.yc[L.dir_of(t.cta), L.pair(t.cta, t.tx, e, ch)[0],
-                                                 L.pair(t.cta, t.tx, e, ch)[1]]
+                xr[t.row, e * L.XR + L.G] = cell_state(L, a, L.dir_of(t.cta), L.pair(t.cta, t.tx, e, ch)[0],
+                                                       L.pair(t.cta, t.tx, e, ch)[1])
 
 
 @T.macro

@@ -186,4 +186,5 @@ def persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc:
         a = T.meta_var(Args(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b))
         cuda_kernel(L, a)
 
-    return recurrence_func(spec, body, L.SLOTS, yh_written_only=True)  # final_state writes Y_h once
+    # final_state writes Y_h once; C's home between steps is not Y_c (cell_state.py)
+    return recurrence_func(spec, body, L.SLOTS, yh_written_only=True, yc_written_only=L.C_SLOT is not None)

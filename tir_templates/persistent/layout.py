@@ -52,6 +52,7 @@ class Layout:
         self.GATE0 = 2 if self.partial_sums else 0
         self.GTW = cfg.row_gates(spec) * self.TW
         self.SLOTS = cfg.exchange_slots(spec)
+        self.C_SLOT = cfg.cell_state_slot(spec)  # None: C lives in yc between steps
         self.PR = cfg.partial_rows(spec)  # rows of R_z, R_r per thread (partial sums)
         self.CPD = cfg.ctas_per_direction(spec)
         self.NCTA = self.D * self.CPD

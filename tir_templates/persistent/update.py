@@ -10,6 +10,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .. import cells
+from .cell_state import keep_cell_state
 from .inputs import time_index
 from .stamped_exchange import publish
 
@@ -67,7 +68,7 @@ def update_pair(L, a, t, e, b, j, bi, d, hs, gs, s, hs_next):
                 recurrent_parts(L, t, gs, e, bi, j % L.TW), t.xr[t.row, e * L.XR + L.G],
                 cells.gate_slice(a.p, (d,), j, L.H, 3), L.FAST)
             if hs_next is None:
-                a.yc[d, b, j] = t.xr[t.row, e * L.XR + L.G]
+                keep_cell_state(L, a, d, b, j, t.xr[t.row, e * L.XR + L.G])
         t.hn[t.row, e] = cells.hidden(
             L.spec, d, cells.gate_slice(t.xr, (t.row,), e * L.XR, 1, L.G),
             recurrent_parts(L, t, gs, e, bi, j % L.TW), hs[bi, j], t.xr[t.row, e * L.XR + L.G],
