@@ -1,0 +1,127 @@
+"""Where a layer-wavefront step goes (issue 21): the stack as built, and with parts of its step
+taken out, timed in turn with the per-layer build and torch's stacked layer (needs torch and a GPU).
+
+    python benchmarks/wavefront_budget.py --out budget.jsonl LSTM:128:3:1 LSTM:256:3:1
+
+Each stack (CELL:HIDDEN:LAYERS:BATCH, T=100, input = hidden) is built with the wavefront at the
+config the cost model picks, four ways:
+- `full`, as shipped;
+- `no_input_wait`: a layer above the first takes the layer below's h as its first load returned
+  it (no stamp check, no reload). Its time against `full` is what waiting for the layer below costs;
+- `no_dot`: no dot products (the gate sums left as they were). Against `full`, that is the FMA work;
+- `neither`: both taken out.
+The ablated kernels compute nonsense; only their times are read (`err` shows how far off they are).
+The stamp wait is rebound in `tir_templates.wavefront.stamped`, whose macros steps.py looks up as
+module attributes. The dot products are left out of a copy of kernel.py written beside it
+(TVMScript macros keep the globals they were defined with, and parse their source from a file).
+layer_wavefront then builds with that copy's `stack_kernel`; the copy is deleted afterwards.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import pathlib
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from tvm.script import tirx as T  # noqa: E402
+
+import persist_rnn.transform.layer_wavefront as layer_wavefront  # noqa: E402
+import tir_templates.wavefront.kernel as wavefront_kernel  # noqa: E402
+import tir_templates.wavefront.stamped as stamped  # noqa: E402
+from persist_rnn.compile import compile as compile_model  # noqa: E402
+from persist_rnn.gpu_timing import graph_replay, interleaved_ms, vm_call  # noqa: E402
+from persist_rnn.stack_bench import onnx_stack_from_torch  # noqa: E402
+
+DOT_CALL = "    dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)\n"
+VARIANTS = {"full": (False, False), "no_input_wait": (True, False), "no_dot": (False, True), "neither": (True, True)}
+
+
+@T.macro
+def reload_never(S, a, layer, t, b, j, raw, e):
+    T.evaluate(0)
+
+
+def as_first_loaded(S, a, layer, t, b, j, raw, e):
+    """The value half of the word as its first load returned it, whatever its stamp."""
+    if S.emulate:
+        return a.hb[layer][t, 0, b, 2 * j]
+    return T.reinterpret("float32", T.Cast("uint32", raw[e]))
+
+
+@contextlib.contextmanager
+def kernel_without_dots():
+    """`stack_kernel` of a copy of kernel.py whose steps take no dot products."""
+    source = pathlib.Path(wavefront_kernel.__file__).read_text()
+    assert source.count(DOT_CALL) == 1, "kernel.py's step no longer calls dot_and_reduce as this expects"
+    path = pathlib.Path(wavefront_kernel.__file__).with_name("kernel_without_dots.py")
+    path.write_text(source.replace(DOT_CALL, "    T.evaluate(0)  # ablated: no dot products\n"))
+    try:
+        yield importlib.import_module("tir_templates.wavefront.kernel_without_dots").stack_kernel
+    finally:
+        path.unlink()
+        sys.modules.pop("tir_templates.wavefront.kernel_without_dots", None)
+
+
+@contextlib.contextmanager
+def ablated(no_input_wait: bool, no_dot: bool):
+    """The wavefront builds within are ablated so."""
+    saved = stamped.reissue, stamped.settled, layer_wavefront.stack_kernel
+    with contextlib.ExitStack() as stack:
+        if no_input_wait:
+            stamped.reissue, stamped.settled = reload_never, as_first_loaded
+        if no_dot:
+            layer_wavefront.stack_kernel = stack.enter_context(kernel_without_dots())
+        wavefront_kernel.stack_kernel.cache_clear()
+        try:
+            yield
+        finally:
+            stamped.reissue, stamped.settled, layer_wavefront.stack_kernel = saved
+            wavefront_kernel.stack_kernel.cache_clear()
+
+
+def stack_row(op: str, hidden: int, layers: int, batch: int) -> dict:
+    import torch
+
+    torch.manual_seed(hidden + layers + batch)
+    module = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU}[op](hidden, hidden, num_layers=layers).cuda().eval()
+    x = torch.randn(100, batch, hidden, device="cuda")
+    model = onnx_stack_from_torch(op, module, 100, batch)
+    feeds = {"X": x.cpu().numpy()}
+    builds = {"per_layer": compile_model(model, "cuda", wavefront=False)}
+    for name, flags in VARIANTS.items():
+        with ablated(*flags):
+            builds[name] = compile_model(model, "cuda", wavefront=True)
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.no_grad():
+        want = module(x)[0].cpu().numpy()
+        calls = {name: vm_call(build, feeds) for name, build in builds.items()}
+        calls["torch_graph"] = graph_replay(lambda: module(x))
+        ms = interleaved_ms(calls)
+    scale = max(1.0, float(np.abs(want).max()))
+    err = {name: float(np.abs(build.run(feeds)[0] - want).max() / scale) for name, build in builds.items()}
+    return {"part": "wavefront_ablation", "cell": op, "hidden": hidden, "layers": layers, "batch": batch, "ms": ms,
+            "err": err, "config": str(builds["full"].report()[0].config)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("stacks", nargs="+", help="CELL:HIDDEN:LAYERS:BATCH")
+    args = ap.parse_args()
+    for key in args.stacks:
+        op, hidden, layers, batch = key.split(":")
+        row = stack_row(op, int(hidden), int(layers), int(batch))
+        print(json.dumps(row), flush=True)
+        with open(args.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
