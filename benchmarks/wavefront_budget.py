@@ -4,15 +4,17 @@ taken out, timed in turn with the per-layer build and torch's stacked layer (nee
     python benchmarks/wavefront_budget.py --out budget.jsonl LSTM:128:3:1 LSTM:256:3:1
 
 Each stack (CELL:HIDDEN:LAYERS:BATCH, T=100, input = hidden) is built with the wavefront at the
-config the cost model picks, four ways:
-- `full`, as shipped;
+config the cost model picks, as shipped (`full`) and with parts of its step taken out:
 - `no_input_wait`: a layer above the first takes the layer below's h as its first load returned
   it (no stamp check, no reload). Its time against `full` is what waiting for the layer below costs;
 - `no_dot`: no dot products (the gate sums left as they were). Against `full`, that is the FMA work;
-- `neither`: both taken out.
+- `neither`: both taken out. What is left is the step's fixed part;
+- `no_exchange`: `neither` with no h sent to the cluster's peers and none waited for. What is
+  left is the syncs, the update, its stores and the next inputs. (The syncs cannot be taken out
+  so: TVM's sync planner puts back the ones the step needs, and fails inside its conditions.)
 The ablated kernels compute nonsense; only their times are read (`err` shows how far off they are).
 The stamp wait is rebound in `tir_templates.wavefront.stamped`, whose macros steps.py looks up as
-module attributes. The dot products are left out of a copy of kernel.py written beside it
+module attributes. The step's other parts are left out of a copy of kernel.py written beside it
 (TVMScript macros keep the globals they were defined with, and parse their source from a file).
 layer_wavefront then builds with that copy's `stack_kernel`; the copy is deleted afterwards.
 """
@@ -39,9 +41,14 @@ from persist_rnn.compile import compile as compile_model  # noqa: E402
 from persist_rnn.gpu_timing import graph_replay, interleaved_ms, vm_call  # noqa: E402
 from persist_rnn.stack_bench import onnx_stack_from_torch  # noqa: E402
 
-DOT_CALL = "    dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)\n"
-VARIANTS = {"full": (False, False), "no_input_wait": (True, False), "no_dot": (False, True), "neither": (True, True)}
-
+#: what each part's removal replaces in kernel.py's `one_step` (the lines as they stand there)
+STEP_PARTS = {
+    "dot": ["    dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)\n"],
+    "exchange": ["        wait_for_peers(S, bar, t)\n", "        exchange(S, layer, c, tx, hs, bar, t)\n"],
+}
+#: variant -> (no input wait, the parts of the step taken out)
+VARIANTS = {"full": (False, ()), "no_input_wait": (True, ()), "no_dot": (False, ("dot",)),
+            "neither": (True, ("dot",)), "no_exchange": (True, ("dot", "exchange"))}
 
 @T.macro
 def reload_never(S, a, layer, t, b, j, raw, e):
@@ -56,28 +63,35 @@ def as_first_loaded(S, a, layer, t, b, j, raw, e):
 
 
 @contextlib.contextmanager
-def kernel_without_dots():
-    """`stack_kernel` of a copy of kernel.py whose steps take no dot products."""
+def kernel_without(parts):
+    """`stack_kernel` of a copy of kernel.py whose `one_step` leaves out `parts` (STEP_PARTS)."""
     source = pathlib.Path(wavefront_kernel.__file__).read_text()
-    assert source.count(DOT_CALL) == 1, "kernel.py's step no longer calls dot_and_reduce as this expects"
-    path = pathlib.Path(wavefront_kernel.__file__).with_name("kernel_without_dots.py")
-    path.write_text(source.replace(DOT_CALL, "    T.evaluate(0)  # ablated: no dot products\n"))
+    start = source.index("def one_step(")
+    end = source.index("\n\n\n", start) + 1  # one_step up to its last line's newline
+    step = source[start:end]
+    for part in parts:
+        for line in STEP_PARTS[part]:
+            assert line in step, f"kernel.py's one_step no longer has {line.strip()!r}"
+            step = step.replace(line, line[:len(line) - len(line.lstrip())] + f"T.evaluate(0)  # ablated: {part}\n")
+    name = "kernel_without_" + "_".join(parts)
+    path = pathlib.Path(wavefront_kernel.__file__).with_name(name + ".py")
+    path.write_text(source[:start] + step + source[end:])
     try:
-        yield importlib.import_module("tir_templates.wavefront.kernel_without_dots").stack_kernel
+        yield importlib.import_module(f"tir_templates.wavefront.{name}").stack_kernel
     finally:
         path.unlink()
-        sys.modules.pop("tir_templates.wavefront.kernel_without_dots", None)
+        sys.modules.pop(f"tir_templates.wavefront.{name}", None)
 
 
 @contextlib.contextmanager
-def ablated(no_input_wait: bool, no_dot: bool):
+def ablated(no_input_wait: bool, parts=()):
     """The wavefront builds within are ablated so."""
     saved = stamped.reissue, stamped.settled, layer_wavefront.stack_kernel
     with contextlib.ExitStack() as stack:
         if no_input_wait:
             stamped.reissue, stamped.settled = reload_never, as_first_loaded
-        if no_dot:
-            layer_wavefront.stack_kernel = stack.enter_context(kernel_without_dots())
+        if parts:
+            layer_wavefront.stack_kernel = stack.enter_context(kernel_without(parts))
         wavefront_kernel.stack_kernel.cache_clear()
         try:
             yield
@@ -86,7 +100,7 @@ def ablated(no_input_wait: bool, no_dot: bool):
             wavefront_kernel.stack_kernel.cache_clear()
 
 
-def stack_row(op: str, hidden: int, layers: int, batch: int) -> dict:
+def stack_row(op: str, hidden: int, layers: int, batch: int, variants=tuple(VARIANTS)) -> dict:
     import torch
 
     torch.manual_seed(hidden + layers + batch)
@@ -95,8 +109,8 @@ def stack_row(op: str, hidden: int, layers: int, batch: int) -> dict:
     model = onnx_stack_from_torch(op, module, 100, batch)
     feeds = {"X": x.cpu().numpy()}
     builds = {"per_layer": compile_model(model, "cuda", wavefront=False)}
-    for name, flags in VARIANTS.items():
-        with ablated(*flags):
+    for name in variants:
+        with ablated(*VARIANTS[name]):
             builds[name] = compile_model(model, "cuda", wavefront=True)
     torch.backends.cudnn.allow_tf32 = False
     with torch.no_grad():
@@ -107,17 +121,18 @@ def stack_row(op: str, hidden: int, layers: int, batch: int) -> dict:
     scale = max(1.0, float(np.abs(want).max()))
     err = {name: float(np.abs(build.run(feeds)[0] - want).max() / scale) for name, build in builds.items()}
     return {"part": "wavefront_ablation", "cell": op, "hidden": hidden, "layers": layers, "batch": batch, "ms": ms,
-            "err": err, "config": str(builds["full"].report()[0].config)}
+            "err": err, "config": str(builds["per_layer" if "full" not in builds else "full"].report()[0].config)}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS))
     ap.add_argument("stacks", nargs="+", help="CELL:HIDDEN:LAYERS:BATCH")
     args = ap.parse_args()
     for key in args.stacks:
         op, hidden, layers, batch = key.split(":")
-        row = stack_row(op, int(hidden), int(layers), int(batch))
+        row = stack_row(op, int(hidden), int(layers), int(batch), args.variants.split(","))
         print(json.dumps(row), flush=True)
         with open(args.out, "a") as f:
             f.write(json.dumps(row) + "\n")
