@@ -86,7 +86,7 @@ __device__ __forceinline__ void prnn_dsmem_wait(void* bar, unsigned int parity, 
 
 @T.macro
 def init_state(L, a, t):
-    """Each CTA copies its units (and batch rows) of h0 into slot 0 of hbuf and of c0 into yc
+    """Each CTA copies its units (and batch rows) of h0 into slot 0 of hbuf and of c0 to C's home
     (stamped words: h0 into copy 0, stamp 1, and stamp 0 into copy 1, `stamped_exchange.py`)."""
     for e in range((L.own_rows(a.n_b) * L.TW + L.NT - 1) // L.NT):
         if L.owns_state(t.cta, t.tx, e, a.n_b):

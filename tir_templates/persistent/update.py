@@ -83,7 +83,7 @@ def update_pair(L, a, t, e, b, j, bi, d, hs, gs, s, hs_next):
 @T.macro
 def update(L, a, t, hs, gs, s, ch, hs_next):
     """The owner of each pair keeps C(t) in its register and stores h(t) into Y and `hn`; then
-    into the exchange buffer (or its stamped words; C(t) into yc), or, when `hs_next` is not None
-    (a resident CTA, which needs neither until its last step: `resident_states_out`), into that
-    shared copy of h (`h_out`)."""
+    into the exchange buffer (or its stamped words; C(t) where the next step reads it,
+    `cell_state.py`), or, when `hs_next` is not None (a resident CTA, which needs neither until
+    its last step: `resident_states_out`), into that shared copy of h (`h_out`)."""
     each_owned_pair(L, a, t, ch, update_pair, hs, gs, s, hs_next)
