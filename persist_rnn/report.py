@@ -73,14 +73,14 @@ class LayerReport:
         early = ", early launch" if self.early_launch else ", cooperative launch" if self.cooperative_launch else ""
         buckets = f", {len(self.buckets)} batch buckets" if self.buckets else ""
         tf32 = ", TF32 step" if self.tf32_step else ""
-        tf32 += ", input projection folded into its embedding table" if self.embedding_folded else ""
+        folded = ", input projection folded into its embedding table" if self.embedding_folded else ""
         stacked = f", layer {self.stack.index(self.node) + 1} of {len(self.stack)} stacked" if self.stack else ""
         if self.stack and self.lowering == "persistent":  # a kernel a layer where the wavefront could have fused them
             stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
         elif self.lowering == "wavefront" and self.stack_reason:  # one wavefront kernel: whose choice
             stacked += f" ({self.stack_reason})"
         return (f"{self.node}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
-                f"{dirs}: {self.lowering}{tf32}{early}{buckets}{stacked}{why}")
+                f"{dirs}: {self.lowering}{tf32}{folded}{early}{buckets}{stacked}{why}")
 
     def bucket_lines(self) -> list[str]:
         """One line per batch bucket: the batches it takes, its config and where it came from."""

@@ -4,10 +4,11 @@ It finds recurrences by the CellSpec attribute the importer's reference scan car
 canonical form; chains of primitive-op LSTM, GRU and RNN cells are first turned into it, see
 match_cells), wherever their call_tir sites stand (call_sites: any position in a Relax pipeline
 before TVM's dataflow lowering, which it refuses by name), asks the scheduler for a config, and
-replaces the callee with the kernel the templates generate for it. All lowerings share one signature, so call sites stay as they are,
-except that a kernel may want a longer exchange buffer (GRU's partial sums, a 16-bit LSTM's C:
-`exchange_slots`) or write Y_h and Y_c of an fp16 or bf16 layer in that dtype (tir_templates/signature.py), which is then
-written into its call sites (`_conform_call_sites`; the cast after it goes).
+replaces the callee with the kernel the templates generate for it. All lowerings share one
+signature, so call sites stay as they are, except that a kernel may want a longer exchange buffer
+(GRU's partial sums, a 16-bit LSTM's C: `exchange_slots`) or write Y_h and Y_c of an fp16 or bf16
+layer in that dtype (tir_templates/signature.py), which is then written into its call sites
+(`_conform_call_sites`; the casts after them go).
 What cannot be made persistent keeps the reference scan (re-targeted to the target's variant),
 and the reason is recorded where `report()` reads it.
 On CUDA the layers' input projections (the importer's projection reference) become the tiled
@@ -89,8 +90,9 @@ class _CallSiteConformer(relax.PyExprMutator):
     buffer (output 3) of that many slots; those of the kernels in `dtypes` (GlobalVar name ->
     {output: dtype}) results of those dtypes. Whatever used such a result gets it in the dtype it
     had, widened by a cast (exact: the importer rounds Y_h and Y_c to the layer's dtype before
-    anything reads them), and that cast followed by the importer's cast back is dropped, so that where the
-    importer's cast is still an op (PersistentRNN before legalization) no cast kernel is left."""
+    anything reads them), and that cast followed by the importer's cast back is dropped, so that
+    where the importer's cast is still an op (PersistentRNN before legalization) no cast kernel is
+    left."""
 
     def __init__(self, mod, slots: dict, dtypes: dict, retyped: dict):
         super().__init__(mod)
