@@ -82,3 +82,22 @@ def test_every_config_of_the_space_matches_onnxruntime(index, tmp_path):
     compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True, tuning_log=log)
     assert compiled.report()[0].config == space[index].as_dict()
     assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4
+
+
+@pytest.mark.parametrize("op,hidden,layers,batch,direction", [
+    ("LSTM", 128, 3, 1, "forward"), ("GRU", 256, 2, 1, "reverse"), ("GRU", 64, 3, 2, "forward"),
+    ("RNN", 128, 2, 5, "forward"), ("LSTM", 32, 2, 7, "reverse")])
+def test_lane_updates_match_onnxruntime(op, hidden, layers, batch, direction, tmp_path):
+    """Each cell at the first config of its space whose lanes update their units themselves
+    (lanes.py; one __syncthreads a step, h sent to the peers from registers), with lengths and
+    initial states: built as a tuning log that names the config makes it."""
+    from persist_rnn.stack_tuning import _log_naming
+    from tir_templates.wavefront.plan import lane_updates
+
+    model, feeds = stacked_layers_model(op, hidden, layers, 29, batch, direction=direction, lengths=True, states=True)
+    stacks, space, arch = _stack_space(model, batch)
+    cfg = next(c for c in space if lane_updates(stacks[0][0][0], c))
+    log = _log_naming(str(tmp_path / "none.jsonl"), stacks, [cfg], arch, "fp32", str(tmp_path))
+    compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True, tuning_log=log)
+    assert compiled.report()[0].config == cfg.as_dict()
+    assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4

@@ -28,6 +28,7 @@ from ..built_once import built_once
 from ..persistent.exchange import DSMEM_INIT, DSMEM_SEND, DSMEM_WAIT
 from ..signature import WORKSPACE_WORDS
 from ..spec import CellSpec
+from .lanes import lane_sums, send_to_peers
 from .layout import StackLayout
 from .plan import LANES, StackConfig, check_stack
 from .signature import stack_func
@@ -111,17 +112,24 @@ def one_step(S, a, layer, c, tx, hs, gs, bar, regs, acc, raw, t):
     if layer > 0:
         settle_input(S, a, layer, tx, hs, raw, t)
     T.tvm_storage_sync("shared")
-    dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)
-    T.tvm_storage_sync("shared")
-    update(S, a, layer, c, tx, hs, gs, regs, 0, t)
-    T.tvm_storage_sync("shared")
+    if S.LANE:  # the lanes update from their own sums (`lanes.py`): no meeting in gs
+        lane_sums(S, layer, tx, regs.wreg, hs, acc, t)
+        update(S, a, layer, c, tx, hs, gs, regs, 0, t)
+    else:
+        dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)
+        T.tvm_storage_sync("shared")
+        update(S, a, layer, c, tx, hs, gs, regs, 0, t)
+        T.tvm_storage_sync("shared")
     if layer > 0:
         if t + 2 < a.n_t:
             issue_inputs(S, a, layer, tx, raw, t + 2)
     if t + 1 < a.n_t:  # the last step sends nothing
         if layer == 0:  # the next step's projection row in flight during the exchange
             load_projection(S, a, c, tx, regs, 0, t + 1)
-        exchange(S, layer, c, tx, hs, bar, t)
+        if S.LANE:
+            send_to_peers(S, layer, c, tx, hs, bar, regs.hn[0, 0], t)
+        else:
+            exchange(S, layer, c, tx, hs, bar, t)
 
 
 @T.macro
@@ -130,13 +138,13 @@ def cta_layer(S, a, layer, c, tx, hs, gs, bar):
     step (in pairs, each with its own registers for the input words it has in flight), then the
     final states."""
     wreg = T.alloc_buffer((1, S.RPG * S.KPL[layer]), "float32", scope="local")
-    acc = T.alloc_buffer((S.PARTS[layer] * S.RPG,), "float32", scope="local")
+    acc = T.alloc_buffer((S.acc_size(layer),), "float32", scope="local")
     xin = T.alloc_buffer((1, S.PAIRS * (S.G + 1)), "float32", scope="local")
     nv = T.alloc_buffer((1, S.PAIRS), "int64", scope="local")
     hn = T.alloc_buffer((1, S.PAIRS), "float32", scope="local")
     raw_even = T.alloc_buffer((max(S.input_words(), 1),), "uint64", scope="local")
     raw_odd = T.alloc_buffer((max(S.input_words(), 1),), "uint64", scope="local")
-    regs = T.meta_var(Regs(wreg, xin, nv, hn))
+    regs = T.meta_var(Regs(wreg, xin, nv, hn, acc))
     load_weights(S, a, layer, c, tx, wreg, 0)
     init_states(S, a, layer, c, tx)
     load_constants(S, a, layer, c, tx, regs, 0)

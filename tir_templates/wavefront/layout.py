@@ -13,11 +13,18 @@ expressions, as `persistent/layout.py`:
 Shared memory holds two copies, by step parity, of [h_{l-1}(t) ; h_l(t-1)] (`hs`; layer 0:
 h_0(t-1)) and of the dot products' sums (`gs`), so that step t+1's loads need not wait for step
 t's update.
+
+With lane updates (`plan.lane_updates`: a warp owns whole units, all their gates) a warp's rows
+are its UG units' gates, unit-major; its lanes hold the sums after the shuffle and update the
+warp's P = UG x BC (batch row, unit) pairs themselves, lane l the pair l % P (COPIES lanes a
+pair, each computing it: copy l // P sends it to its share of the peers; copy 0 stores it). `gs`
+is then unused on the GPU (the CPU twin still meets there).
 """
 from __future__ import annotations
 
+from ..persistent.layout import both
 from ..spec import CellSpec
-from .plan import LANES, StackConfig, parts
+from .plan import LANES, StackConfig, lane_updates, padded_sums, parts
 
 
 class StackLayout:
@@ -37,10 +44,16 @@ class StackLayout:
         self.PARTS = tuple(parts(spec, layer) for layer in range(self.L))
         self.FAST = not emulate
         self.WREG_MAX = max(self.RPG * k for k in self.KPL)  # the CPU twin's register rows
-        self.PAIRS = (self.BC * self.TW + self.NT - 1) // self.NT
+        self.LANE = lane_updates(spec, cfg)
+        self.UG = self.RPG // self.G if self.LANE else 0  # units a warp owns (lane updates)
+        self.P = self.UG * self.BC  # (batch row, unit) pairs a warp updates (lane updates)
+        self.COPIES = LANES // self.P if self.LANE else 0  # lanes that compute each pair
+        self.PAIRS = 1 if self.LANE else (self.BC * self.TW + self.NT - 1) // self.NT
         # the layer's h(t) between a cluster's CTAs: 16-byte stores into every peer's shared memory
+        # (lane updates: 4-byte stores, each lane its pair's h to its share of the peers)
         self.SENDS = (self.C - 1) * self.BC * self.TW // 4
         self.RECV_BYTES = 16 * self.SENDS
+        self.LANE_SENDS = (self.C - 1 + self.COPIES - 1) // self.COPIES if self.LANE else 0
         # both copies of [h below ; h] and of the sums in static shared memory up to 44 KiB (48 KiB
         # is the static limit), else [h below ; h] in dynamic shared memory
         self.HS_SCOPE = "shared" if (2 * self.BC * 2 * self.H + 4 * self.BC * self.G * self.TW) * 4 <= 44 * 1024 \
@@ -48,7 +61,10 @@ class StackLayout:
 
     def row(self, layer, c, tx, q):
         """Row of layer's gate matrices (gate-major, G * H rows) of warp tx // 32's q-th row, in
-        the layer's c-th CTA: a CTA's rows are its TW units' G gates, gate-major."""
+        the layer's c-th CTA: a CTA's rows are its TW units' G gates, gate-major (lane updates:
+        the warp's units' gates, unit-major)."""
+        if self.LANE:
+            return q % self.G * self.H + c * self.TW + (tx // LANES) * self.UG + q // self.G
         local = (tx // LANES) * self.RPG + q
         return (local // self.TW) * self.H + c * self.TW + local % self.TW
 
@@ -86,12 +102,24 @@ class StackLayout:
         return c * self.TW + (e * self.NT + tx) % self.TW
 
     def pair(self, c, tx, e):
-        """(batch row, unit) of thread tx's e-th (batch row, unit) pair."""
+        """(batch row, unit) of thread tx's e-th (batch row, unit) pair (lane updates: its
+        lane's, l % P, of the warp's units)."""
+        if self.LANE:
+            b, u = self.lane_pair(tx)
+            return b, c * self.TW + (tx // LANES) * self.UG + u
         q = e * self.NT + tx
         return q // self.TW, c * self.TW + q % self.TW
 
     def owns_pair(self, tx, e):
+        """Whether thread tx computes its e-th pair (lane updates: every lane on the GPU, each
+        pair COPIES times over; in the CPU twin copy 0 alone)."""
+        if self.LANE:
+            return self.writes_pair(tx) if self.emulate else True
         return e * self.NT + tx < self.BC * self.TW
+
+    def writes_pair(self, tx):
+        """Whether thread tx stores the pairs it computes (lane updates: copy 0 of each pair)."""
+        return tx % LANES < self.P if self.LANE else True
 
     def send(self, layer, c, tx, k):
         """(peer rank, batch row, column of hs) of thread tx's k-th 16-byte store of CTA c's units
@@ -107,8 +135,48 @@ class StackLayout:
         return k * self.NT + tx < self.SENDS
 
     def gate_slot(self, g, c_unit):
-        """Where gate g of the CTA's unit c_unit (0 .. TW-1) sits in the dot results."""
+        """Where gate g of the CTA's unit c_unit (0 .. TW-1) sits in the dot results (the CTA's
+        local row, `row`)."""
+        if self.LANE:
+            return (c_unit // self.UG) * self.RPG + (c_unit % self.UG) * self.G + g
         return g * self.TW + c_unit
+
+    def lane_sums(self, layer):
+        """Sums a lane keeps between the dot and the shuffle (lane updates): each part's, each
+        row's, each batch row's, padded to a power of two."""
+        return padded_sums(self.PARTS[layer] * self.RPG * self.BC)
+
+    def lane_pair(self, tx):
+        """(batch row, unit of the warp's) of the pair lane tx % 32 computes (lane updates)."""
+        p = tx % LANES % self.P
+        return p // self.UG, p % self.UG
+
+    def acc_size(self, layer):
+        """A thread's sums (`acc`): each part's of its rows for one batch row; with lane updates
+        every (part, row, batch row), padded, then the gathered gate sums of its pair."""
+        if self.LANE:
+            return self.lane_sums(layer) + self.PARTS[layer] * self.G
+        return self.PARTS[layer] * self.RPG
+
+    def gathered(self, layer, part, g):
+        """Where the lane's pair's sum of gate g, dot part `part`, sits in `acc` (lane updates)."""
+        return self.lane_sums(layer) + part * self.G + g
+
+    def sum_index(self, part, q, bi):
+        """Where the sum of dot part `part`, warp row q, batch row bi sits among a lane's sums."""
+        return (part * self.RPG + q) * self.BC + bi
+
+    def sum_lane(self, layer, n):
+        """The first lane that holds sum n after the transposing shuffle (`lanes.py`): lane l ends
+        with sum l // (32 / lane_sums)."""
+        return n * (LANES // self.lane_sums(layer))
+
+    def lane_send(self, c, tx, k):
+        """(whether, to which peer rank) thread tx sends its pair's h(t) as its k-th 4-byte store
+        (lane updates): copy m = l // P of a pair sends to the peers m + 1, m + 1 + COPIES, ...
+        after c, so that each peer receives the pair once."""
+        offset = tx % LANES // self.P + 1 + k * self.COPIES
+        return both(tx % LANES < self.COPIES * self.P, offset < self.C), (c + offset) % self.C
 
     def LANES_K(self, layer):
         """Columns of the layer's shared copy of h: [h below ; h] above the first layer, else h."""

@@ -95,6 +95,21 @@ def parts(spec: CellSpec, layer: int) -> int:
     return 2 if layer > 0 and spec.cell == "gru" else 1
 
 
+def lane_updates(spec: CellSpec, cfg: StackConfig) -> bool:
+    """Whether a warp's lanes update its units straight from the shuffle's sums (`lanes.py`): the
+    warp owns whole units (all their gates), every (batch row, unit) pair of them has a lane, and a
+    lane's sums (each part's, each row's, each batch row's), padded to a power of two, number at
+    most 32, so that one transposing shuffle-sum leaves one row's sum in each lane."""
+    units, rows = divmod(cfg.rows_per_group, spec.num_gates)
+    sums = (2 if spec.cell == "gru" else 1) * cfg.rows_per_group * cfg.batch_chunk  # an upper GRU's two parts
+    return rows == 0 and units * cfg.batch_chunk <= LANES and padded_sums(sums) <= LANES
+
+
+def padded_sums(n: int) -> int:
+    """n sums padded to the next power of two (the transposing shuffle halves them each round)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def stack_configs(specs: list[CellSpec], batch: int | None, num_sms: int) -> list[StackConfig]:
     """Every config the wavefront can run `specs` with at a static `batch` (the config space of a
     stack): each warp count and cluster size whose CTAs hold the widest layer's [W | R] in

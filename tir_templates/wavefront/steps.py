@@ -27,6 +27,7 @@ class Regs:
     xin: Any
     nv: Any
     hn: Any
+    sums: Any = None  # with lane updates on the GPU, `acc`: the pair's gathered gate sums (`lanes.py`)
 
 
 @T.macro
@@ -106,6 +107,38 @@ def as_layer_input(S, h):
     return h if dtype == "float32" else T.Cast("float32", T.Cast(dtype, h))
 
 
+STORE_SHARED = r"""
+__device__ __forceinline__ void prnn_store_shared(float* at, float value) {
+  *at = value;
+}
+"""
+
+
+@T.macro
+def keep_for_next_step(S, hs, r, col, value):
+    """hs[r, col] = value, for the next step's copy. On the GPU through a helper: TVM's sync planner
+    cannot tell the two copies apart and would ask for a barrier inside the update; the kernel's
+    own __syncthreads after the update (lane updates: before the next step's dot products)
+    orders it."""
+    if S.emulate:
+        hs[r, col] = value
+    else:
+        T.cuda.func_call("prnn_store_shared", T.address_of(hs[r, col]), value, source_code=STORE_SHARED)
+
+
+@T.macro
+def put_input(S, hs, r, col, value):
+    """hs[r, col] = value: a word of the layer below's h(t) into step t's copy. With lane updates
+    on the GPU through a helper (`keep_for_next_step`'s): that step has no __syncthreads between
+    its reads of hs and the next step's settle, which writes the other copy, and TVM's sync
+    planner cannot tell the copies apart; this copy's reads, two steps before, ended before the
+    last step's __syncthreads."""
+    if S.emulate or not S.LANE:
+        hs[r, col] = value
+    else:
+        T.cuda.func_call("prnn_store_shared", T.address_of(hs[r, col]), value, source_code=STORE_SHARED)
+
+
 @T.macro
 def issue_input(S, a, layer, tx, raw, e, t, issue):
     """`issue` (stamped.issue or .reissue) of thread tx's e-th word of h_{l-1}(t), the layer
@@ -133,10 +166,11 @@ def settle_input(S, a, layer, tx, hs, raw, t):
         if T.Cast("int64", S.input_word(tx, e)[0]) < a.n_b:
             if t < valid_steps(S, a, S.input_word(tx, e)[0]):
                 stamped.check(S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1])
-                hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = as_layer_input(S, stamped.settled(
-                    S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1], raw, e))
+                put_input(S, hs, S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1], as_layer_input(
+                    S, stamped.settled(S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1], raw, e)))
             else:
-                hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = T.float32(0)
+                put_input(S, hs, S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1], T.float32(0))
+
 
 
 @T.macro
@@ -159,72 +193,65 @@ def load_own_stamped(S, a, layer, tx, hs, t):
                 t - 1, 0, (e * S.NT + tx) // S.H, 2 * ((e * S.NT + tx) % S.H)]
 
 
-def _sums(S, a, layer, gs, xin, row, e, t, bi, j):
+def _sums(S, a, layer, gs, regs, row, e, t, bi, j):
     """A pair's gate inputs (x) and recurrent parts (rec, with R's bias), as `cells.py` takes them
-    (above the first layer with one part, x is the input bias and rec holds both dot products)."""
+    (above the first layer with one part, x is the input bias and rec holds both dot products).
+    The dot's sums come from `gs`, or with lane updates on the GPU from the lane's own registers."""
     jl = j % S.TW
-    x = [xin[row, e * (S.G + 1) + g] for g in range(S.G)]
+    if S.LANE and not S.emulate:
+        part_sum = lambda part, g: regs.sums[S.gathered(layer, part, g)]
+    else:
+        part_sum = lambda part, g: gs[S.gs_row(t, part, bi), S.gate_slot(g, jl)]
+    x = [regs.xin[row, e * (S.G + 1) + g] for g in range(S.G)]
     if S.PARTS[layer] == 2:
-        x = [x[g] + gs[S.gs_row(t, 0, bi), S.gate_slot(g, jl)] for g in range(S.G)]
-    rec = [gs[S.gs_row(t, S.PARTS[layer] - 1, bi), S.gate_slot(g, jl)] + a.rb[layer][0, g * S.H + j] for g in range(S.G)]
+        x = [x[g] + part_sum(0, g) for g in range(S.G)]
+    rec = [part_sum(S.PARTS[layer] - 1, g) + a.rb[layer][0, g * S.H + j] for g in range(S.G)]
     return x, rec
 
 
-def cell_state(S, a, layer, gs, xin, row, e, t, bi, j):
+def cell_state(S, a, layer, gs, regs, row, e, t, bi, j):
     """LSTM's C(t) of the pair (C(t-1) in its register)."""
-    x, rec = _sums(S, a, layer, gs, xin, row, e, t, bi, j)
-    return cells.lstm_cell_state(S.specs[layer], 0, x, rec, xin[row, e * (S.G + 1) + S.G],
+    x, rec = _sums(S, a, layer, gs, regs, row, e, t, bi, j)
+    return cells.lstm_cell_state(S.specs[layer], 0, x, rec, regs.xin[row, e * (S.G + 1) + S.G],
                                  cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
 
-def hidden(S, a, layer, hs, gs, xin, row, e, t, bi, j):
+def hidden(S, a, layer, hs, gs, regs, row, e, t, bi, j):
     """The pair's h(t) (LSTM: from C(t), already in its register)."""
-    x, rec = _sums(S, a, layer, gs, xin, row, e, t, bi, j)
+    x, rec = _sums(S, a, layer, gs, regs, row, e, t, bi, j)
     return cells.hidden(S.specs[layer], 0, x, rec, hs[S.hs_row(t, bi), S.XK[layer] * LANES + j],
-                        xin[row, e * (S.G + 1) + S.G], cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
+                        regs.xin[row, e * (S.G + 1) + S.G], cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
-
-STORE_SHARED = r"""
-__device__ __forceinline__ void prnn_store_shared(float* at, float value) {
-  *at = value;
-}
-"""
-
-
-@T.macro
-def keep_for_next_step(S, hs, r, col, value):
-    """hs[r, col] = value, for the next step's copy. On the GPU through a helper: TVM's sync planner
-    cannot tell the two copies apart and would ask for a barrier inside the update; the kernel's
-    own __syncthreads after the update orders it."""
-    if S.emulate:
-        hs[r, col] = value
-    else:
-        T.cuda.func_call("prnn_store_shared", T.address_of(hs[r, col]), value, source_code=STORE_SHARED)
 
 
 @T.macro
 def update(S, a, layer, c, tx, hs, gs, regs, row, t):
     """Each owned pair's cell update: C(t) stays in its register (and yc), h(t) into Y, stamped
     into hb for the layer above, and into the next step's copy of hs (the cluster then sends it
-    to the peers); past its sequence's end a row carries its state, Y is zero."""
+    to the peers); past its sequence's end a row carries its state, Y is zero. With lane updates
+    each pair's lanes all compute it and one stores it (`layout.writes_pair`)."""
     for e in T.unroll(S.PAIRS):
         if S.owns_pair(tx, e):
             if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
                 if t < regs.nv[row, e]:
                     if S.lstm:
-                        regs.xin[row, e * (S.G + 1) + S.G] = cell_state(S, a, layer, gs, regs.xin, row, e, t,
+                        regs.xin[row, e * (S.G + 1) + S.G] = cell_state(S, a, layer, gs, regs, row, e, t,
                                                                         S.pair(c, tx, e)[0], S.pair(c, tx, e)[1])
-                        a.yc[layer][0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = regs.xin[row, e * (S.G + 1) + S.G]
-                    regs.hn[row, e] = hidden(S, a, layer, hs, gs, regs.xin, row, e, t, S.pair(c, tx, e)[0],
+                        if S.writes_pair(tx):
+                            a.yc[layer][0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = regs.xin[row, e * (S.G + 1) + S.G]
+                    regs.hn[row, e] = hidden(S, a, layer, hs, gs, regs, row, e, t, S.pair(c, tx, e)[0],
                                              S.pair(c, tx, e)[1])
-                    a.y[layer][time_index(S.specs[layer], 0, t, regs.nv[row, e]), 0, S.pair(c, tx, e)[0],
-                               S.pair(c, tx, e)[1]] = regs.hn[row, e]
+                    if S.writes_pair(tx):
+                        a.y[layer][time_index(S.specs[layer], 0, t, regs.nv[row, e]), 0, S.pair(c, tx, e)[0],
+                                   S.pair(c, tx, e)[1]] = regs.hn[row, e]
                 else:
                     regs.hn[row, e] = hs[S.hs_row(t, S.pair(c, tx, e)[0]), S.XK[layer] * LANES + S.pair(c, tx, e)[1]]
-                    a.y[layer][t, 0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = T.float32(0)
-                stamped.store(S, a, layer, t, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1], regs.hn[row, e])
-                keep_for_next_step(S, hs, S.hs_row(t + 1, S.pair(c, tx, e)[0]), S.XK[layer] * LANES + S.pair(c, tx, e)[1],
-                                   regs.hn[row, e])
+                    if S.writes_pair(tx):
+                        a.y[layer][t, 0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = T.float32(0)
+                if S.writes_pair(tx):
+                    stamped.store(S, a, layer, t, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1], regs.hn[row, e])
+                    keep_for_next_step(S, hs, S.hs_row(t + 1, S.pair(c, tx, e)[0]),
+                                       S.XK[layer] * LANES + S.pair(c, tx, e)[1], regs.hn[row, e])
 
 
 @T.macro
