@@ -12,8 +12,8 @@ config the cost model picks, as shipped (`full`) and with parts of its step take
 - `no_exchange`: `neither` with no h sent to the cluster's peers and none waited for. What is
   left is the syncs, the update, its stores and the next inputs. (The syncs cannot be taken out
   so: TVM's sync planner puts back the ones the step needs, and fails inside its conditions.)
-- `no_lanes`: the whole step with its sums met in shared memory, as before lane updates
-  (`wavefront/lanes.py`; the same config, where it allows lane updates).
+- `lanes`, `no_lanes`: the whole step at the build's config with lane updates
+  (`wavefront/lanes.py`; where the config's shape allows them) and without.
 The ablated kernels compute nonsense; only their times are read (`err` shows how far off they are).
 The stamp wait is rebound in `tir_templates.wavefront.stamped`, whose macros steps.py looks up as
 module attributes. The step's other parts are left out of a copy of kernel.py written beside it
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
@@ -38,23 +39,23 @@ from tvm.script import tirx as T  # noqa: E402
 
 import persist_rnn.transform.layer_wavefront as layer_wavefront  # noqa: E402
 import tir_templates.wavefront.kernel as wavefront_kernel  # noqa: E402
-import tir_templates.wavefront.layout as wavefront_layout  # noqa: E402
 import tir_templates.wavefront.stamped as stamped  # noqa: E402
 from persist_rnn.compile import compile as compile_model  # noqa: E402
 from persist_rnn.gpu_timing import graph_replay, interleaved_ms, vm_call  # noqa: E402
 from persist_rnn.stack_bench import onnx_stack_from_torch  # noqa: E402
+from tir_templates.wavefront.plan import lanes_fit  # noqa: E402
 
 #: what each part's removal replaces in kernel.py's `one_step` (the lines as they stand there)
 STEP_PARTS = {
     "dot": ["        dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)\n",
             "        lane_sums(S, layer, tx, regs.wreg, hs, acc, t)\n"],
-    "exchange": ["        wait_for_peers(S, bar, t)\n", "            exchange(S, layer, c, tx, hs, bar, t)\n",
-                 "            send_to_peers(S, layer, c, tx, hs, bar, regs.hn[0, 0], t)\n"],
+    "exchange": ["        wait_for_peers(S, bar, t)\n", "        exchange(S, layer, c, tx, hs, bar, t)\n"],
 }
-#: variant -> (no input wait, the parts of the step taken out, lane updates where the config allows)
-VARIANTS = {"full": (False, (), True), "no_input_wait": (True, (), True), "no_dot": (False, ("dot",), True),
-            "neither": (True, ("dot",), True), "no_exchange": (True, ("dot", "exchange"), True),
-            "no_lanes": (False, (), False)}
+#: variant -> (no input wait, the parts of the step taken out, lane updates: None as the config
+#: says, else forced on (where the config's shape allows them) or off)
+VARIANTS = {"full": (False, (), None), "no_input_wait": (True, (), None), "no_dot": (False, ("dot",), None),
+            "neither": (True, ("dot",), None), "no_exchange": (True, ("dot", "exchange"), None),
+            "no_lanes": (False, (), False), "lanes": (False, (), True)}
 
 @T.macro
 def reload_never(S, a, layer, t, b, j, raw, e):
@@ -90,22 +91,24 @@ def kernel_without(parts):
 
 
 @contextlib.contextmanager
-def ablated(no_input_wait: bool, parts=(), lanes: bool = True):
-    """The wavefront builds within are ablated so (`lanes` False: every config's step meets in
-    shared memory, as before lane updates)."""
-    saved = stamped.reissue, stamped.settled, layer_wavefront.stack_kernel, wavefront_layout.lane_updates
+def ablated(no_input_wait: bool, parts=(), lanes: bool | None = None):
+    """The wavefront builds within are ablated so (`lanes` True or False: the config the build
+    picks, with lane updates forced on where its shape allows them, or off)."""
+    saved = stamped.reissue, stamped.settled, layer_wavefront.stack_kernel
     with contextlib.ExitStack() as stack:
         if no_input_wait:
             stamped.reissue, stamped.settled = reload_never, as_first_loaded
         if parts:
             layer_wavefront.stack_kernel = stack.enter_context(kernel_without(parts))
-        if not lanes:
-            wavefront_layout.lane_updates = lambda spec, cfg: False
+        if lanes is not None:
+            built = layer_wavefront.stack_kernel
+            layer_wavefront.stack_kernel = lambda specs, cfg: built(specs, dataclasses.replace(
+                cfg, lane_updates=lanes and lanes_fit(specs[0], cfg)))
         wavefront_kernel.stack_kernel.cache_clear()
         try:
             yield
         finally:
-            stamped.reissue, stamped.settled, layer_wavefront.stack_kernel, wavefront_layout.lane_updates = saved
+            stamped.reissue, stamped.settled, layer_wavefront.stack_kernel = saved
             wavefront_kernel.stack_kernel.cache_clear()
 
 

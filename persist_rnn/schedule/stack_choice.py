@@ -54,7 +54,8 @@ class StackChoice:
 
 def ranked_configs(specs: list[CellSpec], configs: list[StackConfig], arch: str, batch: int) -> list[StackConfig]:
     """`configs` fastest first by the cost model: the slowest layer's predicted step (a tie keeps
-    the order of `configs`: fewer warps, then fewer peers)."""
+    the order of `configs`: fewer warps, then fewer peers, each shape met in shared memory before
+    its lane updates, which the model prices alike)."""
     gpu = gpu_model(arch)
     return sorted(configs, key=lambda cfg: max(wavefront_step_us(specs, cfg, gpu, batch)))
 

@@ -24,6 +24,8 @@ from . import tuning_log
 LOWERINGS = ("wavefront", "per_layer")
 #: the fields of a record's wavefront config (tir_templates.wavefront.plan.StackConfig)
 CONFIG_KEYS = {"threads", "cluster", "rows_per_group", "batch_chunk"}
+#: ... and the one it names only when set (`StackConfig.as_dict`)
+CONFIG_FLAGS = {"lane_updates"}
 
 
 def stack_workload(specs: list[CellSpec], batch: int | None, arch: str, precision: str = "fp32") -> dict:
@@ -57,10 +59,11 @@ def _parse(d: dict, where: str) -> StackRecord:
     if any(t is not None and not isinstance(t, (int, float)) for t in times):
         raise PersistRNNError(f"{where}: wavefront_us and per_layer_us must be numbers or null")
     config = d.get("config")
-    if config is not None and not (isinstance(config, dict) and set(config) == CONFIG_KEYS
-                                   and all(isinstance(v, int) for v in config.values())):
-        raise PersistRNNError(f"{where}: a stack record's config is {{{', '.join(sorted(CONFIG_KEYS))}}} (integers) "
-                              f"or null, not {config!r}")
+    if config is not None and not (isinstance(config, dict) and CONFIG_KEYS <= set(config) <= CONFIG_KEYS | CONFIG_FLAGS
+                                   and all(isinstance(config[k], int) for k in CONFIG_KEYS)
+                                   and all(config[k] is True for k in CONFIG_FLAGS & set(config))):
+        raise PersistRNNError(f"{where}: a stack record's config is {{{', '.join(sorted(CONFIG_KEYS))}}} (integers), "
+                              f"with lane_updates: true or without it, or null, not {config!r}")
     return StackRecord(d["workload"], d["lowering"], *times, d["source"], str(d.get("created", "")), config)
 
 
@@ -110,4 +113,5 @@ def describe(rec: StackRecord) -> str:
 
 def config_name(config: dict) -> str:
     """A wavefront config in a few words: "8 warps x 16 CTAs a layer"."""
-    return f"{config['threads'] // 32} warps x {config['cluster']} CTAs a layer"
+    lanes = ", lane updates" if config.get("lane_updates") else ""
+    return f"{config['threads'] // 32} warps x {config['cluster']} CTAs a layer{lanes}"

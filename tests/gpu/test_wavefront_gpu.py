@@ -69,15 +69,16 @@ def _stack_space(model, batch):
     return stacks, stack_configs(stacks[0][0], batch, gpu_model(arch).num_sms), arch
 
 
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(10))
 def test_every_config_of_the_space_matches_onnxruntime(index, tmp_path):
-    """The char-RNN's stack at each of its six configs (warps x cluster), built as a tuning log
-    that names the config makes it (stack_tuning._log_naming), with lengths and initial states."""
+    """The char-RNN's stack at each of its ten configs (warps x cluster, lane updates or not),
+    built as a tuning log that names the config makes it (stack_tuning._log_naming), with lengths
+    and initial states."""
     from persist_rnn.stack_tuning import _log_naming
 
     model, feeds = stacked_layers_model("LSTM", 128, 3, 29, 3, lengths=True, states=True)
     stacks, space, arch = _stack_space(model, 3)
-    assert len(space) == 6
+    assert len(space) == 10  # six shapes, four of them also with lane updates
     log = _log_naming(str(tmp_path / "none.jsonl"), stacks, [space[index]], arch, "fp32", str(tmp_path))
     compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True, tuning_log=log)
     assert compiled.report()[0].config == space[index].as_dict()
@@ -89,14 +90,13 @@ def test_every_config_of_the_space_matches_onnxruntime(index, tmp_path):
     ("RNN", 128, 2, 5, "forward"), ("LSTM", 32, 2, 7, "reverse")])
 def test_lane_updates_match_onnxruntime(op, hidden, layers, batch, direction, tmp_path):
     """Each cell at the first config of its space whose lanes update their units themselves
-    (lanes.py; one __syncthreads a step, h sent to the peers from registers), with lengths and
-    initial states: built as a tuning log that names the config makes it."""
+    (lanes.py: the sums never meet in shared memory), with lengths and initial states: built as
+    a tuning log that names the config makes it."""
     from persist_rnn.stack_tuning import _log_naming
-    from tir_templates.wavefront.plan import lane_updates
 
     model, feeds = stacked_layers_model(op, hidden, layers, 29, batch, direction=direction, lengths=True, states=True)
     stacks, space, arch = _stack_space(model, batch)
-    cfg = next(c for c in space if lane_updates(stacks[0][0][0], c))
+    cfg = next(c for c in space if c.lane_updates)
     log = _log_naming(str(tmp_path / "none.jsonl"), stacks, [cfg], arch, "fp32", str(tmp_path))
     compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True, tuning_log=log)
     assert compiled.report()[0].config == cfg.as_dict()

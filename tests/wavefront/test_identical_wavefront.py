@@ -19,21 +19,25 @@ from tir_templates.wavefront import StackConfig, emulated_stack_kernel, stack_ke
 from tir_templates.wavefront.plan import stack_configs
 
 RECORD = pathlib.Path(__file__).parents[1] / "fixtures" / "wavefront_md5.json"
-#: name -> (cell, hidden, layers, static batch, direction, (compute threads, cluster, rows a warp)):
+#: name -> (cell, hidden, layers, static batch, direction, (compute threads, cluster, rows a warp[,
+#: lane updates])):
 #: each cell, clusters of 2 to 16 CTAs; the configs the rule gave when the md5s were recorded (the
 #: config space has more since)
 CASES = {"lstm-h256-x3-b10": ("lstm", 256, 3, 10, "forward", (512, 16, 4)),
          "gru-h256-x2-b8": ("gru", 256, 2, 8, "forward", (512, 16, 3)),
          "lstm-h128-x3-b1": ("lstm", 128, 3, 1, "forward", (256, 8, 8)),
          "rnn-h64-x4-b4": ("rnn", 64, 4, 4, "forward", (256, 2, 4)),
-         "lstm-h32-x2-reverse": ("lstm", 32, 2, 3, "reverse", (256, 2, 8))}
+         "lstm-h32-x2-reverse": ("lstm", 32, 2, 3, "reverse", (256, 2, 8)),
+         # lane updates (session 34, with the GPU tests in docs/data/gpu-s34-h100.log)
+         "lstm-h128-x3-b1-lanes": ("lstm", 128, 3, 1, "forward", (256, 16, 4, True)),
+         "gru-h256-x2-b1-lanes": ("gru", 256, 2, 1, "forward", (256, 16, 6, True))}
 
 
 def digests(name: str) -> dict:
-    cell, hidden, layers, batch, direction, (threads, cluster, rows) = CASES[name]
+    cell, hidden, layers, batch, direction, (threads, cluster, rows, *lanes) = CASES[name]
     specs = [CellSpec(cell, hidden, hidden, direction=direction, node=f"l{l}", linear_before_reset=cell == "gru")
              for l in range(layers)]
-    cfg = StackConfig(threads, cluster, rows, batch)
+    cfg = StackConfig(threads, cluster, rows, batch, *lanes)
     assert cfg in stack_configs(specs, batch, 132)
     lib = tvm.compile(tvm.IRModule({"main": stack_kernel(specs, cfg).with_attr("global_symbol", "main")}),
                       target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))

@@ -28,7 +28,7 @@ from ..built_once import built_once
 from ..persistent.exchange import DSMEM_INIT, DSMEM_SEND, DSMEM_WAIT
 from ..signature import WORKSPACE_WORDS
 from ..spec import CellSpec
-from .lanes import lane_sums, send_to_peers
+from .lanes import lane_sums
 from .layout import StackLayout
 from .plan import LANES, StackConfig, check_stack
 from .signature import stack_func
@@ -114,22 +114,18 @@ def one_step(S, a, layer, c, tx, hs, gs, bar, regs, acc, raw, t):
     T.tvm_storage_sync("shared")
     if S.LANE:  # the lanes update from their own sums (`lanes.py`): no meeting in gs
         lane_sums(S, layer, tx, regs.wreg, hs, acc, t)
-        update(S, a, layer, c, tx, hs, gs, regs, 0, t)
     else:
         dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)
         T.tvm_storage_sync("shared")
-        update(S, a, layer, c, tx, hs, gs, regs, 0, t)
-        T.tvm_storage_sync("shared")
+    update(S, a, layer, c, tx, hs, gs, regs, 0, t)
+    T.tvm_storage_sync("shared")
     if layer > 0:
         if t + 2 < a.n_t:
             issue_inputs(S, a, layer, tx, raw, t + 2)
     if t + 1 < a.n_t:  # the last step sends nothing
         if layer == 0:  # the next step's projection row in flight during the exchange
             load_projection(S, a, c, tx, regs, 0, t + 1)
-        if S.LANE:
-            send_to_peers(S, layer, c, tx, hs, bar, regs.hn[0, 0], t)
-        else:
-            exchange(S, layer, c, tx, hs, bar, t)
+        exchange(S, layer, c, tx, hs, bar, t)
 
 
 @T.macro

@@ -1,15 +1,19 @@
-"""Lane updates in the wavefront kernel (`plan.lane_updates`): a warp's lanes take its rows' sums
+"""Lane updates in the wavefront kernel (`StackConfig.lane_updates`): a warp's lanes take its rows' sums
 straight from the shuffle and update the warp's units themselves. The sums never meet in shared
-memory, and a step keeps one __syncthreads, the one before its dot products:
+memory, and a step keeps two __syncthreads of three: before its dot products, and before the
+cluster's exchange (`kernel.exchange`):
 
     dot_lane        each lane's partial sums of every (part, row, batch row) of the warp
     shuffle_sums    a transposing shuffle-sum: each round a lane keeps half of its sums and adds
                     its partner's of that half, so 2^k sums take 2^k - 1 + 5 - k shuffles, not
                     5 x 2^k; lane l ends with the whole sum l // (32 / 2^k)
     gather_sums     each lane fetches its pair's gate sums (each part's) from the lanes that hold them
-    send_to_peers   after the update, each lane stores its pair's h(t) into its share of the
-                    peers' next copy of hs (4 bytes a store, counted by their mbarriers), straight
-                    from its register
+
+Every lane of a pair computes it (COPIES lanes a pair: the warp's instructions cost the same) and
+one stores it. Sending each pair's h(t) from its lanes' registers, 4 bytes a store, with no
+__syncthreads before the exchange, measured slower on the H100 than the 16-byte exchange after one
+(3 x LSTM H=128, B=1: 0.1377 against 0.1203 ms; docs/benchmarks.md, session 34): the peers'
+mbarriers count four times the stores.
 
 A lane's sums sit in `acc`: the dot's first (`layout.lane_sums`), then the gathered ones
 (`layout.gathered`), which the update reads. GPU only: the CPU twin meets in `gs` as before.
@@ -31,19 +35,6 @@ __device__ __forceinline__ float prnn_shfl(float v, int lane) {
   return __shfl_sync(0xffffffffu, v, lane);
 }
 """
-DSMEM_SEND_WORD = r"""
-__device__ __forceinline__ void prnn_dsmem_send_word(void* at, float value, unsigned int peer, void* bar) {
-  // 4 bytes of this CTA's h(t) to the same address in cluster CTA `peer`, counted by its `bar`
-  unsigned int to, to_bar;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to) : "r"((unsigned int)__cvta_generic_to_shared(at)),
-               "r"(peer));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to_bar) : "r"((unsigned int)__cvta_generic_to_shared(bar)),
-               "r"(peer));
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
-               :: "r"(to), "f"(value), "r"(to_bar) : "memory");
-}
-"""
-
 #: shuffle rounds of a warp-wide sum
 ROUNDS = 5
 
@@ -115,15 +106,3 @@ def lane_sums(S, layer, tx, wreg, hs, acc, t):
     shuffle_sums(S, layer, tx, acc)
     gather_sums(S, layer, tx, acc)
 
-
-@T.macro
-def send_to_peers(S, layer, c, tx, hs, bar, hn, t):
-    """The end of step t: the lane's pair's h(t), `hn`, into its share of the peers' copy of hs
-    for step t + 1, each peer counting the bytes on its mbarrier (t + 1) % 2. The peers cannot
-    still read that copy: their step t - 1 ended before this CTA's step t began."""
-    for k in T.unroll(S.LANE_SENDS):
-        if S.lane_send(c, tx, k)[0]:
-            T.cuda.func_call("prnn_dsmem_send_word", T.address_of(hs[S.hs_row(t + 1, S.pair(c, tx, 0)[0]),
-                                                                      S.XK[layer] * LANES + S.pair(c, tx, 0)[1]]),
-                             hn, T.Cast("uint32", S.lane_send(c, tx, k)[1]), T.address_of(bar[(t + 1) % 2]),
-                             source_code=DSMEM_SEND_WORD)

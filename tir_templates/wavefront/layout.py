@@ -14,17 +14,17 @@ Shared memory holds two copies, by step parity, of [h_{l-1}(t) ; h_l(t-1)] (`hs`
 h_0(t-1)) and of the dot products' sums (`gs`), so that step t+1's loads need not wait for step
 t's update.
 
-With lane updates (`plan.lane_updates`: a warp owns whole units, all their gates) a warp's rows
+With lane updates (`StackConfig.lane_updates`; a warp owns whole units, all their gates) a warp's rows
 are its UG units' gates, unit-major; its lanes hold the sums after the shuffle and update the
 warp's P = UG x BC (batch row, unit) pairs themselves, lane l the pair l % P (COPIES lanes a
-pair, each computing it: copy l // P sends it to its share of the peers; copy 0 stores it). `gs`
-is then unused on the GPU (the CPU twin still meets there).
+pair, each computing it; copy 0, lanes l < P, stores it). `gs` is then unused on the GPU (the CPU
+twin still meets there).
 """
 from __future__ import annotations
 
 from ..persistent.layout import both
 from ..spec import CellSpec
-from .plan import LANES, StackConfig, lane_updates, padded_sums, parts
+from .plan import LANES, StackConfig, lanes_fit, padded_sums, parts
 
 
 class StackLayout:
@@ -44,16 +44,15 @@ class StackLayout:
         self.PARTS = tuple(parts(spec, layer) for layer in range(self.L))
         self.FAST = not emulate
         self.WREG_MAX = max(self.RPG * k for k in self.KPL)  # the CPU twin's register rows
-        self.LANE = lane_updates(spec, cfg)
+        self.LANE = cfg.lane_updates
+        assert not self.LANE or lanes_fit(spec, cfg), f"{cfg}: lane updates need whole units a warp and 32 sums a lane"
         self.UG = self.RPG // self.G if self.LANE else 0  # units a warp owns (lane updates)
         self.P = self.UG * self.BC  # (batch row, unit) pairs a warp updates (lane updates)
         self.COPIES = LANES // self.P if self.LANE else 0  # lanes that compute each pair
         self.PAIRS = 1 if self.LANE else (self.BC * self.TW + self.NT - 1) // self.NT
         # the layer's h(t) between a cluster's CTAs: 16-byte stores into every peer's shared memory
-        # (lane updates: 4-byte stores, each lane its pair's h to its share of the peers)
         self.SENDS = (self.C - 1) * self.BC * self.TW // 4
         self.RECV_BYTES = 16 * self.SENDS
-        self.LANE_SENDS = (self.C - 1 + self.COPIES - 1) // self.COPIES if self.LANE else 0
         # both copies of [h below ; h] and of the sums in static shared memory up to 44 KiB (48 KiB
         # is the static limit), else [h below ; h] in dynamic shared memory
         self.HS_SCOPE = "shared" if (2 * self.BC * 2 * self.H + 4 * self.BC * self.G * self.TW) * 4 <= 44 * 1024 \
@@ -170,14 +169,3 @@ class StackLayout:
         """The first lane that holds sum n after the transposing shuffle (`lanes.py`): lane l ends
         with sum l // (32 / lane_sums)."""
         return n * (LANES // self.lane_sums(layer))
-
-    def lane_send(self, c, tx, k):
-        """(whether, to which peer rank) thread tx sends its pair's h(t) as its k-th 4-byte store
-        (lane updates): copy m = l // P of a pair sends to the peers m + 1, m + 1 + COPIES, ...
-        after c, so that each peer receives the pair once."""
-        offset = tx % LANES // self.P + 1 + k * self.COPIES
-        return both(tx % LANES < self.COPIES * self.P, offset < self.C), (c + offset) % self.C
-
-    def LANES_K(self, layer):
-        """Columns of the layer's shared copy of h: [h below ; h] above the first layer, else h."""
-        return self.KPL[layer] * LANES

@@ -46,15 +46,20 @@ class UnsupportedStack(Exception):
 class StackConfig:
     """threads: compute threads per CTA (a communication warp comes on top); cluster: CTAs a
     layer; rows_per_group: gate rows a warp owns (every layer alike: each CTA owns H / cluster
-    units); batch_chunk: batch rows (the whole batch, one chunk)."""
+    units); batch_chunk: batch rows (the whole batch, one chunk); lane_updates: a warp's lanes
+    update its units from their own sums (`lanes.py`; only where `lanes_fit`)."""
     threads: int
     cluster: int
     rows_per_group: int
     batch_chunk: int
+    lane_updates: bool = False
 
     def as_dict(self) -> dict:
-        return {"threads": self.threads, "cluster": self.cluster, "rows_per_group": self.rows_per_group,
-                "batch_chunk": self.batch_chunk}
+        """The config as the tuning log and the report name it (lane_updates only when set, so
+        that records written before it still name their configs)."""
+        out = {"threads": self.threads, "cluster": self.cluster, "rows_per_group": self.rows_per_group,
+               "batch_chunk": self.batch_chunk}
+        return {**out, "lane_updates": True} if self.lane_updates else out
 
 
 def stack_problems(specs: list[CellSpec]) -> list[str]:
@@ -95,8 +100,8 @@ def parts(spec: CellSpec, layer: int) -> int:
     return 2 if layer > 0 and spec.cell == "gru" else 1
 
 
-def lane_updates(spec: CellSpec, cfg: StackConfig) -> bool:
-    """Whether a warp's lanes update its units straight from the shuffle's sums (`lanes.py`): the
+def lanes_fit(spec: CellSpec, cfg: StackConfig) -> bool:
+    """Whether a warp's lanes can update its units straight from the shuffle's sums (`lanes.py`): the
     warp owns whole units (all their gates), every (batch row, unit) pair of them has a lane, and a
     lane's sums (each part's, each row's, each batch row's), padded to a power of two, number at
     most 32, so that one transposing shuffle-sum leaves one row's sum in each lane."""
@@ -113,7 +118,8 @@ def padded_sums(n: int) -> int:
 def stack_configs(specs: list[CellSpec], batch: int | None, num_sms: int) -> list[StackConfig]:
     """Every config the wavefront can run `specs` with at a static `batch` (the config space of a
     stack): each warp count and cluster size whose CTAs hold the widest layer's [W | R] in
-    registers, fewest warps first, then smallest cluster. UnsupportedStack, with the reason, when
+    registers, fewest warps first, then smallest cluster, each with its sums met in shared memory
+    and, where they fit, with lane updates. UnsupportedStack, with the reason, when
     there is none."""
     check_stack(specs)
     if batch is None or batch > MAX_BATCH:
@@ -131,6 +137,8 @@ def stack_configs(specs: list[CellSpec], batch: int | None, num_sms: int) -> lis
             rpg = G * units // warps
             if rpg * widest <= MAX_WEIGHT_REGS[warps]:
                 fitting.append(StackConfig(LANES * warps, cluster, rpg, batch))
+                if lanes_fit(spec, fitting[-1]):
+                    fitting.append(dataclasses.replace(fitting[-1], lane_updates=True))
     if not fitting:
         raise UnsupportedStack(f"an upper layer's [W | R] does not fit the registers of a cluster of {MAX_CLUSTER} CTAs")
     if all(c.cluster * len(specs) > num_sms for c in fitting):

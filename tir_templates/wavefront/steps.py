@@ -118,25 +118,12 @@ __device__ __forceinline__ void prnn_store_shared(float* at, float value) {
 def keep_for_next_step(S, hs, r, col, value):
     """hs[r, col] = value, for the next step's copy. On the GPU through a helper: TVM's sync planner
     cannot tell the two copies apart and would ask for a barrier inside the update; the kernel's
-    own __syncthreads after the update (lane updates: before the next step's dot products)
-    orders it."""
+    own __syncthreads after the update orders it."""
     if S.emulate:
         hs[r, col] = value
     else:
         T.cuda.func_call("prnn_store_shared", T.address_of(hs[r, col]), value, source_code=STORE_SHARED)
 
-
-@T.macro
-def put_input(S, hs, r, col, value):
-    """hs[r, col] = value: a word of the layer below's h(t) into step t's copy. With lane updates
-    on the GPU through a helper (`keep_for_next_step`'s): that step has no __syncthreads between
-    its reads of hs and the next step's settle, which writes the other copy, and TVM's sync
-    planner cannot tell the copies apart; this copy's reads, two steps before, ended before the
-    last step's __syncthreads."""
-    if S.emulate or not S.LANE:
-        hs[r, col] = value
-    else:
-        T.cuda.func_call("prnn_store_shared", T.address_of(hs[r, col]), value, source_code=STORE_SHARED)
 
 
 @T.macro
@@ -166,10 +153,10 @@ def settle_input(S, a, layer, tx, hs, raw, t):
         if T.Cast("int64", S.input_word(tx, e)[0]) < a.n_b:
             if t < valid_steps(S, a, S.input_word(tx, e)[0]):
                 stamped.check(S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1])
-                put_input(S, hs, S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1], as_layer_input(
-                    S, stamped.settled(S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1], raw, e)))
+                hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = as_layer_input(S, stamped.settled(
+                    S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1], raw, e))
             else:
-                put_input(S, hs, S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1], T.float32(0))
+                hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = T.float32(0)
 
 
 
