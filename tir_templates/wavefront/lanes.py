@@ -1,7 +1,7 @@
-"""Lane updates in the wavefront kernel (`StackConfig.lane_updates`): a warp's lanes take its rows' sums
-straight from the shuffle and update the warp's units themselves. The sums never meet in shared
-memory, and a step keeps two __syncthreads of three: before its dot products, and before the
-cluster's exchange (`kernel.exchange`):
+"""Lane updates in the wavefront kernel (`StackConfig.lane_updates`): a warp's lanes take its
+rows' sums straight from the shuffle and update the warp's units themselves. The sums never meet
+in shared memory, and a step keeps two __syncthreads of three: before its dot products, and
+before the cluster's exchange (`kernel.exchange`):
 
     dot_lane        each lane's partial sums of every (part, row, batch row) of the warp
     shuffle_sums    a transposing shuffle-sum: each round a lane keeps half of its sums and adds
@@ -35,8 +35,6 @@ __device__ __forceinline__ float prnn_shfl(float v, int lane) {
   return __shfl_sync(0xffffffffu, v, lane);
 }
 """
-#: shuffle rounds of a warp-wide sum
-ROUNDS = 5
 
 
 def shfl_xor(v, mask):

@@ -22,7 +22,6 @@ twin still meets there).
 """
 from __future__ import annotations
 
-from ..persistent.layout import both
 from ..spec import CellSpec
 from .plan import LANES, StackConfig, lanes_fit, padded_sums, parts
 
