@@ -231,6 +231,23 @@ def test_a_logged_config_is_built_and_reported(tmp_path):
         stack_log.read(str(tmp_path / "bad.jsonl"))
 
 
+def test_a_logged_lane_config_is_built_and_reported(tmp_path):
+    """The shipped log's measured record for 2 x GRU H=256 at B=1 names a config with lane updates
+    (session 34): compile builds it fused, the report names it; a record whose lane_updates is not
+    true is refused (a config without lane updates does not name them)."""
+    model, _ = stacked_layers_model("GRU", 256, 2, 20, 1)
+    report = persist_rnn.compile(model, tvm.target.Target(SM90), measure=False,
+                                 tuning_log="docs/data/tune-h100.jsonl").report()
+    assert [r.lowering for r in report] == ["wavefront"] * 2 and report[0].config.get("lane_updates") is True
+    assert "8 warps x 16 CTAs a layer, lane updates, the tuning log's measured config" in report[0].line()
+    rec = [r for r in stack_log.read("docs/data/tune-h100.jsonl") if r.config and r.config.get("lane_updates")][-1]
+    bad = json.loads(rec.to_json())
+    bad["config"]["lane_updates"] = False
+    (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(PersistRNNError, match="lane_updates: true or without it"):
+        stack_log.read(str(tmp_path / "bad.jsonl"))
+
+
 def test_tune_names_each_config_it_builds(tmp_path):
     """tune's fused build at the k-th config is compiled from a log copy that names that config for
     each stack (stack_tuning._log_naming): the layer records stay, the stack records are replaced."""
