@@ -58,7 +58,7 @@ def emulated_layer(S, a, regs, layer):
                 else:
                     load_own_stamped(S, a, layer, tx, hs, t)
                 if layer > 0:
-                    settle_input(S, a, layer, tx, hs, raw, t)
+                    settle_input(S, a, layer, tx, hs, raw, regs, (layer * S.C + c) * S.NT + tx, t)
                 else:
                     load_projection(S, a, c, tx, regs, (layer * S.C + c) * S.NT + tx, t)
             emulated_dot(S, layer, layer * S.C + c, regs.wreg, hs, gs, t)
@@ -73,9 +73,11 @@ def emulated_stack(S, a):
     """Every cluster's program, layer after layer, CTAs and threads as serial loops."""
     wreg = T.alloc_buffer((S.NCTA * S.NT, S.WREG_MAX), "float32")
     xin = T.alloc_buffer((S.NCTA * S.NT, S.PAIRS * (S.G + 1)), "float32")
+    rb = T.alloc_buffer((S.NCTA * S.NT, S.PAIRS * S.G), "float32")
     nv = T.alloc_buffer((S.NCTA * S.NT, S.PAIRS), "int64")
     hn = T.alloc_buffer((S.NCTA * S.NT, S.PAIRS), "float32")
-    regs = T.meta_var(Regs(wreg, xin, nv, hn))
+    in_len = T.alloc_buffer((S.NCTA * S.NT, max(S.input_words(), 1)), "int64")
+    regs = T.meta_var(Regs(wreg, xin, rb, nv, hn, in_len))
     for i in range(WORKSPACE_WORDS):
         a.ws[i] = T.uint32(0)
     for_each_layer(S, emulated_layer, a, regs)

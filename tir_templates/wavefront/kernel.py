@@ -33,7 +33,7 @@ from .layout import StackLayout
 from .plan import LANES, StackConfig, check_stack
 from .signature import stack_func
 from .steps import (Regs, final_states, for_each_layer, init_states, issue_inputs, load_constants, load_h0,
-                    load_projection, load_weights, settle_input, update)
+                    load_projection, load_weights, reissue_inputs, settle_input, update)
 
 #: the workspace word that counts the clusters' tickets
 TICKET_WORD = 0
@@ -107,10 +107,12 @@ def wait_for_peers(S, bar, t):
 def one_step(S, a, layer, c, tx, hs, gs, bar, regs, acc, raw, t):
     """Step t. `raw` holds the layer below's words for the steps of t's parity: t's (issued two
     steps before, so the layer below has usually written them), then t + 2's."""
+    if layer > 0:  # the layer below's early words go out again, their trip overlapping the wait
+        reissue_inputs(S, a, layer, tx, raw, t)
     if t > 0:
         wait_for_peers(S, bar, t)
     if layer > 0:
-        settle_input(S, a, layer, tx, hs, raw, t)
+        settle_input(S, a, layer, tx, hs, raw, regs, 0, t)
     T.tvm_storage_sync("shared")
     if S.LANE:  # the lanes update from their own sums (`lanes.py`): no meeting in gs
         lane_sums(S, layer, tx, regs.wreg, hs, acc, t)
@@ -136,11 +138,13 @@ def cta_layer(S, a, layer, c, tx, hs, gs, bar):
     wreg = T.alloc_buffer((1, S.RPG * S.KPL[layer]), "float32", scope="local")
     acc = T.alloc_buffer((S.acc_size(layer),), "float32", scope="local")
     xin = T.alloc_buffer((1, S.PAIRS * (S.G + 1)), "float32", scope="local")
+    rb = T.alloc_buffer((1, S.PAIRS * S.G), "float32", scope="local")
     nv = T.alloc_buffer((1, S.PAIRS), "int64", scope="local")
     hn = T.alloc_buffer((1, S.PAIRS), "float32", scope="local")
+    in_len = T.alloc_buffer((1, max(S.input_words(), 1)), "int64", scope="local")
     raw_even = T.alloc_buffer((max(S.input_words(), 1),), "uint64", scope="local")
     raw_odd = T.alloc_buffer((max(S.input_words(), 1),), "uint64", scope="local")
-    regs = T.meta_var(Regs(wreg, xin, nv, hn, acc))
+    regs = T.meta_var(Regs(wreg, xin, rb, nv, hn, in_len, acc))
     load_weights(S, a, layer, c, tx, wreg, 0)
     init_states(S, a, layer, c, tx)
     load_constants(S, a, layer, c, tx, regs, 0)

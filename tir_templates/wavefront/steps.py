@@ -21,12 +21,16 @@ from .plan import LANES
 
 @dataclasses.dataclass(frozen=True)
 class Regs:
-    """A thread's registers: weights, each pair's inputs and C (`xin`), length (`nv`) and h(t)
-    (`hn`). On the GPU each is the thread's own (row 0); in the CPU twin one row per (CTA, thread)."""
+    """A thread's registers: weights, each pair's inputs and C (`xin`), recurrent biases (`rb`),
+    length (`nv`) and h(t) (`hn`), and the length of each input word's batch row (`in_len`). On the
+    GPU each is the thread's own (row 0); in the CPU twin one row per (CTA, thread). Nothing a step
+    reads comes from global memory but the layer below's h and layer 0's projection."""
     wreg: Any
     xin: Any
+    rb: Any
     nv: Any
     hn: Any
+    in_len: Any
     sums: Any = None  # with lane updates on the GPU, `acc`: the pair's gathered gate sums (`lanes.py`)
 
 
@@ -75,12 +79,19 @@ def init_states(S, a, layer, c, tx):
 
 @T.macro
 def load_constants(S, a, layer, c, tx, regs, row):
-    """What an owned pair keeps in registers for the whole sequence: its length, its layer's input
-    bias (above the first layer; the dot adds W_l h_{l-1}(t)) and, LSTM, C (c0 here)."""
+    """What an owned pair keeps in registers for the whole sequence: its length, its recurrent
+    biases, its layer's input bias (above the first layer; the dot adds W_l h_{l-1}(t)) and, LSTM,
+    C (c0 here); and the length of each input word's batch row (above the first layer)."""
+    if layer > 0:
+        for e in T.unroll(S.input_words()):
+            if T.Cast("int64", S.input_word(tx, e)[0]) < a.n_b:
+                regs.in_len[row, e] = valid_steps(S, a, S.input_word(tx, e)[0])
     for e in T.unroll(S.PAIRS):
         if S.owns_pair(tx, e):
             if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
                 regs.nv[row, e] = valid_steps(S, a, S.pair(c, tx, e)[0])
+                for g in T.unroll(S.G):
+                    regs.rb[row, e * S.G + g] = a.rb[layer][0, g * S.H + S.pair(c, tx, e)[1]]
                 if layer > 0:
                     for g in T.unroll(S.G):
                         regs.xin[row, e * (S.G + 1) + g] = a.wb[layer][g * S.H + S.pair(c, tx, e)[1]]
@@ -143,15 +154,21 @@ def issue_inputs(S, a, layer, tx, raw, t):
 
 
 @T.macro
-def settle_input(S, a, layer, tx, hs, raw, t):
-    """h_{l-1}(t) for the whole batch into step t's copy of hs, the words issued two steps before
-    issued again if they came back early, then each settled on its stamp (`stamped.py`); a row
-    past its length takes zeros, which its update does not read."""
+def reissue_inputs(S, a, layer, tx, raw, t):
+    """The words of h_{l-1}(t) issued two steps before that came back early, issued again, before
+    the step waits for its peers: the trip to L2 overlaps that wait (`stamped.reissue`)."""
     for e in T.unroll(S.input_words()):
         issue_input(S, a, layer, tx, raw, e, t, stamped.reissue)
+
+
+@T.macro
+def settle_input(S, a, layer, tx, hs, raw, regs, row, t):
+    """h_{l-1}(t) for the whole batch into step t's copy of hs, each word settled on its stamp
+    (`stamped.py`; reissued first if early, `reissue_inputs`); a row past its length takes zeros,
+    which its update does not read."""
     for e in T.unroll(S.input_words()):
         if T.Cast("int64", S.input_word(tx, e)[0]) < a.n_b:
-            if t < valid_steps(S, a, S.input_word(tx, e)[0]):
+            if t < regs.in_len[row, e]:
                 stamped.check(S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1])
                 hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = as_layer_input(S, stamped.settled(
                     S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1], raw, e))
@@ -192,7 +209,7 @@ def _sums(S, a, layer, gs, regs, row, e, t, bi, j):
     x = [regs.xin[row, e * (S.G + 1) + g] for g in range(S.G)]
     if S.PARTS[layer] == 2:
         x = [x[g] + part_sum(0, g) for g in range(S.G)]
-    rec = [part_sum(S.PARTS[layer] - 1, g) + a.rb[layer][0, g * S.H + j] for g in range(S.G)]
+    rec = [part_sum(S.PARTS[layer] - 1, g) + regs.rb[row, e * S.G + g] for g in range(S.G)]
     return x, rec
 
 
