@@ -36,11 +36,11 @@ SHUFFLES = int(math.log2(LANES))
 
 def wavefront_features(specs: list[CellSpec], cfg: StackConfig, layer: int, batch: int) -> dict:
     """What one step of a CTA of `layer` costs, in the units of `cost_model.features`. A config
-    with lane updates is priced as its twin that meets in shared memory: they save shuffles and a
-    __syncthreads, and on the H100 that paid for 2 x GRU H=256 at B=1 (1.11x) but not for 3 x LSTM
-    (0.97x at H=128, 0.90x at H=256; docs/benchmarks.md, session 34), which these features cannot
-    tell apart. So the model ranks a lane config right after its twin, and `tune`, which times
-    the model's first two, measures both."""
+    with lane updates is priced as its twin that meets in shared memory. Lane updates save
+    shuffles and a __syncthreads. On the H100 at B=1 that paid for 2 x GRU H=256 (1.11x) and
+    3 x LSTM H=256 (1.03x) but not for 3 x LSTM H=128 (0.97x; docs/benchmarks.md, session 34),
+    which these features cannot tell apart. So the model ranks a lane config right after its
+    twin, and `tune`, which times the model's first two, measures both."""
     cfg = dataclasses.replace(cfg, lane_updates=False)
     spec = specs[layer]
     H, G = spec.hidden_size, spec.num_gates
