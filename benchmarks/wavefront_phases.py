@@ -21,8 +21,8 @@ and writes the step's cycles per phase over its own Y (the first 8 units of batc
 build's Y is nonsense; the median of each phase over steps 10-89 is reported, with the step's
 median and the build's ms per call (timed as `wavefront_budget.py` times, in turn with the plain
 build). The stamps are read by one thread: a phase that waits shows what that thread waited.
-The probes live in a copy of kernel.py whose `one_step` is replaced by `PROBED_STEP`, checked
-against `PLAIN_STEP` (kernel.py's as it stands), so the probes never drift from the kernel.
+The probes live in a copy of kernel.py whose `one_step` has them among its lines (`STAMPS`: each
+line they follow must be there once, so the probes never drift from the kernel).
 """
 from __future__ import annotations
 
@@ -49,35 +49,8 @@ from tir_templates.wavefront.plan import StackConfig, lanes_fit  # noqa: E402
 
 PHASES = ("wait", "settle", "sync1", "dot", "sync2", "update", "sync3", "send")
 
-#: kernel.py's one_step as it stands (the probed copy below must follow it)
-PLAIN_STEP = '''@T.macro
-def one_step(S, a, layer, c, tx, hs, gs, bar, regs, acc, raw, t):
-    """Step t. `raw` holds the layer below's words for the steps of t's parity: t's (issued two
-    steps before, so the layer below has usually written them), then t + 2's."""
-    if layer > 0:  # the layer below's early words go out again, their trip overlapping the wait
-        reissue_inputs(S, a, layer, tx, raw, t)
-    if t > 0:
-        wait_for_peers(S, bar, t)
-    if layer > 0:
-        settle_input(S, a, layer, tx, hs, raw, regs, 0, t)
-    T.tvm_storage_sync("shared")
-    if S.LANE:  # the lanes update from their own sums (`lanes.py`): no meeting in gs
-        lane_sums(S, layer, tx, regs.wreg, hs, acc, t)
-    else:
-        dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)
-        T.tvm_storage_sync("shared")
-    update(S, a, layer, c, tx, hs, gs, regs, 0, t)
-    T.tvm_storage_sync("shared")
-    if layer > 0:
-        if t + 2 < a.n_t:
-            issue_inputs(S, a, layer, tx, raw, t + 2)
-    if t + 1 < a.n_t:  # the last step sends nothing
-        if layer == 0:  # the next step's projection row in flight during the exchange
-            load_projection(S, a, c, tx, regs, 0, t + 1)
-        exchange(S, layer, c, tx, hs, bar, t)
-'''
-
-PROBED_STEP = '''PROBE = r"""
+#: the probes' CUDA helpers and macro, put in front of kernel.py's one_step
+PROBES = '''PROBE = r"""
 __shared__ long long prnn_probe_stamps[9];
 __device__ __forceinline__ void prnn_probe(int k) {
   if (threadIdx.x == 0) prnn_probe_stamps[k] = clock64();
@@ -97,52 +70,42 @@ def probe(k):
     T.cuda.func_call("prnn_probe", k, source_code=PROBE)
 
 
-@T.macro
-def one_step(S, a, layer, c, tx, hs, gs, bar, regs, acc, raw, t):
-    probe(0)
-    if layer > 0:
-        reissue_inputs(S, a, layer, tx, raw, t)
-    if t > 0:
-        wait_for_peers(S, bar, t)
-    probe(1)
-    if layer > 0:
-        settle_input(S, a, layer, tx, hs, raw, regs, 0, t)
-    probe(2)
-    T.tvm_storage_sync("shared")
-    probe(3)
-    if S.LANE:
-        lane_sums(S, layer, tx, regs.wreg, hs, acc, t)
-        probe(4)
-    else:
-        dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)
-        probe(4)
-        T.tvm_storage_sync("shared")
-    probe(5)
-    update(S, a, layer, c, tx, hs, gs, regs, 0, t)
-    probe(6)
-    T.tvm_storage_sync("shared")
-    probe(7)
-    if layer > 0:
-        if t + 2 < a.n_t:
-            issue_inputs(S, a, layer, tx, raw, t + 2)
-    if t + 1 < a.n_t:
-        if layer == 0:
-            load_projection(S, a, c, tx, regs, 0, t + 1)
-        exchange(S, layer, c, tx, hs, bar, t)
-    probe(8)
-    if layer == S.L - 1:
-        if c == 0:
-            T.cuda.func_call("prnn_probe_flush", T.address_of(a.y[layer][t, 0, 0, 0]), source_code=PROBE_FLUSH)
 '''
+#: (lines of kernel.py's one_step, the same lines with the probes among them): each must occur
+#: there once, so the probes follow the kernel as it stands or the script stops
+STAMPS = [
+    ("    if layer > 0:  # the layer below's early words go out again, their trip overlapping the wait\n",
+     "    probe(0)\n    if layer > 0:  # the layer below's early words go out again, their trip overlapping the wait\n"),
+    ("        wait_for_peers(S, bar, t)\n", "        wait_for_peers(S, bar, t)\n    probe(1)\n"),
+    ("        settle_input(S, a, layer, tx, hs, raw, regs, 0, t)\n    T.tvm_storage_sync(\"shared\")\n",
+     "        settle_input(S, a, layer, tx, hs, raw, regs, 0, t)\n    probe(2)\n    T.tvm_storage_sync(\"shared\")\n"
+     "    probe(3)\n"),
+    ("        lane_sums(S, layer, tx, regs.wreg, hs, acc, t)\n",
+     "        lane_sums(S, layer, tx, regs.wreg, hs, acc, t)\n        probe(4)\n"),
+    ("        dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)\n",
+     "        dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)\n        probe(4)\n"),
+    ("    update(S, a, layer, c, tx, hs, gs, regs, 0, t)\n    T.tvm_storage_sync(\"shared\")\n",
+     "    probe(5)\n    update(S, a, layer, c, tx, hs, gs, regs, 0, t)\n    probe(6)\n    T.tvm_storage_sync(\"shared\")\n"
+     "    probe(7)\n"),
+    ("        exchange(S, layer, c, tx, hs, bar, t)\n",
+     "        exchange(S, layer, c, tx, hs, bar, t)\n    probe(8)\n    if layer == S.L - 1:\n        if c == 0:\n"
+     "            T.cuda.func_call(\"prnn_probe_flush\", T.address_of(a.y[layer][t, 0, 0, 0]), "
+     "source_code=PROBE_FLUSH)\n"),
+]
 
 
 @contextlib.contextmanager
 def probed_kernel():
-    """`stack_kernel` of a copy of kernel.py whose `one_step` is PROBED_STEP."""
+    """`stack_kernel` of a copy of kernel.py whose `one_step` has the probes (STAMPS)."""
     source = pathlib.Path(wavefront_kernel.__file__).read_text()
-    assert PLAIN_STEP in source, "kernel.py's one_step changed: update PLAIN_STEP and PROBED_STEP"
+    start = source.index("@T.macro\ndef one_step(")
+    end = source.index("\n\n\n", start) + 1  # one_step up to its last line's newline
+    step = source[start:end]
+    for plain, probed in STAMPS:
+        assert step.count(plain) == 1, f"kernel.py's one_step no longer has {plain.strip()!r} once"
+        step = step.replace(plain, probed)
     path = pathlib.Path(wavefront_kernel.__file__).with_name("kernel_probed.py")
-    path.write_text(source.replace(PLAIN_STEP, PROBED_STEP))
+    path.write_text(source[:start] + PROBES + step + source[end:])
     try:
         yield importlib.import_module("tir_templates.wavefront.kernel_probed").stack_kernel
     finally:
