@@ -57,6 +57,7 @@ VARIANTS = {"full": (False, (), None), "no_input_wait": (True, (), None), "no_do
             "neither": (True, ("dot",), None), "no_exchange": (True, ("dot", "exchange"), None),
             "no_lanes": (False, (), False), "lanes": (False, (), True)}
 
+
 @T.macro
 def reload_never(S, a, layer, t, b, j, raw, e):
     T.evaluate(0)
@@ -70,24 +71,37 @@ def as_first_loaded(S, a, layer, t, b, j, raw, e):
 
 
 @contextlib.contextmanager
-def kernel_without(parts):
-    """`stack_kernel` of a copy of kernel.py whose `one_step` leaves out `parts` (STEP_PARTS)."""
+def patched_kernel(name: str, replacements, prelude: str = ""):
+    """`stack_kernel` of a copy of kernel.py, `name`.py beside it, whose `one_step` has each
+    (line, replacement) of `replacements` replaced (each line must be there once) and `prelude` in
+    front of it; the copy is deleted afterwards."""
     source = pathlib.Path(wavefront_kernel.__file__).read_text()
-    start = source.index("def one_step(")
+    start = source.index("@T.macro\ndef one_step(")
     end = source.index("\n\n\n", start) + 1  # one_step up to its last line's newline
     step = source[start:end]
-    for part in parts:
-        for line in STEP_PARTS[part]:
-            assert line in step, f"kernel.py's one_step no longer has {line.strip()!r}"
-            step = step.replace(line, line[:len(line) - len(line.lstrip())] + f"T.evaluate(0)  # ablated: {part}\n")
-    name = "kernel_without_" + "_".join(parts)
+    for line, replacement in replacements:
+        assert step.count(line) == 1, f"kernel.py's one_step no longer has {line.strip()!r} once"
+        step = step.replace(line, replacement)
     path = pathlib.Path(wavefront_kernel.__file__).with_name(name + ".py")
-    path.write_text(source[:start] + step + source[end:])
+    path.write_text(source[:start] + prelude + step + source[end:])
     try:
         yield importlib.import_module(f"tir_templates.wavefront.{name}").stack_kernel
     finally:
         path.unlink()
         sys.modules.pop(f"tir_templates.wavefront.{name}", None)
+
+
+def kernel_without(parts):
+    """`patched_kernel` whose `one_step` leaves out `parts` (STEP_PARTS)."""
+    return patched_kernel("kernel_without_" + "_".join(parts), [
+        (line, line[:len(line) - len(line.lstrip())] + f"T.evaluate(0)  # ablated: {part}\n")
+        for part in parts for line in STEP_PARTS[part]])
+
+
+def with_lanes(kernel, lanes: bool):
+    """`kernel` (a `stack_kernel`) building each config with lane updates on (where its shape
+    allows them) or off."""
+    return lambda specs, cfg: kernel(specs, dataclasses.replace(cfg, lane_updates=lanes and lanes_fit(specs[0], cfg)))
 
 
 @contextlib.contextmanager
@@ -101,9 +115,7 @@ def ablated(no_input_wait: bool, parts=(), lanes: bool | None = None):
         if parts:
             layer_wavefront.stack_kernel = stack.enter_context(kernel_without(parts))
         if lanes is not None:
-            built = layer_wavefront.stack_kernel
-            layer_wavefront.stack_kernel = lambda specs, cfg: built(specs, dataclasses.replace(
-                cfg, lane_updates=lanes and lanes_fit(specs[0], cfg)))
+            layer_wavefront.stack_kernel = with_lanes(layer_wavefront.stack_kernel, lanes)
         wavefront_kernel.stack_kernel.cache_clear()
         try:
             yield

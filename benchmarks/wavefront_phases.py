@@ -21,18 +21,16 @@ and writes the step's cycles per phase over its own Y (the first 8 units of batc
 build's Y is nonsense; the median of each phase over steps 10-89 is reported, with the step's
 median and the build's ms per call (timed as `wavefront_budget.py` times, in turn with the plain
 build). The stamps are read by one thread: a phase that waits shows what that thread waited.
-The probes live in a copy of kernel.py whose `one_step` has them among its lines (`STAMPS`: each
-line they follow must be there once, so the probes never drift from the kernel).
+The probes live in a copy of kernel.py whose `one_step` has them among its lines
+(`wavefront_budget.patched_kernel` with `STAMPS`: each line they follow must be there once, so
+the probes never drift from the kernel).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import importlib
 import json
 import os
-import pathlib
 import sys
 
 import numpy as np
@@ -40,12 +38,12 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn.transform.layer_wavefront as layer_wavefront  # noqa: E402
-import tir_templates.wavefront.kernel as wavefront_kernel  # noqa: E402
 from persist_rnn.compile import compile as compile_model  # noqa: E402
 from persist_rnn.gpu_timing import interleaved_ms, vm_call  # noqa: E402
 from persist_rnn.stack_bench import onnx_stack_from_torch  # noqa: E402
 from tir_templates.spec import CellSpec  # noqa: E402
 from tir_templates.wavefront.plan import StackConfig, lanes_fit  # noqa: E402
+from wavefront_budget import patched_kernel, with_lanes  # noqa: E402  (this script's folder)
 
 PHASES = ("wait", "settle", "sync1", "dot", "sync2", "update", "sync3", "send")
 
@@ -94,36 +92,13 @@ STAMPS = [
 ]
 
 
-@contextlib.contextmanager
-def probed_kernel():
-    """`stack_kernel` of a copy of kernel.py whose `one_step` has the probes (STAMPS)."""
-    source = pathlib.Path(wavefront_kernel.__file__).read_text()
-    start = source.index("@T.macro\ndef one_step(")
-    end = source.index("\n\n\n", start) + 1  # one_step up to its last line's newline
-    step = source[start:end]
-    for plain, probed in STAMPS:
-        assert step.count(plain) == 1, f"kernel.py's one_step no longer has {plain.strip()!r} once"
-        step = step.replace(plain, probed)
-    path = pathlib.Path(wavefront_kernel.__file__).with_name("kernel_probed.py")
-    path.write_text(source[:start] + PROBES + step + source[end:])
-    try:
-        yield importlib.import_module("tir_templates.wavefront.kernel_probed").stack_kernel
-    finally:
-        path.unlink()
-        sys.modules.pop("tir_templates.wavefront.kernel_probed", None)
-
-
 def build(model, probed: bool, lanes: bool | None):
     """The model with its stack fused (probed or not), lane updates forced on or off (None: as
     the build picks)."""
     saved = layer_wavefront.stack_kernel
     with contextlib.ExitStack() as stack:
-        kernel = stack.enter_context(probed_kernel()) if probed else saved
-        if lanes is not None:
-            layer_wavefront.stack_kernel = lambda specs, cfg: kernel(specs, dataclasses.replace(
-                cfg, lane_updates=lanes and lanes_fit(specs[0], cfg)))
-        else:
-            layer_wavefront.stack_kernel = kernel
+        kernel = stack.enter_context(patched_kernel("kernel_probed", STAMPS, PROBES)) if probed else saved
+        layer_wavefront.stack_kernel = kernel if lanes is None else with_lanes(kernel, lanes)
         try:
             return compile_model(model, "cuda", wavefront=True)
         finally:

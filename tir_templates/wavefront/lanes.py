@@ -9,7 +9,7 @@ before the cluster's exchange (`kernel.exchange`):
                     5 x 2^k; lane l ends with the whole sum l // (32 / 2^k)
     gather_sums     each lane fetches its pair's gate sums (each part's) from the lanes that hold them
 
-Every lane of a pair computes it (COPIES lanes a pair: the warp's instructions cost the same) and
+Every lane of a pair computes it (32 / P lanes a pair: the warp's instructions cost the same) and
 one stores it. Sending each pair's h(t) from its lanes' registers, 4 bytes a store, with no
 __syncthreads before the exchange, measured slower on the H100 than the 16-byte exchange after one
 (3 x LSTM H=128, B=1: 0.1377 against 0.1203 ms; docs/benchmarks.md, session 34): the peers'

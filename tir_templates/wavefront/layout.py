@@ -16,8 +16,8 @@ t's update.
 
 With lane updates (`StackConfig.lane_updates`; a warp owns whole units, all their gates) a warp's rows
 are its UG units' gates, unit-major; its lanes hold the sums after the shuffle and update the
-warp's P = UG x BC (batch row, unit) pairs themselves, lane l the pair l % P (COPIES lanes a
-pair, each computing it; copy 0, lanes l < P, stores it). `gs` is then unused on the GPU (the CPU
+warp's P = UG x BC (batch row, unit) pairs themselves, lane l the pair l % P (32 / P lanes a
+pair, each computing it; lanes l < P store it). `gs` is then unused on the GPU (the CPU
 twin still meets there).
 """
 from __future__ import annotations
@@ -47,7 +47,6 @@ class StackLayout:
         assert not self.LANE or lanes_fit(spec, cfg), f"{cfg}: lane updates need whole units a warp and 32 sums a lane"
         self.UG = self.RPG // self.G if self.LANE else 0  # units a warp owns (lane updates)
         self.P = self.UG * self.BC  # (batch row, unit) pairs a warp updates (lane updates)
-        self.COPIES = LANES // self.P if self.LANE else 0  # lanes that compute each pair
         self.PAIRS = 1 if self.LANE else (self.BC * self.TW + self.NT - 1) // self.NT
         # the layer's h(t) between a cluster's CTAs: 16-byte stores into every peer's shared memory
         self.SENDS = (self.C - 1) * self.BC * self.TW // 4
@@ -110,13 +109,13 @@ class StackLayout:
 
     def owns_pair(self, tx, e):
         """Whether thread tx computes its e-th pair (lane updates: every lane on the GPU, each
-        pair COPIES times over; in the CPU twin copy 0 alone)."""
+        pair 32 / P times over; in the CPU twin lanes l < P alone)."""
         if self.LANE:
             return self.writes_pair(tx) if self.emulate else True
         return e * self.NT + tx < self.BC * self.TW
 
     def writes_pair(self, tx):
-        """Whether thread tx stores the pairs it computes (lane updates: copy 0 of each pair)."""
+        """Whether thread tx stores the pairs it computes (lane updates: lanes l < P)."""
         return tx % LANES < self.P if self.LANE else True
 
     def send(self, layer, c, tx, k):

@@ -118,25 +118,6 @@ def as_layer_input(S, h):
     return h if dtype == "float32" else T.Cast("float32", T.Cast(dtype, h))
 
 
-STORE_SHARED = r"""
-__device__ __forceinline__ void prnn_store_shared(float* at, float value) {
-  *at = value;
-}
-"""
-
-
-@T.macro
-def keep_for_next_step(S, hs, r, col, value):
-    """hs[r, col] = value, for the next step's copy. On the GPU through a helper: TVM's sync planner
-    cannot tell the two copies apart and would ask for a barrier inside the update; the kernel's
-    own __syncthreads after the update orders it."""
-    if S.emulate:
-        hs[r, col] = value
-    else:
-        T.cuda.func_call("prnn_store_shared", T.address_of(hs[r, col]), value, source_code=STORE_SHARED)
-
-
-
 @T.macro
 def issue_input(S, a, layer, tx, raw, e, t, issue):
     """`issue` (stamped.issue or .reissue) of thread tx's e-th word of h_{l-1}(t), the layer
@@ -176,7 +157,6 @@ def settle_input(S, a, layer, tx, hs, raw, regs, row, t):
                 hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = T.float32(0)
 
 
-
 @T.macro
 def load_h0(S, a, layer, tx, hs):
     """h0 of the whole batch (every unit) into step 0's copy of hs, the layer's own part."""
@@ -197,7 +177,7 @@ def load_own_stamped(S, a, layer, tx, hs, t):
                 t - 1, 0, (e * S.NT + tx) // S.H, 2 * ((e * S.NT + tx) % S.H)]
 
 
-def _sums(S, a, layer, gs, regs, row, e, t, bi, j):
+def _sums(S, layer, gs, regs, row, e, t, bi, j):
     """A pair's gate inputs (x) and recurrent parts (rec, with R's bias), as `cells.py` takes them
     (above the first layer with one part, x is the input bias and rec holds both dot products).
     The dot's sums come from `gs`, or with lane updates on the GPU from the lane's own registers."""
@@ -215,17 +195,34 @@ def _sums(S, a, layer, gs, regs, row, e, t, bi, j):
 
 def cell_state(S, a, layer, gs, regs, row, e, t, bi, j):
     """LSTM's C(t) of the pair (C(t-1) in its register)."""
-    x, rec = _sums(S, a, layer, gs, regs, row, e, t, bi, j)
+    x, rec = _sums(S, layer, gs, regs, row, e, t, bi, j)
     return cells.lstm_cell_state(S.specs[layer], 0, x, rec, regs.xin[row, e * (S.G + 1) + S.G],
                                  cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
 
 def hidden(S, a, layer, hs, gs, regs, row, e, t, bi, j):
     """The pair's h(t) (LSTM: from C(t), already in its register)."""
-    x, rec = _sums(S, a, layer, gs, regs, row, e, t, bi, j)
+    x, rec = _sums(S, layer, gs, regs, row, e, t, bi, j)
     return cells.hidden(S.specs[layer], 0, x, rec, hs[S.hs_row(t, bi), S.XK[layer] * LANES + j],
                         regs.xin[row, e * (S.G + 1) + S.G], cells.gate_slice(a.p[layer], (0,), j, S.H, 3), S.FAST)
 
+
+STORE_SHARED = r"""
+__device__ __forceinline__ void prnn_store_shared(float* at, float value) {
+  *at = value;
+}
+"""
+
+
+@T.macro
+def keep_for_next_step(S, hs, r, col, value):
+    """hs[r, col] = value, for the next step's copy. On the GPU through a helper: TVM's sync planner
+    cannot tell the two copies apart and would ask for a barrier inside the update; the kernel's
+    own __syncthreads after the update orders it."""
+    if S.emulate:
+        hs[r, col] = value
+    else:
+        T.cuda.func_call("prnn_store_shared", T.address_of(hs[r, col]), value, source_code=STORE_SHARED)
 
 
 @T.macro
