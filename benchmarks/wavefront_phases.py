@@ -4,20 +4,22 @@ clock64() stamps between the phases of `one_step`, read back per step (needs tor
     python benchmarks/wavefront_phases.py --out phases.jsonl LSTM:128:3:1 GRU:256:2:1
 
 Each stack (CELL:HIDDEN:LAYERS:BATCH, T=100, input = hidden) is built with the wavefront at the
-config the build picks, with and without lane updates where its shape allows them. Thread 0 of
-the top layer's first CTA stamps the clock at each phase boundary of every step:
+config the build picks, with and without lane updates where its shape allows them (configs whose
+sums a lane keeps for every batch row at once, `layout.live`; the row-by-row step of a big batch
+has no probes). Thread 0 of the top layer's first CTA stamps the clock at each phase boundary of
+every step:
 
-    wait      the layer below's early words reissued, and the peers' units of h(t-1) (the
-              cluster's exchange, and the slowest peer)
-    settle    the layer below's h(t) into shared memory (its stamp checked)
+    settle    the layer below's early words reissued and its h(t) into shared memory (stamps checked)
     sync1     the __syncthreads before the dot products (the other warps' settles)
-    dot       the dot products and the shuffle-sums (lane updates: and the gather)
-    sync2     the __syncthreads before the update (none with lane updates: 0)
+    input     the input part of the dot products (W_l h_{l-1}(t))
+    wait      the peers' units of h(t-1) (the cluster's exchange, and the slowest peer)
+    recur     the recurrent part and the transposing shuffle-sum
+    meet      the sums to gs and the __syncthreads after (lane updates: the gather)
     update    the cell update and its stores (Y, C, the stamped h, the next copy of hs)
     sync3     the __syncthreads before the exchange
     send      the next inputs issued and h(t) sent to the peers
 
-and writes the step's cycles per phase over its own Y (the first 8 units of batch row 0), so that
+and writes the step's cycles per phase over its own Y (the first 9 units of batch row 0), so that
 build's Y is nonsense; the median of each phase over steps 10-89 is reported, with the step's
 median and the build's ms per call (timed as `wavefront_budget.py` times, in turn with the plain
 build). The stamps are read by one thread: a phase that waits shows what that thread waited.
@@ -42,14 +44,15 @@ from persist_rnn.compile import compile as compile_model  # noqa: E402
 from persist_rnn.gpu_timing import interleaved_ms, vm_call  # noqa: E402
 from persist_rnn.stack_bench import onnx_stack_from_torch  # noqa: E402
 from tir_templates.spec import CellSpec  # noqa: E402
+from tir_templates.wavefront.layout import StackLayout  # noqa: E402
 from tir_templates.wavefront.plan import StackConfig, lanes_fit  # noqa: E402
 from wavefront_budget import patched_kernel, with_lanes  # noqa: E402  (this script's folder)
 
-PHASES = ("wait", "settle", "sync1", "dot", "sync2", "update", "sync3", "send")
+PHASES = ("settle", "sync1", "input", "wait", "recur", "meet", "update", "sync3", "send")
 
 #: the probes' CUDA helpers and macro, put in front of kernel.py's one_step
 PROBES = '''PROBE = r"""
-__shared__ long long prnn_probe_stamps[9];
+__shared__ long long prnn_probe_stamps[10];
 __device__ __forceinline__ void prnn_probe(int k) {
   if (threadIdx.x == 0) prnn_probe_stamps[k] = clock64();
 }
@@ -57,7 +60,7 @@ __device__ __forceinline__ void prnn_probe(int k) {
 PROBE_FLUSH = r"""
 __device__ __forceinline__ void prnn_probe_flush(float* y) {
   if (threadIdx.x == 0) {
-    for (int k = 0; k < 8; ++k) y[k] = (float)(prnn_probe_stamps[k + 1] - prnn_probe_stamps[k]);
+    for (int k = 0; k < 9; ++k) y[k] = (float)(prnn_probe_stamps[k + 1] - prnn_probe_stamps[k]);
   }
 }
 """
@@ -72,21 +75,22 @@ def probe(k):
 #: (lines of kernel.py's one_step, the same lines with the probes among them): each must occur
 #: there once, so the probes follow the kernel as it stands or the script stops
 STAMPS = [
-    ("    if layer > 0:  # the layer below's early words go out again, their trip overlapping the wait\n",
-     "    probe(0)\n    if layer > 0:  # the layer below's early words go out again, their trip overlapping the wait\n"),
-    ("        wait_for_peers(S, bar, t)\n", "        wait_for_peers(S, bar, t)\n    probe(1)\n"),
-    ("        settle_input(S, a, layer, tx, hs, raw, regs, 0, t)\n    T.tvm_storage_sync(\"shared\")\n",
-     "        settle_input(S, a, layer, tx, hs, raw, regs, 0, t)\n    probe(2)\n    T.tvm_storage_sync(\"shared\")\n"
-     "    probe(3)\n"),
-    ("        lane_sums(S, layer, tx, regs.wreg, hs, acc, t)\n",
-     "        lane_sums(S, layer, tx, regs.wreg, hs, acc, t)\n        probe(4)\n"),
-    ("        dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)\n",
-     "        dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)\n        probe(4)\n"),
-    ("    update(S, a, layer, c, tx, hs, gs, regs, 0, t)\n    T.tvm_storage_sync(\"shared\")\n",
-     "    probe(5)\n    update(S, a, layer, c, tx, hs, gs, regs, 0, t)\n    probe(6)\n    T.tvm_storage_sync(\"shared\")\n"
-     "    probe(7)\n"),
+    ("    if layer > 0:  # the layer below's early words go out again\n",
+     "    probe(0)\n    if layer > 0:  # the layer below's early words go out again\n"),
+    ("            settle_input(S, a, layer, tx, hs, raw, regs, 0, t)\n        T.tvm_storage_sync(\"shared\")\n"
+     "        zero_sums(S, layer, acc)\n",
+     "            settle_input(S, a, layer, tx, hs, raw, regs, 0, t)\n        probe(1)\n"
+     "        T.tvm_storage_sync(\"shared\")\n        probe(2)\n        zero_sums(S, layer, acc)\n"),
+    ("        input_dots(S, layer, tx, regs.wreg, hs, acc, t)\n",
+     "        input_dots(S, layer, tx, regs.wreg, hs, acc, t)\n        probe(3)\n"),
+    ("        recurrent_dots(S, layer, tx, regs.wreg, hs, acc, t)\n",
+     "        probe(4)\n        recurrent_dots(S, layer, tx, regs.wreg, hs, acc, t)\n"),
+    ("        shuffle_sums(S, layer, tx, acc)\n", "        shuffle_sums(S, layer, tx, acc)\n        probe(5)\n"),
+    ("    update(S, a, layer, c, tx, hs, gs, regs, 0, t)\n",
+     "    probe(6)\n    update(S, a, layer, c, tx, hs, gs, regs, 0, t)\n    probe(7)\n"),
+    ("    if layer > 0:\n        if t + 2 < a.n_t:\n", "    probe(8)\n    if layer > 0:\n        if t + 2 < a.n_t:\n"),
     ("        exchange(S, layer, c, tx, hs, bar, t)\n",
-     "        exchange(S, layer, c, tx, hs, bar, t)\n    probe(8)\n    if layer == S.L - 1:\n        if c == 0:\n"
+     "        exchange(S, layer, c, tx, hs, bar, t)\n    probe(9)\n    if layer == S.L - 1:\n        if c == 0:\n"
      "            T.cuda.func_call(\"prnn_probe_flush\", T.address_of(a.y[layer][t, 0, 0, 0]), "
      "source_code=PROBE_FLUSH)\n"),
 ]
@@ -119,9 +123,13 @@ def stack_rows(op: str, hidden: int, layers: int, batch: int) -> list[dict]:
         if lanes and not lanes_fit(CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU"),
                                    StackConfig(**config)):
             continue  # the shape has no lane updates
+        spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU")
+        if not StackLayout([spec] * layers, StackConfig(**{**config, "lane_updates": lanes})).live(layers - 1):
+            raise SystemExit(f"{op}:{hidden}:{layers}:{batch}: a lane cannot keep every batch row's sums at once; "
+                             "the row-by-row step has no probes")
         config = {**config, "lane_updates": lanes}
         ms = interleaved_ms({"plain": vm_call(plain, feeds), "probed": vm_call(probed, feeds)})
-        y = probed.run(feeds)[0].reshape(100, -1)[:, :8]  # (T, phases): cycles, the top layer's Y
+        y = probed.run(feeds)[0].reshape(100, -1)[:, :9]  # (T, phases): cycles, the top layer's Y
         steps = y[10:90]
         rows.append({"part": "wavefront_phases", "cell": op, "hidden": hidden, "layers": layers, "batch": batch,
                      "config": config, "ms": ms, "cycles": {p: float(np.median(steps[:, k])) for k, p in enumerate(PHASES)},

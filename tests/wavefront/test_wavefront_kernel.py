@@ -126,6 +126,56 @@ def test_lane_updates_where_a_warp_holds_whole_units_and_its_sums_fit_the_lanes(
     assert StackConfig(**space[1].as_dict()) == space[1] and "lane_updates" not in space[0].as_dict()
 
 
+def transposed_shuffle(S, layer, partial):
+    """dots.shuffle_sums as numpy: partial[lane, n] are the lanes' held sums; returns each lane's
+    acc[0] after the five rounds (a lane keeps the half its lane bit picks, adds its partner's)."""
+    acc = partial.copy()
+    lanes = np.arange(32)
+    for r in range(5):
+        bit, n = 16 >> r, acc.shape[1]
+        if n > 1:
+            upper = (lanes & bit) != 0
+            keep = np.where(upper[:, None], acc[:, n // 2:], acc[:, :n // 2])
+            give = np.where(upper[:, None], acc[:, :n // 2], acc[:, n // 2:])
+            acc = keep + give[lanes ^ bit]
+        else:
+            acc = acc + acc[lanes ^ bit]
+    return acc[:, 0]
+
+
+@pytest.mark.parametrize("cell,H,n_l,batch,cfg", [("lstm", 256, 3, 1, (256, 16, 8)), ("lstm", 256, 3, 10, (256, 16, 8)),
+                                                  ("gru", 256, 2, 1, (256, 16, 6)), ("gru", 256, 2, 8, (512, 16, 3)),
+                                                  ("lstm", 128, 3, 2, (256, 16, 4, True)), ("rnn", 64, 2, 4, (256, 2, 4))])
+def test_each_sum_reaches_its_gate_row_after_the_transposing_shuffle(cell, H, n_l, batch, cfg):
+    """The GPU's dot sums (dots.py; the CPU twin meets in gs directly): every (part, row, batch
+    row) has its own slot among a lane's held sums (all batch rows live where 32 padded sums
+    hold them, else one batch row at a time, and then the input part runs before the wait);
+    after the transposing shuffle the lane sums_to_gs picks holds its slot's whole sum, and
+    `sum_part`, `sum_gate_row`, `sum_row` name where it belongs."""
+    from tir_templates.wavefront.layout import StackLayout
+    specs = [CellSpec(cell, H, H, node=f"l{l}", linear_before_reset=cell == "gru") for l in range(n_l)]
+    S = StackLayout(specs, StackConfig(*cfg[:3], batch, *cfg[3:]))
+    rng = np.random.default_rng(batch)
+    for layer in range(n_l):
+        live = S.live(layer)
+        assert live == (S.LANE or S.PARTS[layer] * S.RPG * batch <= 32)
+        rows = range(batch) if live else [0]
+        slots = {S.sum_index(layer, p, q, b): (p, q, b) for p in range(S.PARTS[layer]) for q in range(S.RPG) for b in rows}
+        assert len(slots) == S.PARTS[layer] * S.RPG * len(rows) and max(slots) < S.held_sums(layer) <= 32
+        partial = np.zeros((32, S.held_sums(layer)))
+        partial[:, :len(slots)] = rng.standard_normal((32, len(slots)))
+        total = transposed_shuffle(S, layer, partial)
+        per = 32 // S.held_sums(layer)
+        for lane in range(0, 32, per):
+            n = lane // per
+            if n < len(slots):
+                bi = 7  # a row-by-row step's batch row
+                p, q, b = slots[n]
+                assert (S.sum_part(layer, n), S.sum_gate_row(layer, n), S.sum_row(layer, n, bi)) == (p, q, b if live else bi)
+                assert total[lane] == pytest.approx(partial[:, n].sum(), rel=1e-9, abs=1e-9)
+                assert S.sum_lane(layer, n) == lane
+
+
 def test_plan_gives_each_layer_the_smallest_cluster_that_holds_it():
     specs = [CellSpec("lstm", 256, 256, node=f"l{l}") for l in range(3)]
     cfg = plan_stack(specs, 1, 132)  # [W | R] of 1024 rows x 512 columns: 16 CTAs of 8 warps, 128 weights a lane

@@ -5,6 +5,7 @@
     layout.py     who owns which rows, columns and (batch row, unit) pairs; what goes to which peer
     stamped.py    how h travels between layers: each value beside its step's stamp, in L2
     steps.py      what a thread does in a step: inputs, [h below ; h] into shared memory, the update
+    dots.py       the dot products (input part, then recurrent) and their sums over the warp
     lanes.py      lane updates: a warp's sums transposed by shuffles, each lane updating its pair
     kernel.py     the CUDA kernel, top to bottom
     emulated.py   its CPU twin, for tests without a GPU

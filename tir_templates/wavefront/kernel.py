@@ -3,11 +3,16 @@
 Each layer runs on a thread-block cluster of its own (`plan.py`), its weights in registers for
 the whole sequence, and walks its own time steps; the layers form a pipeline. A CTA's step t:
 
-    the peers' units of h_l(t-1), sent into this CTA's shared memory (an mbarrier counts them)
-    + h_{l-1}(t), the layer below's, loaded from L2 two steps before (layer 0: its GEMM's row)
-    -> the dot products with [W_l | R_l] (layer 0: R_0)
+    h_{l-1}(t), the layer below's, loaded from L2 two steps before (layer 0: its GEMM's row)
+    -> the input part of the dot products, W_l h_{l-1}(t), while the peers' h(t-1) is on its way
+    + the peers' units of h_l(t-1), sent into this CTA's shared memory (an mbarrier counts them)
+    -> the recurrent part, R_l h_l(t-1), and the sums over the warp (`dots.py`)
     -> the cell update -> h_l(t): to Y, stamped to L2 for the layer above, to the next copy of
        shared memory, and from there into every peer's (distributed shared memory)
+
+Only the recurrent part, the update and the exchange lie on the recurrence's path. (A batch too
+big for a lane to keep every batch row's sums waits for the peers first and walks the batch
+row by row.)
 
 Nothing but data spans the layers: every h_l(t) carries its step's stamp (`stamped.py`), so a
 reader waits only for the words it needs, as they arrive; a layer runs behind the one below and
@@ -28,7 +33,8 @@ from ..built_once import built_once
 from ..persistent.exchange import DSMEM_INIT, DSMEM_SEND, DSMEM_WAIT
 from ..signature import WORKSPACE_WORDS
 from ..spec import CellSpec
-from .lanes import lane_sums
+from .dots import dot_row_by_row, input_dots, recurrent_dots, shuffle_sums, sums_to_gs, zero_sums
+from .lanes import gather_sums
 from .layout import StackLayout
 from .plan import LANES, StackConfig, check_stack
 from .signature import stack_func
@@ -59,30 +65,6 @@ __device__ __forceinline__ int prnn_cluster_ticket(unsigned int* counter) {
 
 
 @T.macro
-def dot_and_reduce(S, layer, tx, wreg, hs, gs, acc, t):
-    """Batch row by batch row (so a lane keeps one row's sums at a time): the lane's partial dot
-    products over step t's [h below ; h] (input part, then recurrent part), a shuffle-sum over the
-    warp, and lane 0 writes each gate row's sums into `gs` (part-major: with two parts, input
-    sums, then recurrent)."""
-    for bi in T.unroll(S.BC):
-        for k in T.unroll(S.PARTS[layer] * S.RPG):
-            acc[k] = T.float32(0)
-        if S.XK[layer] > 0:
-            for i in T.unroll(S.XK[layer]):
-                for q in T.unroll(S.RPG):
-                    acc[q] = acc[q] + wreg[0, q * S.KPL[layer] + i] * hs[S.hs_row(t, bi), S.col(tx % LANES, i)]
-        for i in T.unroll(S.H // LANES):
-            for q in T.unroll(S.RPG):
-                acc[(S.PARTS[layer] - 1) * S.RPG + q] = acc[(S.PARTS[layer] - 1) * S.RPG + q] + wreg[
-                    0, q * S.KPL[layer] + S.XK[layer] + i] * hs[S.hs_row(t, bi), S.XK[layer] * LANES + S.col(tx % LANES, i)]
-        for part in T.unroll(S.PARTS[layer]):
-            for q in T.unroll(S.RPG):
-                acc[part * S.RPG + q] = T.cuda.warp_sum(acc[part * S.RPG + q], LANES)
-                if tx % LANES == 0:
-                    gs[S.gs_row(t, part, bi), (tx // LANES) * S.RPG + q] = acc[part * S.RPG + q]
-
-
-@T.macro
 def exchange(S, layer, c, tx, hs, bar, t):
     """The end of step t: once h(t)'s units of this CTA are in the next step's copy of hs (and
     every read of this step's copy is done), send them to the same place in every peer's, each
@@ -107,17 +89,30 @@ def wait_for_peers(S, bar, t):
 def one_step(S, a, layer, c, tx, hs, gs, bar, regs, acc, raw, t):
     """Step t. `raw` holds the layer below's words for the steps of t's parity: t's (issued two
     steps before, so the layer below has usually written them), then t + 2's."""
-    if layer > 0:  # the layer below's early words go out again, their trip overlapping the wait
+    if layer > 0:  # the layer below's early words go out again
         reissue_inputs(S, a, layer, tx, raw, t)
-    if t > 0:
-        wait_for_peers(S, bar, t)
-    if layer > 0:
-        settle_input(S, a, layer, tx, hs, raw, regs, 0, t)
-    T.tvm_storage_sync("shared")
-    if S.LANE:  # the lanes update from their own sums (`lanes.py`): no meeting in gs
-        lane_sums(S, layer, tx, regs.wreg, hs, acc, t)
-    else:
-        dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)
+    if S.live(layer):  # the input part of the dot before the wait: off the recurrence's path
+        if layer > 0:
+            settle_input(S, a, layer, tx, hs, raw, regs, 0, t)
+        T.tvm_storage_sync("shared")
+        zero_sums(S, layer, acc)
+        input_dots(S, layer, tx, regs.wreg, hs, acc, t)
+        if t > 0:
+            wait_for_peers(S, bar, t)
+        recurrent_dots(S, layer, tx, regs.wreg, hs, acc, t)
+        shuffle_sums(S, layer, tx, acc)
+        if S.LANE:  # the lanes update from their own sums (`lanes.py`): no meeting in gs
+            gather_sums(S, layer, tx, acc)
+        else:
+            sums_to_gs(S, layer, tx, gs, acc, t, 0)
+            T.tvm_storage_sync("shared")
+    else:  # a big batch: the reissued words' trip overlaps the wait
+        if t > 0:
+            wait_for_peers(S, bar, t)
+        if layer > 0:
+            settle_input(S, a, layer, tx, hs, raw, regs, 0, t)
+        T.tvm_storage_sync("shared")
+        dot_row_by_row(S, layer, tx, regs.wreg, hs, gs, acc, t)
         T.tvm_storage_sync("shared")
     update(S, a, layer, c, tx, hs, gs, regs, 0, t)
     T.tvm_storage_sync("shared")

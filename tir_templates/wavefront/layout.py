@@ -138,32 +138,55 @@ class StackLayout:
             return (c_unit // self.UG) * self.RPG + (c_unit % self.UG) * self.G + g
         return g * self.TW + c_unit
 
-    def lane_sums(self, layer):
-        """Sums a lane keeps between the dot and the shuffle (lane updates): each part's, each
-        row's, each batch row's, padded to a power of two."""
-        return padded_sums(self.PARTS[layer] * self.RPG * self.BC)
-
     def lane_pair(self, tx):
         """(batch row, unit of the warp's) of the pair lane tx % 32 computes (lane updates)."""
         p = tx % LANES % self.P
         return p // self.UG, p % self.UG
 
+    def live(self, layer):
+        """Whether a lane keeps every batch row's sums at once (`dots.py`): always with lane
+        updates, else while they number at most 32, padded (then the input part of the dot runs
+        before the wait for the peers)."""
+        return self.LANE or padded_sums(self.PARTS[layer] * self.RPG * self.BC) <= LANES
+
+    def live_rows(self, layer):
+        """Batch rows whose sums a lane keeps at once: all of them, or one at a time."""
+        return self.BC if self.live(layer) else 1
+
+    def held_sums(self, layer):
+        """Sums a lane keeps between the dot and the shuffle: each part's, each row's, each live
+        batch row's, padded to a power of two."""
+        return padded_sums(self.PARTS[layer] * self.RPG * self.live_rows(layer))
+
     def acc_size(self, layer):
-        """A thread's sums (`acc`): each part's of its rows for one batch row; with lane updates
-        every (part, row, batch row), padded, then the gathered gate sums of its pair."""
+        """A thread's sums (`acc`): the held ones; with lane updates then the gathered gate sums
+        of its pair."""
         if self.LANE:
-            return self.lane_sums(layer) + self.PARTS[layer] * self.G
-        return self.PARTS[layer] * self.RPG
+            return self.held_sums(layer) + self.PARTS[layer] * self.G
+        return self.held_sums(layer)
 
     def gathered(self, layer, part, g):
         """Where the lane's pair's sum of gate g, dot part `part`, sits in `acc` (lane updates)."""
-        return self.lane_sums(layer) + part * self.G + g
+        return self.held_sums(layer) + part * self.G + g
 
-    def sum_index(self, part, q, bi):
-        """Where the sum of dot part `part`, warp row q, batch row bi sits among a lane's sums."""
-        return (part * self.RPG + q) * self.BC + bi
+    def sum_index(self, layer, part, q, bi):
+        """Where the sum of dot part `part`, warp row q, batch row bi sits among a lane's sums
+        (one batch row at a time: bi is left out)."""
+        return (part * self.RPG + q) * self.live_rows(layer) + (bi if self.live(layer) else 0)
+
+    def sum_part(self, layer, n):
+        """The dot part of the lane's n-th sum (`sum_index` undone)."""
+        return n // (self.RPG * self.live_rows(layer))
+
+    def sum_gate_row(self, layer, n):
+        """The warp row of the lane's n-th sum."""
+        return n // self.live_rows(layer) % self.RPG
+
+    def sum_row(self, layer, n, bi):
+        """The batch row of the lane's n-th sum (one batch row at a time: bi)."""
+        return n % self.BC if self.live(layer) else bi
 
     def sum_lane(self, layer, n):
-        """The first lane that holds sum n after the transposing shuffle (`lanes.py`): lane l ends
-        with sum l // (32 / lane_sums)."""
-        return n * (LANES // self.lane_sums(layer))
+        """The first lane that holds sum n after the transposing shuffle (`dots.shuffle_sums`): lane l
+        ends with sum l // (32 / held_sums)."""
+        return n * (LANES // self.held_sums(layer))
