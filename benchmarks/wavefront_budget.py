@@ -45,11 +45,16 @@ from persist_rnn.gpu_timing import graph_replay, interleaved_ms, vm_call  # noqa
 from persist_rnn.stack_bench import onnx_stack_from_torch  # noqa: E402
 from tir_templates.wavefront.plan import lanes_fit  # noqa: E402
 
-#: what each part's removal replaces in kernel.py's `one_step` (the lines as they stand there)
+#: what each part's removal replaces in kernel.py's `one_step` (the lines as they stand there, in
+#: either branch: every batch row's sums live, or row by row)
 STEP_PARTS = {
-    "dot": ["        dot_and_reduce(S, layer, tx, regs.wreg, hs, gs, acc, t)\n",
-            "        lane_sums(S, layer, tx, regs.wreg, hs, acc, t)\n"],
-    "exchange": ["        wait_for_peers(S, bar, t)\n", "        exchange(S, layer, c, tx, hs, bar, t)\n"],
+    "dot": ["        input_dots(S, layer, tx, regs.wreg, hs, acc, t)\n",
+            "        recurrent_dots(S, layer, tx, regs.wreg, hs, acc, t)\n",
+            "        shuffle_sums(S, layer, tx, acc)\n",
+            "            gather_sums(S, layer, tx, acc)\n",
+            "            sums_to_gs(S, layer, tx, gs, acc, t, 0)\n",
+            "        dot_row_by_row(S, layer, tx, regs.wreg, hs, gs, acc, t)\n"],
+    "exchange": ["            wait_for_peers(S, bar, t)\n", "        exchange(S, layer, c, tx, hs, bar, t)\n"],
 }
 #: variant -> (no input wait, the parts of the step taken out, lane updates: None as the config
 #: says, else forced on (where the config's shape allows them) or off)
@@ -71,16 +76,18 @@ def as_first_loaded(S, a, layer, t, b, j, raw, e):
 
 
 @contextlib.contextmanager
-def patched_kernel(name: str, replacements, prelude: str = ""):
+def patched_kernel(name: str, replacements, prelude: str = "", every: bool = False):
     """`stack_kernel` of a copy of kernel.py, `name`.py beside it, whose `one_step` has each
-    (line, replacement) of `replacements` replaced (each line must be there once) and `prelude` in
-    front of it; the copy is deleted afterwards."""
+    (line, replacement) of `replacements` replaced (each line must be there once; `every`: at
+    least once, every occurrence replaced) and `prelude` in front of it; the copy is deleted
+    afterwards."""
     source = pathlib.Path(wavefront_kernel.__file__).read_text()
     start = source.index("@T.macro\ndef one_step(")
     end = source.index("\n\n\n", start) + 1  # one_step up to its last line's newline
     step = source[start:end]
     for line, replacement in replacements:
-        assert step.count(line) == 1, f"kernel.py's one_step no longer has {line.strip()!r} once"
+        assert step.count(line) == 1 or every and step.count(line) > 1, \
+            f"kernel.py's one_step no longer has {line.strip()!r} {'at all' if every else 'once'}"
         step = step.replace(line, replacement)
     path = pathlib.Path(wavefront_kernel.__file__).with_name(name + ".py")
     path.write_text(source[:start] + prelude + step + source[end:])
@@ -95,7 +102,7 @@ def kernel_without(parts):
     """`patched_kernel` whose `one_step` leaves out `parts` (STEP_PARTS)."""
     return patched_kernel("kernel_without_" + "_".join(parts), [
         (line, line[:len(line) - len(line.lstrip())] + f"T.evaluate(0)  # ablated: {part}\n")
-        for part in parts for line in STEP_PARTS[part]])
+        for part in parts for line in STEP_PARTS[part]], every=True)
 
 
 def with_lanes(kernel, lanes: bool):

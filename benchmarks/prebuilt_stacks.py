@@ -1,0 +1,151 @@
+"""Wavefront experiments built on this machine and only timed on the GPU box (issue 21). The box
+compiles a wavefront build in about 40 s of scarce device time; this machine (nvcc, no GPU)
+builds the same library in about 15 s, and the box then loads and times it in seconds.
+
+    python benchmarks/prebuilt_stacks.py build OUT LSTM:256:3:1 per_layer w8c16r8 w8c16r8L probed-w8c16r8
+    python benchmarks/prebuilt_stacks.py time results.jsonl OUT/LSTM_256_3_1 [...]    # on the GPU box
+
+`build`: the stack (CELL:HIDDEN:LAYERS:BATCH, T=100, input = hidden; `testing.stacked_layers_model`'s
+seeded weights) as OUT/<stack>/model.onnx, and each named build exported there
+(`CompiledModel.export_library`, sm_90, the H100's 132 SMs):
+    per_layer               a kernel a layer
+    w<warps>c<cluster>r<rows>[L]
+                            the wavefront at that config (L: lane updates)
+    probed-<config>         the same with `wavefront_phases.py`'s clocks (its Y holds cycles)
+    <package>/<config>      built with tir_templates/<package>, a copy of the wavefront package
+                            (an earlier kernel, say), for an A/B in one run
+`time`: every build of each directory timed in turn (`gpu_timing.interleaved_ms`), each checked
+against ONNX Runtime (CPU), and the probed builds' cycles per phase (median of steps 10-89).
+
+A call to the box carries at most 64 MiB with the working tree (about 29 MiB): a 3 x LSTM
+H=256 build is 7 MB, so carry a directory's files a few at a time.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import pathlib
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+#: a wavefront build's name: [probed-][package/]w<warps>c<cluster>r<rows>[L]
+BUILD_NAME = re.compile(r"(probed-)?(?:(\w+)/)?w(\d+)c(\d+)r(\d+)(L?)")
+
+
+def stack_dir(out: str, key: str) -> pathlib.Path:
+    return pathlib.Path(out) / key.replace(":", "_")
+
+
+@contextlib.contextmanager
+def wavefront_kernel(package: str | None, probed: bool):
+    """layer_wavefront builds with `package`'s stack_kernel (None: the working tree's), probed or not."""
+    import persist_rnn.transform.layer_wavefront as layer_wavefront
+    saved = layer_wavefront.stack_kernel
+    with contextlib.ExitStack() as stack:
+        if probed:
+            from wavefront_phases import PROBES, STAMPS, patched_kernel  # this script's folder
+            kernel = stack.enter_context(patched_kernel("kernel_probed", STAMPS, PROBES))
+        elif package:
+            kernel = importlib.import_module(f"tir_templates.{package}.kernel").stack_kernel
+        else:
+            kernel = saved
+        layer_wavefront.stack_kernel = kernel
+        try:
+            yield
+        finally:
+            layer_wavefront.stack_kernel = saved
+
+
+def build(out: str, key: str, names: list[str]) -> None:
+    import onnx
+
+    import persist_rnn.transform.layer_wavefront as layer_wavefront
+    from persist_rnn.compile import compile as compile_model
+    from persist_rnn.testing import stacked_layers_model
+    from tir_templates.wavefront.plan import StackConfig
+
+    op, hidden, layers, batch = key.split(":")
+    hidden, layers, batch = int(hidden), int(layers), int(batch)
+    model, _ = stacked_layers_model(op, hidden, layers, 100, batch)
+    d = stack_dir(out, key)
+    d.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, d / "model.onnx")
+    for name in names:
+        if name == "per_layer":
+            built = compile_model(model, "cuda", wavefront=False)
+        else:
+            match = BUILD_NAME.fullmatch(name)
+            if not match:
+                raise SystemExit(f"{name}: expected per_layer or [probed-][package/]w<warps>c<cluster>r<rows>[L]")
+            probed, package, warps, cluster, rows, lanes = match.groups()
+            cfg = StackConfig(32 * int(warps), int(cluster), int(rows), batch, bool(lanes))
+            saved = layer_wavefront.stack_configs
+            layer_wavefront.stack_configs = lambda specs, b, n: [cfg]
+            try:
+                with wavefront_kernel(package, bool(probed)):
+                    built = compile_model(model, "cuda", wavefront=True)
+            finally:
+                layer_wavefront.stack_configs = saved
+            if built.report()[0].lowering != "wavefront":
+                raise SystemExit(f"{key} {name}: not fused ({built.report()[0].line()})")
+        built.export_library(str(d / (name.replace("/", "-") + ".so")))
+        print(key, name, "built", flush=True)
+
+
+def time(out: str, dirs: list[str]) -> None:
+    import onnx
+    import onnxruntime as ort
+
+    from persist_rnn.gpu_timing import interleaved_ms, vm_call
+    from persist_rnn.runtime import load
+    from wavefront_phases import PHASES
+
+    for d in map(pathlib.Path, dirs):
+        model = onnx.load(d / "model.onnx")
+        shape = [x.dim_value for x in model.graph.input[0].type.tensor_type.shape.dim]
+        feeds = {"X": np.random.default_rng(0).standard_normal(shape).astype("float32")}
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        builds = {p.name[:-3]: load(str(p)) for p in sorted(d.glob("*.so"))}
+        ms = interleaved_ms({n: vm_call(b, feeds) for n, b in builds.items()})
+        scale = max(1.0, float(np.abs(want).max()))
+        row = {"stack": d.name, "ms": ms, "per_layer_over": {n: ms["per_layer"] / v for n, v in ms.items()} if "per_layer" in ms else {},
+               "err": {}, "cycles": {}}
+        for n, b in builds.items():
+            y = b.run(feeds)[0]
+            if n.startswith("probed-"):  # Y holds each step's cycles per phase, not h
+                steps = y.reshape(shape[0], -1)[10:90, :len(PHASES)]
+                row["cycles"][n] = {**{p: float(np.median(steps[:, k])) for k, p in enumerate(PHASES)},
+                                    "step": float(np.median(steps.sum(axis=1)))}
+            else:
+                row["err"][n] = float(np.abs(y - want).max() / scale)
+        with open(out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build and export (this machine)")
+    b.add_argument("out")
+    b.add_argument("stack", help="CELL:HIDDEN:LAYERS:BATCH")
+    b.add_argument("names", nargs="+")
+    t = sub.add_parser("time", help="time what build exported (the GPU box)")
+    t.add_argument("results")
+    t.add_argument("dirs", nargs="+")
+    args = ap.parse_args()
+    if args.cmd == "build":
+        build(args.out, args.stack, args.names)
+    else:
+        time(args.results, args.dirs)
+
+
+if __name__ == "__main__":
+    main()
