@@ -11,7 +11,8 @@ seeded weights) as OUT/<stack>/model.onnx, and each named build exported there
     per_layer               a kernel a layer
     w<warps>c<cluster>r<rows>[L]
                             the wavefront at that config (L: lane updates)
-    probed-<config>         the same with `wavefront_phases.py`'s clocks (its Y holds cycles)
+    probed-<config>         the same with `wavefront_phases.py`'s clocks (its Y holds cycles;
+                            <name>.phases.json names the phases they time)
     <package>/<config>      built with tir_templates/<package>, a copy of the wavefront package
                             (an earlier kernel, say), for an A/B in one run
 `time`: every build of each directory timed in turn (`gpu_timing.interleaved_ms`), each checked
@@ -96,6 +97,10 @@ def build(out: str, key: str, names: list[str]) -> None:
             if built.report()[0].lowering != "wavefront":
                 raise SystemExit(f"{key} {name}: not fused ({built.report()[0].line()})")
         built.export_library(str(d / (name.replace("/", "-") + ".so")))
+        if name.startswith("probed-"):  # which phases its clocks time (its sums live or row by row)
+            from wavefront_phases import phase_names
+            (d / (name.replace("/", "-") + ".phases.json")).write_text(
+                json.dumps(phase_names(op, hidden, layers, cfg.as_dict() | {"lane_updates": cfg.lane_updates})))
         print(key, name, "built", flush=True)
 
 
@@ -105,8 +110,6 @@ def time(out: str, dirs: list[str]) -> None:
 
     from persist_rnn.gpu_timing import interleaved_ms, vm_call
     from persist_rnn.runtime import load
-    from wavefront_phases import PHASES
-
     for d in map(pathlib.Path, dirs):
         model = onnx.load(d / "model.onnx")
         shape = [x.dim_value for x in model.graph.input[0].type.tensor_type.shape.dim]
@@ -120,8 +123,9 @@ def time(out: str, dirs: list[str]) -> None:
         for n, b in builds.items():
             y = b.run(feeds)[0]
             if n.startswith("probed-"):  # Y holds each step's cycles per phase, not h
-                steps = y.reshape(shape[0], -1)[10:90, :len(PHASES)]
-                row["cycles"][n] = {**{p: float(np.median(steps[:, k])) for k, p in enumerate(PHASES)},
+                names = json.loads((d / (n + ".phases.json")).read_text())
+                steps = y.reshape(shape[0], -1)[10:90, :len(names)]
+                row["cycles"][n] = {**{p: float(np.median(steps[:, k])) for k, p in enumerate(names)},
                                     "step": float(np.median(steps.sum(axis=1)))}
             else:
                 row["err"][n] = float(np.abs(y - want).max() / scale)

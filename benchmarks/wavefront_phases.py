@@ -4,10 +4,9 @@ clock64() stamps between the phases of `one_step`, read back per step (needs tor
     python benchmarks/wavefront_phases.py --out phases.jsonl LSTM:128:3:1 GRU:256:2:1
 
 Each stack (CELL:HIDDEN:LAYERS:BATCH, T=100, input = hidden) is built with the wavefront at the
-config the build picks, with and without lane updates where its shape allows them (configs whose
-sums a lane keeps for every batch row at once, `layout.live`; the row-by-row step of a big batch
-has no probes). Thread 0 of the top layer's first CTA stamps the clock at each phase boundary of
-every step:
+config the build picks, with and without lane updates where its shape allows them. Thread 0 of
+the top layer's first CTA stamps the clock at each phase boundary of every step. Where a lane
+keeps every batch row's sums at once (`layout.live`, PHASES):
 
     settle    the layer below's early words reissued and its h(t) into shared memory (stamps checked)
     sync1     the __syncthreads before the dot products (the other warps' settles)
@@ -19,6 +18,9 @@ every step:
     sync3     the __syncthreads before the exchange
     send      the next inputs issued and h(t) sent to the peers
 
+and where a big batch walks its rows one at a time (PHASES_ROW_BY_ROW): wait (early words
+reissued, then the peers), settle, sync1, none (two stamps in a row: the probe's own cost), dots
+(every batch row's dot products, shuffle and store into gs), sync2, update, sync3, send;
 and writes the step's cycles per phase over its own Y (the first 9 units of batch row 0), so that
 build's Y is nonsense; the median of each phase over steps 10-89 is reported, with the step's
 median and the build's ms per call (timed as `wavefront_budget.py` times, in turn with the plain
@@ -49,6 +51,7 @@ from tir_templates.wavefront.plan import StackConfig, lanes_fit  # noqa: E402
 from wavefront_budget import patched_kernel, with_lanes  # noqa: E402  (this script's folder)
 
 PHASES = ("settle", "sync1", "input", "wait", "recur", "meet", "update", "sync3", "send")
+PHASES_ROW_BY_ROW = ("wait", "settle", "sync1", "none", "dots", "sync2", "update", "sync3", "send")
 
 #: the probes' CUDA helpers and macro, put in front of kernel.py's one_step
 PROBES = '''PROBE = r"""
@@ -86,6 +89,13 @@ STAMPS = [
     ("        recurrent_dots(S, layer, tx, regs.wreg, hs, acc, t)\n",
      "        probe(4)\n        recurrent_dots(S, layer, tx, regs.wreg, hs, acc, t)\n"),
     ("        shuffle_sums(S, layer, tx, acc)\n", "        shuffle_sums(S, layer, tx, acc)\n        probe(5)\n"),
+    ("        if t > 0:\n            wait_for_peers(S, bar, t)\n        if layer > 0:\n"
+     "            settle_input(S, a, layer, tx, hs, raw, regs, 0, t)\n        T.tvm_storage_sync(\"shared\")\n"
+     "        dot_row_by_row(S, layer, tx, regs.wreg, hs, gs, acc, t)\n",
+     "        if t > 0:\n            wait_for_peers(S, bar, t)\n        probe(1)\n        if layer > 0:\n"
+     "            settle_input(S, a, layer, tx, hs, raw, regs, 0, t)\n        probe(2)\n"
+     "        T.tvm_storage_sync(\"shared\")\n        probe(3)\n        probe(4)\n"
+     "        dot_row_by_row(S, layer, tx, regs.wreg, hs, gs, acc, t)\n        probe(5)\n"),
     ("    update(S, a, layer, c, tx, hs, gs, regs, 0, t)\n",
      "    probe(6)\n    update(S, a, layer, c, tx, hs, gs, regs, 0, t)\n    probe(7)\n"),
     ("    if layer > 0:\n        if t + 2 < a.n_t:\n", "    probe(8)\n    if layer > 0:\n        if t + 2 < a.n_t:\n"),
@@ -109,6 +119,12 @@ def build(model, probed: bool, lanes: bool | None):
             layer_wavefront.stack_kernel = saved
 
 
+def phase_names(op: str, hidden: int, layers: int, config: dict) -> tuple:
+    """The phases the top layer's probes time at `config`: its sums live, or row by row."""
+    spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=op.upper() == "GRU")
+    return PHASES if StackLayout([spec] * layers, StackConfig(**config)).live(layers - 1) else PHASES_ROW_BY_ROW
+
+
 def stack_rows(op: str, hidden: int, layers: int, batch: int) -> list[dict]:
     import torch
 
@@ -123,16 +139,13 @@ def stack_rows(op: str, hidden: int, layers: int, batch: int) -> list[dict]:
         if lanes and not lanes_fit(CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU"),
                                    StackConfig(**config)):
             continue  # the shape has no lane updates
-        spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=op == "GRU")
-        if not StackLayout([spec] * layers, StackConfig(**{**config, "lane_updates": lanes})).live(layers - 1):
-            raise SystemExit(f"{op}:{hidden}:{layers}:{batch}: a lane cannot keep every batch row's sums at once; "
-                             "the row-by-row step has no probes")
         config = {**config, "lane_updates": lanes}
+        names = phase_names(op, hidden, layers, config)
         ms = interleaved_ms({"plain": vm_call(plain, feeds), "probed": vm_call(probed, feeds)})
         y = probed.run(feeds)[0].reshape(100, -1)[:, :9]  # (T, phases): cycles, the top layer's Y
         steps = y[10:90]
         rows.append({"part": "wavefront_phases", "cell": op, "hidden": hidden, "layers": layers, "batch": batch,
-                     "config": config, "ms": ms, "cycles": {p: float(np.median(steps[:, k])) for k, p in enumerate(PHASES)},
+                     "config": config, "ms": ms, "cycles": {p: float(np.median(steps[:, k])) for k, p in enumerate(names)},
                      "step_cycles": float(np.median(steps.sum(axis=1)))})
     return rows
 

@@ -28,12 +28,16 @@ def cuda_source(func) -> str:
     return lib.mod.imports[0].inspect_source()
 
 
-def test_phase_probes_fit_the_step():
+def test_phase_probes_fit_both_step_branches():
+    """Each of the ten stamps is taken in the step whose sums stay live and in the row-by-row one."""
     import wavefront_phases as phases
 
     with phases.patched_kernel("kernel_probed", phases.STAMPS, phases.PROBES) as kernel:
-        source = cuda_source(kernel(SPECS, CONFIGS[0]))
-    assert source.count("prnn_probe(") >= len(phases.PHASES) + 1 and "prnn_probe_flush(" in source
+        for cfg in (CONFIGS[0], CONFIGS[2]):
+            body = cuda_source(kernel(SPECS, cfg))
+            assert all(f"prnn_probe({k})" in body for k in range(10)) and "prnn_probe_flush(" in body
+    assert phases.phase_names("LSTM", 64, 2, CONFIGS[0].as_dict()) == phases.PHASES
+    assert phases.phase_names("LSTM", 64, 2, CONFIGS[2].as_dict()) == phases.PHASES_ROW_BY_ROW
 
 
 @pytest.mark.parametrize("parts,gone", [(("dot",), ["prnn_shfl_xor(", "prnn_shfl("]),
@@ -52,9 +56,10 @@ def test_ablations_take_their_parts_out_of_both_step_branches(parts, gone):
 def test_prebuilt_stacks_exports_each_named_build(tmp_path):
     import prebuilt_stacks
 
-    prebuilt_stacks.build(str(tmp_path), "LSTM:64:2:1", ["per_layer", "w8c2r16L"])
+    prebuilt_stacks.build(str(tmp_path), "LSTM:64:2:1", ["per_layer", "w8c2r16L", "probed-w8c2r16"])
     d = tmp_path / "LSTM_64_2_1"
     assert (d / "model.onnx").exists() and (d / "per_layer.so").exists()
+    assert json.loads((d / "probed-w8c2r16.phases.json").read_text())[2] == "input"
     report = json.loads((d / "w8c2r16L.so.json").read_text())["report"]
     assert report[0]["lowering"] == "wavefront" and report[0]["config"]["lane_updates"] is True
     with pytest.raises(SystemExit, match="expected per_layer"):
