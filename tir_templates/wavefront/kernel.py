@@ -36,7 +36,7 @@ from ..spec import CellSpec
 from .dots import dot_row_by_row, input_dots, recurrent_dots, shuffle_sums, sums_to_gs, zero_sums
 from .lanes import gather_sums
 from .layout import StackLayout
-from .plan import LANES, StackConfig, check_stack
+from .plan import StackConfig, check_stack
 from .signature import stack_func
 from .steps import (Regs, final_states, for_each_layer, init_states, issue_inputs, load_constants, load_h0,
                     load_projection, load_weights, reissue_inputs, settle_input, update)
