@@ -30,8 +30,20 @@ __device__ __forceinline__ float prnn_shfl_xor(float v, int mask) {
 """
 
 
+SHUFFLE_FROM = r"""
+__device__ __forceinline__ float prnn_shfl(float v, int lane) {
+  return __shfl_sync(0xffffffffu, v, lane);
+}
+"""
+
+
 def shfl_xor(v, mask):
     return T.cuda.func_call("prnn_shfl_xor", v, mask, source_code=SHUFFLE_XOR, return_type="float32")
+
+
+def shfl(v, lane):
+    """Lane `lane`'s v (lane updates gather their pair's sums with it: `lanes.gather_sums`)."""
+    return T.cuda.func_call("prnn_shfl", v, lane, source_code=SHUFFLE_FROM, return_type="float32")
 
 
 @T.macro

@@ -17,15 +17,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-SHUFFLE_FROM = r"""
-__device__ __forceinline__ float prnn_shfl(float v, int lane) {
-  return __shfl_sync(0xffffffffu, v, lane);
-}
-"""
-
-
-def shfl(v, lane):
-    return T.cuda.func_call("prnn_shfl", v, lane, source_code=SHUFFLE_FROM, return_type="float32")
+from .dots import shfl
 
 
 @T.macro
