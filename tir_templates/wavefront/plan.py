@@ -9,7 +9,8 @@ the widest layer's weights in registers (the config space, which persist_rnn's s
 ranks); `plan_stack`, the rule, takes the fewest warps (registers a thread shrink as warps grow:
 17 warps leave 120) and then the smallest cluster (fewer peers to send h to). Each takes one chunk
 of the whole batch (the layer below's h is loaded ahead for the whole batch at once; the dot
-products walk it a batch row at a time).
+products keep every batch row's sums where 32 padded sums a lane hold them, else walk the batch a
+row at a time: `layout.live`).
 """
 from __future__ import annotations
 
