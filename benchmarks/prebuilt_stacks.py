@@ -19,7 +19,8 @@ seeded weights) as OUT/<stack>/model.onnx, and each named build exported there
 against ONNX Runtime (CPU), and the probed builds' cycles per phase (median of steps 10-89).
 
 A call to the box carries at most 64 MiB with the working tree (about 29 MiB): a 3 x LSTM
-H=256 build is 7 MB, so carry a directory's files a few at a time.
+H=256 build is 7 MB, so give each call a directory of a few builds. Run one `build` at a time:
+the probes' copy of kernel.py is written beside it and deleted after each probed build.
 """
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ def build(out: str, key: str, names: list[str]) -> None:
             if not match:
                 raise SystemExit(f"{name}: expected per_layer or [probed-][package/]w<warps>c<cluster>r<rows>[L]")
             probed, package, warps, cluster, rows, lanes = match.groups()
+            if probed and package:
+                raise SystemExit(f"{name}: the probes go into the working tree's kernel only")
             cfg = StackConfig(32 * int(warps), int(cluster), int(rows), batch, bool(lanes))
             saved = layer_wavefront.stack_configs
             layer_wavefront.stack_configs = lambda specs, b, n: [cfg]

@@ -64,3 +64,5 @@ def test_prebuilt_stacks_exports_each_named_build(tmp_path):
     assert report[0]["lowering"] == "wavefront" and report[0]["config"]["lane_updates"] is True
     with pytest.raises(SystemExit, match="expected per_layer"):
         prebuilt_stacks.build(str(tmp_path), "LSTM:64:2:1", ["w8c2"])
+    with pytest.raises(SystemExit, match="working tree's kernel only"):
+        prebuilt_stacks.build(str(tmp_path), "LSTM:64:2:1", ["probed-wavefront/w8c2r16"])
