@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
@@ -103,7 +104,7 @@ def build(out: str, key: str, names: list[str]) -> None:
         if name.startswith("probed-"):  # which phases its clocks time (its sums live or row by row)
             from wavefront_phases import phase_names
             (d / (name.replace("/", "-") + ".phases.json")).write_text(
-                json.dumps(phase_names(op, hidden, layers, cfg.as_dict() | {"lane_updates": cfg.lane_updates})))
+                json.dumps(phase_names(op, hidden, layers, dataclasses.asdict(cfg))))
         print(key, name, "built", flush=True)
 
 
@@ -113,6 +114,8 @@ def time(out: str, dirs: list[str]) -> None:
 
     from persist_rnn.gpu_timing import interleaved_ms, vm_call
     from persist_rnn.runtime import load
+    from wavefront_phases import phase_cycles  # this script's folder
+
     for d in map(pathlib.Path, dirs):
         model = onnx.load(d / "model.onnx")
         shape = [x.dim_value for x in model.graph.input[0].type.tensor_type.shape.dim]
@@ -126,10 +129,8 @@ def time(out: str, dirs: list[str]) -> None:
         for n, b in builds.items():
             y = b.run(feeds)[0]
             if n.startswith("probed-"):  # Y holds each step's cycles per phase, not h
-                names = json.loads((d / (n + ".phases.json")).read_text())
-                steps = y.reshape(shape[0], -1)[10:90, :len(names)]
-                row["cycles"][n] = {**{p: float(np.median(steps[:, k])) for k, p in enumerate(names)},
-                                    "step": float(np.median(steps.sum(axis=1)))}
+                cycles, step = phase_cycles(y, shape[0], json.loads((d / (n + ".phases.json")).read_text()))
+                row["cycles"][n] = {**cycles, "step": step}
             else:
                 row["err"][n] = float(np.abs(y - want).max() / scale)
         with open(out, "a") as f:

@@ -125,6 +125,13 @@ def phase_names(op: str, hidden: int, layers: int, config: dict) -> tuple:
     return PHASES if StackLayout([spec] * layers, StackConfig(**config)).live(layers - 1) else PHASES_ROW_BY_ROW
 
 
+def phase_cycles(y, n_t: int, names) -> tuple[dict, float]:
+    """(each phase's median cycles over steps 10-89, the step's median) from a probed build's top
+    Y, where each step's row holds its phases' cycles."""
+    steps = y.reshape(n_t, -1)[10:90, :len(names)]
+    return {p: float(np.median(steps[:, k])) for k, p in enumerate(names)}, float(np.median(steps.sum(axis=1)))
+
+
 def stack_rows(op: str, hidden: int, layers: int, batch: int) -> list[dict]:
     import torch
 
@@ -140,13 +147,10 @@ def stack_rows(op: str, hidden: int, layers: int, batch: int) -> list[dict]:
                                    StackConfig(**config)):
             continue  # the shape has no lane updates
         config = {**config, "lane_updates": lanes}
-        names = phase_names(op, hidden, layers, config)
         ms = interleaved_ms({"plain": vm_call(plain, feeds), "probed": vm_call(probed, feeds)})
-        y = probed.run(feeds)[0].reshape(100, -1)[:, :9]  # (T, phases): cycles, the top layer's Y
-        steps = y[10:90]
+        cycles, step = phase_cycles(probed.run(feeds)[0], 100, phase_names(op, hidden, layers, config))
         rows.append({"part": "wavefront_phases", "cell": op, "hidden": hidden, "layers": layers, "batch": batch,
-                     "config": config, "ms": ms, "cycles": {p: float(np.median(steps[:, k])) for k, p in enumerate(names)},
-                     "step_cycles": float(np.median(steps.sum(axis=1)))})
+                     "config": config, "ms": ms, "cycles": cycles, "step_cycles": step})
     return rows
 
 
