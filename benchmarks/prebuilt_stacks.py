@@ -9,8 +9,9 @@ builds the same library in about 15 s, and the box then loads and times it in se
 seeded weights) as OUT/<stack>/model.onnx, and each named build exported there
 (`CompiledModel.export_library`, sm_90, the H100's 132 SMs):
     per_layer               a kernel a layer
-    w<warps>c<cluster>r<rows>[L]
-                            the wavefront at that config (L: lane updates)
+    w<warps>c<cluster>r<rows>[L][t<tiles>]
+                            the wavefront at that config (L: lane updates; t: the batch in
+                            that many tiles, each on clusters of its own)
     probed-<config>         the same with `wavefront_phases.py`'s clocks (its Y holds cycles;
                             <name>.phases.json names the phases they time)
     <package>/<config>      built with tir_templates/<package>, a copy of the wavefront package
@@ -38,8 +39,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-#: a wavefront build's name: [probed-][package/]w<warps>c<cluster>r<rows>[L]
-BUILD_NAME = re.compile(r"(probed-)?(?:(\w+)/)?w(\d+)c(\d+)r(\d+)(L?)")
+#: a wavefront build's name: [probed-][package/]w<warps>c<cluster>r<rows>[L][t<tiles>]
+BUILD_NAME = re.compile(r"(probed-)?(?:(\w+)/)?w(\d+)c(\d+)r(\d+)(L?)(?:t(\d+))?")
 
 
 def stack_dir(out: str, key: str) -> pathlib.Path:
@@ -86,11 +87,12 @@ def build(out: str, key: str, names: list[str]) -> None:
         else:
             match = BUILD_NAME.fullmatch(name)
             if not match:
-                raise SystemExit(f"{name}: expected per_layer or [probed-][package/]w<warps>c<cluster>r<rows>[L]")
-            probed, package, warps, cluster, rows, lanes = match.groups()
+                raise SystemExit(f"{name}: expected per_layer or [probed-][package/]w<warps>c<cluster>r<rows>[L][t<tiles>]")
+            probed, package, warps, cluster, rows, lanes, tiles = match.groups()
+            tiles = int(tiles or 1)
             if probed and package:
                 raise SystemExit(f"{name}: the probes go into the working tree's kernel only")
-            cfg = StackConfig(32 * int(warps), int(cluster), int(rows), batch, bool(lanes))
+            cfg = StackConfig(32 * int(warps), int(cluster), int(rows), -(-batch // tiles), bool(lanes), tiles)
             saved = layer_wavefront.stack_configs
             layer_wavefront.stack_configs = lambda specs, b, n: [cfg]
             try:
@@ -121,11 +123,19 @@ def time(out: str, dirs: list[str]) -> None:
         shape = [x.dim_value for x in model.graph.input[0].type.tensor_type.shape.dim]
         feeds = {"X": np.random.default_rng(0).standard_normal(shape).astype("float32")}
         want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-        builds = {p.name[:-3]: load(str(p)) for p in sorted(d.glob("*.so"))}
+        builds, failed = {}, {}
+        for p in sorted(d.glob("*.so")):
+            try:  # one build that cannot load or run must not cost the others' timings
+                builds[p.name[:-3]] = load(str(p))
+                builds[p.name[:-3]].run(feeds)
+            except Exception as e:  # noqa: BLE001 -- reported in the row, by build
+                builds.pop(p.name[:-3], None)
+                lines = str(e).splitlines() or [type(e).__name__]  # TVM appends the CUDA source
+                failed[p.name[:-3]] = next((x for x in lines if "rror" in x), lines[0])[:300]
         ms = interleaved_ms({n: vm_call(b, feeds) for n, b in builds.items()})
         scale = max(1.0, float(np.abs(want).max()))
         row = {"stack": d.name, "ms": ms, "per_layer_over": {n: ms["per_layer"] / v for n, v in ms.items()} if "per_layer" in ms else {},
-               "err": {}, "cycles": {}}
+               "err": {}, "cycles": {}, "failed": failed}
         for n, b in builds.items():
             y = b.run(feeds)[0]
             if n.startswith("probed-"):  # Y holds each step's cycles per phase, not h

@@ -40,7 +40,7 @@ def fusable_stacks(mod) -> list[tuple[list[CellSpec], int]]:
     for func in mod.functions.values():
         if func.attrs is not None and STACK_KERNEL_ATTR in func.attrs:
             info = json.loads(str(func.attrs[STACK_KERNEL_ATTR]))
-            out.append(([CellSpec.from_json(t) for t in info["layers"]], info["config"]["batch_chunk"]))
+            out.append(([CellSpec.from_json(t) for t in info["layers"]], info.get("batch", info["config"]["batch_chunk"])))
     return out
 
 

@@ -31,6 +31,13 @@ class GPUModel:
     cluster_barrier_us: dict = dataclasses.field(default_factory=dict)  # CTAs -> microseconds
     dsmem_exchange_us: dict = dataclasses.field(default_factory=dict)  # CTAs -> microseconds
     stamped_exchange_us: dict = dataclasses.field(default_factory=dict)  # CTAs -> microseconds
+    #: cluster size -> clusters of one CTA an SM resident at once (cudaOccupancyMaxActiveClusters:
+    #: a cluster must fit one GPC, so 16-CTA clusters fill 112 of the H100's 132 SMs)
+    resident_clusters: dict = dataclasses.field(default_factory=dict)
+
+    def clusters_at_once(self, cluster: int) -> int:
+        """Clusters of `cluster` CTAs (one an SM) that run at once: measured, else num_sms // cluster."""
+        return int(self.resident_clusters.get(str(cluster), self.num_sms // max(cluster, 1)))
 
     def barrier_us(self, ctas: int, kind: str = "grid") -> float:
         """Cost of a "grid" or "cluster" barrier across `ctas` CTAs, of a "dsmem" exchange of h

@@ -5,6 +5,8 @@ weights): its dot products over [h below ; h] (layers above the first hold [W | 
 the shuffle-sums a batch row, its cell updates, the layer below's h words from L2, and the
 exchange of its own h in the cluster (the calibrated dsmem exchange). The layers run as a
 pipeline, so a wavefront step takes the slowest layer's step, and the stack T + L - 1 of them.
+A batch in tiles prices a tile's rows (the tiles run side by side), and once more for each wave
+of clusters past those the GPU holds at once (`waves`).
 A kernel a layer takes each layer's step (its planned config, `cost_model.step_us`) T times.
 
 The fitted weights price a B=1 step of either kernel above what the H100 and H200 measured
@@ -42,21 +44,22 @@ def wavefront_features(specs: list[CellSpec], cfg: StackConfig, layer: int, batc
     which these features cannot tell apart. So the model ranks a lane config right after its
     twin, and `tune`, which times the model's first two, measures both."""
     cfg = dataclasses.replace(cfg, lane_updates=False)
+    rows = cfg.batch_chunk  # a CTA's batch rows: the batch, or its tile's (the tiles run side by side)
     spec = specs[layer]
     H, G = spec.hidden_size, spec.num_gates
     warps = cfg.threads // LANES
     per_scheduler = max(1.0, warps / 4)
     kpl = H // LANES * (2 if layer else 1)  # columns a lane holds a row: [W | R] above the first layer
-    input_words = math.ceil(batch * H / cfg.threads) if layer else 0  # issued, then issued again if early
-    pairs = math.ceil(batch * (H // cfg.cluster) / cfg.threads)
+    input_words = math.ceil(rows * H / cfg.threads) if layer else 0  # issued, then issued again if early
+    pairs = math.ceil(rows * (H // cfg.cluster) / cfg.threads)
     return {
         "chunks": 1,
         "l2_loads": 1 if layer else 0,
         "load_issue": 2 * input_words * per_scheduler,
-        "fma_issue": kpl * cfg.rows_per_group * batch * per_scheduler,
-        "lds_wavefronts": warps * kpl * batch,  # a warp's 32 lanes read 32 consecutive floats: one wavefront
-        "lds_issue": kpl * batch * per_scheduler,
-        "shuffle_issue": cfg.rows_per_group * parts(spec, layer) * batch * SHUFFLES * per_scheduler,
+        "fma_issue": kpl * cfg.rows_per_group * rows * per_scheduler,
+        "lds_wavefronts": warps * kpl * rows,  # a warp's 32 lanes read 32 consecutive floats: one wavefront
+        "lds_issue": kpl * rows * per_scheduler,
+        "shuffle_issue": cfg.rows_per_group * parts(spec, layer) * rows * SHUFFLES * per_scheduler,
         "update_issue": pairs * UPDATE_INSTR[spec.cell] * (G + 1) / 5 * per_scheduler,
     }
 
@@ -72,11 +75,25 @@ def wavefront_step_us(specs: list[CellSpec], cfg: StackConfig, gpu: GPUModel, ba
     return out
 
 
+def waves(specs: list[CellSpec], cfg: StackConfig, gpu: GPUModel) -> int:
+    """How many times over the launch's clusters (a layer's a batch tile) fill the GPU: the
+    clusters past those resident at once start only as earlier ones finish (their tickets come
+    last, so nothing waits for them), and their tiles run after."""
+    return math.ceil(cfg.batch_tiles * len(specs) / gpu.clusters_at_once(cfg.cluster))
+
+
+def wavefront_us(specs: list[CellSpec], cfg: StackConfig, gpu: GPUModel, batch: int, steps: int | None) -> float:
+    """Predicted microseconds of the wavefront kernel's steps over `steps` time steps
+    (DEFAULT_STEPS if None): T + L - 1 of the slowest layer's, once a wave of tiles."""
+    n_t = steps or DEFAULT_STEPS
+    return waves(specs, cfg, gpu) * (n_t + len(specs) - 1) * max(wavefront_step_us(specs, cfg, gpu, batch))
+
+
 def stack_us(specs: list[CellSpec], cfg: StackConfig, layer_configs: list[Config], gpu: GPUModel, batch: int,
              steps: int | None) -> tuple[float, float]:
     """(the wavefront kernel, a kernel a layer): predicted microseconds of the stack's recurrent
     steps over `steps` time steps (DEFAULT_STEPS if None)."""
     n_t = steps or DEFAULT_STEPS
-    fused = (n_t + len(specs) - 1) * max(wavefront_step_us(specs, cfg, gpu, batch))
+    fused = wavefront_us(specs, cfg, gpu, batch, steps)
     per_layer = n_t * sum(step_us(spec, c, gpu, batch) for spec, c in zip(specs, layer_configs))
     return fused, per_layer

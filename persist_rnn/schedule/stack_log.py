@@ -24,8 +24,9 @@ from . import tuning_log
 LOWERINGS = ("wavefront", "per_layer")
 #: the fields of a record's wavefront config (tir_templates.wavefront.plan.StackConfig)
 CONFIG_KEYS = {"threads", "cluster", "rows_per_group", "batch_chunk"}
-#: ... and the one it names only when set (`StackConfig.as_dict`)
+#: ... and those it names only when set (`StackConfig.as_dict`): a flag, true, and a count above 1
 CONFIG_FLAGS = {"lane_updates"}
+CONFIG_COUNTS = {"batch_tiles"}
 
 
 def stack_workload(specs: list[CellSpec], batch: int | None, arch: str, precision: str = "fp32") -> dict:
@@ -59,11 +60,15 @@ def _parse(d: dict, where: str) -> StackRecord:
     if any(t is not None and not isinstance(t, (int, float)) for t in times):
         raise PersistRNNError(f"{where}: wavefront_us and per_layer_us must be numbers or null")
     config = d.get("config")
-    if config is not None and not (isinstance(config, dict) and CONFIG_KEYS <= set(config) <= CONFIG_KEYS | CONFIG_FLAGS
+    if config is not None and not (isinstance(config, dict)
+                                   and CONFIG_KEYS <= set(config) <= CONFIG_KEYS | CONFIG_FLAGS | CONFIG_COUNTS
                                    and all(isinstance(config[k], int) for k in CONFIG_KEYS)
-                                   and all(config[k] is True for k in CONFIG_FLAGS & set(config))):
+                                   and all(config[k] is True for k in CONFIG_FLAGS & set(config))
+                                   and all(isinstance(config[k], int) and not isinstance(config[k], bool)
+                                           and config[k] > 1 for k in CONFIG_COUNTS & set(config))):
         raise PersistRNNError(f"{where}: a stack record's config is {{{', '.join(sorted(CONFIG_KEYS))}}} (integers), "
-                              f"with lane_updates: true or without it, or null, not {config!r}")
+                              f"with lane_updates: true and batch_tiles (an integer above 1) or without them, or null, "
+                              f"not {config!r}")
     return StackRecord(d["workload"], d["lowering"], *times, d["source"], str(d.get("created", "")), config)
 
 
@@ -112,6 +117,9 @@ def describe(rec: StackRecord) -> str:
 
 
 def config_name(config: dict) -> str:
-    """A wavefront config in a few words: "8 warps x 16 CTAs a layer"."""
+    """A wavefront config in a few words: "8 warps x 16 CTAs a layer" (", lane updates", ", the
+    batch in 2 tiles of 5 rows")."""
     lanes = ", lane updates" if config.get("lane_updates") else ""
-    return f"{config['threads'] // 32} warps x {config['cluster']} CTAs a layer{lanes}"
+    rows = f"{config['batch_chunk']} row{'s' if config['batch_chunk'] > 1 else ''}"
+    tiles = f", the batch in {config['batch_tiles']} tiles of {rows}" if config.get("batch_tiles", 1) > 1 else ""
+    return f"{config['threads'] // 32} warps x {config['cluster']} CTAs a layer{lanes}{tiles}"

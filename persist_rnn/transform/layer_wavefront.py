@@ -185,7 +185,8 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | 
                 if not emulate and not has_clusters(arch):
                     raise UnsupportedStack(f"the layer wavefront needs thread-block clusters (sm_{MIN_CLUSTER_SM} or "
                                            f"later, not {arch})")
-                configs = stack_configs(specs, static_dim(call_args(calls[0])[0], 1), num_sms)
+                batch = static_dim(call_args(calls[0])[0], 1)
+                configs = stack_configs(specs, batch, num_sms)
                 problem = fusion_problem(func, old_vars, calls, projections, where)
                 span = (where[old_vars[0]], where[old_vars[-1]])
                 if any(lo <= span[1] and span[0] <= hi for lo, hi in spans):
@@ -202,7 +203,7 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | 
             kernel = (emulated_stack_kernel if emulate else stack_kernel)(specs, choice.config)
             why = "; ".join(w for w in (choice.why(), choice.config_why()) if w)
             kernel = kernel.with_attr(STACK_KERNEL_ATTR, json.dumps(
-                {"layers": [s.to_json() for s in specs], "config": choice.config.as_dict(),
+                {"layers": [s.to_json() for s in specs], "batch": batch, "config": choice.config.as_dict(),
                  "choice": {"fuse": choice.fuse, "source": choice.source, "why": why}}))
             name = _kernel_name(specs)
             fused[old_vars[-1]] = (kernel, name, calls, old_vars, projections)

@@ -78,6 +78,7 @@ def test_every_config_of_the_space_matches_onnxruntime(index, tmp_path):
 
     model, feeds = stacked_layers_model("LSTM", 128, 3, 29, 3, lengths=True, states=True)
     stacks, space, arch = _stack_space(model, 3)
+    space = [c for c in space if c.batch_tiles == 1]  # the batch in tiles: test_batch_tiles_match_onnxruntime
     assert len(space) == 10  # six shapes, four of them also with lane updates
     log = _log_naming(str(tmp_path / "none.jsonl"), stacks, [space[index]], arch, "fp32", str(tmp_path))
     compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True, tuning_log=log)
@@ -97,6 +98,25 @@ def test_lane_updates_match_onnxruntime(op, hidden, layers, batch, direction, tm
     model, feeds = stacked_layers_model(op, hidden, layers, 29, batch, direction=direction, lengths=True, states=True)
     stacks, space, arch = _stack_space(model, batch)
     cfg = next(c for c in space if c.lane_updates)
+    log = _log_naming(str(tmp_path / "none.jsonl"), stacks, [cfg], arch, "fp32", str(tmp_path))
+    compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True, tuning_log=log)
+    assert compiled.report()[0].config == cfg.as_dict()
+    assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4
+
+
+@pytest.mark.parametrize("op,hidden,layers,batch,tiles,lanes,direction", [
+    ("LSTM", 256, 3, 10, 2, True, "forward"), ("GRU", 256, 2, 8, 4, True, "reverse"),
+    ("LSTM", 64, 2, 9, 3, False, "reverse"), ("RNN", 128, 2, 5, 5, False, "forward"),
+    ("GRU", 64, 3, 16, 2, False, "forward")])
+def test_batch_tiles_match_onnxruntime(op, hidden, layers, batch, tiles, lanes, direction, tmp_path):
+    """The batch in tiles, each on clusters of its own (the ticket names layer and tile; the
+    last tile short where the batch does not divide), with lengths and initial states: built as
+    a tuning log that names the config makes it."""
+    from persist_rnn.stack_tuning import _log_naming
+
+    model, feeds = stacked_layers_model(op, hidden, layers, 29, batch, direction=direction, lengths=True, states=True)
+    stacks, space, arch = _stack_space(model, batch)
+    cfg = next(c for c in space if c.batch_tiles == tiles and c.lane_updates == lanes)
     log = _log_naming(str(tmp_path / "none.jsonl"), stacks, [cfg], arch, "fp32", str(tmp_path))
     compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True, tuning_log=log)
     assert compiled.report()[0].config == cfg.as_dict()

@@ -28,7 +28,7 @@ DATA = pathlib.Path(__file__).resolve().parents[2] / "docs" / "data"
 #: 21's H100 file timed an earlier kernel, with a grid barrier a step). Session 34's kernel is
 #: faster; the choices must hold for it and for the runs before it.
 MEASURED = ("wavefront-stacks-h200.jsonl", "wavefront-stacks-s31-h100.jsonl", "wavefront-stacks-s32-h100.jsonl",
-            "wavefront-stacks-s34-h100.jsonl", "wavefront-stacks-s35-h100.jsonl")
+            "wavefront-stacks-s34-h100.jsonl", "wavefront-stacks-s35-h100.jsonl", "wavefront-tiles-s36-h100.jsonl")
 #: measured ratios this close to 1 are ties: either choice is as good
 TIE = 1.1
 
@@ -246,8 +246,13 @@ def test_a_logged_lane_config_is_built_and_reported(tmp_path):
     bad = json.loads(rec.to_json())
     bad["config"]["lane_updates"] = False
     (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
-    with pytest.raises(PersistRNNError, match="lane_updates: true or without it"):
+    with pytest.raises(PersistRNNError, match="lane_updates: true and batch_tiles"):
         stack_log.read(str(tmp_path / "bad.jsonl"))
+    for tiles in (1, True, 2.0):  # one tile is the config without batch_tiles
+        bad["config"] = {**json.loads(rec.to_json())["config"], "batch_tiles": tiles}
+        (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
+        with pytest.raises(PersistRNNError, match="an integer above 1"):
+            stack_log.read(str(tmp_path / "bad.jsonl"))
 
 
 def test_tune_names_each_config_it_builds(tmp_path):

@@ -49,14 +49,15 @@ def numpy_stack(cell, x, W, Wb, R, Rb, h0, c0, lens, reverse=False):
     return out
 
 
-def run_twin(cell, H, n_l, n_t, n_b, plan_batch, direction="forward", seed=0, lanes=None):
-    """The twin of the stack at the rule's config, or (lanes True / False) at the first config of
-    the space that has (has not) lane updates."""
+def run_twin(cell, H, n_l, n_t, n_b, plan_batch, direction="forward", seed=0, lanes=None, tiles=1):
+    """The twin of the stack at the rule's config, or (lanes True / False, or `tiles` batch tiles)
+    at the first config of the space that has (has not) lane updates and has `tiles` tiles."""
     rng = np.random.default_rng(seed)
     specs = [CellSpec(cell, H, H, direction=direction, node=f"l{l}", linear_before_reset=cell == "gru")
              for l in range(n_l)]
-    cfg = plan_stack(specs, plan_batch, 132) if lanes is None else next(
-        c for c in stack_configs(specs, plan_batch, 132) if c.lane_updates == lanes)
+    cfg = plan_stack(specs, plan_batch, 132) if lanes is None and tiles == 1 else next(
+        c for c in stack_configs(specs, plan_batch, 132)
+        if c.lane_updates == bool(lanes) and c.batch_tiles == tiles)
     f = emulated_stack_kernel(specs, cfg)
     lib = tvm.compile(tvm.IRModule({"main": f.with_attr("global_symbol", "main")}), target="llvm")
     x = rng.standard_normal((n_t, n_b, H)).astype("float32")
@@ -108,6 +109,33 @@ def test_twin_with_lane_updates_matches_numpy_stack(cell, H, n_l, n_b, direction
         assert np.abs(y - wy).max() < 1e-5 and np.abs(yh - wyh).max() < 1e-5
         if cell == "lstm":
             assert np.abs(yc - wyc).max() < 1e-5
+
+
+@pytest.mark.parametrize("cell,H,n_l,n_b,tiles,lanes,direction", [
+    ("lstm", 64, 3, 10, 3, False, "forward"),  # tiles of 4, 4 and 2 rows: the last one short
+    ("gru", 64, 2, 8, 4, True, "reverse"),
+    ("rnn", 32, 2, 5, 5, False, "forward"),  # a row a tile
+    ("lstm", 32, 2, 9, 2, True, "forward")])
+def test_twin_in_batch_tiles_matches_numpy_stack(cell, H, n_l, n_b, tiles, lanes, direction):
+    """Each batch tile on clusters of its own reads and writes its own rows of every tensor (its
+    lengths, initial and final states, Y and the stamped h), and a short last tile none past the
+    batch."""
+    cfg, got, want = run_twin(cell, H, n_l, 5, n_b, n_b, direction, lanes=lanes, tiles=tiles)
+    assert cfg.batch_tiles == tiles and cfg.batch_chunk * tiles >= n_b
+    for (y, yh, yc), (wy, wyh, wyc) in zip(got, want):
+        assert np.abs(y - wy).max() < 1e-5 and np.abs(yh - wyh).max() < 1e-5
+        if cell == "lstm":
+            assert np.abs(yc - wyc).max() < 1e-5
+
+
+def test_batch_tilings_split_the_batch_without_an_empty_tile():
+    from tir_templates.wavefront.plan import MAX_BATCH, batch_tilings
+    assert batch_tilings(10) == [(1, 10), (2, 5), (3, 4), (4, 3), (5, 2), (10, 1)]
+    assert batch_tilings(1) == [(1, 1)]
+    assert batch_tilings(64)[0] == (4, MAX_BATCH)  # the whole batch does not fit one tile's shared memory
+    for batch in range(1, 70):
+        for tiles, chunk in batch_tilings(batch):
+            assert chunk <= MAX_BATCH and (tiles - 1) * chunk < batch <= tiles * chunk
 
 
 def test_lane_updates_where_a_warp_holds_whole_units_and_its_sums_fit_the_lanes():
@@ -185,10 +213,14 @@ def test_plan_gives_each_layer_the_smallest_cluster_that_holds_it():
         plan_stack(specs, 1, 40)
     with pytest.raises(UnsupportedStack, match="cluster of 16"):
         plan_stack([CellSpec("lstm", 1024, 1024)] * 2, 1, 132)
-    with pytest.raises(UnsupportedStack, match="static batches up to 16"):
+    with pytest.raises(UnsupportedStack, match="static batches"):
         plan_stack(specs, None, 132)
-    with pytest.raises(UnsupportedStack, match="static batches up to 16"):
-        plan_stack(specs, 17, 132)
+    big = plan_stack(specs, 17, 132)  # 17 rows do not fit one tile's shared memory: two tiles of 9 (96 CTAs)
+    assert (big.batch_tiles, big.batch_chunk) == (2, 9)
+    with pytest.raises(UnsupportedStack, match="the batch in 4 tiles of at most 16 rows, more than the GPU's 132"):
+        plan_stack(specs, 64, 132)
+    with pytest.raises(UnsupportedStack, match="batch 300 in 16 tiles or fewer leaves more than 16 rows a tile"):
+        plan_stack([CellSpec("lstm", 64, 64)] * 2, 300, 132)
     with pytest.raises(UnsupportedStack, match="linear_before_reset=0"):
         plan_stack([CellSpec("gru", 64, 64)] * 2, 1, 132)
     with pytest.raises(UnsupportedStack, match="2 to 4 layers"):

@@ -1,7 +1,7 @@
 """The wavefront kernel's CPU twin: the same thread-level macros (`steps.py`) with CTAs and threads
 as serial loops, runnable on llvm. Layers run one after another (a schedule the pipeline allows:
 a layer only ever waits for the one below), each layer's steps in order, every CTA's step before
-the next step. It reads every weight where the kernel's loads put it, and every h where the
+the next step, batch tile after batch tile. It reads every weight where the kernel's loads put it, and every h where the
 stamps say, flagging a read whose stamp is not there (on the GPU it would spin:
 `BARRIER_FLAG_WORD`). A layer's own h(t-1) comes from the stamped words here, where the GPU's
 cluster sends it between its CTAs' shared memory (that map is tested in `layout.send`'s test).
@@ -69,6 +69,17 @@ def emulated_layer(S, a, regs, layer):
 
 
 @T.macro
+def emulated_tiles(S, a, regs, layer):
+    """`emulated_layer` for each batch tile in turn (one tile: the whole batch)."""
+    if S.TILES == 1:
+        emulated_layer(S, a, regs, layer)
+    else:
+        for tile in range(S.TILES):
+            tile_args = T.meta_var(a.tile(tile * S.BC))
+            emulated_layer(S, tile_args, regs, layer)
+
+
+@T.macro
 def emulated_stack(S, a):
     """Every cluster's program, layer after layer, CTAs and threads as serial loops."""
     wreg = T.alloc_buffer((S.NCTA * S.NT, S.WREG_MAX), "float32")
@@ -80,7 +91,7 @@ def emulated_stack(S, a):
     regs = T.meta_var(Regs(wreg, xin, rb, nv, hn, in_len))
     for i in range(WORKSPACE_WORDS):
         a.ws[i] = T.uint32(0)
-    for_each_layer(S, emulated_layer, a, regs)
+    for_each_layer(S, emulated_tiles, a, regs)
 
 
 @built_once

@@ -17,8 +17,9 @@ row by row.)
 Nothing but data spans the layers: every h_l(t) carries its step's stamp (`stamped.py`), so a
 reader waits only for the words it needs, as they arrive; a layer runs behind the one below and
 never waits for the one above. Each cluster draws a ticket when it starts and runs layer
-`ticket`, so a cluster only ever waits for layers whose clusters already run: no cooperative
-launch (which clusters cannot have), and no hang when other work holds SMs.
+`ticket % L` of batch tile `ticket // L` (a big batch in tiles, each on clusters of its own:
+`plan.batch_tilings`), so a cluster only ever waits for layers whose clusters already run: no
+cooperative launch (which clusters cannot have), and no hang when other work holds SMs.
 
 Read `cta_layer` and `one_step` top to bottom; the thread-level parts are `steps.py`;
 `emulated.py` is its CPU twin (CTAs and threads as serial loops, layer after layer), for tests
@@ -165,9 +166,15 @@ def cta_layer(S, a, layer, c, tx, hs, gs, bar):
 
 @T.macro
 def cta_if_drawn(S, a, ticket, c, tx, hs, gs, bar, layer):
-    """`cta_layer` if the CTA's cluster drew `layer`'s ticket."""
-    if ticket[0] == layer:
-        cta_layer(S, a, layer, c, tx, hs, gs, bar)
+    """`cta_layer` if the CTA's cluster drew `layer`'s ticket: ticket k runs layer k % L of batch
+    tile k // L, so a cluster waits only for the layer below in its own tile, whose ticket is lower."""
+    if S.TILES == 1:
+        if ticket[0] == layer:
+            cta_layer(S, a, layer, c, tx, hs, gs, bar)
+    else:
+        if ticket[0] % S.L == layer:
+            tile_args = T.meta_var(a.tile(ticket[0] // S.L * S.BC))
+            cta_layer(S, tile_args, layer, c, tx, hs, gs, bar)
 
 
 @T.macro

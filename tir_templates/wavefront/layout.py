@@ -7,7 +7,8 @@ expressions, as `persistent/layout.py`:
     RPG         gate rows a warp owns
     KPL[l]      columns a lane holds a row (layer 0: H / 32; above it 2H / 32, W's then R's)
     XK[l]       of those, W's (the input part; 0 for layer 0)
-    BC          batch rows (the whole batch)          NCTA    CTAs of the launch (L clusters)
+    BC          batch rows a tile                     TILES   batch tiles (each its own L clusters)
+    NCTA        CTAs of the launch (TILES x L clusters)
     PARTS[l]    dot-product sums a row keeps (GRU above layer 0: input and recurrent apart)
 
 Shared memory holds two copies, by step parity, of [h_{l-1}(t) ; h_l(t-1)] (`hs`; layer 0:
@@ -21,6 +22,9 @@ pair, each computing it; lanes l < P store it). `gs` is then unused on the GPU (
 twin still meets there).
 """
 from __future__ import annotations
+
+import tvm
+from tvm.script import tirx as T
 
 from ..spec import CellSpec
 from .plan import LANES, StackConfig, lanes_fit, padded_sums, parts
@@ -37,7 +41,8 @@ class StackLayout:
         self.NT, self.NG, self.BC = cfg.threads, cfg.threads // LANES, cfg.batch_chunk
         self.C, self.RPG = cfg.cluster, cfg.rows_per_group
         self.TW = self.H // self.C
-        self.NCTA = self.L * self.C
+        self.TILES = cfg.batch_tiles
+        self.NCTA = self.TILES * self.L * self.C
         self.XK = tuple(0 if layer == 0 else self.H // LANES for layer in range(self.L))
         self.KPL = tuple(self.XK[layer] + self.H // LANES for layer in range(self.L))
         self.PARTS = tuple(parts(spec, layer) for layer in range(self.L))
@@ -55,6 +60,21 @@ class StackLayout:
         # is the static limit), else [h below ; h] in dynamic shared memory
         self.HS_SCOPE = "shared" if (2 * self.BC * 2 * self.H + 4 * self.BC * self.G * self.TW) * 4 <= 44 * 1024 \
             else "shared.dyn"
+
+    def glob(self, a, b):
+        """Row of the whole batch (global memory's) of the tile's batch row b: the tile's first
+        row is `a.b0` (one tile: b itself, no arithmetic)."""
+        return b if self.TILES == 1 else a.b0 + b
+
+    def in_batch(self, a, b):
+        """Whether the tile's batch row b is a row of the batch (the last tile may hold fewer)."""
+        if self.TILES == 1:
+            return T.Cast("int64", b) < a.n_b
+        return tvm.tirx.all(b < self.BC, T.Cast("int64", a.b0 + b) < a.n_b)
+
+    def tile_rows(self, a):
+        """Batch rows a tile walks when it sets up or reads out the states (one tile: the batch)."""
+        return a.n_b if self.TILES == 1 else self.BC
 
     def row(self, layer, c, tx, q):
         """Row of layer's gate matrices (gate-major, G * H rows) of warp tx // 32's q-th row, in

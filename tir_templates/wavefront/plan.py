@@ -7,10 +7,11 @@ registers for the whole sequence: layer 0 its recurrent matrix R (K = H columns)
 slice of their columns. `stack_configs` lists every warp count and cluster size whose CTAs hold
 the widest layer's weights in registers (the config space, which persist_rnn's stack cost model
 ranks); `plan_stack`, the rule, takes the fewest warps (registers a thread shrink as warps grow:
-17 warps leave 120) and then the smallest cluster (fewer peers to send h to). Each takes one chunk
-of the whole batch (the layer below's h is loaded ahead for the whole batch at once; the dot
-products keep every batch row's sums where 32 padded sums a lane hold them, else walk the batch a
-row at a time: `layout.live`).
+17 warps leave 120) and then the smallest cluster (fewer peers to send h to). Each takes the whole
+batch in one tile or, a copy for each way to split it (`batch_tilings`), in tiles that each run
+on clusters of their own: a tile's dot products walk fewer rows, on more SMs (the layer below's
+h is loaded ahead for the tile's rows at once; the dot products keep every row's sums where 32
+padded sums a lane hold them, else walk the tile a row at a time: `layout.live`).
 """
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ from ..spec import CellSpec
 #: a thread at 8 warps and 120 at 16, and the rest of a thread's state takes 50-60 (ptxas, sm_90:
 #: 180 registers and no spill for 128 weights at 8 warps; 128 weights at 16 warps spill)
 MAX_WEIGHT_REGS = {8: 128, 16: 64}
-#: the largest batch the kernel takes: both copies of [h below ; h] for every batch row sit in
-#: shared memory, and a step's update pairs are the batch times the CTA's units
+#: the most batch rows a tile takes: both copies of [h below ; h] for every row of the tile sit in
+#: shared memory, and a step's update pairs are the tile's rows times the CTA's units
 MAX_BATCH = 16
+#: batch tiles a launch may have (each a set of clusters, one a layer)
+MAX_TILES = 16
 #: compute warps a CTA may have (the communication warp comes on top)
 WARP_CHOICES = (8, 16)
 #: layers a wavefront kernel takes at most (the kernel has a branch per layer)
@@ -47,20 +50,26 @@ class UnsupportedStack(Exception):
 class StackConfig:
     """threads: compute threads per CTA (a communication warp comes on top); cluster: CTAs a
     layer; rows_per_group: gate rows a warp owns (every layer alike: each CTA owns H / cluster
-    units); batch_chunk: batch rows (the whole batch, one chunk); lane_updates: a warp's lanes
-    update its units from their own sums (`lanes.py`; only where `lanes_fit`)."""
+    units); batch_chunk: batch rows a tile; lane_updates: a warp's lanes update its units from
+    their own sums (`lanes.py`; only where `lanes_fit`); batch_tiles: tiles of the batch, each on
+    L clusters of its own (the last may hold fewer rows)."""
     threads: int
     cluster: int
     rows_per_group: int
     batch_chunk: int
     lane_updates: bool = False
+    batch_tiles: int = 1
 
     def as_dict(self) -> dict:
-        """The config as the tuning log and the report name it (lane_updates only when set, so
-        that records written before it still name their configs)."""
+        """The config as the tuning log and the report name it (lane_updates and batch_tiles only
+        when set, so that records written before them still name their configs)."""
         out = {"threads": self.threads, "cluster": self.cluster, "rows_per_group": self.rows_per_group,
                "batch_chunk": self.batch_chunk}
-        return {**out, "lane_updates": True} if self.lane_updates else out
+        if self.lane_updates:
+            out["lane_updates"] = True
+        if self.batch_tiles > 1:
+            out["batch_tiles"] = self.batch_tiles
+        return out
 
 
 def stack_problems(specs: list[CellSpec]) -> list[str]:
@@ -120,16 +129,17 @@ def stack_configs(specs: list[CellSpec], batch: int | None, num_sms: int) -> lis
     """Every config the wavefront can run `specs` with at a static `batch` (the config space of a
     stack): each warp count and cluster size whose CTAs hold the widest layer's [W | R] in
     registers, fewest warps first, then smallest cluster, each with its sums met in shared memory
-    and, where they fit, with lane updates. UnsupportedStack, with the reason, when
-    there is none."""
+    and, where they fit, with lane updates; all of them with the whole batch in one tile first,
+    then in more tiles (those whose CTAs the GPU's SMs hold). UnsupportedStack, with the reason,
+    when there is none."""
     check_stack(specs)
-    if batch is None or batch > MAX_BATCH:
-        raise UnsupportedStack(f"the wavefront takes static batches up to {MAX_BATCH} (batch "
-                               f"{batch or 'known at run time'}): both copies of a step's input sit in shared memory")
+    if batch is None:
+        raise UnsupportedStack("the wavefront takes static batches (the batch is known at run time): each tile of "
+                               "the batch has its own clusters")
     spec = specs[0]
     H, G = spec.hidden_size, spec.num_gates
     widest = 2 * H // LANES  # columns a lane holds of an upper layer's [W | R]
-    fitting = []
+    shapes = []
     for warps in WARP_CHOICES:  # 8 warps first: a CTA of 17 warps (with the comm warp) has 120 registers a thread
         for cluster in (2, 4, 8, MAX_CLUSTER):
             units = H // cluster
@@ -137,15 +147,39 @@ def stack_configs(specs: list[CellSpec], batch: int | None, num_sms: int) -> lis
                 continue
             rpg = G * units // warps
             if rpg * widest <= MAX_WEIGHT_REGS[warps]:
-                fitting.append(StackConfig(LANES * warps, cluster, rpg, batch))
-                if lanes_fit(spec, fitting[-1]):
-                    fitting.append(dataclasses.replace(fitting[-1], lane_updates=True))
-    if not fitting:
+                shapes.append(StackConfig(LANES * warps, cluster, rpg, batch))
+    if not shapes:
         raise UnsupportedStack(f"an upper layer's [W | R] does not fit the registers of a cluster of {MAX_CLUSTER} CTAs")
-    if all(c.cluster * len(specs) > num_sms for c in fitting):
-        least = min(c.cluster for c in fitting) * len(specs)
-        raise UnsupportedStack(f"the stack needs {least} CTAs, more than the GPU's {num_sms} SMs")
-    return [c for c in fitting if c.cluster * len(specs) <= num_sms]
+    fitting = [dataclasses.replace(shape, batch_chunk=chunk, batch_tiles=tiles)
+               for tiles, chunk in batch_tilings(batch) for shape in shapes]
+    if not fitting:
+        raise UnsupportedStack(f"batch {batch} in {MAX_TILES} tiles or fewer leaves more than {MAX_BATCH} rows a tile: "
+                               "both copies of a tile's step input sit in shared memory")
+    if all(ctas(c, specs) > num_sms for c in fitting):
+        tiles = min(c.batch_tiles for c in fitting)
+        split = f" with the batch in {tiles} tiles of at most {MAX_BATCH} rows" if tiles > 1 else ""
+        raise UnsupportedStack(f"the stack needs {min(ctas(c, specs) for c in fitting)} CTAs{split}, more than the "
+                               f"GPU's {num_sms} SMs")
+    fitting = [c for c in fitting if ctas(c, specs) <= num_sms]
+    return [v for c in fitting for v in (c, dataclasses.replace(c, lane_updates=True)) if v is c or lanes_fit(spec, v)]
+
+
+def batch_tilings(batch: int) -> list[tuple[int, int]]:
+    """(tiles, rows a tile) of each way to split `batch` into tiles of at most MAX_BATCH rows, the
+    whole batch first: each tile runs the stack on clusters of its own, so a step's dot products
+    walk fewer rows on more SMs. The last tile may hold fewer rows; a split that would leave a
+    tile empty is left out."""
+    out = []
+    for tiles in range(1, min(batch, MAX_TILES) + 1):
+        chunk = -(-batch // tiles)
+        if chunk <= MAX_BATCH and -(-batch // chunk) == tiles:
+            out.append((tiles, chunk))
+    return out
+
+
+def ctas(cfg: StackConfig, specs: list[CellSpec]) -> int:
+    """CTAs of the launch: a cluster a layer, a set of them a batch tile."""
+    return cfg.batch_tiles * len(specs) * cfg.cluster
 
 
 def plan_stack(specs: list[CellSpec], batch: int | None, num_sms: int) -> StackConfig:

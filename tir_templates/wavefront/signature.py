@@ -35,6 +35,11 @@ class StackArgs:
     ws: Any
     n_t: Any
     n_b: Any
+    b0: Any = 0  # the batch tile's first row (`layout.glob`)
+
+    def tile(self, b0) -> "StackArgs":
+        """The same tensors, seen by the batch tile whose first row is b0."""
+        return dataclasses.replace(self, b0=b0)
 
 
 def _signature_source(specs: list[CellSpec]) -> str:

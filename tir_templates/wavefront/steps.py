@@ -51,7 +51,7 @@ def for_each_layer(S, body, *args):
 
 def valid_steps(S, a, b):
     """Batch row b's sequence length, clamped to [0, T] (every layer of a stack has the same)."""
-    return T.max(T.min(T.Cast("int64", a.lens[batch_row(S.specs[0], "lens", b)]), a.n_t), T.int64(0))
+    return T.max(T.min(T.Cast("int64", a.lens[batch_row(S.specs[0], "lens", S.glob(a, b))]), a.n_t), T.int64(0))
 
 
 @T.macro
@@ -70,11 +70,11 @@ def load_weights(S, a, layer, c, tx, wreg, row):
 def init_states(S, a, layer, c, tx):
     """The CTA's units of c0 into yc, C's home in memory (zero for an empty sequence)."""
     if S.lstm:
-        for e in range(S.state_slots(a.n_b)):
-            if T.Cast("int64", S.state_row(tx, e)) < a.n_b:
-                a.yc[layer][0, S.state_row(tx, e), S.state_unit(c, tx, e)] = T.if_then_else(
-                    a.lens[batch_row(S.specs[0], "lens", S.state_row(tx, e))] > 0, a.c0[layer][
-                        0, batch_row(S.specs[layer], "c0", S.state_row(tx, e)), S.state_unit(c, tx, e)], T.float32(0))
+        for e in range(S.state_slots(S.tile_rows(a))):
+            if S.in_batch(a, S.state_row(tx, e)):
+                a.yc[layer][0, S.glob(a, S.state_row(tx, e)), S.state_unit(c, tx, e)] = T.if_then_else(
+                    a.lens[batch_row(S.specs[0], "lens", S.glob(a, S.state_row(tx, e)))] > 0, a.c0[layer][
+                        0, batch_row(S.specs[layer], "c0", S.glob(a, S.state_row(tx, e))), S.state_unit(c, tx, e)], T.float32(0))
 
 
 @T.macro
@@ -84,11 +84,11 @@ def load_constants(S, a, layer, c, tx, regs, row):
     C (c0 here); and the length of each input word's batch row (above the first layer)."""
     if layer > 0:
         for e in T.unroll(S.input_words()):
-            if T.Cast("int64", S.input_word(tx, e)[0]) < a.n_b:
+            if S.in_batch(a, S.input_word(tx, e)[0]):
                 regs.in_len[row, e] = valid_steps(S, a, S.input_word(tx, e)[0])
     for e in T.unroll(S.PAIRS):
         if S.owns_pair(tx, e):
-            if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
+            if S.in_batch(a, S.pair(c, tx, e)[0]):
                 regs.nv[row, e] = valid_steps(S, a, S.pair(c, tx, e)[0])
                 for g in T.unroll(S.G):
                     regs.rb[row, e * S.G + g] = a.rb[layer][0, g * S.H + S.pair(c, tx, e)[1]]
@@ -96,7 +96,7 @@ def load_constants(S, a, layer, c, tx, regs, row):
                     for g in T.unroll(S.G):
                         regs.xin[row, e * (S.G + 1) + g] = a.wb[layer][g * S.H + S.pair(c, tx, e)[1]]
                 if S.lstm:
-                    regs.xin[row, e * (S.G + 1) + S.G] = a.c0[layer][0, batch_row(S.specs[layer], "c0", S.pair(c, tx, e)[0]),
+                    regs.xin[row, e * (S.G + 1) + S.G] = a.c0[layer][0, batch_row(S.specs[layer], "c0", S.glob(a, S.pair(c, tx, e)[0])),
                                                                       S.pair(c, tx, e)[1]]
 
 
@@ -105,10 +105,10 @@ def load_projection(S, a, c, tx, regs, row, t):
     """Layer 0: each owned pair's row of the input GEMM at its step t's position."""
     for e in T.unroll(S.PAIRS):
         if S.owns_pair(tx, e):
-            if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
+            if S.in_batch(a, S.pair(c, tx, e)[0]):
                 for g in T.unroll(S.G):
                     regs.xin[row, e * (S.G + 1) + g] = a.xw[T.max(T.min(time_index(S.specs[0], 0, t, regs.nv[row, e]), a.n_t - 1), T.int64(0)),
-                                                           S.pair(c, tx, e)[0], 0, g * S.H + S.pair(c, tx, e)[1]]
+                                                           S.glob(a, S.pair(c, tx, e)[0]), 0, g * S.H + S.pair(c, tx, e)[1]]
 
 
 def as_layer_input(S, h):
@@ -123,8 +123,8 @@ def issue_input(S, a, layer, tx, raw, e, t, issue):
     """`issue` (stamped.issue or .reissue) of thread tx's e-th word of h_{l-1}(t), the layer
     below's h at step t (the input part of hs), whatever the row's length (TVM's simplifier once
     dropped a load guarded by t): a word that is not needed is loaded and left."""
-    if T.Cast("int64", S.input_word(tx, e)[0]) < a.n_b:
-        issue(S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1], raw, e)
+    if S.in_batch(a, S.input_word(tx, e)[0]):
+        issue(S, a, layer - 1, t, S.glob(a, S.input_word(tx, e)[0]), S.input_word(tx, e)[1], raw, e)
 
 
 @T.macro
@@ -148,11 +148,11 @@ def settle_input(S, a, layer, tx, hs, raw, regs, row, t):
     (`stamped.py`; reissued first if early, `reissue_inputs`); a row past its length takes zeros,
     which its update does not read."""
     for e in T.unroll(S.input_words()):
-        if T.Cast("int64", S.input_word(tx, e)[0]) < a.n_b:
+        if S.in_batch(a, S.input_word(tx, e)[0]):
             if t < regs.in_len[row, e]:
-                stamped.check(S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1])
+                stamped.check(S, a, layer - 1, t, S.glob(a, S.input_word(tx, e)[0]), S.input_word(tx, e)[1])
                 hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = as_layer_input(S, stamped.settled(
-                    S, a, layer - 1, t, S.input_word(tx, e)[0], S.input_word(tx, e)[1], raw, e))
+                    S, a, layer - 1, t, S.glob(a, S.input_word(tx, e)[0]), S.input_word(tx, e)[1], raw, e))
             else:
                 hs[S.hs_row(t, S.input_word(tx, e)[0]), S.input_word(tx, e)[1]] = T.float32(0)
 
@@ -161,9 +161,9 @@ def settle_input(S, a, layer, tx, hs, raw, regs, row, t):
 def load_h0(S, a, layer, tx, hs):
     """h0 of the whole batch (every unit) into step 0's copy of hs, the layer's own part."""
     for e in range((S.BC * S.H + S.NT - 1) // S.NT):
-        if T.Cast("int64", (e * S.NT + tx) // S.H) < a.n_b:
+        if S.in_batch(a, (e * S.NT + tx) // S.H):
             hs[S.hs_row(0, (e * S.NT + tx) // S.H), S.XK[layer] * LANES + (e * S.NT + tx) % S.H] = a.h0[layer][
-                0, batch_row(S.specs[layer], "h0", (e * S.NT + tx) // S.H), (e * S.NT + tx) % S.H]
+                0, batch_row(S.specs[layer], "h0", S.glob(a, (e * S.NT + tx) // S.H)), (e * S.NT + tx) % S.H]
 
 
 @T.macro
@@ -171,10 +171,10 @@ def load_own_stamped(S, a, layer, tx, hs, t):
     """The CPU twin's h_l(t-1) (t >= 1): every CTA's units from the stamped words, where the GPU's
     cluster sends them into shared memory (`kernel.py`, `layout.send`)."""
     for e in range((S.BC * S.H + S.NT - 1) // S.NT):
-        if T.Cast("int64", (e * S.NT + tx) // S.H) < a.n_b:
-            stamped.check(S, a, layer, t - 1, (e * S.NT + tx) // S.H, (e * S.NT + tx) % S.H)
+        if S.in_batch(a, (e * S.NT + tx) // S.H):
+            stamped.check(S, a, layer, t - 1, S.glob(a, (e * S.NT + tx) // S.H), (e * S.NT + tx) % S.H)
             hs[S.hs_row(t, (e * S.NT + tx) // S.H), S.XK[layer] * LANES + (e * S.NT + tx) % S.H] = a.hb[layer][
-                t - 1, 0, (e * S.NT + tx) // S.H, 2 * ((e * S.NT + tx) % S.H)]
+                t - 1, 0, S.glob(a, (e * S.NT + tx) // S.H), 2 * ((e * S.NT + tx) % S.H)]
 
 
 def _sums(S, layer, gs, regs, row, e, t, bi, j):
@@ -233,24 +233,24 @@ def update(S, a, layer, c, tx, hs, gs, regs, row, t):
     each pair's lanes all compute it and one stores it (`layout.writes_pair`)."""
     for e in T.unroll(S.PAIRS):
         if S.owns_pair(tx, e):
-            if T.Cast("int64", S.pair(c, tx, e)[0]) < a.n_b:
+            if S.in_batch(a, S.pair(c, tx, e)[0]):
                 if t < regs.nv[row, e]:
                     if S.lstm:
                         regs.xin[row, e * (S.G + 1) + S.G] = cell_state(S, a, layer, gs, regs, row, e, t,
                                                                         S.pair(c, tx, e)[0], S.pair(c, tx, e)[1])
                         if S.writes_pair(tx):
-                            a.yc[layer][0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = regs.xin[row, e * (S.G + 1) + S.G]
+                            a.yc[layer][0, S.glob(a, S.pair(c, tx, e)[0]), S.pair(c, tx, e)[1]] = regs.xin[row, e * (S.G + 1) + S.G]
                     regs.hn[row, e] = hidden(S, a, layer, hs, gs, regs, row, e, t, S.pair(c, tx, e)[0],
                                              S.pair(c, tx, e)[1])
                     if S.writes_pair(tx):
-                        a.y[layer][time_index(S.specs[layer], 0, t, regs.nv[row, e]), 0, S.pair(c, tx, e)[0],
+                        a.y[layer][time_index(S.specs[layer], 0, t, regs.nv[row, e]), 0, S.glob(a, S.pair(c, tx, e)[0]),
                                    S.pair(c, tx, e)[1]] = regs.hn[row, e]
                 else:
                     regs.hn[row, e] = hs[S.hs_row(t, S.pair(c, tx, e)[0]), S.XK[layer] * LANES + S.pair(c, tx, e)[1]]
                     if S.writes_pair(tx):
-                        a.y[layer][t, 0, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1]] = T.float32(0)
+                        a.y[layer][t, 0, S.glob(a, S.pair(c, tx, e)[0]), S.pair(c, tx, e)[1]] = T.float32(0)
                 if S.writes_pair(tx):
-                    stamped.store(S, a, layer, t, S.pair(c, tx, e)[0], S.pair(c, tx, e)[1], regs.hn[row, e])
+                    stamped.store(S, a, layer, t, S.glob(a, S.pair(c, tx, e)[0]), S.pair(c, tx, e)[1], regs.hn[row, e])
                     keep_for_next_step(S, hs, S.hs_row(t + 1, S.pair(c, tx, e)[0]),
                                        S.XK[layer] * LANES + S.pair(c, tx, e)[1], regs.hn[row, e])
 
@@ -258,14 +258,14 @@ def update(S, a, layer, c, tx, hs, gs, regs, row, t):
 @T.macro
 def final_states(S, a, layer, c, tx, raw):
     """Y_h: h after the last step (zero for an empty sequence, as ONNX Runtime)."""
-    for e in range(S.state_slots(a.n_b)):
-        if T.Cast("int64", S.state_row(tx, e)) < a.n_b:
+    for e in range(S.state_slots(S.tile_rows(a))):
+        if S.in_batch(a, S.state_row(tx, e)):
             if a.n_t > 0:
-                stamped.issue(S, a, layer, a.n_t - 1, S.state_row(tx, e), S.state_unit(c, tx, e), raw, 0)
-                stamped.check(S, a, layer, a.n_t - 1, S.state_row(tx, e), S.state_unit(c, tx, e))
-                a.yh[layer][0, S.state_row(tx, e), S.state_unit(c, tx, e)] = T.if_then_else(
-                    a.lens[batch_row(S.specs[0], "lens", S.state_row(tx, e))] > 0,
-                    stamped.settled(S, a, layer, a.n_t - 1, S.state_row(tx, e), S.state_unit(c, tx, e), raw, 0),
+                stamped.issue(S, a, layer, a.n_t - 1, S.glob(a, S.state_row(tx, e)), S.state_unit(c, tx, e), raw, 0)
+                stamped.check(S, a, layer, a.n_t - 1, S.glob(a, S.state_row(tx, e)), S.state_unit(c, tx, e))
+                a.yh[layer][0, S.glob(a, S.state_row(tx, e)), S.state_unit(c, tx, e)] = T.if_then_else(
+                    a.lens[batch_row(S.specs[0], "lens", S.glob(a, S.state_row(tx, e)))] > 0,
+                    stamped.settled(S, a, layer, a.n_t - 1, S.glob(a, S.state_row(tx, e)), S.state_unit(c, tx, e), raw, 0),
                     T.float32(0))
             else:
-                a.yh[layer][0, S.state_row(tx, e), S.state_unit(c, tx, e)] = T.float32(0)
+                a.yh[layer][0, S.glob(a, S.state_row(tx, e)), S.state_unit(c, tx, e)] = T.float32(0)
