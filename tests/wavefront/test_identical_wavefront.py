@@ -20,7 +20,7 @@ from tir_templates.wavefront.plan import stack_configs
 
 RECORD = pathlib.Path(__file__).parents[1] / "fixtures" / "wavefront_md5.json"
 #: name -> (cell, hidden, layers, static batch, direction, (compute threads, cluster, rows a warp[,
-#: lane updates])):
+#: lane updates[, batch tiles]])):
 #: each cell, clusters of 2 to 16 CTAs; the configs the rule gave when the md5s were recorded (the
 #: config space has more since)
 CASES = {"lstm-h256-x3-b10": ("lstm", 256, 3, 10, "forward", (512, 16, 4)),
@@ -30,14 +30,21 @@ CASES = {"lstm-h256-x3-b10": ("lstm", 256, 3, 10, "forward", (512, 16, 4)),
          "lstm-h32-x2-reverse": ("lstm", 32, 2, 3, "reverse", (256, 2, 8)),
          # lane updates (session 34, with the GPU tests in docs/data/gpu-s34-h100.log)
          "lstm-h128-x3-b1-lanes": ("lstm", 128, 3, 1, "forward", (256, 16, 4, True)),
-         "gru-h256-x2-b1-lanes": ("gru", 256, 2, 1, "forward", (256, 16, 6, True))}
+         "gru-h256-x2-b1-lanes": ("gru", 256, 2, 1, "forward", (256, 16, 6, True)),
+         # the batch in tiles (session 36; timed on the H100 and checked against ONNX Runtime by
+         # benchmarks/prebuilt_stacks.py, docs/data/wavefront-tiles-s36-h100.jsonl; GPU tests in
+         # docs/data/gpu-s36-h100.log)
+         "lstm-h256-x3-b10-tiles2-lanes": ("lstm", 256, 3, 10, "forward", (512, 16, 4, True, 2)),
+         "gru-h256-x2-b8-tiles4-lanes": ("gru", 256, 2, 8, "forward", (256, 16, 6, True, 4)),
+         "lstm-h128-x3-b8-tiles4-lanes": ("lstm", 128, 3, 8, "forward", (256, 8, 8, True, 4))}
 
 
 def digests(name: str) -> dict:
-    cell, hidden, layers, batch, direction, (threads, cluster, rows, *lanes) = CASES[name]
+    cell, hidden, layers, batch, direction, (threads, cluster, rows, *lanes) = CASES[name]  # [lanes[, tiles]]
     specs = [CellSpec(cell, hidden, hidden, direction=direction, node=f"l{l}", linear_before_reset=cell == "gru")
              for l in range(layers)]
-    cfg = StackConfig(threads, cluster, rows, batch, *lanes)
+    lanes, tiles = lanes + [False, 1][len(lanes):]
+    cfg = StackConfig(threads, cluster, rows, -(-batch // tiles), lanes, tiles)
     assert cfg in stack_configs(specs, batch, 132)
     lib = tvm.compile(tvm.IRModule({"main": stack_kernel(specs, cfg).with_attr("global_symbol", "main")}),
                       target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
