@@ -110,6 +110,30 @@ def build(out: str, key: str, names: list[str]) -> None:
         print(key, name, "built", flush=True)
 
 
+def build_example(out: str, key: str) -> None:
+    """A shipped example (NAME:BATCH) built for a static batch as compile's default chooses
+    (`default`, its stacks fused where `wavefront="auto"` says) and a kernel a layer
+    (`per_layer`), with its inputs at that batch (feeds.npz), the shipped tuning log read."""
+    import shutil
+
+    from persist_rnn.bench import inputs_at_batch
+    from persist_rnn.compile import compile as compile_model
+
+    name, batch = key.split(":")
+    path = f"examples/{name}.onnx"
+    feeds = inputs_at_batch(compile_model(path, "llvm"), f"examples/{name}_inputs.npz", int(batch))
+    d = stack_dir(out, key)
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(path, d / "model.onnx")
+    np.savez(d / "feeds.npz", **feeds)
+    shapes = {k: v.shape for k, v in feeds.items()}
+    for build, wavefront in (("default", "auto"), ("per_layer", False)):
+        built = compile_model(path, "cuda", shapes=shapes, wavefront=wavefront, measure=False,
+                              tuning_log="docs/data/tune-h100.jsonl")
+        built.export_library(str(d / f"{build}.so"))
+        print(key, build, [r.line() for r in built.report()][:1], flush=True)
+
+
 def time(out: str, dirs: list[str]) -> None:
     import onnx
     import onnxruntime as ort
@@ -121,7 +145,10 @@ def time(out: str, dirs: list[str]) -> None:
     for d in map(pathlib.Path, dirs):
         model = onnx.load(d / "model.onnx")
         shape = [x.dim_value for x in model.graph.input[0].type.tensor_type.shape.dim]
-        feeds = {"X": np.random.default_rng(0).standard_normal(shape).astype("float32")}
+        if (d / "feeds.npz").exists():  # a shipped example's inputs (`build-example`)
+            feeds = dict(np.load(d / "feeds.npz"))
+        else:
+            feeds = {"X": np.random.default_rng(0).standard_normal(shape).astype("float32")}
         want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
         builds, failed = {}, {}
         for p in sorted(d.glob("*.so")):
@@ -155,12 +182,17 @@ def main():
     b.add_argument("out")
     b.add_argument("stack", help="CELL:HIDDEN:LAYERS:BATCH")
     b.add_argument("names", nargs="+")
+    e = sub.add_parser("build-example", help="a shipped example at a static batch: default and per_layer (this machine)")
+    e.add_argument("out")
+    e.add_argument("example", help="NAME:BATCH, e.g. char_rnn:8")
     t = sub.add_parser("time", help="time what build exported (the GPU box)")
     t.add_argument("results")
     t.add_argument("dirs", nargs="+")
     args = ap.parse_args()
     if args.cmd == "build":
         build(args.out, args.stack, args.names)
+    elif args.cmd == "build-example":
+        build_example(args.out, args.example)
     else:
         time(args.results, args.dirs)
 
