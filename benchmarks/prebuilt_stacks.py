@@ -3,6 +3,7 @@ compiles a wavefront build in about 40 s of scarce device time; this machine (nv
 builds the same library in about 15 s, and the box then loads and times it in seconds.
 
     python benchmarks/prebuilt_stacks.py build OUT LSTM:256:3:1 per_layer w8c16r8 w8c16r8L probed-w8c16r8
+    python benchmarks/prebuilt_stacks.py build-example OUT char_rnn:8
     python benchmarks/prebuilt_stacks.py time results.jsonl OUT/LSTM_256_3_1 [...]    # on the GPU box
 
 `build`: the stack (CELL:HIDDEN:LAYERS:BATCH, T=100, input = hidden; `testing.stacked_layers_model`'s
@@ -16,8 +17,11 @@ seeded weights) as OUT/<stack>/model.onnx, and each named build exported there
                             <name>.phases.json names the phases they time)
     <package>/<config>      built with tir_templates/<package>, a copy of the wavefront package
                             (an earlier kernel, say), for an A/B in one run
+`build-example`: a shipped example at a static batch, as compile's default builds it (`default`)
+and a kernel a layer (`per_layer`), with its inputs (feeds.npz).
 `time`: every build of each directory timed in turn (`gpu_timing.interleaved_ms`), each checked
-against ONNX Runtime (CPU), and the probed builds' cycles per phase (median of steps 10-89).
+against ONNX Runtime (CPU), and the probed builds' cycles per phase (median of steps 10-89); a
+build that fails to load or run is named in the row's "failed" with its error.
 
 A call to the box carries at most 64 MiB with the working tree (about 29 MiB): a 3 x LSTM
 H=256 build is 7 MB, so give each call a directory of a few builds. Run one `build` at a time:

@@ -107,7 +107,8 @@ def _wavefront_layers(func) -> list[LayerReport]:
     info = json.loads(str(func.attrs[STACK_KERNEL_ATTR]))
     specs = [CellSpec.from_json(text) for text in info["layers"]]
     choice = info.get("choice", {})
-    return [_entry(spec, "wavefront", config=info["config"], source=choice.get("source", ""),
+    early = EARLY_LAUNCH[1][0] in list(func.attrs.get(EARLY_LAUNCH[0], []))
+    return [_entry(spec, "wavefront", config=info["config"], source=choice.get("source", ""), early_launch=early,
                    stack=[s.node for s in specs], stack_reason=choice.get("why", "")) for spec in specs]
 
 

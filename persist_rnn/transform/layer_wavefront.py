@@ -20,7 +20,7 @@ import tvm
 from tvm import relax
 
 from tir_templates.config import Config
-from tir_templates.early_launch import sm_number
+from tir_templates.early_launch import EARLY_LAUNCH, sm_number, supports_early_launch
 from tir_templates.wavefront import STACK_KERNEL_ATTR, UnsupportedStack, emulated_stack_kernel, stack_kernel
 from tir_templates.wavefront.plan import stack_configs
 
@@ -205,6 +205,8 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | 
             kernel = kernel.with_attr(STACK_KERNEL_ATTR, json.dumps(
                 {"layers": [s.to_json() for s in specs], "batch": batch, "config": choice.config.as_dict(),
                  "choice": {"fuse": choice.fuse, "source": choice.source, "why": why}}))
+            if not emulate and supports_early_launch(arch):  # starts while layer 0's GEMM runs (kernel.cuda_stack)
+                kernel = kernel.with_attr(*EARLY_LAUNCH)
             name = _kernel_name(specs)
             fused[old_vars[-1]] = (kernel, name, calls, old_vars, projections)
             spans.append(span)

@@ -65,8 +65,8 @@ def test_report_names_the_wavefront_or_why_not():
     target = tvm.target.Target(SM90)
     fused = persist_rnn.compile(model, target, measure=False, wavefront=True)
     assert [r.lowering for r in fused.report()] == ["wavefront"] * 3
-    assert fused.report()[1].line().endswith("wavefront, layer 2 of 3 stacked (8 warps x 16 CTAs a layer, the batch in "
-                                             "2 tiles of 1 row, the cost model's fastest config)")
+    assert fused.report()[1].line().endswith("wavefront, early launch, layer 2 of 3 stacked (8 warps x 16 CTAs a "
+                                             "layer, the batch in 2 tiles of 1 row, the cost model's fastest config)")
     apart = persist_rnn.compile(model, target, measure=False, wavefront="off")
     assert all("own kernel: the layer wavefront is off" in r.line() for r in apart.report())
     symbolic, _ = stacked_layers_model("LSTM", 64, 2, 10, "batch")

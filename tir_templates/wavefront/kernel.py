@@ -31,6 +31,7 @@ import tvm
 from tvm.script import tirx as T
 
 from ..built_once import built_once
+from ..early_launch import allow_next_kernel, wait_for_previous_kernel
 from ..persistent.exchange import DSMEM_INIT, DSMEM_SEND, DSMEM_WAIT
 from ..signature import WORKSPACE_WORDS
 from ..spec import CellSpec
@@ -189,15 +190,22 @@ def zero_stamps(S, a, zb, zt, layer):
 
 @T.macro
 def cuda_stack(S, a):
-    """The CUDA kernels: the ticket counter and the stamps zeroed, then every cluster's layer."""
+    """The CUDA kernels: the ticket counter and the stamps zeroed, then every cluster's layer.
+    Launched early (`early_launch.py`), the zeroing starts while layer 0's projection GEMM still
+    runs and lets the layers' kernel launch at once; it finishes only once the GEMM has (its
+    wait), and the layers' kernel waits for it before anything else, so the GEMM's rows, the zeroed
+    stamps and the ticket counter are all there when a cluster draws its ticket."""
     for zb in T.thread_binding(ZERO_CTAS, thread="blockIdx.x"):
         for zt in T.thread_binding(ZERO_THREADS, thread="threadIdx.x"):
+            T.evaluate(allow_next_kernel())
             if zb == 0 and zt < WORKSPACE_WORDS:
                 a.ws[zt] = T.uint32(0)
             for_each_layer(S, zero_stamps, a, zb, zt)
+            T.evaluate(wait_for_previous_kernel())
     for cta in T.thread_binding(S.NCTA, thread="blockIdx.x"):
         for _rank in T.thread_binding(S.C, thread="clusterCtaIdx.x"):
             for tx in T.thread_binding(S.NT, thread="threadIdx.x"):
+                T.evaluate(wait_for_previous_kernel())
                 hs = T.alloc_buffer((2 * S.BC, 2 * S.H), "float32", scope=S.HS_SCOPE)
                 gs = T.alloc_buffer((4 * S.BC, S.G * S.TW), "float32", scope="shared")
                 bar = T.alloc_buffer((2,), "uint64", scope="shared")
