@@ -3,9 +3,9 @@ wavefront config (always). A measured record of the tuning log decides; without 
 model does.
 
 The config space is `plan.stack_configs`: each warp count and cluster size whose CTAs hold the
-layers' weights in registers, each with the batch whole or in tiles. The cost model ranks them by their slowest layer's predicted step
-(`stack_cost.wavefront_step_us`); on the one stack timed at every config (3 x LSTM H=128, B=1, H100)
-it ranked the fastest first. A choice that costs nothing to make again is not logged. A stack with
+layers' weights in registers, each with the batch whole or in tiles. The cost model ranks them by
+their slowest layer's predicted step, once a wave of resident clusters (`stack_cost.wavefront_us`);
+on the one stack timed at every config (3 x LSTM H=128, B=1, H100) it ranked the fastest first. A choice that costs nothing to make again is not logged. A stack with
 a layer that has no persistent kernel of its own is fused: the reference scan that layer would
 keep is far slower than any persistent kernel.
 """
@@ -54,9 +54,8 @@ class StackChoice:
 
 def ranked_configs(specs: list[CellSpec], configs: list[StackConfig], arch: str, batch: int) -> list[StackConfig]:
     """`configs` fastest first by the cost model: the slowest layer's predicted step, once a wave
-    of batch tiles (a tie keeps
-    the order of `configs`: fewer warps, then fewer peers, each shape met in shared memory before
-    its lane updates, which the model prices alike)."""
+    of resident clusters (a tie keeps the order of `configs`: fewer warps, then fewer peers, each
+    shape met in shared memory before its lane updates, which the model prices alike)."""
     gpu = gpu_model(arch)
     return sorted(configs, key=lambda cfg: wavefront_us(specs, cfg, gpu, batch, None))
 

@@ -1,9 +1,9 @@
 """The wavefront kernel's CPU twin: the same thread-level macros (`steps.py`) with CTAs and threads
 as serial loops, runnable on llvm. Layers run one after another (a schedule the pipeline allows:
 a layer only ever waits for the one below), each layer's steps in order, every CTA's step before
-the next step, batch tile after batch tile. It reads every weight where the kernel's loads put it, and every h where the
-stamps say, flagging a read whose stamp is not there (on the GPU it would spin:
-`BARRIER_FLAG_WORD`). A layer's own h(t-1) comes from the stamped words here, where the GPU's
+the next step, batch tile after batch tile. It reads every weight where the kernel's loads put
+it, and every h where the stamps say, flagging a read whose stamp is not there (on the GPU it
+would spin: `BARRIER_FLAG_WORD`). A layer's own h(t-1) comes from the stamped words here, where the GPU's
 cluster sends it between its CTAs' shared memory (that map is tested in `layout.send`'s test).
 """
 from __future__ import annotations

@@ -5,6 +5,8 @@ dtype, as the layer's input) into shared memory, each owned (batch row, unit) pa
 update, the final states. Every macro takes the layout `S`, the
 kernel's arguments `a` and the layer (a Python int: each layer's code has its own constants);
 `row` is the thread's row of the register buffers (0 on the GPU, one per (CTA, thread) in the twin).
+Batch rows are the tile's (shared memory and registers); global memory takes them through
+`layout.glob` and guards them with `layout.in_batch`.
 """
 from __future__ import annotations
 
