@@ -275,3 +275,23 @@ def test_cluster_sends_every_unit_to_every_peer_once(cell, H, n_l, batch):
         assert got == want
         assert S.RECV_BYTES == 4 * sum(1 for key in got if key[0] == 0)
 
+
+
+def test_early_launch_waits_before_the_ticket_and_the_zeroing_waits_for_the_gemm():
+    """Launched early, the layers' kernel must not draw a ticket, read a stamp or read layer 0's
+    GEMM before the zeroing kernel has finished, and the zeroing kernel must not finish before the
+    GEMM has: out of this order a cluster would read the last call's stamps or rows (silently
+    wrong). The zeroing kernel lets the layers' kernel launch before it zeroes anything."""
+    specs = [CellSpec("lstm", 64, 64, node=f"l{l}") for l in range(2)]
+    func = stack_kernel(specs, plan_stack(specs, 4, 132)).with_attr("global_symbol", "main")
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    src = lib.mod.imports[0].inspect_source()
+
+    def body(name):  # a kernel's definition, from its opening brace to its closing one
+        start = re.search(rf"__global__ void __launch_bounds__\(\d+\) {name}\([^)]*\) {{", src).end()
+        return src[start:src.index("\n}\n", start)]
+
+    zeroing, layers = body("main_kernel"), body("main_kernel_1")
+    assert zeroing.index("prnn_griddep_launch(") < zeroing.index("ws_ptr[") < zeroing.index("0x0p+0f")
+    assert zeroing.rindex("0x0p+0f") < zeroing.rindex("prnn_griddep_wait(")
+    assert layers.index("prnn_griddep_wait(") < layers.index("prnn_cluster_ticket(") < layers.index("xw_ptr[")
