@@ -17,8 +17,8 @@ seeded weights) as OUT/<stack>/model.onnx, and each named build exported there
                             <name>.phases.json names the phases they time)
     <package>/<config>      built with tir_templates/<package>, a copy of the wavefront package
                             (an earlier kernel, say), for an A/B in one run
-`build-example`: a shipped example at a static batch, as compile's default builds it (`default`)
-and a kernel a layer (`per_layer`), with its inputs (feeds.npz).
+`build-example`: a shipped example at a static batch, as compile's default builds it (`default`),
+a kernel a layer (`per_layer`) and fused (`fused`), with its inputs (feeds.npz).
 `time`: every build of each directory timed in turn (`gpu_timing.interleaved_ms`), each checked
 against ONNX Runtime (CPU), and the probed builds' cycles per phase (median of steps 10-89); a
 build that fails to load or run is named in the row's "failed" with its error.
@@ -116,8 +116,9 @@ def build(out: str, key: str, names: list[str]) -> None:
 
 def build_example(out: str, key: str) -> None:
     """A shipped example (NAME:BATCH) built for a static batch as compile's default chooses
-    (`default`, its stacks fused where `wavefront="auto"` says) and a kernel a layer
-    (`per_layer`), with its inputs at that batch (feeds.npz), the shipped tuning log read."""
+    (`default`, its stacks fused where `wavefront="auto"` says), a kernel a layer (`per_layer`)
+    and every stack fused (`fused`), with its inputs at that batch (feeds.npz), the shipped
+    tuning log read."""
     import shutil
 
     from persist_rnn.bench import inputs_at_batch
@@ -131,7 +132,7 @@ def build_example(out: str, key: str) -> None:
     shutil.copy(path, d / "model.onnx")
     np.savez(d / "feeds.npz", **feeds)
     shapes = {k: v.shape for k, v in feeds.items()}
-    for build, wavefront in (("default", "auto"), ("per_layer", False)):
+    for build, wavefront in (("default", "auto"), ("per_layer", False), ("fused", True)):
         built = compile_model(path, "cuda", shapes=shapes, wavefront=wavefront, measure=False,
                               tuning_log="docs/data/tune-h100.jsonl")
         built.export_library(str(d / f"{build}.so"))
