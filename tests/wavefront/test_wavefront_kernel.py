@@ -221,6 +221,8 @@ def test_plan_gives_each_layer_the_smallest_cluster_that_holds_it():
         plan_stack(specs, 64, 132)
     with pytest.raises(UnsupportedStack, match="batch 300 in 16 tiles or fewer leaves more than 16 rows a tile"):
         plan_stack([CellSpec("lstm", 64, 64)] * 2, 300, 132)
+    with pytest.raises(UnsupportedStack, match="at least one row"):
+        plan_stack([CellSpec("lstm", 64, 64)] * 2, 0, 132)
     with pytest.raises(UnsupportedStack, match="linear_before_reset=0"):
         plan_stack([CellSpec("gru", 64, 64)] * 2, 1, 132)
     with pytest.raises(UnsupportedStack, match="2 to 4 layers"):

@@ -136,6 +136,8 @@ def stack_configs(specs: list[CellSpec], batch: int | None, num_sms: int) -> lis
     if batch is None:
         raise UnsupportedStack("the wavefront takes static batches (the batch is known at run time): each tile of "
                                "the batch has its own clusters")
+    if batch < 1:
+        raise UnsupportedStack(f"batch {batch}: the wavefront takes a batch of at least one row")
     spec = specs[0]
     H, G = spec.hidden_size, spec.num_gates
     widest = 2 * H // LANES  # columns a lane holds of an upper layer's [W | R]
