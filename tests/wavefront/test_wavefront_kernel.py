@@ -202,6 +202,7 @@ def test_each_sum_reaches_its_gate_row_after_the_transposing_shuffle(cell, H, n_
                 assert (S.sum_part(layer, n), S.sum_gate_row(layer, n), S.sum_row(layer, n, bi)) == (p, q, b if live else bi)
                 assert total[lane] == pytest.approx(partial[:, n].sum(), rel=1e-9, abs=1e-9)
                 assert S.sum_lane(layer, n) == lane
+                assert all(S.held_sum(layer, lane + k) == n for k in range(per))
 
 
 def test_plan_gives_each_layer_the_smallest_cluster_that_holds_it():

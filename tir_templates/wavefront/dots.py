@@ -3,7 +3,7 @@ columns of [W_l | R_l] (`layout.col`), so each gate row's sum is spread over the
 
     zero_sums       a lane's sums set to zero
     input_dot       the input part, W_l h_{l-1}(t): it needs only the layer below's h, so where a
-                    lane keeps every batch row's sums at once (`layout.LIVE`) it runs before the
+                    lane keeps every batch row's sums at once (`layout.live`) it runs before the
                     wait for the peers' h(t-1), off the recurrence's path (`kernel.one_step`)
     recurrent_dot   the recurrent part, R_l h_l(t-1)
     shuffle_sums    a transposing shuffle-sum: each round a lane keeps half of its sums and adds
@@ -115,10 +115,9 @@ def sums_to_gs(S, layer, tx, gs, acc, t, bi):
     """After `shuffle_sums`: the first lane holding each sum writes it to its gate row's place in
     gs (with every batch row live, the sum's own batch row; else batch row bi's)."""
     if tx % (LANES // S.held_sums(layer)) == 0:
-        if tx % LANES // (LANES // S.held_sums(layer)) < S.PARTS[layer] * S.RPG * S.live_rows(layer):
-            gs[S.gs_row(t, S.sum_part(layer, tx % LANES // (LANES // S.held_sums(layer))),
-                        S.sum_row(layer, tx % LANES // (LANES // S.held_sums(layer)), bi)),
-               (tx // LANES) * S.RPG + S.sum_gate_row(layer, tx % LANES // (LANES // S.held_sums(layer)))] = acc[0]
+        if S.held_sum(layer, tx) < S.PARTS[layer] * S.RPG * S.live_rows(layer):
+            gs[S.gs_row(t, S.sum_part(layer, S.held_sum(layer, tx)), S.sum_row(layer, S.held_sum(layer, tx), bi)),
+               (tx // LANES) * S.RPG + S.sum_gate_row(layer, S.held_sum(layer, tx))] = acc[0]
 
 
 @T.macro

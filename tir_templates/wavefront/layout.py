@@ -210,3 +210,7 @@ class StackLayout:
         """The first lane that holds sum n after the transposing shuffle (`dots.shuffle_sums`): lane l
         ends with sum l // (32 / held_sums)."""
         return n * (LANES // self.held_sums(layer))
+
+    def held_sum(self, layer, tx):
+        """The sum thread tx's lane holds after the transposing shuffle (`sum_lane` undone)."""
+        return tx % LANES // (LANES // self.held_sums(layer))
