@@ -96,6 +96,9 @@ def build(out: str, key: str, names: list[str]) -> None:
             tiles = int(tiles or 1)
             if probed and package:
                 raise SystemExit(f"{name}: the probes go into the working tree's kernel only")
+            if probed and tiles > 1:
+                raise SystemExit(f"{name}: the probes time one tile (every tile's top layer would write its clocks "
+                                 "into the same row of Y)")
             cfg = StackConfig(32 * int(warps), int(cluster), int(rows), -(-batch // tiles), bool(lanes), tiles)
             saved = layer_wavefront.stack_configs
             layer_wavefront.stack_configs = lambda specs, b, n: [cfg]
@@ -155,21 +158,21 @@ def time(out: str, dirs: list[str]) -> None:
         else:
             feeds = {"X": np.random.default_rng(0).standard_normal(shape).astype("float32")}
         want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-        builds, failed = {}, {}
+        builds, first_y, failed = {}, {}, {}
         for p in sorted(d.glob("*.so")):
             try:  # one build that cannot load or run must not cost the others' timings
-                builds[p.name[:-3]] = load(str(p))
-                builds[p.name[:-3]].run(feeds)
+                built = load(str(p))
+                first_y[p.name[:-3]] = built.run(feeds)[0]  # checked below
+                builds[p.name[:-3]] = built
             except Exception as e:  # noqa: BLE001 -- reported in the row, by build
-                builds.pop(p.name[:-3], None)
                 lines = str(e).splitlines() or [type(e).__name__]  # TVM appends the CUDA source
                 failed[p.name[:-3]] = next((x for x in lines if "rror" in x), lines[0])[:300]
         ms = interleaved_ms({n: vm_call(b, feeds) for n, b in builds.items()})
         scale = max(1.0, float(np.abs(want).max()))
         row = {"stack": d.name, "ms": ms, "per_layer_over": {n: ms["per_layer"] / v for n, v in ms.items()} if "per_layer" in ms else {},
                "err": {}, "cycles": {}, "failed": failed}
-        for n, b in builds.items():
-            y = b.run(feeds)[0]
+        for n in builds:
+            y = first_y[n]
             if n.startswith("probed-"):  # Y holds each step's cycles per phase, not h
                 cycles, step = phase_cycles(y, shape[0], json.loads((d / (n + ".phases.json")).read_text()))
                 row["cycles"][n] = {**cycles, "step": step}
@@ -187,7 +190,7 @@ def main():
     b.add_argument("out")
     b.add_argument("stack", help="CELL:HIDDEN:LAYERS:BATCH")
     b.add_argument("names", nargs="+")
-    e = sub.add_parser("build-example", help="a shipped example at a static batch: default and per_layer (this machine)")
+    e = sub.add_parser("build-example", help="a shipped example at a static batch: default, per_layer and fused (this machine)")
     e.add_argument("out")
     e.add_argument("example", help="NAME:BATCH, e.g. char_rnn:8")
     t = sub.add_parser("time", help="time what build exported (the GPU box)")
