@@ -40,7 +40,7 @@ def fusable_stacks(mod) -> list[tuple[list[CellSpec], int]]:
     for func in mod.functions.values():
         if func.attrs is not None and STACK_KERNEL_ATTR in func.attrs:
             info = json.loads(str(func.attrs[STACK_KERNEL_ATTR]))
-            out.append(([CellSpec.from_json(t) for t in info["layers"]], info.get("batch", info["config"]["batch_chunk"])))
+            out.append(([CellSpec.from_json(t) for t in info["layers"]], info["batch"]))
     return out
 
 
@@ -106,7 +106,7 @@ def tune_stacks(model, mod, target, log_path: str, arch: str, precision: str = "
         from .compile import compile as compile_model
     options = dict(measure=False, precision=precision, unverified=unverified)
     num_sms = gpu_model(arch).num_sms
-    ranked = [ranked_configs(specs, stack_configs(specs, batch, num_sms), arch, batch) for specs, batch in stacks]
+    ranked = [ranked_configs(specs, stack_configs(specs, batch, num_sms), arch) for specs, batch in stacks]
     apart = compile_model(model, target, wavefront=False, tuning_log=log_path, **options)
     feeds = random_feeds(apart.inputs)
     if feeds is None:

@@ -52,12 +52,12 @@ class StackChoice:
                 "only": f"{name}, the only config whose registers hold the layers' weights"}[self.config_source]
 
 
-def ranked_configs(specs: list[CellSpec], configs: list[StackConfig], arch: str, batch: int) -> list[StackConfig]:
+def ranked_configs(specs: list[CellSpec], configs: list[StackConfig], arch: str) -> list[StackConfig]:
     """`configs` fastest first by the cost model: the slowest layer's predicted step, once a wave
     of resident clusters (a tie keeps the order of `configs`: fewer warps, then fewer peers, each
     shape met in shared memory before its lane updates, which the model prices alike)."""
     gpu = gpu_model(arch)
-    return sorted(configs, key=lambda cfg: wavefront_us(specs, cfg, gpu, batch, None))
+    return sorted(configs, key=lambda cfg: wavefront_us(specs, cfg, gpu, None))
 
 
 def choose_stack(specs: list[CellSpec], configs: list[StackConfig], layer_configs: list[Config | None], arch: str,
@@ -66,7 +66,7 @@ def choose_stack(specs: list[CellSpec], configs: list[StackConfig], layer_config
     """How the stack `specs` is lowered: fused (`asked`, or the log's or the model's choice) and
     with which of `configs` (its config space); `layer_configs`: each layer's own kernel's config,
     or None for a layer without one."""
-    ranked = ranked_configs(specs, configs, arch, batch)
+    ranked = ranked_configs(specs, configs, arch)
     config, config_source = ranked[0], ("only" if len(ranked) == 1 else "cost_model")
     rec = None
     if tuning_log_path:

@@ -36,7 +36,7 @@ DEFAULT_STEPS = 100
 SHUFFLES = int(math.log2(LANES))
 
 
-def wavefront_features(specs: list[CellSpec], cfg: StackConfig, layer: int, batch: int) -> dict:
+def wavefront_features(specs: list[CellSpec], cfg: StackConfig, layer: int) -> dict:
     """What one step of a CTA of `layer` costs, in the units of `cost_model.features`. A config
     with lane updates is priced as its twin that meets in shared memory. Lane updates save
     shuffles and a __syncthreads. On the H100 at B=1 that paid for 2 x GRU H=256 (1.11x) and
@@ -64,12 +64,12 @@ def wavefront_features(specs: list[CellSpec], cfg: StackConfig, layer: int, batc
     }
 
 
-def wavefront_step_us(specs: list[CellSpec], cfg: StackConfig, gpu: GPUModel, batch: int) -> list[float]:
+def wavefront_step_us(specs: list[CellSpec], cfg: StackConfig, gpu: GPUModel) -> list[float]:
     """Predicted microseconds of one step of each layer's CTAs in the wavefront kernel."""
     exchange = gpu.weights.get("barrier_us", 1.0) * gpu.barrier_us(cfg.cluster, "dsmem")
     out = []
     for layer in range(len(specs)):
-        f = wavefront_features(specs, cfg, layer, batch)
+        f = wavefront_features(specs, cfg, layer)
         cycles = sum(gpu.weights.get(k, 0.0) * v for k, v in f.items())
         out.append(exchange + cycles / (gpu.clock_ghz * 1e3))
     return out
@@ -82,11 +82,11 @@ def waves(specs: list[CellSpec], cfg: StackConfig, gpu: GPUModel) -> int:
     return math.ceil(cfg.batch_tiles * len(specs) / gpu.clusters_at_once(cfg.cluster))
 
 
-def wavefront_us(specs: list[CellSpec], cfg: StackConfig, gpu: GPUModel, batch: int, steps: int | None) -> float:
+def wavefront_us(specs: list[CellSpec], cfg: StackConfig, gpu: GPUModel, steps: int | None) -> float:
     """Predicted microseconds of the wavefront kernel's steps over `steps` time steps
     (DEFAULT_STEPS if None): T + L - 1 of the slowest layer's, once a wave of tiles."""
     n_t = steps or DEFAULT_STEPS
-    return waves(specs, cfg, gpu) * (n_t + len(specs) - 1) * max(wavefront_step_us(specs, cfg, gpu, batch))
+    return waves(specs, cfg, gpu) * (n_t + len(specs) - 1) * max(wavefront_step_us(specs, cfg, gpu))
 
 
 def stack_us(specs: list[CellSpec], cfg: StackConfig, layer_configs: list[Config], gpu: GPUModel, batch: int,
@@ -94,6 +94,6 @@ def stack_us(specs: list[CellSpec], cfg: StackConfig, layer_configs: list[Config
     """(the wavefront kernel, a kernel a layer): predicted microseconds of the stack's recurrent
     steps over `steps` time steps (DEFAULT_STEPS if None)."""
     n_t = steps or DEFAULT_STEPS
-    fused = wavefront_us(specs, cfg, gpu, batch, steps)
+    fused = wavefront_us(specs, cfg, gpu, steps)
     per_layer = n_t * sum(step_us(spec, c, gpu, batch) for spec, c in zip(specs, layer_configs))
     return fused, per_layer
