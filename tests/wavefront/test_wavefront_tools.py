@@ -66,3 +66,5 @@ def test_prebuilt_stacks_exports_each_named_build(tmp_path):
         prebuilt_stacks.build(str(tmp_path), "LSTM:64:2:1", ["w8c2"])
     with pytest.raises(SystemExit, match="working tree's kernel only"):
         prebuilt_stacks.build(str(tmp_path), "LSTM:64:2:1", ["probed-wavefront/w8c2r16"])
+    with pytest.raises(SystemExit, match="the probes time one tile"):
+        prebuilt_stacks.build(str(tmp_path), "LSTM:64:2:1", ["probed-w8c2r16t2"])

@@ -68,9 +68,8 @@ class StackLayout:
 
     def in_batch(self, a, b):
         """Whether the tile's batch row b is a row of the batch (the last tile may hold fewer)."""
-        if self.TILES == 1:
-            return T.Cast("int64", b) < a.n_b
-        return tvm.tirx.all(b < self.BC, T.Cast("int64", a.b0 + b) < a.n_b)
+        in_whole_batch = T.Cast("int64", self.glob(a, b)) < a.n_b
+        return in_whole_batch if self.TILES == 1 else tvm.tirx.all(b < self.BC, in_whole_batch)
 
     def tile_rows(self, a):
         """Batch rows a tile walks when it sets up or reads out the states (one tile: the batch)."""
