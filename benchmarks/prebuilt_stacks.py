@@ -3,7 +3,7 @@ compiles a wavefront build in about 40 s of scarce device time; this machine (nv
 builds the same library in about 15 s, and the box then loads and times it in seconds.
 
     python benchmarks/prebuilt_stacks.py build OUT LSTM:256:3:1 per_layer w8c16r8 w8c16r8L probed-w8c16r8
-    python benchmarks/prebuilt_stacks.py build-example OUT char_rnn:8
+    python benchmarks/prebuilt_stacks.py build-example OUT char_rnn:8 [w8c16r4Lt2 ...]
     python benchmarks/prebuilt_stacks.py time results.jsonl OUT/LSTM_256_3_1 [...]    # on the GPU box
 
 `build`: the stack (CELL:HIDDEN:LAYERS:BATCH, T=100, input = hidden; `testing.stacked_layers_model`'s
@@ -18,7 +18,8 @@ seeded weights) as OUT/<stack>/model.onnx, and each named build exported there
     <package>/<config>      built with tir_templates/<package>, a copy of the wavefront package
                             (an earlier kernel, say), for an A/B in one run
 `build-example`: a shipped example at a static batch, as compile's default builds it (`default`),
-a kernel a layer (`per_layer`) and fused (`fused`), with its inputs (feeds.npz).
+a kernel a layer (`per_layer`) and fused (`fused`), with its inputs (feeds.npz); and fused at each
+config named after it (as `build` names them).
 `time`: every build of each directory timed in turn (`gpu_timing.interleaved_ms`), each checked
 against ONNX Runtime (CPU), and the probed builds' cycles per phase (median of steps 10-89); a
 build that fails to load or run is named in the row's "failed" with its error.
@@ -71,10 +72,21 @@ def wavefront_kernel(package: str | None, probed: bool):
             layer_wavefront.stack_kernel = saved
 
 
+@contextlib.contextmanager
+def forced_config(cfg):
+    """layer_wavefront builds every stack at `cfg` (its config space that one config)."""
+    import persist_rnn.transform.layer_wavefront as layer_wavefront
+    saved = layer_wavefront.stack_configs
+    layer_wavefront.stack_configs = lambda specs, b, n: [cfg]
+    try:
+        yield
+    finally:
+        layer_wavefront.stack_configs = saved
+
+
 def build(out: str, key: str, names: list[str]) -> None:
     import onnx
 
-    import persist_rnn.transform.layer_wavefront as layer_wavefront
     from persist_rnn.compile import compile as compile_model
     from persist_rnn.testing import stacked_layers_model
     from tir_templates.wavefront.plan import StackConfig
@@ -100,13 +112,8 @@ def build(out: str, key: str, names: list[str]) -> None:
                 raise SystemExit(f"{name}: the probes time one tile (every tile's top layer would write its clocks "
                                  "into the same row of Y)")
             cfg = StackConfig(32 * int(warps), int(cluster), int(rows), -(-batch // tiles), bool(lanes), tiles)
-            saved = layer_wavefront.stack_configs
-            layer_wavefront.stack_configs = lambda specs, b, n: [cfg]
-            try:
-                with wavefront_kernel(package, bool(probed)):
-                    built = compile_model(model, "cuda", wavefront=True)
-            finally:
-                layer_wavefront.stack_configs = saved
+            with forced_config(cfg), wavefront_kernel(package, bool(probed)):
+                built = compile_model(model, "cuda", wavefront=True)
             if built.report()[0].lowering != "wavefront":
                 raise SystemExit(f"{key} {name}: not fused ({built.report()[0].line()})")
         built.export_library(str(d / (name.replace("/", "-") + ".so")))
@@ -117,17 +124,30 @@ def build(out: str, key: str, names: list[str]) -> None:
         print(key, name, "built", flush=True)
 
 
-def build_example(out: str, key: str) -> None:
+def example_config(name: str, batch: int):
+    """The StackConfig a build-example config name (w<warps>c<cluster>r<rows>[L][t<tiles>]) names."""
+    from tir_templates.wavefront.plan import StackConfig
+
+    match = BUILD_NAME.fullmatch(name)
+    if not match or match.group(1) or match.group(2):
+        raise SystemExit(f"{name}: expected w<warps>c<cluster>r<rows>[L][t<tiles>]")
+    _, _, warps, cluster, rows, lanes, tiles = match.groups()
+    tiles = int(tiles or 1)
+    return StackConfig(32 * int(warps), int(cluster), int(rows), -(-batch // tiles), bool(lanes), tiles)
+
+
+def build_example(out: str, key: str, configs: list[str] = ()) -> None:
     """A shipped example (NAME:BATCH) built for a static batch as compile's default chooses
     (`default`, its stacks fused where `wavefront="auto"` says), a kernel a layer (`per_layer`)
     and every stack fused (`fused`), with its inputs at that batch (feeds.npz), the shipped
-    tuning log read."""
+    tuning log read; and fused at each of `configs` (w<warps>c<cluster>r<rows>[L][t<tiles>])."""
     import shutil
 
     from persist_rnn.bench import inputs_at_batch
     from persist_rnn.compile import compile as compile_model
 
     name, batch = key.split(":")
+    forced = [(config, example_config(config, int(batch))) for config in configs]  # a bad name before any build
     path = f"examples/{name}.onnx"
     feeds = inputs_at_batch(compile_model(path, "llvm"), f"examples/{name}_inputs.npz", int(batch))
     d = stack_dir(out, key)
@@ -140,6 +160,13 @@ def build_example(out: str, key: str) -> None:
                               tuning_log="docs/data/tune-h100.jsonl")
         built.export_library(str(d / f"{build}.so"))
         print(key, build, [r.line() for r in built.report()][:1], flush=True)
+    for name, cfg in forced:
+        with forced_config(cfg):
+            built = compile_model(path, "cuda", shapes=shapes, wavefront=True, measure=False)
+        if "wavefront" not in [r.lowering for r in built.report()]:
+            raise SystemExit(f"{key} {name}: not fused ({built.report()[0].line()})")
+        built.export_library(str(d / f"{name}.so"))
+        print(key, name, "built", flush=True)
 
 
 def time(out: str, dirs: list[str]) -> None:
@@ -167,7 +194,7 @@ def time(out: str, dirs: list[str]) -> None:
             except Exception as e:  # noqa: BLE001 -- reported in the row, by build
                 lines = str(e).splitlines() or [type(e).__name__]  # TVM appends the CUDA source
                 failed[p.name[:-3]] = next((x for x in lines if "rror" in x), lines[0])[:300]
-        ms = interleaved_ms({n: vm_call(b, feeds) for n, b in builds.items()})
+        ms = interleaved_ms({n: vm_call(b, feeds) for n, b in builds.items()}) if builds else {}
         scale = max(1.0, float(np.abs(want).max()))
         row = {"stack": d.name, "ms": ms, "per_layer_over": {n: ms["per_layer"] / v for n, v in ms.items()} if "per_layer" in ms else {},
                "err": {}, "cycles": {}, "failed": failed}
@@ -193,6 +220,7 @@ def main():
     e = sub.add_parser("build-example", help="a shipped example at a static batch: default, per_layer and fused (this machine)")
     e.add_argument("out")
     e.add_argument("example", help="NAME:BATCH, e.g. char_rnn:8")
+    e.add_argument("configs", nargs="*", help="more fused builds, each at a config: w<warps>c<cluster>r<rows>[L][t<tiles>]")
     t = sub.add_parser("time", help="time what build exported (the GPU box)")
     t.add_argument("results")
     t.add_argument("dirs", nargs="+")
@@ -200,7 +228,7 @@ def main():
     if args.cmd == "build":
         build(args.out, args.stack, args.names)
     elif args.cmd == "build-example":
-        build_example(args.out, args.example)
+        build_example(args.out, args.example, args.configs)
     else:
         time(args.results, args.dirs)
 

@@ -7,6 +7,8 @@ barrier's cost against the number of CTAs, and the cost model's weights. On a GP
   persistent kernels' own) at CTA counts up to the SM count, and on Hopper the thread-block
   cluster barrier at 2, 4, 8 and 16 CTAs (16 is past the portable size: a GPU that cannot
   launch it keeps clusters of up to 8);
+- on Hopper, how many clusters of each size run at once, one CTA an SM (`resident_clusters`:
+  the stack cost model's waves of batch tiles);
 - a sample of the pruned config space of a few workloads is compiled and timed (the persistent
   kernel itself), and the weights are fitted to it (`fit.fit_weights`).
 Without a GPU, recorded sweeps are fitted instead (`read_sweeps`, `fit_and_write`): the shipped
@@ -69,6 +71,79 @@ def barrier_kernel(ctas: int, steps: int = BARRIER_STEPS, cluster: bool = False)
                         T.cuda.cluster_sync()
 
     return cluster_main if cluster else grid_main
+
+
+#: how long each cluster of the residency kernel holds its SMs: far longer than the launch takes
+#: to start every cluster that fits, so that those all overlap
+RESIDENCY_SPIN_NS = 50_000
+#: the residency kernel's shared memory a CTA: over half an SM's, so that one CTA holds an SM (as
+#: the wavefront's CTAs do, by their registers)
+RESIDENCY_SHARED_FLOATS = 30 * 1024
+
+GLOBAL_TIMER = r"""
+__device__ __forceinline__ unsigned long long prnn_globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+"""
+
+
+def _now():
+    return T.cuda.func_call("prnn_globaltimer", source_code=GLOBAL_TIMER, return_type="uint64")
+
+
+def residency_kernel(cluster: int, clusters: int, spin_ns: int = RESIDENCY_SPIN_NS) -> tvm.tirx.PrimFunc:
+    """`clusters` clusters of `cluster` CTAs, one CTA an SM, each holding its SMs for `spin_ns`
+    nanoseconds; CTA rank 0 of each writes when its cluster ran (globaltimer: start, end) to
+    `times`. Clusters past those the GPU holds at once start only as others end."""
+
+    @T.prim_func(private=True)
+    def main(times: T.Buffer((clusters, 2), "uint64")):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
+        for cta in T.thread_binding(clusters * cluster, thread="blockIdx.x"):
+            for _rank in T.thread_binding(cluster, thread="clusterCtaIdx.x"):
+                for tx in T.thread_binding(32, thread="threadIdx.x"):
+                    pad = T.alloc_buffer((RESIDENCY_SHARED_FLOATS,), "float32", scope="shared.dyn")
+                    start = T.alloc_buffer((1,), "uint64", scope="local")
+                    for i in range(RESIDENCY_SHARED_FLOATS // 32):  # all of it touched: TVM keeps it whole
+                        pad[i * 32 + tx] = T.float32(0)
+                    start[0] = _now()
+                    while _now() - start[0] < T.uint64(spin_ns):
+                        T.evaluate(0)
+                    T.cuda.cluster_sync()
+                    if cta % cluster == 0 and tx == 0:
+                        times[cta // cluster, 0] = start[0]
+                        times[cta // cluster, 1] = _now()
+
+    return main
+
+
+def most_at_once(intervals) -> int:
+    """The most of the (start, end) intervals that overlap at one time (an end before a start at
+    the same time)."""
+    events = sorted([(int(s), 1) for s, _ in intervals] + [(int(e), -1) for _, e in intervals])
+    running = best = 0
+    for _, step in events:
+        running += step
+        best = max(best, running)
+    return best
+
+
+def resident_clusters(dev, target, sizes, num_sms: int) -> dict:
+    """Clusters of each size in `sizes` (one CTA an SM) that the GPU keeps resident at once
+    (`GPUModel.resident_clusters`): twice as many as its SMs could hold are launched, and the
+    most whose runs overlap are counted. A cluster must fit one GPC, so on the H100 7 clusters of
+    16 CTAs run at once, not 132 // 16 = 8."""
+    out = {}
+    for size in sizes:
+        clusters = 2 * (num_sms // size) + 1
+        lib = build_kernel(residency_kernel(size, clusters), target)
+        times = tvm.runtime.tensor(np.zeros((clusters, 2), "uint64"), dev)
+        lib["main"](times)
+        dev.sync()
+        out[str(size)] = most_at_once(times.numpy())
+    return out
 
 
 def barrier_costs(dev, target, ctas_list, cluster: bool = False) -> dict:
@@ -137,11 +212,14 @@ def measure_device(configs_per_workload: int = 40, log=print, sweep_out: str | N
             log(f"clusters of {gpu.max_cluster_ctas} CTAs do not launch here ({str(err).splitlines()[0]}); "
                 f"clusters stay at {MAX_PORTABLE_CLUSTER} CTAs")
             gpu = dataclasses.replace(gpu, max_cluster_ctas=MAX_PORTABLE_CLUSTER)
+    sizes = [c for c in (2, 4, 8, MAX_CLUSTER) if c <= gpu.max_cluster_ctas]
     gpu = dataclasses.replace(gpu, grid_barrier_us=barrier_costs(dev, target, sorted({1, min(8, n), min(32, n), n})),
-                              cluster_barrier_us=cluster_us)
+                              cluster_barrier_us=cluster_us,
+                              resident_clusters=resident_clusters(dev, target, sizes, n) if sizes else {})
     log(f"{gpu.name} ({gpu.arch}, {n} SMs, {gpu.clock_ghz:.2f} GHz): grid barrier "
         + ", ".join(f"{k} CTAs {v} us" for k, v in gpu.grid_barrier_us.items())
-        + "; cluster barrier " + (", ".join(f"{k} CTAs {v} us" for k, v in gpu.cluster_barrier_us.items()) or "none"))
+        + "; cluster barrier " + (", ".join(f"{k} CTAs {v} us" for k, v in gpu.cluster_barrier_us.items()) or "none")
+        + "; resident at once " + (", ".join(f"{v} clusters of {k}" for k, v in gpu.resident_clusters.items()) or "none"))
     rows = []
     for cell, hidden, batch in WORKLOADS:
         spec = CellSpec(cell, hidden, hidden, linear_before_reset=(cell == "gru"))

@@ -28,3 +28,20 @@ def test_a_layer_past_half_of_l2_is_timed_cold_and_recorded_so(tmp_path):
     plan = plan_layer(spec, target, batch=1, tuning_log_path=log, measure=True, top_k=2)
     rec, = tuning_log.read(log)
     assert (rec.source, rec.timing, rec.config) == ("measured", "cold", plan.config)
+
+
+def test_calibrate_counts_the_clusters_resident_at_once():
+    """`persist-rnn calibrate`'s count of clusters that run at once (one CTA an SM), which the
+    stack cost model's waves of batch tiles read: on an H100 what cudaOccupancyMaxActiveClusters
+    said (benchmarks/resident_clusters.cu: the shipped sm_90 calibration), on any GPU at most its
+    SMs' share and at least one."""
+    from persist_rnn.schedule.calibrate import resident_clusters
+    from persist_rnn.schedule.gpu import gpu_model
+
+    dev, target = tvm.cuda(0), tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    n = dev.multi_processor_count
+    got = resident_clusters(dev, target, [2, 4, 8, 16], n)
+    print(dev.device_name, got)
+    assert all(1 <= v <= n // int(k) for k, v in got.items())
+    if "H100" in dev.device_name and n == 132:
+        assert got == gpu_model("sm_90").resident_clusters

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 import tvm
 
-from persist_rnn.schedule.calibrate import barrier_kernel
+from persist_rnn.schedule.calibrate import barrier_kernel, most_at_once, residency_kernel
 from persist_rnn.schedule.cost_model import rank
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.planner import plan_layer
@@ -155,6 +155,24 @@ def test_calibration_barrier_kernels_compile(tmp_path):
     source = cuda_source(barrier_kernel(8, steps=10, cluster=True), "sm_90")
     assert "barrier.cluster.arrive" in source and "barrier.cluster.wait" in source
     nvcc_stats(source, "sm_90", tmp_path)
+
+
+def test_residency_kernel_holds_an_sm_a_cta_and_stamps_its_clusters_runs(tmp_path):
+    """The kernel whose clusters' overlap `persist-rnn calibrate` counts (`resident_clusters`):
+    clusters of 16 CTAs, each with more than half an SM's shared memory, spinning on the global
+    timer, rank 0 writing when its cluster ran."""
+    source = cuda_source(residency_kernel(16, 17), "sm_90")
+    assert "%globaltimer" in source and "barrier.cluster.arrive" in source
+    assert "extern __shared__" in source  # dynamic shared memory, its size set at launch
+    nvcc_stats(source, "sm_90", tmp_path)
+
+
+def test_most_at_once_counts_overlapping_runs():
+    """Seven clusters at once, then the eighth as the first ends; an end at a start's time first."""
+    first = [(10 + k, 100 + k) for k in range(7)]
+    assert most_at_once(first + [(100, 190)]) == 7
+    assert most_at_once(first + [(99, 190)]) == 8
+    assert most_at_once([]) == 0 and most_at_once([(0, 5), (5, 9)]) == 1
 
 
 @pytest.mark.parametrize("cell,hidden,batch", [("lstm", 64, 10), ("gru", 128, 20)], ids=str)

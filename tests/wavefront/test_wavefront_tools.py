@@ -68,3 +68,6 @@ def test_prebuilt_stacks_exports_each_named_build(tmp_path):
         prebuilt_stacks.build(str(tmp_path), "LSTM:64:2:1", ["probed-wavefront/w8c2r16"])
     with pytest.raises(SystemExit, match="the probes time one tile"):
         prebuilt_stacks.build(str(tmp_path), "LSTM:64:2:1", ["probed-w8c2r16t2"])
+    with pytest.raises(SystemExit, match="expected w<warps>"):  # refused before anything is built
+        prebuilt_stacks.build_example(str(tmp_path), "char_rnn:2", ["w8c4r16t2", "probed-w8c4r16"])
+    assert prebuilt_stacks.example_config("w8c4r16Lt3", 8) == StackConfig(256, 4, 16, 3, True, 3)
