@@ -55,12 +55,19 @@ PHASES_ROW_BY_ROW = ("wait", "settle", "sync1", "none", "dots", "sync2", "update
 
 #: the probes' CUDA helpers and macro, put in front of kernel.py's one_step
 PROBES = '''PROBE = r"""
+#ifndef PRNN_PROBE_STAMPS  // whichever helper the code generator emits first declares them
+#define PRNN_PROBE_STAMPS
 __shared__ long long prnn_probe_stamps[10];
+#endif
 __device__ __forceinline__ void prnn_probe(int k) {
   if (threadIdx.x == 0) prnn_probe_stamps[k] = clock64();
 }
 """
 PROBE_FLUSH = r"""
+#ifndef PRNN_PROBE_STAMPS
+#define PRNN_PROBE_STAMPS
+__shared__ long long prnn_probe_stamps[10];
+#endif
 __device__ __forceinline__ void prnn_probe_flush(float* y) {
   if (threadIdx.x == 0) {
     for (int k = 0; k < 9; ++k) y[k] = (float)(prnn_probe_stamps[k + 1] - prnn_probe_stamps[k]);
