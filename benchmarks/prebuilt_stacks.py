@@ -89,7 +89,6 @@ def build(out: str, key: str, names: list[str]) -> None:
 
     from persist_rnn.compile import compile as compile_model
     from persist_rnn.testing import stacked_layers_model
-    from tir_templates.wavefront.plan import StackConfig
 
     op, hidden, layers, batch = key.split(":")
     hidden, layers, batch = int(hidden), int(layers), int(batch)
@@ -101,18 +100,16 @@ def build(out: str, key: str, names: list[str]) -> None:
         if name == "per_layer":
             built = compile_model(model, "cuda", wavefront=False)
         else:
-            match = BUILD_NAME.fullmatch(name)
-            if not match:
+            named = named_build(name, batch)
+            if named is None:
                 raise SystemExit(f"{name}: expected per_layer or [probed-][package/]w<warps>c<cluster>r<rows>[L][t<tiles>]")
-            probed, package, warps, cluster, rows, lanes, tiles = match.groups()
-            tiles = int(tiles or 1)
+            probed, package, cfg = named
             if probed and package:
                 raise SystemExit(f"{name}: the probes go into the working tree's kernel only")
-            if probed and tiles > 1:
+            if probed and cfg.batch_tiles > 1:
                 raise SystemExit(f"{name}: the probes time one tile (every tile's top layer would write its clocks "
                                  "into the same row of Y)")
-            cfg = StackConfig(32 * int(warps), int(cluster), int(rows), -(-batch // tiles), bool(lanes), tiles)
-            with forced_config(cfg), wavefront_kernel(package, bool(probed)):
+            with forced_config(cfg), wavefront_kernel(package, probed):
                 built = compile_model(model, "cuda", wavefront=True)
             if built.report()[0].lowering != "wavefront":
                 raise SystemExit(f"{key} {name}: not fused ({built.report()[0].line()})")
@@ -124,16 +121,26 @@ def build(out: str, key: str, names: list[str]) -> None:
         print(key, name, "built", flush=True)
 
 
-def example_config(name: str, batch: int):
-    """The StackConfig a build-example config name (w<warps>c<cluster>r<rows>[L][t<tiles>]) names."""
+def named_build(name: str, batch: int):
+    """(probed, package or None, StackConfig at `batch`) of a wavefront build's name (BUILD_NAME),
+    or None if it is not one."""
     from tir_templates.wavefront.plan import StackConfig
 
     match = BUILD_NAME.fullmatch(name)
-    if not match or match.group(1) or match.group(2):
-        raise SystemExit(f"{name}: expected w<warps>c<cluster>r<rows>[L][t<tiles>]")
-    _, _, warps, cluster, rows, lanes, tiles = match.groups()
+    if not match:
+        return None
+    probed, package, warps, cluster, rows, lanes, tiles = match.groups()
     tiles = int(tiles or 1)
-    return StackConfig(32 * int(warps), int(cluster), int(rows), -(-batch // tiles), bool(lanes), tiles)
+    return bool(probed), package, StackConfig(32 * int(warps), int(cluster), int(rows), -(-batch // tiles),
+                                              bool(lanes), tiles)
+
+
+def example_config(name: str, batch: int):
+    """The StackConfig a build-example config name (w<warps>c<cluster>r<rows>[L][t<tiles>]) names."""
+    named = named_build(name, batch)
+    if named is None or named[0] or named[1]:
+        raise SystemExit(f"{name}: expected w<warps>c<cluster>r<rows>[L][t<tiles>]")
+    return named[2]
 
 
 def build_example(out: str, key: str, configs: list[str] = ()) -> None:
