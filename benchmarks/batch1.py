@@ -24,7 +24,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn  # noqa: E402
-from persist_rnn.bench import cuda_ms, cudnn_ms, interleaved_ms, strict_fp32_case, vm_call  # noqa: E402
+from persist_rnn.bench.gpu_timing import cuda_ms, interleaved_ms, vm_call  # noqa: E402
+from persist_rnn.bench.torch_layers import cudnn_ms, strict_fp32_case
 from persist_rnn.transform import persistent_rnn  # noqa: E402
 from tir_templates.config import Config, stamped_problems  # noqa: E402
 from tir_templates.spec import CellSpec  # noqa: E402
@@ -42,7 +43,7 @@ def model_spec(cell, hidden):
 def layer_row(cell, hidden, batch, retune, seq_len=100):
     import torch
 
-    from persist_rnn.cudnn_direct import algorithm_rows
+    from persist_rnn.bench.cudnn_direct import algorithm_rows
 
     layer, x, want, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len)
     row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len}

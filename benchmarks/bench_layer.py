@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 
 import persist_rnn
-from persist_rnn.bench import cuda_ms, cudnn_ms, onnx_from_torch, torch_layer
+from persist_rnn.bench.gpu_timing import cuda_ms
+from persist_rnn.bench.torch_layers import cudnn_ms, onnx_from_torch, torch_layer
 
 
 def bench_one(op, hidden, batch, seq_len, tuning_log, top_k):

@@ -20,14 +20,9 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn
-from persist_rnn.bench import (
-    compiled_ms,
-    cuda_ms,
-    cudnn_ms,
-    grid_arguments,
-    grid_layers,
-    onnx_from_torch,
-)
+from persist_rnn.bench.gpu_timing import compiled_ms, cuda_ms
+from persist_rnn.bench.suite import grid_arguments, grid_layers
+from persist_rnn.bench.torch_layers import cudnn_ms, onnx_from_torch
 
 
 def gemm_ms(rows: int, cols_in: int, cols_out: int) -> float:

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 import persist_rnn
-from persist_rnn.bench import inputs_at_batch, interleaved_ms, vm_call
+from persist_rnn.bench.gpu_timing import interleaved_ms, vm_call
+from persist_rnn.bench.suite import inputs_at_batch
 
 
 def main():

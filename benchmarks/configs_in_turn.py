@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from persist_rnn.bench import PRECISIONS  # noqa: E402
+from persist_rnn.bench.torch_layers import PRECISIONS  # noqa: E402
 from tir_templates.config import Config  # noqa: E402
 
 FLAGS = {"cluster": {"cluster": True}, "dsmem": {"dsmem": True}, "stamped": {"stamped": True},
@@ -94,8 +94,10 @@ def layer_row(cell: str, hidden: int, batch: int, precision: str, configs: list[
 
     import persist_rnn
     from persist_rnn.transform import persistent_rnn
-    from persist_rnn.bench import at_precision, cuda_ms, interleaved_ms, matched_ms, strict_fp32_case, vm_call
-    from persist_rnn.cudnn_direct import algorithm_rows
+    from persist_rnn.bench.gpu_timing import cuda_ms, interleaved_ms, vm_call
+    from persist_rnn.bench.suite import matched_ms
+    from persist_rnn.bench.torch_layers import at_precision, strict_fp32_case
+    from persist_rnn.bench.cudnn_direct import algorithm_rows
 
     build_precision, dtype, math = PRECISIONS[precision]
     layer, x, strict, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len, dtype)

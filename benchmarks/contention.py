@@ -32,7 +32,7 @@ def _build(hidden, batch, cooperative, path):
 
     import persist_rnn
     from persist_rnn.frontend import from_onnx
-    from persist_rnn.testing import LayerCase, make_model
+    from persist_rnn.bench.layer_models import LayerCase, make_model
 
     model, _ = make_model(LayerCase(op="LSTM", hidden_size=hidden, input_size=hidden, batch=batch, seq_len=100,
                                     weight_scale=1.0 / hidden ** 0.5))
@@ -187,7 +187,7 @@ def _cost(emit, layers):
     import torch
 
     import persist_rnn
-    from persist_rnn.bench import cuda_ms
+    from persist_rnn.bench.gpu_timing import cuda_ms
 
     for hidden, batch in layers:
         row = {"case": "cost", "hidden": hidden, "batch": batch}

@@ -42,7 +42,7 @@ def main():
     from tvm import relax
 
     import persist_rnn
-    from persist_rnn.bench import kernel_trace
+    from persist_rnn.bench.gpu_timing import kernel_trace
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)

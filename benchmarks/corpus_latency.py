@@ -50,8 +50,9 @@ def _third_party(models_dir):
 
 
 def _persist_rnn_row(compiled, model, feeds):
-    from persist_rnn.bench import _ort_ms, compiled_ms
-    from persist_rnn.testing import max_rel_error, ort_run
+    from persist_rnn.bench.gpu_timing import compiled_ms
+    from persist_rnn.bench.suite import _ort_ms
+    from persist_rnn.bench.layer_models import max_rel_error, ort_run
 
     want = ort_run(model, feeds)
     got = compiled.run(feeds)
@@ -65,7 +66,7 @@ def main():
 
     import persist_rnn
     from make_corpus import build, example_input
-    from persist_rnn.bench import cudnn_ms
+    from persist_rnn.bench.torch_layers import cudnn_ms
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)

@@ -15,7 +15,8 @@ import os
 import tempfile
 
 import persist_rnn
-from persist_rnn.bench import compiled_ms, inputs_at_batch
+from persist_rnn.bench.gpu_timing import compiled_ms
+from persist_rnn.bench.suite import inputs_at_batch
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 

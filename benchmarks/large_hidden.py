@@ -18,7 +18,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn
-from persist_rnn.bench import graph_replay, interleaved_ms, onnx_from_torch, torch_layer, vm_call
+from persist_rnn.bench.gpu_timing import graph_replay, interleaved_ms, vm_call
+from persist_rnn.bench.torch_layers import onnx_from_torch, torch_layer
 
 
 def relative_error(got, want) -> float:

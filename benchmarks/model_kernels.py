@@ -15,7 +15,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn
-from persist_rnn.bench import cuda_ms, inputs_at_batch, kernel_trace, vm_call
+from persist_rnn.bench.gpu_timing import cuda_ms, kernel_trace, vm_call
+from persist_rnn.bench.suite import inputs_at_batch
 
 
 CALLS = 20

@@ -88,7 +88,7 @@ def build(out: str, key: str, names: list[str]) -> None:
     import onnx
 
     from persist_rnn.compile import compile as compile_model
-    from persist_rnn.testing import stacked_layers_model
+    from persist_rnn.bench.layer_models import stacked_layers_model
 
     op, hidden, layers, batch = key.split(":")
     hidden, layers, batch = int(hidden), int(layers), int(batch)
@@ -150,7 +150,7 @@ def build_example(out: str, key: str, configs: list[str] = ()) -> None:
     tuning log read; and fused at each of `configs` (w<warps>c<cluster>r<rows>[L][t<tiles>])."""
     import shutil
 
-    from persist_rnn.bench import inputs_at_batch
+    from persist_rnn.bench.suite import inputs_at_batch
     from persist_rnn.compile import compile as compile_model
 
     name, batch = key.split(":")
@@ -180,7 +180,7 @@ def time(out: str, dirs: list[str]) -> None:
     import onnx
     import onnxruntime as ort
 
-    from persist_rnn.gpu_timing import interleaved_ms, vm_call
+    from persist_rnn.bench.gpu_timing import interleaved_ms, vm_call
     from persist_rnn.runtime import load
     from wavefront_phases import phase_cycles  # this script's folder
 

@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from persist_rnn.bench import cuda_ms, kernel_trace
-from persist_rnn.testing import projection_module
+from persist_rnn.bench.gpu_timing import cuda_ms, kernel_trace
+from persist_rnn.bench.layer_models import projection_module
 from tir_templates.projection import TILES, projection_kernel, projection_reference
 from tir_templates.projection_mma import projection_mma_kernel
 

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "fixtu
 
 def _time_us(fn):
     """Median µs per call (persist_rnn.bench.cuda_ms: CUDA events around back-to-back calls)."""
-    from persist_rnn.bench import cuda_ms
+    from persist_rnn.bench.gpu_timing import cuda_ms
 
     return cuda_ms(fn) * 1000
 

@@ -25,7 +25,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
 import persist_rnn  # noqa: E402
-from persist_rnn.bench import cudnn_ms, inputs_at_batch, interleaved_ms, kernel_trace, vm_call  # noqa: E402
+from persist_rnn.bench.gpu_timing import interleaved_ms, kernel_trace, vm_call  # noqa: E402
+from persist_rnn.bench.suite import inputs_at_batch
+from persist_rnn.bench.torch_layers import cudnn_ms
 
 from dynamic_batch import BATCHES  # noqa: E402  (beside this file)
 

@@ -37,7 +37,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from tvm.script import tirx as T  # noqa: E402
 
 import persist_rnn  # noqa: E402
-from persist_rnn.bench import cuda_ms, kernel_trace, strict_fp32_case, vm_call  # noqa: E402
+from persist_rnn.bench.gpu_timing import cuda_ms, kernel_trace, vm_call  # noqa: E402
+from persist_rnn.bench.torch_layers import strict_fp32_case
 from persist_rnn.schedule.measure import build_kernel, kernel_arrays, time_kernel  # noqa: E402
 from tir_templates.config import Config  # noqa: E402
 from tir_templates.persistent import dots, exchange, kernel, update  # noqa: E402

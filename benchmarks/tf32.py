@@ -22,7 +22,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn  # noqa: E402
-from persist_rnn.bench import cuda_ms, cudnn_ms, interleaved_ms, strict_fp32_case, vm_call  # noqa: E402
+from persist_rnn.bench.gpu_timing import cuda_ms, interleaved_ms, vm_call  # noqa: E402
+from persist_rnn.bench.torch_layers import cudnn_ms, strict_fp32_case
 
 GRID = [(cell, h, b) for cell in ("LSTM", "GRU") for h in (64, 256, 1024) for b in (1, 10, 20)]
 SHIPPED_LOG = os.path.join(os.path.dirname(__file__), "..", "docs", "data", "tune-h100.jsonl")
@@ -38,7 +39,7 @@ def _relative(got, want) -> float:
 def layer_row(cell, hidden, batch, seq_len=100, top_k=2):
     import torch
 
-    from persist_rnn.cudnn_direct import algorithm_rows
+    from persist_rnn.bench.cudnn_direct import algorithm_rows
 
     layer, x, strict, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len)
     row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len}

@@ -18,7 +18,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn
-from persist_rnn.bench import cuda_ms, kernel_trace, onnx_from_torch, torch_layer
+from persist_rnn.bench.gpu_timing import cuda_ms, kernel_trace
+from persist_rnn.bench.torch_layers import onnx_from_torch, torch_layer
 
 
 def main():

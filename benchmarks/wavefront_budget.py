@@ -41,8 +41,8 @@ import persist_rnn.transform.layer_wavefront as layer_wavefront  # noqa: E402
 import tir_templates.wavefront.kernel as wavefront_kernel  # noqa: E402
 import tir_templates.wavefront.stamped as stamped  # noqa: E402
 from persist_rnn.compile import compile as compile_model  # noqa: E402
-from persist_rnn.gpu_timing import graph_replay, interleaved_ms, vm_call  # noqa: E402
-from persist_rnn.stack_bench import onnx_stack_from_torch  # noqa: E402
+from persist_rnn.bench.gpu_timing import graph_replay, interleaved_ms, vm_call  # noqa: E402
+from persist_rnn.bench.stacks import onnx_stack_from_torch  # noqa: E402
 from tir_templates.wavefront.plan import lanes_fit  # noqa: E402
 
 #: what each part's removal replaces in kernel.py's `one_step` (the lines as they stand there, in

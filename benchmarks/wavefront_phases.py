@@ -43,8 +43,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn.transform.layer_wavefront as layer_wavefront  # noqa: E402
 from persist_rnn.compile import compile as compile_model  # noqa: E402
-from persist_rnn.gpu_timing import interleaved_ms, vm_call  # noqa: E402
-from persist_rnn.stack_bench import onnx_stack_from_torch  # noqa: E402
+from persist_rnn.bench.gpu_timing import interleaved_ms, vm_call  # noqa: E402
+from persist_rnn.bench.stacks import onnx_stack_from_torch  # noqa: E402
 from tir_templates.spec import CellSpec  # noqa: E402
 from tir_templates.wavefront.layout import StackLayout  # noqa: E402
 from tir_templates.wavefront.plan import StackConfig, lanes_fit  # noqa: E402

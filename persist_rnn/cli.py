@@ -82,7 +82,7 @@ def _verbose() -> bool:
 @main.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="the .so to write")
-@click.option("--target", default="cuda", show_default=True, help=TARGET_HELP)
+@click.option("--target", default="cuda", show_default=True, help=TARGET_HELP + '; "auto": cuda if a GPU is here, else llvm')
 @click.option("--tuning-log", type=click.Path(dir_okay=False), help="reuse (and extend) this tuning log")
 @click.option("--unroll", is_flag=True, help="unroll recurrences into primitive ops (static shapes only)")
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
@@ -94,7 +94,7 @@ def compile(model, output, target, tuning_log, unroll, unverified, precision, wa
     from . import compile as compile_model
 
     try:
-        cm = compile_model(model, target, tuning_log=tuning_log, unroll=unroll, unverified=unverified,
+        cm = compile_model(model, _here(target, "compiling for"), tuning_log=tuning_log, unroll=unroll, unverified=unverified,
                            verbose=_verbose(), precision=precision, wavefront=wavefront, **_pins(shape_opts, const_opts))
         cm.export_library(output)
     except PersistRNNError as err:
@@ -106,6 +106,10 @@ def compile(model, output, target, tuning_log, unroll, unverified, precision, wa
     click.echo(f"wrote {output}")
 
 
+#: run's options that choose how MODEL is compiled, refused with a compiled library
+_COMPILE_OPTIONS = ("target", "tuning_log", "unverified", "precision", "wavefront", "shape_opts", "const_opts")
+
+
 @main.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--inputs", "inputs_path", required=True, type=click.Path(exists=True, dir_okay=False),
@@ -113,26 +117,37 @@ def compile(model, output, target, tuning_log, unroll, unverified, precision, wa
 @click.option("--target", default="auto", show_default=True, help=TARGET_HELP + '; "auto": cuda if a GPU is here, else llvm')
 @click.option("--tuning-log", type=click.Path(dir_okay=False))
 @click.option("--check", is_flag=True, help="compare with ONNX Runtime and print the max error")
+@click.option("--reference", type=click.Path(exists=True, dir_okay=False),
+              help="with a compiled MODEL: the ONNX file --check runs in ONNX Runtime (default: the one it was "
+                   "compiled from, if it is still there unchanged)")
 @click.option("--save", type=click.Path(dir_okay=False), help="write the outputs to this .npz")
 @click.option("--unverified", is_flag=True, help=UNVERIFIED_HELP)
 @_precision_option
 @_wavefront_option
 @_pin_options
-def run(model, inputs_path, target, tuning_log, check, save, unverified, precision, wavefront, shape_opts, const_opts):
-    """Compile MODEL, run it on INPUTS and print the outputs' shapes (pinned inputs may be left out
-    of INPUTS; --check feeds ONNX Runtime their pinned values)."""
-    from . import compile as compile_model
-
-    pins = _pins(shape_opts, const_opts)
-    feeds = {k: v for k, v in np.load(inputs_path).items() if k not in pins["constants"]}
-    if target == "auto":
-        from .schedule.gpu import present_device
-
-        target = "cuda" if present_device() is not None else "llvm"
-        click.echo(f"running on {'the GPU (cuda)' if target == 'cuda' else 'the CPU (llvm): no CUDA GPU here'}")
+def run(model, inputs_path, target, tuning_log, check, reference, save, unverified, precision, wavefront,
+        shape_opts, const_opts):
+    """Run MODEL on INPUTS and print the outputs' shapes. MODEL is a library from `compile` (loaded,
+    not compiled again) or an ONNX file (compiled first). Pinned inputs may be left out of INPUTS;
+    --check feeds ONNX Runtime their pinned values."""
+    ctx = click.get_current_context()
+    compiled = not model.endswith(".onnx") and os.path.exists(model + ".json")
+    if compiled:
+        given = [f"--{name.replace('_opts', '').replace('_', '-')}" for name in _COMPILE_OPTIONS
+                 if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT]
+        if given:
+            _fail(PersistRNNError(f"{', '.join(given)}: {'these choose' if len(given) > 1 else 'this chooses'} how an "
+                                  f"ONNX model is compiled, and {model} is compiled already"))
+    elif reference:
+        _fail(PersistRNNError("--reference goes with a compiled MODEL; an ONNX MODEL is its own reference"))
     try:
-        cm = compile_model(model, target, tuning_log=tuning_log, unverified=unverified, verbose=_verbose(),
-                           precision=precision, wavefront=wavefront, **pins)
+        if compiled:
+            cm = _loaded(model)
+        else:
+            cm = _compiled_for_here(model, target, tuning_log=tuning_log, unverified=unverified, precision=precision,
+                                    wavefront=wavefront, **_pins(shape_opts, const_opts))
+        constants = cm.origin.get("constants", {})
+        feeds = {k: v for k, v in np.load(inputs_path).items() if k not in constants}
         outs = cm.run(feeds)
     except PersistRNNError as err:
         _fail(err)
@@ -143,21 +158,68 @@ def run(model, inputs_path, target, tuning_log, check, save, unverified, precisi
     if save:
         np.savez(save, **dict(zip(cm.output_names, outs)))
     if check:
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            _fail(PersistRNNError("--check compares with ONNX Runtime, which is not installed: pip install onnxruntime"))
+        _check(reference or _reference_of(cm, model), feeds, outs, constants, cm.origin.get("precision", "fp32"))
 
-        session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-        types = {i.name: i.type for i in session.get_inputs()}
-        pinned = {k: np.asarray(v, _ORT_DTYPES.get(types.get(k), None)) for k, v in pins["constants"].items()}
-        ref = session.run(None, {**feeds, **pinned})
-        err = max(float(np.abs(np.asarray(a, "float64") - b).max(initial=0.0)) / max(1.0, float(np.abs(b).max(initial=0.0)))
-                  for a, b in zip(outs, ref))
-        bound = TOLERANCE[precision]
-        click.echo(f"max error vs ONNX Runtime (relative to output scale): {err:.3e} (bound at {precision}: {bound:g})")
-        if not err <= bound:
-            sys.exit(1)
+
+def _compiled_for_here(model, target, **options):
+    """MODEL compiled for `target` (`_here`), to run it now."""
+    from . import compile as compile_model
+
+    return compile_model(model, _here(target, "running on"), verbose=_verbose(), **options)
+
+
+def _here(target, doing: str):
+    """`target`, where "auto" is cuda if a GPU is here, else llvm (said after `doing`)."""
+    if target != "auto":
+        return target
+    from .schedule.gpu import present_device
+
+    target = "cuda" if present_device() is not None else "llvm"
+    click.echo(f"{doing} {'the GPU (cuda)' if target == 'cuda' else 'the CPU (llvm): no CUDA GPU here'}")
+    return target
+
+
+def _loaded(library):
+    """A library from `compile` (`runtime.load` refuses one this machine cannot run)."""
+    from .runtime import load
+
+    cm = load(library)
+    click.echo(f"running {library} ({cm.target.kind.name})")
+    return cm
+
+
+def _reference_of(cm, library) -> str:
+    """The ONNX file a loaded library was compiled from, if it is still there with the same bytes."""
+    import hashlib
+
+    path = cm.origin.get("model")
+    if not path or not os.path.exists(path):
+        _fail(PersistRNNError(f"--check needs the ONNX model {library} was compiled from "
+                              f"({path or 'a ModelProto, not a file'}), and it is not there: pass --reference MODEL.onnx"))
+    if hashlib.sha256(open(path, "rb").read()).hexdigest() != cm.origin.get("sha256"):
+        _fail(PersistRNNError(f"--check: {path} has changed since {library} was compiled from it; pass "
+                              "--reference MODEL.onnx, or compile again"))
+    return path
+
+
+def _check(reference, feeds, outs, constants, precision):
+    """ONNX Runtime (CPU) on `reference` with the same feeds (and the pinned constants): print the
+    largest error over the output scale and exit 1 past the precision's bound."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        _fail(PersistRNNError("--check compares with ONNX Runtime, which is not installed: pip install onnxruntime"))
+
+    session = ort.InferenceSession(str(reference), providers=["CPUExecutionProvider"])
+    types = {i.name: i.type for i in session.get_inputs()}
+    pinned = {k: np.asarray(v, _ORT_DTYPES.get(types.get(k), None)) for k, v in constants.items()}
+    ref = session.run(None, {**feeds, **pinned})
+    err = max(float(np.abs(np.asarray(a, "float64") - b).max(initial=0.0)) / max(1.0, float(np.abs(b).max(initial=0.0)))
+              for a, b in zip(outs, ref))
+    bound = TOLERANCE[precision]
+    click.echo(f"max error vs ONNX Runtime (relative to output scale): {err:.3e} (bound at {precision}: {bound:g})")
+    if not err <= bound:
+        sys.exit(1)
 
 
 @main.command()
@@ -320,7 +382,7 @@ def bench(out, parts, tuning_log, unrolled_hidden, examples_dir, unverified, lay
     """Benchmark against cuDNN, ONNX Runtime and unrolled TVM (needs torch and a CUDA GPU);
     `python benchmarks/report.py OUT` makes the tables and plots. With --precision alone, only
     the precision grid is measured."""
-    from .bench import PARTS, run_suite
+    from .bench.suite import PARTS, run_suite
 
     run_suite(out, parts or (() if precisions else PARTS), tuning_log, unrolled_hidden, examples_dir, log=click.echo,
               unverified=unverified, layers=layers, precisions=precisions, flashrnn_layers=flashrnn_layers)
@@ -328,7 +390,7 @@ def bench(out, parts, tuning_log, unrolled_hidden, examples_dir, unverified, lay
 
 def _precisions(text) -> tuple[str, ...]:
     """--precision fp32,tf32,fp16 as a tuple, each one the suite measures."""
-    from .bench import PRECISIONS
+    from .bench.torch_layers import PRECISIONS
 
     if not text:
         return ()

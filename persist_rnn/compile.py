@@ -2,6 +2,10 @@
 TVM's default build)."""
 from __future__ import annotations
 
+import hashlib
+import os
+
+import numpy as np
 import tvm
 
 from .cuda_limits import refuse_unsupported_on_cuda
@@ -52,4 +56,13 @@ def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, u
     outputs = [o.name for o in model.graph.output]
     inputs = graph_inputs(model)
     checks = input_checks(model, {i.name for i in inputs})
-    return CompiledModel(ex, target, report, inputs, outputs, checks, notes)
+    return CompiledModel(ex, target, report, inputs, outputs, checks, notes,
+                         _origin(model_or_path, constants, precision))
+
+
+def _origin(model_or_path, constants, precision) -> dict:
+    """What `CompiledModel.origin` records: the ONNX file (absolute path and digest; None for a
+    ModelProto), the constants pinned in it, and the build's precision."""
+    path = os.path.abspath(os.fspath(model_or_path)) if isinstance(model_or_path, (str, os.PathLike)) else None
+    digest = hashlib.sha256(open(path, "rb").read()).hexdigest() if path else None
+    return {"model": path, "sha256": digest, "constants": {k: np.asarray(v).tolist() for k, v in (constants or {}).items()}, "precision": precision}

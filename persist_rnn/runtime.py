@@ -86,7 +86,7 @@ class CompiledModel:
 
     def __init__(self, executable, target: tvm.target.Target, report: list[LayerReport],
                  inputs: list[InputSpec], output_names: list[str], checks: list,
-                 notes: list[str] | None = None):
+                 notes: list[str] | None = None, origin: dict | None = None):
         self.executable = executable
         self.target = target
         self._report = report
@@ -94,6 +94,10 @@ class CompiledModel:
         self.output_names = output_names
         self._checks = checks
         self.notes = list(notes or [])  # what the front door pinned and folded
+        #: what it was compiled from and how, for a check against ONNX Runtime after `load`:
+        #: {"model": the ONNX path or None, "sha256": its bytes' digest, "constants": pinned inputs,
+        #: "precision": the build's}
+        self.origin = dict(origin or {})
         self._local = threading.local()  # a VM per thread: a VM keeps each call's values in its registers
         self._dtypes = [str(np.dtype(i.dtype)) for i in inputs]
         self._names = {i.name: None for i in inputs}.keys()  # ordered, and compares equal to a dict's keys
@@ -222,6 +226,7 @@ class CompiledModel:
             "report": [r.as_dict() for r in self._report],
             "checks": [dataclasses.asdict(c) for c in self._checks],
             "notes": self.notes,
+            "origin": self.origin,
         }
         with open(str(path) + ".json", "w") as f:
             json.dump(meta, f, indent=1)
@@ -231,8 +236,11 @@ def load(path: str) -> CompiledModel:
     """A CompiledModel from `export_library`'s two files."""
     with open(str(path) + ".json") as f:
         meta = json.load(f)
-    ex = tvm.runtime.load_module(str(path))
     target = tvm.target.Target(meta["target"])
+    if target.kind.name == "cuda" and not tvm.cuda(0).exist:
+        raise PersistRNNError(f"{path} was compiled for cuda and there is no CUDA GPU here; compile the model "
+                              "for llvm to run it on the CPU")
+    ex = tvm.runtime.load_module(str(path))
     return CompiledModel(ex, target, [LayerReport(**r) for r in meta["report"]],
                          [InputSpec(**i) for i in meta["inputs"]], meta["outputs"],
-                         [check_from_dict(c) for c in meta["checks"]], meta.get("notes", []))
+                         [check_from_dict(c) for c in meta["checks"]], meta.get("notes", []), meta.get("origin"))

@@ -7,9 +7,22 @@ import tvm
 
 from .errors import PersistRNNError
 
+#: the static shared memory a CUDA block may use without opting in. TVM's GPU schedules (dlight)
+#: read it from the target and, where a target lacks it, warn once per kernel and take this same
+#: value; a CUDA target gets it up front, so the build is the same and quiet.
+CUDA_SHARED_BYTES_PER_BLOCK = 49152
+
 
 def as_target(target) -> tvm.target.Target:
-    """A Target from a name ("llvm", "cuda" = sm_90), a JSON dict or string, or a Target."""
+    """A Target from a name ("llvm", "cuda" = sm_90), a JSON dict or string, or a Target; a CUDA
+    target without `max_shared_memory_per_block` gets `CUDA_SHARED_BYTES_PER_BLOCK`."""
+    target = _parsed(target)
+    if target.kind.name == "cuda" and "max_shared_memory_per_block" not in target.attrs:
+        target = tvm.target.Target({**json.loads(str(target)), "max_shared_memory_per_block": CUDA_SHARED_BYTES_PER_BLOCK})
+    return target
+
+
+def _parsed(target) -> tvm.target.Target:
     if isinstance(target, tvm.target.Target):
         return target
     try:

@@ -159,3 +159,51 @@ def test_bench_precisions_are_checked_and_reported(tmp_path):
     text = "\n".join(precision_lines([row, {**row, "batch": 20, "best_cudnn_over_ours": 2.0}]))
     assert "## tf32" in text and "slower than it: GRU H=1024 B=1 (0.50x)" in text and "1.00x against the best" in text
     assert "more than 3x the floor: GRU H=1024 B=1 (4.0x), GRU H=1024 B=20 (4.0x)" in text
+
+
+def test_run_loads_a_compiled_library_and_checks_it(tmp_path):
+    """`run LIB.so` loads what `compile` wrote (no second compile) and --check finds the ONNX file
+    it was compiled from; options that choose how to compile are refused by name."""
+    lib = str(tmp_path / "m.so")
+    assert _run("compile", f"{FIX}/torch_rnn_relu.onnx", "-o", lib, "--target", "llvm").exit_code == 0
+    res = _run("run", lib, "--inputs", f"{FIX}/torch_rnn_relu.npz", "--check")
+    assert res.exit_code == 0, res.output
+    assert f"running {lib} (llvm)" in res.output
+    assert float(res.output.split("output scale): ")[1].split()[0]) <= 1e-4
+    res = _run("run", lib, "--inputs", f"{FIX}/torch_rnn_relu.npz", "--precision", "tf32", "--target", "llvm")
+    assert res.exit_code == 2 and "--target, --precision: these choose how an ONNX model is compiled" in res.output
+
+
+def test_run_check_of_a_library_wants_its_onnx_unchanged(tmp_path):
+    """A library whose ONNX file moved or changed is checked only against a --reference."""
+    onnx_path = tmp_path / "m.onnx"
+    onnx_path.write_bytes(open(f"{FIX}/torch_rnn_relu.onnx", "rb").read())
+    lib = str(tmp_path / "m.so")
+    assert _run("compile", str(onnx_path), "-o", lib, "--target", "llvm").exit_code == 0
+    onnx_path.write_bytes(onnx_path.read_bytes() + b"\0")  # same graph, other bytes
+    res = _run("run", lib, "--inputs", f"{FIX}/torch_rnn_relu.npz", "--check")
+    assert res.exit_code == 2 and "has changed since" in res.output
+    res = _run("run", lib, "--inputs", f"{FIX}/torch_rnn_relu.npz", "--check", "--reference", f"{FIX}/torch_rnn_relu.onnx")
+    assert res.exit_code == 0 and "max error vs ONNX Runtime" in res.output
+    res = _run("run", f"{FIX}/torch_rnn_relu.onnx", "--inputs", f"{FIX}/torch_rnn_relu.npz", "--reference", str(onnx_path))
+    assert res.exit_code == 2 and "--reference goes with a compiled MODEL" in res.output
+
+
+@pytest.mark.skipif(present_device() is not None, reason="the refusal is for a machine without a CUDA GPU")
+def test_run_refuses_a_cuda_library_without_a_gpu(tmp_path):
+    lib = str(tmp_path / "m.so")
+    assert _run("compile", f"{FIX}/torch_rnn_relu.onnx", "-o", lib, "--target", "cuda").exit_code == 0
+    res = _run("run", lib, "--inputs", f"{FIX}/torch_rnn_relu.npz")
+    assert res.exit_code == 2 and "was compiled for cuda and there is no CUDA GPU here" in res.output
+
+
+def test_cuda_targets_carry_the_shared_memory_limit():
+    """TVM's GPU schedules warn for each kernel of a CUDA target without max_shared_memory_per_block
+    and take 49152 bytes; every CUDA target persist_rnn builds for states that value."""
+    from persist_rnn.targets import CUDA_SHARED_BYTES_PER_BLOCK, as_target
+
+    for target in ("cuda", {"kind": "cuda", "arch": "sm_80"}, '{"kind": "cuda", "arch": "sm_90"}'):
+        assert int(as_target(target).attrs["max_shared_memory_per_block"]) == CUDA_SHARED_BYTES_PER_BLOCK == 49152
+    assert int(as_target({"kind": "cuda", "arch": "sm_90", "max_shared_memory_per_block": 1000})
+               .attrs["max_shared_memory_per_block"]) == 1000
+    assert "max_shared_memory_per_block" not in as_target("llvm").attrs

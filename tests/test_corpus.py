@@ -13,7 +13,7 @@ import pytest
 import tvm
 
 import persist_rnn
-from persist_rnn.testing import max_rel_error, ort_run
+from persist_rnn.bench.layer_models import max_rel_error, ort_run
 
 HERE = os.path.join(os.path.dirname(__file__), "fixtures", "corpus")
 FILES = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(HERE, "*.onnx")))

@@ -9,7 +9,7 @@ import pytest
 import tvm
 
 import persist_rnn
-from persist_rnn.testing import LayerCase, make_model, max_rel_error, ort_run
+from persist_rnn.bench.layer_models import LayerCase, make_model, max_rel_error, ort_run
 
 CASE = LayerCase(op="GRU", hidden_size=16, input_size=8, batch=3, seq_len=6, seq_lens=[6, 2, 0])
 

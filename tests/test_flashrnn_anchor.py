@@ -1,4 +1,4 @@
-"""The FlashRNN anchor's operands (`persist_rnn/flashrnn_anchor.py`): FlashRNN's pure-torch `vanilla`
+"""The FlashRNN anchor's operands (`persist_rnn/bench/flashrnn_anchor.py`): FlashRNN's pure-torch `vanilla`
 backend, given torch's weights as converted, computes torch's layer (its CUDA backends share the
 operands). Needs torch and flashrnn (skipped without them: the GPU box has torch; the bench
 bundle carries flashrnn)."""
@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("flashrnn")
 
-from persist_rnn.flashrnn_anchor import check_against_torch  # noqa: E402
+from persist_rnn.bench.flashrnn_anchor import check_against_torch  # noqa: E402
 
 
 @pytest.mark.parametrize("cls", ["LSTM", "GRU"])

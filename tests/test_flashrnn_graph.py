@@ -1,4 +1,4 @@
-"""FlashRNN replayed from a CUDA graph in a process of its own (`persist_rnn/flashrnn_graph.py`): its
+"""FlashRNN replayed from a CUDA graph in a process of its own (`persist_rnn/bench/flashrnn_graph.py`): its
 answer is read back, and a process that fails, prints nothing or hangs gives a refusal that says
 so, never an exception in the benchmark. The capture itself needs torch, flashrnn and a GPU (the
 GPU box); here a stand-in command plays it."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from persist_rnn.flashrnn_graph import graph_columns, graph_command
+from persist_rnn.bench.flashrnn_graph import graph_columns, graph_command
 
 
 def _stand_in(body: str):
@@ -29,5 +29,5 @@ def test_a_failed_silent_or_hung_capture_is_a_refusal():
 
 
 def test_the_command_names_the_layer_and_backend():
-    assert graph_command("GRU", 1024, 20, "bf16", "cuda")[-6:] == ["persist_rnn.flashrnn_graph", "GRU", "1024", "20",
+    assert graph_command("GRU", 1024, 20, "bf16", "cuda")[-6:] == ["persist_rnn.bench.flashrnn_graph", "GRU", "1024", "20",
                                                                    "bf16", "cuda"]

@@ -1,4 +1,4 @@
-"""FlashRNN's builds before the timed run (`persist_rnn/flashrnn_prebuild.py`, `bench.flashrnn_builds`):
+"""FlashRNN's builds before the timed run (`persist_rnn/bench/flashrnn_prebuild.py`, `bench.flashrnn_builds`):
 every job runs once, at most `workers` at a time, and a failure is recorded with the end of its
 output instead of stopping the others. The builds themselves need torch, flashrnn and a GPU (the
 GPU box); here a stand-in command plays the build."""
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sys
 
-from persist_rnn import bench
-from persist_rnn.flashrnn_prebuild import build_command, prebuild
+from persist_rnn.bench import suite as bench
+from persist_rnn.bench.flashrnn_prebuild import build_command, prebuild
 
 
 def _stand_in(tmp_path):
@@ -50,14 +50,14 @@ def test_a_build_that_hangs_is_killed_and_recorded():
 
 def test_the_build_command_runs_this_module():
     assert build_command("GRU", 256, 10, "bfloat16", "triton_fused")[1:] == [
-        "-m", "persist_rnn.flashrnn_prebuild", "GRU", "256", "10", "bfloat16", "triton_fused"]
+        "-m", "persist_rnn.bench.flashrnn_prebuild", "GRU", "256", "10", "bfloat16", "triton_fused"]
 
 
 def test_the_bench_builds_only_the_16_bit_rows_that_time_flashrnn(monkeypatch):
     """fp32 rows never run FlashRNN; `--flashrnn` layers, when given, are the only ones; no fused GRU."""
     seen = []
     monkeypatch.setattr("importlib.util.find_spec", lambda name: object())
-    monkeypatch.setattr("persist_rnn.flashrnn_prebuild.prebuild",
+    monkeypatch.setattr("persist_rnn.bench.flashrnn_prebuild.prebuild",
                         lambda jobs, log: seen.extend(jobs) or {j: {"ok": True, "s": 1.0, "output": ""} for j in jobs})
     jobs = [("fp32", "LSTM", 256, 1), ("fp16", "LSTM", 256, 1), ("bf16", "GRU", 64, 10), ("fp16", "GRU", 1024, 1)]
     rows = bench.flashrnn_builds(jobs, (("LSTM", 256, 1), ("GRU", 64, 10)), lambda *_: None)

@@ -17,7 +17,7 @@ import pytest
 import tvm
 
 import persist_rnn
-from persist_rnn.testing import max_rel_error, ort_run
+from persist_rnn.bench.layer_models import max_rel_error, ort_run
 
 REAL = "tests/fixtures/real/"
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})

@@ -14,7 +14,7 @@ import persist_rnn
 from persist_rnn import compile as compile_model
 from persist_rnn.schedule import tuning_log
 from persist_rnn.schedule.planner import plan_layer
-from persist_rnn.testing import LayerCase, make_model, max_rel_error
+from persist_rnn.bench.layer_models import LayerCase, make_model, max_rel_error
 from tir_templates.spec import CellSpec
 
 
@@ -74,8 +74,8 @@ def test_a_log_that_cannot_be_written_warns_and_the_compile_goes_on(tmp_path):
 def test_sizes_at_the_edges_on_cpu(name, size_model_llvm):
     """Each edge size through one compiled model (symbolic T and B) matches ONNX Runtime; B=0,
     which aborts ONNX Runtime's process, gives empty outputs."""
-    from persist_rnn.size_cases import empty_outputs, size_feeds
-    from persist_rnn.testing import ort_run
+    from persist_rnn.bench.size_cases import empty_outputs, size_feeds
+    from persist_rnn.bench.layer_models import ort_run
 
     model, compiled = size_model_llvm
     feeds = size_feeds(name)
@@ -86,7 +86,7 @@ def test_sizes_at_the_edges_on_cpu(name, size_model_llvm):
 
 @pytest.fixture(scope="module")
 def size_model_llvm():
-    from persist_rnn.size_cases import size_model
+    from persist_rnn.bench.size_cases import size_model
 
     model = size_model()
     return model, compile_model(model, "llvm")

@@ -1,5 +1,5 @@
 """Converters that stand in for TVM 0.27's where its ONNX importer gives a silently wrong answer
-(found by ONNX's own backend cases, `persist_rnn.op_sweep`). Each either computes what ONNX
+(found by ONNX's own backend cases, `persist_rnn.bench.op_sweep`). Each either computes what ONNX
 specifies or refuses the node with an error naming it and the attribute at fault; otherwise it
 hands the node to TVM's converter unchanged.
 

@@ -32,6 +32,7 @@ from tir_templates.signature import WORKSPACE_WORDS
 from tir_templates.spec import CellSpec
 
 from ..errors import PersistRNNError
+from ..targets import as_target
 from .cost_model import features, step_us
 from .fit import fit_weights, ranking_quality, summary
 from .gpu import GPUModel, gpu_model, present_device
@@ -201,7 +202,7 @@ def measure_device(configs_per_workload: int = 40, log=print, sweep_out: str | N
         raise PersistRNNError("calibrate needs a CUDA GPU to measure; without one, pass recorded sweeps "
                               "(persist-rnn calibrate SWEEP.jsonl ...) to fit them")
     gpu = device_model(dev, gpu_model(device_arch(dev)))
-    target = tvm.target.Target({"kind": "cuda", "arch": gpu.arch})
+    target = as_target({"kind": "cuda", "arch": gpu.arch})
     n = gpu.num_sms
     clusters = [c for c in (2, 4, 8) if c <= gpu.max_cluster_ctas]
     cluster_us = barrier_costs(dev, target, clusters, cluster=True)

@@ -9,7 +9,7 @@ from onnx import numpy_helper
 
 import persist_rnn
 from persist_rnn import PersistRNNError
-from persist_rnn.testing import LayerCase, make_model
+from persist_rnn.bench.layer_models import LayerCase, make_model
 
 
 def _model(**kw):

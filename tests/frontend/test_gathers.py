@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 import persist_rnn
 from persist_rnn.errors import PersistRNNError
 from persist_rnn.frontend import from_onnx
-from persist_rnn.testing import ort_run
+from persist_rnn.bench.layer_models import ort_run
 
 
 def _gather(index, axis=0, dims=(3, "B", 4)):

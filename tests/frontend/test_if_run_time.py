@@ -9,7 +9,7 @@ import tvm
 from onnx import TensorProto, helper
 
 import persist_rnn
-from persist_rnn.testing import LayerCase, make_model, max_rel_error, ort_run
+from persist_rnn.bench.layer_models import LayerCase, make_model, max_rel_error, ort_run
 
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
 

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import persist_rnn
 from persist_rnn.errors import PersistRNNError
 from persist_rnn.frontend.front_door import prepare
-from persist_rnn.testing import max_rel_error, ort_run
+from persist_rnn.bench.layer_models import max_rel_error, ort_run
 
 FIXTURES = "tests/fixtures/loops/"
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})

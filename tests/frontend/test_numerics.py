@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import persist_rnn
-from persist_rnn.testing import LayerCase, max_rel_error, reference
+from persist_rnn.bench.layer_models import LayerCase, max_rel_error, reference
 
 FP32_TOL = 1e-4
 CELLS = ("LSTM", "GRU", "RNN")

@@ -1,11 +1,11 @@
-"""ONNX's own backend cases of the ops around recurrent layers (persist_rnn.op_sweep): on llvm
+"""ONNX's own backend cases of the ops around recurrent layers (persist_rnn.bench.op_sweep): on llvm
 every case passes or is refused with an error; none runs to a wrong answer. The CUDA column of
 docs/op-table.md comes from the same sweep on the GPU box (the gpu test below)."""
 from __future__ import annotations
 
 import pytest
 
-from persist_rnn.op_sweep import OPS, sweep
+from persist_rnn.bench.op_sweep import OPS, sweep
 
 
 def _no_wrong(target):
@@ -28,7 +28,7 @@ def test_no_case_is_silently_wrong_on_cuda():
 def test_squeeze_with_runtime_axes_is_refused_for_cuda_only():
     """It runs on llvm; on the H100 it built and then failed at run time (nonzero on the GPU)."""
     import persist_rnn
-    from persist_rnn.op_sweep import cases
+    from persist_rnn.bench.op_sweep import cases
 
     [case] = [c for op, c in cases(("Squeeze",)) if c.name == "test_squeeze"]
     persist_rnn.compile(case.model, "llvm")

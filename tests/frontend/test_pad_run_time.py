@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import persist_rnn
-from persist_rnn.testing import ort_run
+from persist_rnn.bench.layer_models import ort_run
 
 
 def _const(name, value):

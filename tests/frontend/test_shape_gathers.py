@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 import persist_rnn
 from persist_rnn.frontend.shape_gathers import compose_shape_gathers
-from persist_rnn.testing import max_rel_error, ort_run
+from persist_rnn.bench.layer_models import max_rel_error, ort_run
 
 I, H = 5, 8
 

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 import persist_rnn
 from persist_rnn.frontend import from_onnx
-from persist_rnn.testing import max_rel_error, ort_run
+from persist_rnn.bench.layer_models import max_rel_error, ort_run
 
 BIG = 2**63 - 1
 

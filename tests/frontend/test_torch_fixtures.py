@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import persist_rnn
-from persist_rnn.testing import max_rel_error, ort_run
+from persist_rnn.bench.layer_models import max_rel_error, ort_run
 
 FIXTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "fixtures", "*.onnx")))
 

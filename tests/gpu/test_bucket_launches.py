@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import persist_rnn
-from persist_rnn.testing import LayerCase, max_rel_error, reference
+from persist_rnn.bench.layer_models import LayerCase, max_rel_error, reference
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "schedule"))
 from test_schedule import mixed_barrier_log  # noqa: E402

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import persist_rnn
-from persist_rnn.testing import LayerCase, make_model
+from persist_rnn.bench.layer_models import LayerCase, make_model
 
 pytestmark = pytest.mark.gpu
 
@@ -65,7 +65,7 @@ def test_two_streams_two_threads_wavefront_in_tiles():
     cluster waits only for lower tickets of its own launch (clusters already running), so both
     threads' 200 calls each finish with the serial answer."""
     torch = pytest.importorskip("torch")
-    from persist_rnn.testing import stacked_layers_model
+    from persist_rnn.bench.layer_models import stacked_layers_model
 
     model, feeds = stacked_layers_model("LSTM", 256, 3, 100, 10, lengths=True, states=True)
     compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True)

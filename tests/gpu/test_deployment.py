@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import persist_rnn
-from persist_rnn.testing import LayerCase, make_model, max_rel_error
+from persist_rnn.bench.layer_models import LayerCase, make_model, max_rel_error
 
 pytestmark = pytest.mark.gpu
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import persist_rnn
-from persist_rnn.testing import embedding_model, max_rel_error, ort_run
+from persist_rnn.bench.layer_models import embedding_model, max_rel_error, ort_run
 
 pytestmark = pytest.mark.gpu
 

@@ -19,7 +19,7 @@ from persist_rnn.schedule.cost_model import rank
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.precision import TOLERANCE as PRECISION_TOLERANCE
 from persist_rnn.schedule.space import candidate_configs
-from persist_rnn.testing import (
+from persist_rnn.bench.layer_models import (
     LayerCase,
     cell_loop_model,
     max_rel_error,
@@ -344,7 +344,7 @@ def test_projection_matches_numpy_on_gpu(tile):
     from templates.test_projection import operands
     from tvm import relax
 
-    from persist_rnn.testing import projection_module
+    from persist_rnn.bench.layer_models import projection_module
     from tir_templates.projection import projection_kernel, projection_reference
 
     for M, K, N in ((1000, 64, 256), (130, 6, 18), (65, 40, 192), (300, 1024, 4096)):
@@ -373,7 +373,7 @@ def test_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, stages):
     from templates.test_projection import operands
     from tvm import relax
 
-    from persist_rnn.testing import projection_module
+    from persist_rnn.bench.layer_models import projection_module
     from tir_templates.projection_mma import projection_mma_kernel
 
     half = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}.get(precision)
@@ -398,7 +398,7 @@ def test_narrow_dense_matches_numpy_on_gpu():
     from templates.test_projection import operands
     from tvm import relax
 
-    from persist_rnn.testing import projection_module
+    from persist_rnn.bench.layer_models import projection_module
     from tir_templates.narrow_dense import narrow_dense_kernel
 
     dev = tvm.cuda(0)

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.gpu
 
 SCRIPT = '''
 import persist_rnn
-from persist_rnn.testing import LayerCase, make_model, max_rel_error, ort_run
+from persist_rnn.bench.layer_models import LayerCase, make_model, max_rel_error, ort_run
 model, feeds = make_model(LayerCase(op="LSTM", hidden_size=64, input_size=32, batch=4, seq_len=20))
 compiled = persist_rnn.compile(model, "cuda", top_k=3)
 [layer] = compiled.report()

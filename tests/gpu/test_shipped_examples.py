@@ -9,8 +9,8 @@ import onnx
 import pytest
 
 import persist_rnn
-from persist_rnn.bench import inputs_at_batch
-from persist_rnn.testing import max_rel_error, ort_run
+from persist_rnn.bench.suite import inputs_at_batch
+from persist_rnn.bench.layer_models import max_rel_error, ort_run
 
 pytestmark = pytest.mark.gpu
 EXAMPLES = ("char_rnn", "speech_gru", "text_classifier")

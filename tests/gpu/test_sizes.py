@@ -10,8 +10,8 @@ import pytest
 
 import persist_rnn
 from persist_rnn.errors import PersistRNNError
-from persist_rnn.size_cases import CASES, empty_outputs, size_feeds, size_model
-from persist_rnn.testing import max_rel_error, ort_run
+from persist_rnn.bench.size_cases import CASES, empty_outputs, size_feeds, size_model
+from persist_rnn.bench.layer_models import max_rel_error, ort_run
 
 pytestmark = pytest.mark.gpu
 
@@ -43,7 +43,7 @@ def test_sizes_at_the_edges_on_gpu(name, compiled):
 def test_hidden_2048_fp16_is_persistent(op):
     """H=2048 fp16 (32 MiB of LSTM weights): persistent, with part of each lane's weights in shared
     memory, within fp16's bound of ONNX Runtime at T=20, B=1 and B=3 (one build, symbolic B)."""
-    from persist_rnn.testing import LayerCase, reference
+    from persist_rnn.bench.layer_models import LayerCase, reference
 
     case = LayerCase(op=op, hidden_size=2048, input_size=64, batch=1, seq_len=20, dtype="float16", dynamic=True,
                      weight_scale=1.0 / 2048 ** 0.5, linear_before_reset=1 if op == "GRU" else None)
@@ -63,7 +63,7 @@ def test_hidden_2048_fp16_is_persistent(op):
 def test_hidden_sizes_past_the_chip_fall_back_to_the_reference_scan(hidden):
     """H=2048 and 4096: the recurrent weights (64 and 256 MiB in fp32) fit no persistent config,
     so the layer keeps the reference scan, says why, and matches ONNX Runtime (T=20, B=1)."""
-    from persist_rnn.testing import LayerCase, reference
+    from persist_rnn.bench.layer_models import LayerCase, reference
 
     model, feeds, want = reference(LayerCase(op="LSTM", hidden_size=hidden, input_size=64, batch=1, seq_len=20,
                                              weight_scale=1.0 / hidden ** 0.5))

@@ -10,8 +10,9 @@ import onnx
 import pytest
 
 import persist_rnn
-from persist_rnn.bench import BOUNDS, inputs_at_batch
-from persist_rnn.testing import max_rel_error, ort_run, sixteen_bit_model, stacked_layers_model
+from persist_rnn.bench.suite import inputs_at_batch
+from persist_rnn.bench.torch_layers import BOUNDS
+from persist_rnn.bench.layer_models import max_rel_error, ort_run, sixteen_bit_model, stacked_layers_model
 
 pytestmark = pytest.mark.gpu
 

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from persist_rnn.bench import PRECISIONS
+from persist_rnn.bench.torch_layers import PRECISIONS
 from persist_rnn.schedule.floor import MEASURED_SYNC_US, floor_ms, least_sync_us
 from persist_rnn.schedule.gpu import gpu_model
 from tir_templates.spec import CellSpec

@@ -16,7 +16,7 @@ from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.planner import choose
 from persist_rnn.schedule.stack_choice import choose_stack, ranked_configs
 from persist_rnn.schedule.stack_cost import FUSE_MARGIN, stack_us
-from persist_rnn.testing import stacked_layers_model
+from persist_rnn.bench.layer_models import stacked_layers_model
 from tir_templates.config import Config
 from tir_templates.spec import CellSpec
 from tir_templates.wavefront.plan import StackConfig, plan_stack, stack_configs

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tvm
 
-from persist_rnn.testing import cuda_source
+from persist_rnn.bench.layer_models import cuda_source
 from templates.test_projection import operands, run_on_cpu
 from tir_templates.narrow_dense import MAX_N, emulated_narrow_dense_kernel, narrow_dense_kernel
 

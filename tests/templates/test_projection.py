@@ -10,7 +10,7 @@ import tvm
 from tvm import relax
 
 from persist_rnn.frontend import from_onnx
-from persist_rnn.testing import LayerCase, make_model, projection_module
+from persist_rnn.bench.layer_models import LayerCase, make_model, projection_module
 from persist_rnn.transform import PersistentRNN
 from tir_templates.projection import (
     PROJECTION_ATTR,

@@ -10,7 +10,7 @@ from tvm import relax
 
 import persist_rnn
 from persist_rnn.frontend import from_onnx, load_model
-from persist_rnn.testing import LayerCase, make_model, max_rel_error, ort_run
+from persist_rnn.bench.layer_models import LayerCase, make_model, max_rel_error, ort_run
 from persist_rnn.transform import PersistentRNN
 from persist_rnn.transform.batch_invariants import invariant_value
 from persist_rnn.transform.call_sites import call_args, call_tir_sites

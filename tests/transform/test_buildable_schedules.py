@@ -10,7 +10,7 @@ from tvm import relax
 
 import persist_rnn
 from persist_rnn.frontend import from_onnx
-from persist_rnn.testing import max_rel_error, ort_run
+from persist_rnn.bench.layer_models import max_rel_error, ort_run
 from persist_rnn.transform.buildable_schedules import ApplyBuildableSchedule, _symbolic_staging
 
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})

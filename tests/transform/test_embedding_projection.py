@@ -9,7 +9,7 @@ import pytest
 import tvm
 
 import persist_rnn
-from persist_rnn.testing import embedding_model, max_rel_error, ort_run
+from persist_rnn.bench.layer_models import embedding_model, max_rel_error, ort_run
 from persist_rnn.transform import embedding_projection
 
 SM90 = {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024, "thread_warp_size": 32,

@@ -9,7 +9,7 @@ import tvm
 from onnx import TensorProto, helper
 
 import persist_rnn
-from persist_rnn.testing import cuda_source, ort_run
+from persist_rnn.bench.layer_models import cuda_source, ort_run
 from persist_rnn.transform import ExactPower
 
 X = np.array([-2, -0.5, 0, 0.5, 3, -3], "float32")

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 import persist_rnn
-from persist_rnn.testing import LayerCase, make_model
+from persist_rnn.bench.layer_models import LayerCase, make_model
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 

@@ -10,7 +10,7 @@ import tvm
 from tvm import relax
 
 import persist_rnn
-from persist_rnn.testing import (
+from persist_rnn.bench.layer_models import (
     LayerCase,
     cell_loop_model,
     max_rel_error,

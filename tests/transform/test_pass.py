@@ -12,7 +12,7 @@ from tvm import relax
 import persist_rnn
 from persist_rnn.frontend import from_onnx
 from persist_rnn.report import layer_report
-from persist_rnn.testing import LayerCase, cuda_source, make_model
+from persist_rnn.bench.layer_models import LayerCase, cuda_source, make_model
 from persist_rnn.transform import PersistentRNN
 from tir_templates.config import Config
 from tir_templates.early_launch import supports_early_launch

@@ -13,7 +13,7 @@ from tvm.relax.backend.cuda import pipeline as cuda_pipeline
 
 import persist_rnn
 from persist_rnn.report import layer_report
-from persist_rnn.testing import cuda_source
+from persist_rnn.bench.layer_models import cuda_source
 from persist_rnn.transform import PersistentRNN
 
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
@@ -121,7 +121,7 @@ def test_every_position_matches_onnx_runtime_on_the_gpu(model, position):
     import numpy as np
 
     from persist_rnn.frontend import load_model
-    from persist_rnn.testing import max_rel_error, ort_run
+    from persist_rnn.bench.layer_models import max_rel_error, ort_run
 
     out = PersistentRNN(CUDA, measure=False)(POSITIONS[position](persist_rnn.from_onnx(f"examples/{model}.onnx")))
     feeds = dict(np.load(f"examples/{model}_inputs.npz"))
@@ -137,7 +137,7 @@ def test_a_16_bit_layer_in_every_position(position, tmp_path):
     site (tir_templates/signature.py): wherever the pass stands, whatever reads them (the
     importer's casts, or the kernels legalization or fusion made of them) still gets fp32, so the
     model builds; where the casts are still ops (before legalization), no cast is left."""
-    from persist_rnn.testing import LayerCase, make_model
+    from persist_rnn.bench.layer_models import LayerCase, make_model
 
     model, _ = make_model(LayerCase(op="LSTM", seq_len=10, batch=2, input_size=32, hidden_size=64, dtype="float16"))
     out = PersistentRNN(CUDA, measure=False)(POSITIONS[position](persist_rnn.from_onnx(model)))

@@ -17,7 +17,7 @@ import tvm
 from tvm import relax
 
 from persist_rnn.report import layer_report
-from persist_rnn.testing import max_rel_error
+from persist_rnn.bench.layer_models import max_rel_error
 from persist_rnn.transform import PersistentRNN
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures")

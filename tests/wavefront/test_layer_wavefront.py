@@ -15,7 +15,7 @@ from tvm import relax
 
 import persist_rnn
 from persist_rnn.frontend import from_onnx
-from persist_rnn.testing import cuda_source, max_rel_error, ort_run, sixteen_bit_model, stacked_layers_model
+from persist_rnn.bench.layer_models import cuda_source, max_rel_error, ort_run, sixteen_bit_model, stacked_layers_model
 from persist_rnn.transform.layer_wavefront import fuse_stacks
 from tir_templates.spec import ATTR_KEY, CellSpec
 from tir_templates.wavefront.plan import UnsupportedStack, plan_stack
@@ -103,7 +103,7 @@ def test_a_16_bit_stack_matches_onnxruntime_and_the_layers_own_kernels(op, dtype
     weights and inputs, within the dtype's bound: four unit roundoffs, bench.BOUNDS) and against
     the same model built a kernel a layer (`APART`), whose layer 1 reads layer 0's Y stored in the
     dtype: the wavefront rounds h there too (`steps.as_layer_input`)."""
-    from persist_rnn.bench import BOUNDS
+    from persist_rnn.bench.torch_layers import BOUNDS
 
     model, feeds = stacked_layers_model(op, 32, 2, 6, 5, lengths=True, states=True)
     half, ours, ref, exact = sixteen_bit_model(model, feeds, dtype)

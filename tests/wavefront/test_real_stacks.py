@@ -11,7 +11,7 @@ from tvm import relax
 
 from persist_rnn.frontend import from_onnx, load_model
 from persist_rnn.frontend.front_door import prepare
-from persist_rnn.testing import max_rel_error, ort_run
+from persist_rnn.bench.layer_models import max_rel_error, ort_run
 from persist_rnn.transform.layer_wavefront import fuse_stacks
 from tir_templates.wavefront import STACK_KERNEL_ATTR
 

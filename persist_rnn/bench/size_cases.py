@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .testing import LayerCase, make_model
+from .layer_models import LayerCase, make_model
 
 INPUT, HIDDEN = 32, 64
 #: name -> (T, B, lengths or None for all T)

@@ -10,12 +10,12 @@ from onnx import helper, numpy_helper
 
 from tir_templates.spec import CellSpec
 
-from .compile import compile as compile_model
-from .schedule import stack_log
-from .schedule.planner import target_arch
-from .targets import as_target
+from ..compile import compile as compile_model
+from ..schedule import stack_log
+from ..schedule.planner import target_arch
+from ..targets import as_target
 from .gpu_timing import graph_replay, interleaved_ms, vm_call
-from .testing import torch_to_onnx_weights
+from .layer_models import torch_to_onnx_weights
 
 #: (cell, hidden, layers, batch) measured by the `stacks` part: issue 21's floors and the shipped
 #: examples' stacks

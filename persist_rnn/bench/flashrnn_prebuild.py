@@ -3,7 +3,7 @@
 FlashRNN compiles a CUDA extension for each layer shape and backend on its first call (its fused
 LSTM tries several tile configs in turn: about a minute, several at H=1024), and `bench` would do
 them one after another, inside the timed run: over GRNN's grid that is most of an hour. Each
-build here runs in a process of its own (`python -m persist_rnn.flashrnn_prebuild CELL HIDDEN
+build here runs in a process of its own (`python -m persist_rnn.bench.flashrnn_prebuild CELL HIDDEN
 BATCH DTYPE BACKEND`), `workers` at a time, into the same cache that the timed call then loads
 from (torch's extension directory, Triton's cache). Plain subprocesses, not a multiprocessing
 pool, for `schedule/build_worker.py`'s reason: a pool's workers re-import the caller's `__main__`.
@@ -27,7 +27,7 @@ BUILD_TIMEOUT_S = 300
 
 def build_command(cell: str, hidden: int, batch: int, dtype: str, backend: str) -> list[str]:
     """The command that builds FlashRNN's `backend` for one layer (`main` below)."""
-    return [sys.executable, "-m", "persist_rnn.flashrnn_prebuild", cell, str(hidden), str(batch), dtype, backend]
+    return [sys.executable, "-m", "persist_rnn.bench.flashrnn_prebuild", cell, str(hidden), str(batch), dtype, backend]
 
 
 def prebuild(jobs, workers: int = 8, command=build_command, log=print, timeout_s: float = BUILD_TIMEOUT_S) -> dict:
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> None:
     """Build one layer's FlashRNN kernel by calling it once, as `bench.flashrnn_columns` will."""
     import torch
 
-    from .bench import torch_layer
+    from .torch_layers import torch_layer
     from .flashrnn_anchor import flashrnn_call
 
     cell, hidden, batch, dtype, backend = argv

@@ -2,6 +2,10 @@
 timed in turn, torch's CUDA-graph recipe, a compiled model's VM call with its inputs on the GPU."""
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+
 import numpy as np
 
 
@@ -70,3 +74,18 @@ def vm_call(compiled, feeds):
 def compiled_ms(compiled, feeds):
     """Milliseconds per call of a persist_rnn-compiled model through TVM's VM, inputs on the GPU."""
     return cuda_ms(vm_call(compiled, feeds))
+
+
+def kernel_trace(call, calls: int, sync) -> list[dict]:
+    """The CUDA kernels (chrome-trace events: name, ts, dur in µs) that `calls` calls of `call` ran."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        sync()
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    return sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])

@@ -14,64 +14,19 @@ import datetime
 import json
 import os
 import platform
-import tempfile
 import time
 
 import numpy as np
-from onnx import helper, numpy_helper
 
 from tir_templates.spec import CellSpec
 
-from .compile import compile as compile_model
-from .gpu_timing import compiled_ms, cuda_ms, graph_replay, interleaved_ms, vm_call  # noqa: F401 (bench's names too)
-from .schedule.floor import floor_ms
-from .schedule.gpu import gpu_model
-from .testing import NP_TO_ONNX, torch_to_onnx_weights
+from ..compile import compile as compile_model
+from ..schedule.floor import floor_ms
+from ..schedule.gpu import gpu_model
+from .gpu_timing import compiled_ms, cuda_ms, interleaved_ms, vm_call
+from .torch_layers import PRECISIONS, at_precision, cudnn_ms, onnx_from_torch, refusal, strict_fp32_case, torch_layer
 
 PARTS = ("grid", "batch", "seq", "models", "stacks")
-
-
-def torch_layer(op, hidden, seed):
-    import torch
-
-    torch.manual_seed(seed)
-    cls = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU}[op]
-    return cls(hidden, hidden).cuda().eval()
-
-
-def onnx_from_torch(op, layer, seq_len, batch, dtype="float32"):
-    """The torch layer as one ONNX node of `dtype` (float32, float16 or bfloat16), input X (seq_len, batch, H)."""
-    w, r, b = (a.astype(dtype) for a in torch_to_onnx_weights(op, *(p.detach().float().cpu().numpy() for p in (
-        layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0))))
-    H = layer.hidden_size
-    inits = [numpy_helper.from_array(w[None], "W"), numpy_helper.from_array(r[None], "R"),
-             numpy_helper.from_array(b[None], "B")]
-    attrs = {"hidden_size": H}
-    if op == "GRU":
-        attrs["linear_before_reset"] = 1
-    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
-    node = helper.make_node(op, ["X", "W", "R", "B"], outs, name="layer", **attrs)
-    elem = NP_TO_ONNX[dtype]
-    g = helper.make_graph([node], "bench", [helper.make_tensor_value_info("X", elem, [seq_len, batch, H])],
-                          [helper.make_tensor_value_info(o, elem, None) for o in outs], initializer=inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
-    model.ir_version = 8  # loadable by older ONNX Runtime builds too
-    return model
-
-
-def strict_fp32_case(op, hidden, batch, seq_len, dtype="float32"):
-    """(layer, x, y, model, feeds) of one benchmark layer: torch's layer (input = hidden) on the GPU
-    with TF32 off, its input x and strict fp32 output y (T, B, H), the layer as an ONNX model of
-    `dtype` and that model's feeds."""
-    import torch
-
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    layer = torch_layer(op, hidden, seed=hidden + batch)
-    x = torch.randn(seq_len, batch, hidden, device="cuda")
-    with torch.no_grad():
-        y = layer(x)[0]
-    return layer, x, y, onnx_from_torch(op, layer, seq_len, batch, dtype), {"X": x.cpu().numpy().astype(dtype)}
 
 
 def grid_arguments(ap):
@@ -94,30 +49,6 @@ def grid_layers(args, seq_len=100):
             for batch in args.batch:
                 yield op, hidden, batch, torch_layer(op, hidden, seed=hidden + batch), torch.randn(
                     seq_len, batch, hidden, device="cuda")
-
-
-def kernel_trace(call, calls: int, sync) -> list[dict]:
-    """The CUDA kernels (chrome-trace events: name, ts, dur in µs) that `calls` calls of `call` ran."""
-    import torch
-
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            call()
-        sync()
-    path = os.path.join(tempfile.mkdtemp(), "trace.json")
-    prof.export_chrome_trace(path)
-    with open(path) as f:
-        events = json.load(f)["traceEvents"]
-    return sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
-
-
-def cudnn_ms(layer, x):
-    """(eager ms, CUDA-graph ms) of a torch RNN module on x."""
-    import torch
-
-    with torch.no_grad():
-        eager = cuda_ms(lambda: layer(x))
-        return eager, cuda_ms(graph_replay(lambda: layer(x)))
 
 
 def _ort_ms(model, feeds, repeats=5):
@@ -192,32 +123,6 @@ def direct_cudnn_columns(layer, x) -> dict:
 
 
 #: what `--precision` measures: for each, our build's precision option, the ONNX model's dtype, and
-#: cuDNN's math type for its algorithms called directly (FMA: strict fp32; DEFAULT: TF32 allowed on
-#: fp32 data; TENSOR_OP: 16-bit data on the tensor cores, fp32 accumulation)
-PRECISIONS = {"fp32": ("fp32", "float32", "FMA"), "tf32": ("tf32", "float32", "DEFAULT"),
-              "fp16": ("fp32", "float16", "TENSOR_OP"), "bf16": ("fp32", "bfloat16", "TENSOR_OP")}
-#: each precision's bound, of the output scale: the build precisions' (schedule/precision.py), fp16's
-#: four of its unit roundoffs (2^-11), bf16's four of its own (2^-9)
-BOUNDS = {"fp16": 2e-3, "bf16": 8e-3}
-
-
-def at_precision(layer, x, precision: str):
-    """(layer, x, output, bound) as cuDNN runs torch's layer at `precision`: 16-bit copies of the
-    layer and x at "fp16" and "bf16", themselves otherwise (TF32 is torch's switch, set by the
-    caller); the bound is the precision's (`BOUNDS`) over that output's scale."""
-    import copy
-
-    import torch
-
-    from .schedule.precision import TOLERANCE
-
-    half = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(PRECISIONS[precision][1])
-    theirs, tx = (copy.deepcopy(layer).to(half), x.to(half)) if half else (layer, x)
-    with torch.no_grad():
-        want = theirs(tx)[0]
-    return theirs, tx, want, {**TOLERANCE, **BOUNDS}[precision] * max(1.0, float(want.float().abs().max()))
-
-
 def matched_ms(direct: dict, bound: float) -> dict:
     """{algorithm: ms} of cuDNN's algorithms (`cudnn_direct.algorithm_rows`) that ran within `bound`."""
     return {a: r["ms"] for a, r in direct.items() if isinstance(r, dict) and "ms" in r and r["max_diff"] <= bound}
@@ -265,11 +170,6 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True,
     row["ours_over_floor"] = row["ours_ms"] / row["floor_ms"]
     torch.backends.cudnn.allow_tf32 = True
     return row
-
-
-def refusal(err) -> str:
-    """A refused baseline's row entry: the exception's type and first line."""
-    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
 
 
 def flashrnn_columns(layer, x, want, bound, ours_ms, skip=(), graph=None) -> dict:
@@ -423,7 +323,7 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
             f.flush()
             log(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}))
         if "stacks" in parts:
-            from .stack_bench import STACKS, stack_row
+            from .stacks import STACKS, stack_row
 
             for op, h, n_l, b in STACKS:
                 row = stack_row(op, h, n_l, b, 100, options)

@@ -4,7 +4,7 @@ torch's cuDNN layer is timed replayed from a CUDA graph, so FlashRNN is too: its
 per call (0.3-0.4 ms on the H100 at T=100) then drops out. A capture that FlashRNN's kernels do
 not allow (its `cuda` backend's, on the H100) poisons the CUDA context of the process that tried
 it: every later launch there fails, ours included, and times as if it ran. So each capture runs
-in a fresh interpreter (`python -m persist_rnn.flashrnn_graph CELL HIDDEN BATCH PRECISION
+in a fresh interpreter (`python -m persist_rnn.bench.flashrnn_graph CELL HIDDEN BATCH PRECISION
 BACKEND`), which prints one JSON line: {"graph_ms", "graph_max_diff"} or {"graph_refused"}.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ GRAPH_TIMEOUT_S = 180
 
 
 def graph_command(cell: str, hidden: int, batch: int, precision: str, backend: str) -> list[str]:
-    return [sys.executable, "-m", "persist_rnn.flashrnn_graph", cell, str(hidden), str(batch), precision, backend]
+    return [sys.executable, "-m", "persist_rnn.bench.flashrnn_graph", cell, str(hidden), str(batch), precision, backend]
 
 
 def graph_columns(cell: str, hidden: int, batch: int, precision: str, backend: str, command=graph_command,
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> None:
     output against torch's at the precision's bound, and time the replay."""
     import torch
 
-    from .bench import at_precision, refusal, strict_fp32_case
+    from .torch_layers import at_precision, refusal, strict_fp32_case
     from .flashrnn_anchor import flashrnn_call
     from .gpu_timing import cuda_ms, graph_replay
 

@@ -2,7 +2,7 @@
 through `persist_rnn.compile`: each case passes, is refused with a PersistRNNError (or TVM's own
 error at import), or is *wrong* (runs, but not ONNX's answer). Wrong must never happen.
 
-    python -m persist_rnn.op_sweep --target llvm --out docs/data/op-sweep-llvm.jsonl
+    python -m persist_rnn.bench.op_sweep --target llvm --out docs/data/op-sweep-llvm.jsonl
 """
 from __future__ import annotations
 
