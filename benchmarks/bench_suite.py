@@ -1,7 +1,7 @@
 """The benchmark suite (see persist_rnn/bench/suite.py); the same as `persist-rnn bench`.
 
     python benchmarks/bench_suite.py --out results.jsonl [--parts grid batch seq models] [--tuning-log LOG]
-then `python benchmarks/report.py results.jsonl` for docs/benchmarks.md and the plots.
+then `python benchmarks/report.py results.jsonl --out DIR` for its tables and plots.
 """
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
-"""Turn bench_suite.py's JSON lines into docs/benchmarks.md, a CSV and PNG plots (matplotlib).
+"""Benchmark reports from JSON lines (matplotlib for the plots).
 
-    python benchmarks/report.py results.jsonl --docs docs
+    python benchmarks/report.py                          # docs/benchmarks.md and docs/img/results.png
+    python benchmarks/report.py results.jsonl --out DIR  # one `persist-rnn bench` run: DIR/benchmarks.md, CSV, plots
+
+The first form regenerates the project's current results from the data files named in `CURRENT`
+(docs/data/); where two files hold the same layer, the later in the list wins.
 """
 from __future__ import annotations
 
@@ -58,24 +62,34 @@ def precision_lines(rows) -> list[str]:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("results")
-    ap.add_argument("--docs", default="docs")
+    ap.add_argument("results", nargs="?", help="a `persist-rnn bench` run; without it, the current results")
+    ap.add_argument("--out", default="bench-report", help="where a run's report goes")
     args = ap.parse_args()
+    if args.results is None:
+        from current_results import current_report
+
+        current_report(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs"))
+        return
+    run_report(args.results, args.out)
+
+
+def run_report(results: str, out: str):
+    """One bench run's tables and plots, written under `out`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in open(args.results) if line.strip()]
+    rows = [json.loads(line) for line in open(results) if line.strip()]
     meta = next(r for r in rows if r["part"] == "meta")
     layers = [r for r in rows if r["part"] == "layer"]
     models = [r for r in rows if r["part"] == "model"]
     label = f"{meta['gpu']}, {meta['date']}" + (", kernels not yet verified allowed" if meta.get("unverified") else "")
-    os.makedirs(os.path.join(args.docs, "img"), exist_ok=True)
+    os.makedirs(os.path.join(out, "img"), exist_ok=True)
     cols = ["cell", "hidden", "batch", "seq_len", "ours_ms", "cudnn_tf32_graph_ms", "cudnn_fp32_graph_ms",
             "cudnn_tf32_eager_ms", "cudnn_fp32_eager_ms", "cudnn_fp16_graph_ms", "cudnn_fp16_eager_ms", "ort_cpu_ms",
             "tvm_unrolled_ms"]
-    with open(os.path.join(args.docs, "data", "benchmarks.csv"), "w", newline="") as f:
+    with open(os.path.join(out, "benchmarks.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
         for r in layers:
@@ -138,7 +152,7 @@ def main():
     ax.set_xticks(xs, names, rotation=60, fontsize=7)
     ax.set_ylabel("ms per layer (T=100)")
     ax.set_yscale("log")
-    _finish(fig, ax, f"GRNN grid: LSTM (L) / GRU (G) hidden/batch — {label}", os.path.join(args.docs, "img", "grid.png"))
+    _finish(fig, ax, f"GRNN grid: LSTM (L) / GRU (G) hidden/batch — {label}", os.path.join(out, "img", "grid.png"))
     lines += ["", "![grid](img/grid.png)"]
 
     for part, xkey, title, fname in (("batch", "batch", "LSTM H=256, T=100: latency against batch", "batch.png"),
@@ -156,7 +170,7 @@ def main():
             ax.plot([r[xkey] for r in sel], [r[key] for r in sel], "o-", label=lab)
         ax.set_xlabel(xkey)
         ax.set_ylabel("ms")
-        _finish(fig, ax, f"{title}\n{label}", os.path.join(args.docs, "img", fname))
+        _finish(fig, ax, f"{title}\n{label}", os.path.join(out, "img", fname))
         lines += ["", f"## {title}", "", "| " + xkey + " | ours ms | cuDNN graph tf32 | cuDNN graph fp32 |", "|---|---|---|---|"]
         lines += [f"| {r[xkey]}{mark(r)} | {r['ours_ms']:.3f} | {r['cudnn_tf32_graph_ms']:.3f} | {r['cudnn_fp32_graph_ms']:.3f} |" for r in sel]
         lines += ["", f"![{part}](img/{fname})"]
@@ -178,11 +192,11 @@ def main():
         ax.set_yscale("log")
         ax.set_xlabel("batch")
         ax.set_ylabel("ms")
-        _finish(fig, ax, f"Real models — {label}", os.path.join(args.docs, "img", "models.png"), legend_size=7)
+        _finish(fig, ax, f"Real models — {label}", os.path.join(out, "img", "models.png"), legend_size=7)
         lines += ["", "![models](img/models.png)"]
     lines += precision_lines([r for r in rows if r["part"] == "precision"])
     lines += stack_lines([r for r in rows if r["part"] == "stack"])
-    with open(os.path.join(args.docs, "benchmarks.md"), "w") as f:
+    with open(os.path.join(out, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -1,8 +1,10 @@
 """`persist-rnn`: compile, run, inspect and tune ONNX recurrent models from the shell."""
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 import warnings
 
 import click
@@ -273,7 +275,7 @@ def tune(model, target, top_k, log_path, batches, precision, unverified):
     from .targets import as_target
     from .frontend import from_onnx, load_model
     from .schedule.gpu import present_device
-    from .schedule.planner import BATCH_BUCKETS, plan_layer
+    from .schedule.planner import BATCH_BUCKETS, plan_layer, prefetch_builds
     from .transform.call_sites import call_site_batches
     from .transform.persistent_rnn import recurrences
 
@@ -288,21 +290,39 @@ def tune(model, target, top_k, log_path, batches, precision, unverified):
         _fail(PersistRNNError(f"--batches: comma-separated whole numbers, got {batches!r}"))
     if not buckets or buckets[0] < 1:
         _fail(PersistRNNError(f"--batches: batch sizes of at least 1, got {batches!r}"))
-    for gv, _, spec in recurrences(mod):
-        batch = static_batches.get(gv.name_hint)
-        with tqdm(total=top_k * (1 if batch else len(buckets)), desc=f"{spec.node} ({spec.cell})", unit="config") as bar:
+    layers = [(spec, static_batches.get(gv.name_hint)) for gv, _, spec in recurrences(mod)]
+    start = time.perf_counter()
+    submitted = sum(prefetch_builds(spec, tgt, [batch] if batch else buckets, tuning_log_path=log_path, top_k=top_k,
+                                    unverified=unverified, precision=precision) for spec, batch in layers)
+    with tqdm(total=submitted, unit="candidate", desc="tuning") as bar:
+        for spec, batch in layers:
             plan = plan_layer(spec, tgt, batch=batch, tuning_log_path=log_path, top_k=top_k, measure=True,
-                              progress=lambda _cfg: bar.update(1), buckets=buckets, precision=precision,
-                              unverified=unverified)
-        if plan.kernel is None:
-            click.echo(f"{spec.node}: reference ({plan.reason})")
-            continue
-        for row in plan.buckets or [dict(max_batch=batch, config=plan.config.as_dict(), time_us=plan.time_us,
-                                         source=plan.source)]:
-            took = f"{row['time_us']:.2f} us/step " if row["time_us"] else ""
-            at = "" if not plan.buckets else f" B<={row['max_batch']}" if row["max_batch"] else " B rest"
-            click.echo(f"{spec.node}{at}: {row['source']} {took}{row['config']}")
+                              progress=lambda timed, node=spec.node: _candidate_line(bar, node, timed),
+                              buckets=buckets, precision=precision, unverified=unverified)
+            for line in _plan_lines(spec, batch, plan):
+                bar.write(line)
+    click.echo(f"layers tuned in {time.perf_counter() - start:.1f} s ({submitted} candidates built)")
     _tune_stacks(model, mod, tgt, log_path, precision, unverified, top_k)
+
+
+def _plan_lines(spec, batch, plan) -> list[str]:
+    """What `tune` chose for a layer: a line a batch bucket (one for a static batch)."""
+    if plan.kernel is None:
+        return [f"{spec.node}: reference ({plan.reason})"]
+    lines = []
+    for row in plan.buckets or [dict(max_batch=batch, config=plan.config.as_dict(), time_us=plan.time_us,
+                                     source=plan.source)]:
+        took = f"{row['time_us']:.2f} us/step " if row["time_us"] else ""
+        at = "" if not plan.buckets else f" B<={row['max_batch']}" if row["max_batch"] else " B rest"
+        lines.append(f"{spec.node}{at}: {row['source']} {took}{row['config']}")
+    return lines
+
+
+def _candidate_line(bar, node: str, timed) -> None:
+    """`tune`'s progress: one line a candidate (its config, build time and step time), as it is timed."""
+    how = f"{timed.us_per_step:.3f} us/step" if timed.us_per_step is not None else f"left out: {timed.error}"
+    bar.write(f"  {node}: {json.dumps(timed.config.as_dict(), separators=(',', ':'))} built in {timed.build_s:.1f} s, {how}")
+    bar.update(1)
 
 
 def _tune_stacks(model, mod, tgt, log_path, precision, unverified, top_k):

@@ -33,7 +33,7 @@ def compile(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, u
     (default "fp32": fp32 accuracy; schedule/precision.py). `wavefront` runs stacks of layers
     as one kernel (transform/layer_wavefront.py): "auto" (default) those a measured record of the
     tuning log, else the cost model, finds faster so; True every stack the wavefront takes (static
-    batch, sm_90 or later); False none (docs/benchmarks.md *Layer wavefront*)."""
+    batch, sm_90 or later); False none (docs/design.md, *The layer wavefront*)."""
     target = as_target(target)
     precision = checked_precision(precision)
     model, notes = prepare(load_model(model_or_path), shapes, constants, simplify)

@@ -74,7 +74,7 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
     `pack` ("f16" or "bf16", tensor-core tiles where `packs_pairs`): the tiles hold the operands
     as 16-bit pairs along k (uint32 words), rounded once at staging, so that an m16n8k16 fragment
     register is one word read, against two fp32 reads and a convert on every use, which left the
-    16-bit GEMM waiting on shared memory (docs/design.md, *16-bit operands staged as pairs*).
+    16-bit GEMM waiting on shared memory (docs/design.md, *The input projection*).
     x_word(row, kp) and w_word(kp, column) then index k-pairs kp = k // 2, each word value k in
     its low half and k + 1 in its high half; a thread's w_t vectors come two rows (k, k + 1) at
     the same columns, which it packs: on the GPU one `cvt.rn.{f16,bf16}x2.f32` a pair, in the CPU

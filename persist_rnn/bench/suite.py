@@ -4,7 +4,7 @@ persist_rnn against cuDNN through torch (eager and CUDA graph; TF32 allowed, str
 fp16), ONNX Runtime on the CPU, and TVM without persist_rnn (the unrolled lowering), on GRNN's
 grid, a batch sweep, a sequence-length sweep and the real models of `examples/`. Medians of
 CUDA-event timings of back-to-back calls, inputs already on the device, warm-up excluded. One JSON
-line per measurement; `benchmarks/report.py` turns them into docs/benchmarks.md and plots.
+line per measurement; `benchmarks/report.py` turns them into tables and plots.
 Missing baselines (no torch, no GPU, an ONNX Runtime that cannot load the model) are skipped
 with a message, never faked. Needs torch and a CUDA GPU.
 """

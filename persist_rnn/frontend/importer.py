@@ -115,6 +115,27 @@ def _converters_registered():
         F._get_convert_map = original
 
 
+#: ops of ONNX Runtime's contrib domain that users meet in recurrent models, and what to do instead
+_CONTRIB_HINTS = {
+    "DynamicQuantizeLSTM": "an LSTM quantized by onnxruntime.quantization.quantize_dynamic; persist_rnn compiles "
+                           "the float model it was quantized from",
+}
+
+
+def _refuse_unknown_ops(graph: onnx.GraphProto) -> None:
+    """Name the first node (in the graph or a subgraph) that no converter takes, before TVM's
+    importer stops on it with OpNotImplemented and no node name."""
+    known = {**F._get_convert_map(), **OP_FIXES, **GATHERS, **CONVERTERS}
+    for node in graph.node:
+        if node.op_type not in known:
+            domain = f"{node.domain}." if node.domain not in ("", "ai.onnx") else ""
+            hint = _CONTRIB_HINTS.get(node.op_type, "TVM's ONNX importer has no converter for it")
+            raise PersistRNNError(f"node {node.name!r} ({domain}{node.op_type}): not supported: {hint}")
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _refuse_unknown_ops(sub)
+
+
 def load_model(model_or_path) -> onnx.ModelProto:
     """An ONNX model from a path or a ModelProto, checked, with every node given a name."""
     if isinstance(model_or_path, (str, os.PathLike)):
@@ -159,6 +180,7 @@ def from_onnx(model_or_path, shape_dict=None, *, unroll=False, target_kind="llvm
     re-targets it anyway. TVM's converters print nothing unless `verbose`.
     """
     model = load_model(model_or_path)
+    _refuse_unknown_ops(model.graph)
     opts = _ImportOptions(unroll=unroll, target_kind=target_kind, unrolled=[])
     token = _options.set(opts)
     chatter = io.StringIO()  # TVM prints a converter's inputs (IR dumps) before re-raising its error

@@ -34,7 +34,7 @@ ON_CHIP_BYTES = {"sm_90": (256 + 228) * 1024, "sm_80": (256 + 164) * 1024}
 L2_BYTES_PER_S = {"sm_90": 5.5e12, "sm_80": 4.0e12}
 MMA_N = 8
 #: the least a batch-1 step was measured to spend waiting for the other CTAs, by the ablations of
-#: `benchmarks/step_budget.py` (H100, session 30, docs/data/step-budget-split-h100.jsonl): in a
+#: `benchmarks/step_budget.py` (H100, docs/data/step-budget-split-h100.jsonl): in a
 #: dsmem cluster of 16 CTAs the sends and the wait together (GRU H=256, 0.161 µs; the cluster
 #: barrier's calibrated 0.71 is what the floor took before, and our H=256 layers ran under it);
 #: in a grid of 128 CTAs the wait on stamped words without their L2 trip (GRU H=1024, 0.241)

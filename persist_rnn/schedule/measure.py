@@ -1,7 +1,8 @@
 """Time candidate persistent kernels on the GPU that is present (top-K of the cost model).
 
-Candidates are compiled in parallel subprocesses (CUDA compilation dominates), then loaded
-and timed one by one in this process on random inputs: the median of repeated launches.
+Candidates are compiled in subprocesses on every core (CUDA compilation dominates), each
+(layer, config) once a process, and each is loaded and timed in this process on random inputs as
+soon as its build finishes: the median of repeated launches.
 
 A layer whose weights (R, and the W that its input GEMM streams just before the kernel) outgrow
 half of the GPU's L2 starts its kernel with R mostly evicted, and back-to-back launches of the
@@ -12,11 +13,13 @@ before each launch, as Triton's `do_bench` and nvbench's cold runs time kernels.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 
 import ml_dtypes  # noqa: F401  (numpy then knows "bfloat16", a bf16 layer's Y and Y_h)
@@ -60,15 +63,64 @@ def build_kernel(func: tvm.tirx.PrimFunc, target: tvm.target.Target):
     return tvm.compile(mod, target=target)
 
 
-def _build_in_subprocess(spec: CellSpec, cfg: Config, target: tvm.target.Target, path: str) -> str:
-    """Compile one candidate in a fresh interpreter (build_worker); raises with its last stderr lines."""
+def _build_in_subprocess(spec: CellSpec, cfg: Config, target: tvm.target.Target, path: str) -> tuple[str, float]:
+    """Compile one candidate in a fresh interpreter (build_worker): (path, seconds it took);
+    raises with its last stderr lines."""
     cmd = [sys.executable, "-m", "persist_rnn.schedule.build_worker", spec.to_json(), json.dumps(cfg.as_dict()),
            str(target), path]
+    start = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         tail = "\n".join(res.stderr.strip().splitlines()[-5:])
         raise RuntimeError(f"building candidate {cfg.as_dict()} failed:\n{tail}")
-    return path
+    return path, time.perf_counter() - start
+
+
+class Builds:
+    """Candidate kernels compiled in the background on every core, each (layer, config, target)
+    once: a tune submits every bucket's and every layer's candidates up front, and times each
+    as soon as it is built while the rest still compile. Threads only wait on build_worker
+    subprocesses."""
+
+    def __init__(self, workers: int | None = None):
+        self._pool = cf.ThreadPoolExecutor(workers or os.cpu_count() or 2)
+        self._dir = tempfile.mkdtemp(prefix="persist_rnn_measure_")
+        self._futures: dict[tuple, cf.Future] = {}
+
+    def submit(self, spec: CellSpec, configs: list[Config], target: tvm.target.Target) -> list[cf.Future]:
+        """One future a config, (path, build seconds); a config already submitted keeps its future."""
+        out = []
+        for cfg in configs:
+            key = (spec.to_json(), json.dumps(cfg.as_dict(), sort_keys=True), str(target))
+            if key not in self._futures:
+                path = os.path.join(self._dir, f"cand{len(self._futures)}.so")
+                self._futures[key] = self._pool.submit(_build_in_subprocess, spec, cfg, target, path)
+            out.append(self._futures[key])
+        return out
+
+
+_builds: list[Builds] = []  # this process's, made on first use
+
+
+def builds() -> Builds:
+    """The process's background builds (`Builds`), shared by every measurement it makes."""
+    if not _builds:
+        _builds.append(Builds())
+    return _builds[0]
+
+
+def built_as_completed(spec: CellSpec, configs: list[Config], target: tvm.target.Target):
+    """(config, loaded module or the build's RuntimeError, build seconds) for each config, in the
+    order their builds finish."""
+    futures = builds().submit(spec, configs, target)
+    by_future = dict(zip(futures, configs))
+    for fut in cf.as_completed(by_future):
+        try:
+            path, seconds = fut.result()
+        except RuntimeError as err:
+            yield by_future[fut], err, 0.0
+            continue
+        yield by_future[fut], tvm.runtime.load_module(path), seconds
 
 
 def build_many(spec: CellSpec, configs: list[Config], target: tvm.target.Target, workers: int | None = None,
@@ -79,18 +131,14 @@ def build_many(spec: CellSpec, configs: list[Config], target: tvm.target.Target,
     workers = workers or max(1, min(len(configs), (os.cpu_count() or 2) - 1))
     if workers == 1 or len(configs) == 1:
         return [build_kernel(persistent_kernel(spec, c), target) for c in configs]
-    tmp = tempfile.mkdtemp(prefix="persist_rnn_measure_")
-    paths = [os.path.join(tmp, f"cand{i}.so") for i in range(len(configs))]
-    with cf.ThreadPoolExecutor(workers) as pool:  # threads only wait on the subprocesses
-        futs = [pool.submit(_build_in_subprocess, spec, c, target, p) for c, p in zip(configs, paths)]
-        done = []
-        for f in futs:
-            try:
-                done.append(f.result())
-            except RuntimeError:
-                if not skip_failures:
-                    raise
-                done.append(None)
+    done = []
+    for fut in Builds(workers).submit(spec, configs, target):
+        try:
+            done.append(fut.result()[0])
+        except RuntimeError:
+            if not skip_failures:
+                raise
+            done.append(None)
     return [tvm.runtime.load_module(p) if p else None for p in done]
 
 
@@ -140,23 +188,37 @@ def timing(spec: CellSpec, dev) -> str:
     return "cold" if evicted_by_projection(spec, getattr(dev, "l2_cache_size_bytes", 0) or 0) else "warm"
 
 
+@dataclasses.dataclass
+class Timed:
+    """One candidate as `measure_configs` reports it to its progress callback."""
+    config: Config
+    us_per_step: float | None  # None: it did not build or the GPU refused to launch it
+    build_s: float
+    error: str = ""
+
+
 def measure_configs(spec: CellSpec, configs: list[Config], target, dev, batch: int,
                     seq_len: int = MEASURE_STEPS, progress=None) -> list[tuple[float, Config]]:
-    """(microseconds per step, config) for each config that runs, fastest first. A candidate the
-    GPU refuses to launch is left out with a warning naming it and the error (the others are
-    still worth choosing from); if none runs, the first error is raised."""
-    libs = build_many(spec, configs, target)
+    """(microseconds per step, config) for each config that runs, fastest first. Each is timed
+    as soon as its build finishes (`built_as_completed`), and `progress` gets a `Timed` for it. A
+    candidate that does not build or that the GPU refuses to launch is left out with a warning
+    naming it and the error (the others are still worth choosing from); if none runs, the first
+    error is raised."""
     cold = timing(spec, dev) == "cold"
     out, errors = [], []
-    for cfg, lib in zip(configs, libs):
-        arrays = kernel_arrays(spec, batch, seq_len, slots=cfg.exchange_slots(spec))
+    for cfg, lib, build_s in built_as_completed(spec, configs, target):
+        us = None
         try:
-            out.append((time_kernel(lib, dev, arrays, cold=cold) / seq_len, cfg))
-        except RuntimeError as err:  # what TVM raises for a refused launch (tvm.error.InternalError)
+            if isinstance(lib, Exception):
+                raise lib
+            arrays = kernel_arrays(spec, batch, seq_len, slots=cfg.exchange_slots(spec))
+            us = time_kernel(lib, dev, arrays, cold=cold) / seq_len
+            out.append((us, cfg))
+        except RuntimeError as err:  # a failed build, or TVM's error for a refused launch (tvm.error.InternalError)
             warnings.warn(f"candidate {cfg.as_dict()} failed on {dev} and is left out: {str(err).strip()}")
             errors.append(err)
         if progress is not None:
-            progress(cfg)
+            progress(Timed(cfg, us, build_s, str(errors[-1]).strip().splitlines()[0] if us is None and errors else ""))
     if not out and errors:
         raise errors[0]
     out.sort(key=lambda x: x[0])

@@ -25,7 +25,7 @@ from tir_templates.spec import CellSpec
 from . import tuning_log
 from .cost_model import rank, step_us
 from .gpu import gpu_model, present_device
-from .measure import measure_configs, timing
+from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
 from .space import candidate_configs, most_common_problem, problems_on
 
@@ -81,16 +81,10 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
     """`plan_layer`'s choice of config for one batch, without building the kernel."""
     gpu = gpu_model(target_arch(target))
     wl = tuning_log.workload(spec, batch, gpu.arch, precision)
-    if tuning_log_path:
-        rec = tuning_log.lookup(tuning_log_path, wl)
-        usable = (rec is not None and (unverified or not unverified_reason(spec, rec.config))
-                  and not precision_problem(rec.config, precision))
-        settled = rec is not None and (rec.source == "measured" or measure is not True)  # tune re-measures guesses
-        if usable and settled and not problems_on(spec, rec.config, gpu):
-            return Plan(None, rec.config, "tuning_log", time_us=rec.time_us)
-    fitting = candidate_configs(spec, gpu, batch, precision)
-    usable = [c for c in fitting if unverified or not unverified_reason(spec, c)]
-    ranked = rank(spec, usable, gpu, batch) if batch is not None else rank_for_any_batch(spec, usable, gpu)
+    rec = _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision)
+    if rec is not None:
+        return Plan(None, rec.config, "tuning_log", time_us=rec.time_us)
+    fitting, ranked = _ranked(spec, gpu, batch, unverified, precision)
     if not ranked:
         kib = spec.num_gates * spec.hidden_size ** 2 * spec.num_directions * spec.dtype_bytes // 1024
         why = f"{kib} KiB of recurrent weights over at most {gpu.num_sms} co-resident CTAs exceed the registers"
@@ -113,6 +107,40 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
     if tuning_log_path:
         tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source, timing=how))
     return plan
+
+
+def _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision):
+    """The tuning log's record for `wl` where `choose` takes it as it is: one it may build, and a
+    measured one when asked to measure (tune re-measures the cost model's guesses)."""
+    if not tuning_log_path:
+        return None
+    rec = tuning_log.lookup(tuning_log_path, wl)
+    usable = (rec is not None and (unverified or not unverified_reason(spec, rec.config))
+              and not precision_problem(rec.config, precision))
+    settled = rec is not None and (rec.source == "measured" or measure is not True)
+    return rec if usable and settled and not problems_on(spec, rec.config, gpu) else None
+
+
+def _ranked(spec, gpu, batch, unverified, precision):
+    """(the configs that fit, the usable ones ranked by the cost model, best first)."""
+    fitting = candidate_configs(spec, gpu, batch, precision)
+    usable = [c for c in fitting if unverified or not unverified_reason(spec, c)]
+    return fitting, rank(spec, usable, gpu, batch) if batch is not None else rank_for_any_batch(spec, usable, gpu)
+
+
+def prefetch_builds(spec: CellSpec, target: tvm.target.Target, batches, *, tuning_log_path=None, top_k: int = 5,
+                    unverified: bool = False, precision: str = "fp32") -> int:
+    """Start compiling, in the background (`measure.Builds`), every candidate that a measuring
+    `choose` will time for each of `batches`, so that a tune's buckets and layers build on every
+    core at once; returns how many were submitted."""
+    gpu = gpu_model(target_arch(target))
+    submitted = 0
+    for batch in batches:
+        wl = tuning_log.workload(spec, batch, gpu.arch, precision)
+        if _logged(spec, gpu, wl, tuning_log_path, True, unverified, precision) is None:
+            configs = to_measure(_ranked(spec, gpu, batch, unverified, precision)[1], top_k)
+            submitted += len(builds().submit(spec, configs, target))
+    return submitted
 
 
 #: the batches a layer whose batch is symbolic is planned for: its one config should do well at each
@@ -140,6 +168,9 @@ def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, 
     """One config per batch bucket (batch <= its bound; the last takes every larger batch too),
     each chosen as for a static build of its bound; neighbours with one config share a kernel. A
     bucket with no config of its own is served by its neighbour's (every config runs every batch)."""
+    if measure and present_device() is not None:
+        prefetch_builds(spec, target, sorted(buckets), tuning_log_path=tuning_log_path, top_k=top_k,
+                        unverified=unverified, precision=precision)
     chosen = [(b, choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
                          progress=progress, unverified=unverified, precision=precision)) for b in sorted(buckets)]
     usable = [(b, p) for b, p in chosen if p.config is not None]

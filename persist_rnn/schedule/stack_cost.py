@@ -40,7 +40,7 @@ def wavefront_features(specs: list[CellSpec], cfg: StackConfig, layer: int) -> d
     """What one step of a CTA of `layer` costs, in the units of `cost_model.features`. A config
     with lane updates is priced as its twin that meets in shared memory. Lane updates save
     shuffles and a __syncthreads. On the H100 at B=1 that paid for 2 x GRU H=256 (1.11x) and
-    3 x LSTM H=256 (1.03x) but not for 3 x LSTM H=128 (0.97x; docs/benchmarks.md, session 34),
+    3 x LSTM H=256 (1.03x) but not for 3 x LSTM H=128 (0.97x; docs/data/wavefront-stacks-measured.jsonl),
     which these features cannot tell apart. So the model ranks a lane config right after its
     twin, and `tune`, which times the model's first two, measures both."""
     cfg = dataclasses.replace(cfg, lane_updates=False)

@@ -1,9 +1,9 @@
 """The layer wavefront on the GPU: stacks of 2-4 layers (LSTM, GRU with linear_before_reset=1,
 RNN) with sequence lengths (empty rows among them) and initial states, against ONNX Runtime at
 fp32's bound (1e-4 of the output scale), and the shipped examples built for a static batch (their
-stacks fused) against it too; fp16 and bf16 stacks (on the H100 since session 31) against ONNX
+stacks fused) against it too; fp16 and bf16 stacks against ONNX
 Runtime's fp32 layers on the same 16-bit-exact weights and inputs, at the dtype's bound
-(bench.BOUNDS: four unit roundoffs of the output scale)."""
+(torch_layers.BOUNDS: four unit roundoffs of the output scale)."""
 from __future__ import annotations
 
 import onnx

@@ -3,8 +3,8 @@
 The template was restructured (issue 19) without changing what it emits, so that the GPU results
 of template v4 still hold. Each config below covers a variant (each cell, grid / cluster /
 resident / batch tiles, chunked batches, shared-memory weights, 3xTF32 tensor cores, the two GRU
-linear_before_reset=0 kernels, fp16 weights; since session 30 also h through distributed shared
-memory and as stamped words, recorded from the code whose kernels ran on the H100 that session); the md5 of its CUDA source (sm_90) and of its CPU
+linear_before_reset=0 kernels, fp16 weights, h through distributed shared memory and as stamped
+words, each recorded from code whose kernels ran on the H100); the md5 of its CUDA source (sm_90) and of its CPU
 twin's TVMScript must equal the values recorded in `fixtures/template_v4_md5.json`.
 
 A deliberate kernel change re-records them: `python tests/templates/test_identical_cuda.py`

@@ -1,5 +1,5 @@
 """The wavefront kernel's generated code is byte for byte what ran on the H100 (the pipelined
-kernel, session 22: docs/data/gpu-v27-wavefront.log), so that a restructuring can prove it changed nothing. The md5 of
+kernel: docs/data/gpu-v27-wavefront.log), so that a restructuring can prove it changed nothing. The md5 of
 each case's CUDA source (sm_90) and of its CPU twin's TVMScript must equal the values recorded in
 `fixtures/wavefront_md5.json`; a deliberate kernel change re-records them
 (`python tests/wavefront/test_identical_wavefront.py`) and says so in its commit, with the GPU
@@ -28,12 +28,12 @@ CASES = {"lstm-h256-x3-b10": ("lstm", 256, 3, 10, "forward", (512, 16, 4)),
          "lstm-h128-x3-b1": ("lstm", 128, 3, 1, "forward", (256, 8, 8)),
          "rnn-h64-x4-b4": ("rnn", 64, 4, 4, "forward", (256, 2, 4)),
          "lstm-h32-x2-reverse": ("lstm", 32, 2, 3, "reverse", (256, 2, 8)),
-         # lane updates (session 34, with the GPU tests in docs/data/gpu-s34-h100.log)
+         # lane updates (GPU tests: docs/data/gpu-wavefront-lanes-h100.log)
          "lstm-h128-x3-b1-lanes": ("lstm", 128, 3, 1, "forward", (256, 16, 4, True)),
          "gru-h256-x2-b1-lanes": ("gru", 256, 2, 1, "forward", (256, 16, 6, True)),
-         # the batch in tiles (session 36; timed on the H100 and checked against ONNX Runtime by
-         # benchmarks/prebuilt_stacks.py, docs/data/wavefront-tiles-s36-h100.jsonl; GPU tests in
-         # docs/data/gpu-s36-h100.log)
+         # the batch in tiles (timed on the H100 and checked against ONNX Runtime by
+         # benchmarks/prebuilt_stacks.py, docs/data/wavefront-tiles-h100.jsonl; GPU tests in
+         # docs/data/gpu-wavefront-tiles-h100.log)
          "lstm-h256-x3-b10-tiles2-lanes": ("lstm", 256, 3, 10, "forward", (512, 16, 4, True, 2)),
          "gru-h256-x2-b8-tiles4-lanes": ("gru", 256, 2, 8, "forward", (256, 16, 6, True, 4)),
          "lstm-h128-x3-b8-tiles4-lanes": ("lstm", 128, 3, 8, "forward", (256, 8, 8, True, 4))}

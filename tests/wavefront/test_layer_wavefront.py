@@ -80,8 +80,8 @@ def test_report_names_the_wavefront_or_why_not():
 
 def test_a_16_bit_stack_is_a_stack():
     """An fp16 stack: Y leaves layer 0 in fp16 and layer 1's projection reads it as it is, so the
-    layers link as a stack (tir_templates/signature.py) and the wavefront takes it (its kernel ran
-    on the H100 in session 31: tests/gpu/test_wavefront_gpu.py); an fp64 stack it does not."""
+    layers link as a stack (tir_templates/signature.py) and the wavefront takes it (its kernel's GPU
+    tests: tests/gpu/test_wavefront_gpu.py); an fp64 stack it does not."""
     model, feeds = stacked_layers_model("LSTM", 64, 2, 10, 1)
     half, *_ = sixteen_bit_model(model, feeds)
     report = persist_rnn.compile(half, tvm.target.Target(SM90), measure=False, wavefront=True).report()
@@ -100,7 +100,7 @@ APART = {"float16": 1e-5, "bfloat16": 2.0 ** -8}
 @pytest.mark.parametrize("op,dtype", [("LSTM", "float16"), ("GRU", "float16"), ("RNN", "float16"), ("GRU", "bfloat16")])
 def test_a_16_bit_stack_matches_onnxruntime_and_the_layers_own_kernels(op, dtype):
     """The twin of the 16-bit wavefront against ONNX Runtime (the fp32 model on the same 16-bit
-    weights and inputs, within the dtype's bound: four unit roundoffs, bench.BOUNDS) and against
+    weights and inputs, within the dtype's bound: four unit roundoffs, torch_layers.BOUNDS) and against
     the same model built a kernel a layer (`APART`), whose layer 1 reads layer 0's Y stored in the
     dtype: the wavefront rounds h there too (`steps.as_layer_input`)."""
     from persist_rnn.bench.torch_layers import BOUNDS

@@ -1,4 +1,4 @@
-"""The GPU session's wavefront tools still fit the kernel: `wavefront_phases.py`'s probes and
+"""The GPU box's wavefront tools still fit the kernel: `wavefront_phases.py`'s probes and
 `wavefront_budget.py`'s ablations are anchored on lines of kernel.py's `one_step`, which a
 kernel change can move, and `prebuilt_stacks.py` builds here what the GPU box only times. Each
 is built for CUDA (sm_90) without a GPU, so a broken anchor shows in CI, not on the box."""

@@ -7,7 +7,7 @@ three: before its dot products, and before the cluster's exchange (`kernel.excha
 Every lane of a pair computes it (32 / P lanes a pair: the warp's instructions cost the same) and
 one stores it. Sending each pair's h(t) from its lanes' registers, 4 bytes a store, with no
 __syncthreads before the exchange, measured slower on the H100 than the 16-byte exchange after one
-(3 x LSTM H=128, B=1: 0.1377 against 0.1203 ms; docs/benchmarks.md, session 34): the peers'
+(3 x LSTM H=128, B=1: 0.1377 against 0.1203 ms; docs/design.md, *What we tried*): the peers'
 mbarriers count four times the stores.
 
 A lane's sums sit in `acc`: the dot's first (`layout.held_sums`), then the gathered ones

@@ -4,7 +4,7 @@
 #     bash ../shared/device/make-bundle.sh click==8.5.1 tqdm==4.70.1 onnxslim==0.1.98 colorama==0.4.6 \
 #         flashrnn==1.0.8 einops==0.8.2 ninja==1.13.2      # FlashRNN: the fp16 anchor of `precision`
 # then, in the repo root on the box:
-#     export PYTHONPATH=/tmp/site:$PWD; bash benchmarks/gpu_session.sh tests       # pytest -m gpu
+#     export PYTHONPATH=/tmp/site:$PWD; bash benchmarks/gpu_box.sh tests       # pytest -m gpu
 #       (over 10 minutes? split it: PYTEST_ARGS="-k LSTM" ..., "-k GRU", "-k 'not LSTM and not GRU'")
 #     ... calibrate   # persist-rnn calibrate: barrier costs + config sample -> $OUT/calibration/<arch>.json
 #     ... bench       # persist-rnn bench -> $OUT/bench.jsonl (then benchmarks/report.py here)

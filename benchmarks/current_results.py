@@ -1,0 +1,169 @@
+"""docs/benchmarks.md and docs/img/results.png from the data files that hold the current results.
+
+Run through `python benchmarks/report.py` (no arguments). Every number in the page is read from
+the files in `CURRENT`; the page names, for each table, the file and the command that measured it.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+#: the layers of GRNN's grid at each precision against cuDNN at that precision (`persist-rnn bench
+#: --precision ...` rows); a later file's row replaces an earlier one's for the same layer
+GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h100.jsonl",
+              "fp16-flashrnn-eager-h100.jsonl", "fp16-flashrnn-graph-h100.jsonl", "fp16-flashrnn-lstm1024-h100.jsonl",
+              "b1-bf16-16bit-io-h100.jsonl", "bf16-b10-b20-16bit-io-h100.jsonl",
+              "bf16-gru1024-b10-b20-16bit-io-h100.jsonl", "h64-dtypes-h100.jsonl"]
+STACKS_FILE = "wavefront-stacks-h100.jsonl"  # `persist-rnn bench --parts stacks`
+CORPUS_FILE = "corpus-latency-h100.jsonl"  # `python benchmarks/corpus_latency.py`
+CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE]
+PRECISION_ORDER = ("fp32", "tf32", "fp16", "bf16")
+
+
+def _rows(path):
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+def geomean(xs):
+    xs = [x for x in xs if x]
+    return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
+
+
+def grid_rows(data: str) -> dict:
+    """{(precision, cell, hidden, batch): row} over GRID_FILES, later files winning."""
+    latest = {}
+    for name in GRID_FILES:
+        for r in _rows(os.path.join(data, name)):
+            if r.get("part") == "precision":
+                latest[(r["precision"], r["cell"], r["hidden"], r["batch"])] = {**r, "file": name}
+    return latest
+
+
+def _layer(r) -> str:
+    return f"{r['cell']} H={r['hidden']} B={r['batch']}"
+
+
+def grid_lines(grid: dict) -> list[str]:
+    """A summary over precisions, then a table a precision, each layer against the best cuDNN
+    algorithm at that precision that matched torch's output (torch's graph counts among them)."""
+    out = ["## GRNN's grid at four precisions", "",
+           "One layer, T=100, input size = hidden, inputs on the GPU; ours is the compiled layer through "
+           "TVM's VM (input-projection GEMM and persistent kernel), compiled with the shipped tuning log "
+           "(`docs/data/tune-h100.jsonl`). *Best cuDNN* is the fastest of torch's layer replayed from a "
+           "CUDA graph and cuDNN's four algorithms (STANDARD, PERSIST_STATIC, PERSIST_DYNAMIC, "
+           "PERSIST_STATIC_SMALL_H) called directly, each run at the same precision and counted only if it "
+           "matched torch's output within that precision's bound. Ratios are their time over ours (above "
+           "1: persist_rnn is faster). Command: `persist-rnn bench --precision fp32,tf32,fp16,bf16 "
+           "--tuning-log docs/data/tune-h100.jsonl`.", "",
+           "| precision | layers | geomean over best cuDNN | least | geomean over torch's CUDA graph |",
+           "|---|---|---|---|---|"]
+    for precision in PRECISION_ORDER:
+        sel = [r for k, r in grid.items() if k[0] == precision]
+        if not sel:
+            continue
+        least = min(sel, key=lambda r: r["best_cudnn_over_ours"])
+        out.append(f"| {precision} | {len(sel)} | {geomean([r['best_cudnn_over_ours'] for r in sel]):.2f}x | "
+                   f"{least['best_cudnn_over_ours']:.2f}x ({_layer(least)}) | "
+                   f"{geomean([r['torch_graph_over_ours'] for r in sel]):.2f}x |")
+    for precision in PRECISION_ORDER:
+        sel = sorted((r for k, r in grid.items() if k[0] == precision), key=lambda r: (r["cell"], r["hidden"], r["batch"]))
+        if not sel:
+            continue
+        out += ["", f"### {precision}", "", "| layer | ours ms | best cuDNN ms | best | best ÷ ours | torch graph ÷ ours | "
+                "data |", "|---|---|---|---|---|---|---|"]
+        out += [f"| {_layer(r)} | {r['ours_ms']:.4f} | {r['best_cudnn_ms']:.4f} | {r['best_cudnn']} | "
+                f"{r['best_cudnn_over_ours']:.2f}x | {r['torch_graph_over_ours']:.2f}x | `{r['file']}` |" for r in sel]
+        flash = [r for r in sel if r.get("flashrnn_best_ms")]
+        if flash:
+            out += ["", f"FlashRNN at {precision}, its fastest backend that matched torch, over ours: "
+                    + ", ".join(f"{_layer(r)} {r['flashrnn_over_ours']:.2f}x" for r in flash) + "."]
+    return out
+
+
+def stack_lines(stacks: list) -> list[str]:
+    """The layer wavefront against a kernel a layer and torch's multi-layer module; `default` is
+    what compile builds (`wavefront="auto"`)."""
+    out = ["", "## Stacks of layers: the layer wavefront", "",
+           "A static-batch stack (T=100) as one wavefront kernel, as a kernel a layer, and as torch's multi-layer "
+           "module (cuDNN, CUDA graph), fp32. *Default* is what `compile` builds (`wavefront=\"auto\"`): fused "
+           "where the tuning log or the stack cost model finds it faster. Command: `persist-rnn bench --parts "
+           f"stacks --tuning-log docs/data/tune-h100.jsonl` (`docs/data/{STACKS_FILE}`).", "",
+           "| stack | fused ms | a kernel a layer ms | torch graph ms | default | a kernel a layer ÷ default | "
+           "torch ÷ default |", "|---|---|---|---|---|---|---|"]
+    for r in stacks:
+        fused = r["auto"]["lowering"] == "wavefront"
+        default_ms = r["ours_ms"] if fused else r["per_layer_ms"]
+        out.append(f"| {r['layers']} x {r['cell']} H={r['hidden']} B={r['batch']} | {r['ours_ms']:.4f} | "
+                   f"{r['per_layer_ms']:.4f} | {r['torch_graph_ms']:.4f} | {'fused' if fused else 'a kernel a layer'} | "
+                   f"{r['per_layer_ms'] / default_ms:.2f}x | {r['torch_graph_ms'] / default_ms:.2f}x |")
+    return out
+
+
+def corpus_lines(corpus: list) -> list[str]:
+    """Real models as shipped against ONNX Runtime (CPU) and, for our exports, torch on the GPU."""
+    out = ["", "## Real models as shipped", "",
+           "Symbolic shapes, no tuning log, fp32; ratios are the peer's time over ours. Command: `python "
+           f"benchmarks/corpus_latency.py` (`docs/data/{CORPUS_FILE}`; the models are listed in docs/models.md).", "",
+           "| model | B | persist_rnn ms | ONNX Runtime CPU ÷ ours | torch CUDA graph ÷ ours | max error vs ORT |",
+           "|---|---|---|---|---|---|"]
+    for r in corpus:
+        if "error" in r:  # a refusal recorded by the run, superseded by a later row of the same model
+            continue
+        torch_ratio = f"{r['torch_graph_ms'] / r['persist_rnn_ms']:.2f}x" if r.get("torch_graph_ms") else "—"
+        out.append(f"| {r['model']} | {r['batch']} | {r['persist_rnn_ms']:.3f} | {r['ort_cpu_ms'] / r['persist_rnn_ms']:.2f}x | "
+                   f"{torch_ratio} | {r['max_error_vs_ort']:.1e} |")
+    return out
+
+
+def results_plot(grid: dict, stacks: list, path: str, label: str):
+    """README's picture: each grid layer's speed-up over the best cuDNN algorithm at its precision,
+    and each stack's default build over torch's cuDNN graph."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layers = sorted({k[1:] for k in grid}, key=lambda k: (k[0], k[1], k[2]))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.8), gridspec_kw={"width_ratios": [3.2, 1]})
+    xs = np.arange(len(layers))
+    for i, precision in enumerate(PRECISION_ORDER):
+        ys = [grid[(precision, *k)]["best_cudnn_over_ours"] if (precision, *k) in grid else np.nan for k in layers]
+        ax.bar(xs + (i - 1.5) * 0.2, ys, 0.2, label=precision)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(xs, [f"{c[0]}{h}/{b}" for c, h, b in layers], rotation=60, fontsize=7)
+    ax.set_ylabel("best cuDNN time ÷ ours")
+    ax.set_title(f"GRNN's grid, one layer, T=100: L/G hidden/batch ({label})", fontsize=9)
+    ax.legend(fontsize=8, ncol=4)
+    names = [f"{r['layers']}x{r['cell'][0]}{r['hidden']}/{r['batch']}" for r in stacks]
+    ys = [r["torch_graph_ms"] / (r["ours_ms"] if r["auto"]["lowering"] == "wavefront" else r["per_layer_ms"]) for r in stacks]
+    bx.bar(np.arange(len(stacks)), ys, 0.6, color="tab:purple")
+    bx.axhline(1.0, color="black", lw=0.8)
+    bx.set_xticks(np.arange(len(stacks)), names, rotation=60, fontsize=7)
+    bx.set_ylabel("torch cuDNN graph ÷ ours")
+    bx.set_title("stacks, fp32 (default build)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def current_report(docs: str):
+    data = os.path.join(docs, "data")
+    grid = grid_rows(data)
+    stack_rows = _rows(os.path.join(data, STACKS_FILE))
+    meta = next(r for r in stack_rows if r.get("part") == "meta")
+    stacks = [r for r in stack_rows if r.get("part") == "stack"]
+    corpus = _rows(os.path.join(data, CORPUS_FILE))
+    label = f"{meta['gpu']}"
+    lines = ["# Benchmarks", "",
+             f"Current results, generated by `python benchmarks/report.py` from the data files it names "
+             f"(`benchmarks/current_results.py`). GPU: {meta['gpu']}, driver {meta['driver']}, torch {meta['torch']}, "
+             f"cuDNN {meta['cudnn']}, TVM {meta['tvm']}. Medians of CUDA-event timings of back-to-back calls, "
+             "warm-up excluded; every row of ours was checked against its peer's output in the same run. "
+             "A speed-up is only ever stated against a peer at the same precision.", "",
+             "![results](img/results.png)", ""]
+    lines += grid_lines(grid) + stack_lines(stacks) + corpus_lines(corpus)
+    with open(os.path.join(docs, "benchmarks.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.makedirs(os.path.join(docs, "img"), exist_ok=True)
+    results_plot(grid, stacks, os.path.join(docs, "img", "results.png"), label)
