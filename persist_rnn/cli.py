@@ -72,8 +72,9 @@ def _fail(err: Exception):
 @click.option("--verbose", is_flag=True, help="show TVM's and ONNX's warnings")
 def main(verbose):
     """ONNX LSTM / GRU / RNN models into TVM, each recurrence one persistent CUDA kernel."""
-    if not verbose:
+    if not verbose:  # persist_rnn's own warnings (a tuning log not used, a candidate left out) stay
         warnings.filterwarnings("ignore")
+        warnings.filterwarnings("default", module=r"persist_rnn\.")
     click.get_current_context().obj = {"verbose": verbose}
 
 
@@ -192,13 +193,13 @@ def _loaded(library):
 
 def _reference_of(cm, library) -> str:
     """The ONNX file a loaded library was compiled from, if it is still there with the same bytes."""
-    import hashlib
+    from .compile import file_sha256
 
     path = cm.origin.get("model")
     if not path or not os.path.exists(path):
         _fail(PersistRNNError(f"--check needs the ONNX model {library} was compiled from "
                               f"({path or 'a ModelProto, not a file'}), and it is not there: pass --reference MODEL.onnx"))
-    if hashlib.sha256(open(path, "rb").read()).hexdigest() != cm.origin.get("sha256"):
+    if file_sha256(path) != cm.origin.get("sha256"):
         _fail(PersistRNNError(f"--check: {path} has changed since {library} was compiled from it; pass "
                               "--reference MODEL.onnx, or compile again"))
     return path

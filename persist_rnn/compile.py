@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pathlib
 
 import numpy as np
 import tvm
@@ -64,5 +65,10 @@ def _origin(model_or_path, constants, precision) -> dict:
     """What `CompiledModel.origin` records: the ONNX file (absolute path and digest; None for a
     ModelProto), the constants pinned in it, and the build's precision."""
     path = os.path.abspath(os.fspath(model_or_path)) if isinstance(model_or_path, (str, os.PathLike)) else None
-    digest = hashlib.sha256(open(path, "rb").read()).hexdigest() if path else None
-    return {"model": path, "sha256": digest, "constants": {k: np.asarray(v).tolist() for k, v in (constants or {}).items()}, "precision": precision}
+    return {"model": path, "sha256": file_sha256(path) if path else None,
+            "constants": {k: np.asarray(v).tolist() for k, v in (constants or {}).items()}, "precision": precision}
+
+
+def file_sha256(path) -> str:
+    """The digest `CompiledModel.origin` records of the ONNX file, and `run --check` compares."""
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()

@@ -128,18 +128,18 @@ def stack_lines(path: str) -> list[tuple[dict, str]]:
 
 def lookup(path: str, wl: dict) -> Record | None:
     """The best (fastest measured, else newest) record for workload `wl`."""
-    hits, stale = [], 0
+    hits, stale = [], set()
     for rec in read(path):
         same_shape = all(rec.workload.get(k) == wl[k] for k in WORKLOAD_KEYS if k not in ("arch", "template_version"))
         if not same_shape or rec.workload.get("precision", "fp32") != wl.get("precision", "fp32"):
             continue
         if rec.workload["arch"] != wl["arch"] or rec.workload["template_version"] != wl["template_version"]:
-            stale += 1
+            stale.add(f"{rec.workload['arch']}, v{rec.workload['template_version']}")
             continue
         hits.append(rec)
     if stale and not hits:
-        warnings.warn(f"{path}: {stale} record(s) for this workload were made for another GPU arch or "
-                      f"template version (want {wl['arch']}, v{wl['template_version']}) and are ignored")
+        warnings.warn(f"{path}: the records for this workload were made for {'; '.join(sorted(stale))} (this build: "
+                      f"{wl['arch']}, template v{wl['template_version']}) and are not used")
     return best(hits)
 
 

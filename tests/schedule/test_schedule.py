@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -250,8 +251,29 @@ def test_records_of_another_arch_or_version_are_ignored_with_a_warning(tmp_path)
     rec = _record(spec)
     rec.workload["template_version"] = TEMPLATE_VERSION + 1
     tuning_log.append(log, rec)
-    with pytest.warns(UserWarning, match="another GPU arch or template version"):
+    want = rf"made for sm_80, v{TEMPLATE_VERSION}; sm_90, v{TEMPLATE_VERSION + 1} \(this build: sm_90, template v{TEMPLATE_VERSION}\) and are not used"
+    with pytest.warns(UserWarning, match=want):
         assert tuning_log.lookup(log, tuning_log.workload(spec, 10, "sm_90")) is None
+
+
+def test_the_cli_shows_persist_rnns_own_warnings_but_not_tvms(tmp_path):
+    """Quiet by default: TVM's and ONNX's warnings only with --verbose, but a tuning log whose
+    records are not used is said (a user who passed the log must learn it was not used)."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "tune.jsonl"
+    model = pathlib.Path(__file__).parents[1] / "fixtures" / "torch_rnn_relu.onnx"
+    compile_ = [sys.executable, "-m", "persist_rnn.cli", "compile", str(model), "-o", str(tmp_path / "m.so"),
+                "--target", "cuda", "--tuning-log", str(log)]
+    assert subprocess.run(compile_, capture_output=True).returncode == 0  # writes the layer's record
+    rec = json.loads(log.read_text().splitlines()[0])
+    rec["workload"]["template_version"] = TEMPLATE_VERSION - 1  # as an older template's log holds it
+    log.write_text(json.dumps(rec) + "\n")
+    res = subprocess.run(compile_, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert f"(this build: sm_90, template v{TEMPLATE_VERSION}) and are not used" in res.stderr
+    assert "Warning" not in res.stderr.replace("UserWarning", "")  # nothing from TVM
 
 
 @pytest.mark.parametrize("line,expect", [
