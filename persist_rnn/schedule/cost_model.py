@@ -23,11 +23,13 @@ from .gpu import GPUModel
 
 #: instructions of one (batch row, unit) gate update, per cell (transcendentals included)
 UPDATE_INSTR = {"lstm": 110, "gru": 90, "rnn": 40}
-#: FMA-issue slots one warp's m16n8k8 TF32 mma is priced at (not fitted: no tensor-core configs
-#: were in the sweeps; the planner measures tensor-core configs rather than trusting this)
+#: FMA-issue slots one warp's mma is priced at where the calibration has no fitted `mma_issue`
+#: weight (the planner then measures tensor-core configs rather than trusting the price)
 MMA_ISSUE_SLOTS = 8
 FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_wavefronts", "lds_issue",
-            "shuffle_issue", "update_issue")
+            "shuffle_issue", "update_issue", "mma_issue", "mma_chain")
+#: the tensor-core terms, fitted on their own sweep (`fit.fit_tensor_core_terms`) with the others fixed
+MMA_FEATURES = ("mma_issue", "mma_chain")
 
 
 def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
@@ -65,9 +67,12 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
         mmas = cfg.mma_passes() * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
         # (fp16: B's two registers packed from four fp32 values, ~4 instructions each)
         splits = 8 * cfg.n_tiles() if cfg.f16_mma() else 2 * cfg.n_tiles() if cfg.tf32() else 8 + 4 * cfg.n_tiles()
-        fma = mmas * MMA_ISSUE_SLOTS + cfg.k_tiles_per_warp(spec) * splits
+        fma = cfg.k_tiles_per_warp(spec) * splits
         lds_per_thread = 2 * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
         unique_bytes, smem_w = 128, 0
+        mma_chain = cfg.k_tiles_per_warp(spec) * cfg.mma_passes()  # each n-tile's mma accumulate in turn
+    else:
+        mmas = mma_chain = 0
     return {
         "barrier_us": 0.0 if barrier == "cta" else phases * gpu.barrier_us(cfg.ctas_per_direction(spec), barrier),
         "chunks": phases * chunks,
@@ -80,14 +85,31 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
                                                         * math.log2(max(cfg.group_size, 1)) * per_scheduler),
         "update_issue": chunks * (updates * UPDATE_INSTR[spec.cell] * (G + 1) / 5
                                   + (math.ceil(bc * H / nt) * UPDATE_INSTR["rnn"] if partial else 0)) * per_scheduler,
+        "mma_issue": dots * mmas * per_scheduler,
+        "mma_chain": dots * mma_chain,
     }
+
+
+def weights_of(gpu: GPUModel) -> dict:
+    """The GPU's fitted weights; where the tensor-core terms are not fitted, an mma costs
+    MMA_ISSUE_SLOTS FMA issue slots and its chain nothing extra."""
+    w = dict(gpu.weights)
+    w.setdefault("mma_issue", MMA_ISSUE_SLOTS * w.get("fma_issue", 0.0))
+    w.setdefault("mma_chain", 0.0)
+    return w
+
+
+def prices_tensor_cores(gpu: GPUModel) -> bool:
+    """Whether the GPU's calibration has the tensor-core terms fitted, so that a tensor-core
+    config may be chosen on the model's word."""
+    return all(k in gpu.weights for k in MMA_FEATURES)
 
 
 def step_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> float:
     """Predicted microseconds of one time step."""
-    f = features(spec, cfg, gpu, batch)
-    cycles = sum(gpu.weights.get(k, 0.0) * v for k, v in f.items() if k != "barrier_us")
-    return gpu.weights.get("barrier_us", 1.0) * f["barrier_us"] + cycles / (gpu.clock_ghz * 1e3)
+    f, w = features(spec, cfg, gpu, batch), weights_of(gpu)
+    cycles = sum(w.get(k, 0.0) * v for k, v in f.items() if k != "barrier_us")
+    return w.get("barrier_us", 1.0) * f["barrier_us"] + cycles / (gpu.clock_ghz * 1e3)
 
 
 def rank(spec: CellSpec, configs: list[Config], gpu: GPUModel, batch: int) -> list[tuple[float, Config]]:

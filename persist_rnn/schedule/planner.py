@@ -23,7 +23,7 @@ from tir_templates.persistent.buckets import bucketed_kernel
 from tir_templates.spec import CellSpec
 
 from . import tuning_log
-from .cost_model import rank, step_us
+from .cost_model import prices_tensor_cores, rank, step_us
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
@@ -101,8 +101,9 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
         best_us, best = timed[0]
         plan = Plan(None, best, "measured", time_us=best_us)
         how = timing(spec, dev)
-    else:  # the model has no fitted term for the tensor cores: without measurements, FMA units only
-        plan = Plan(None, next((c for _, c in ranked if not c.tensor_cores()), ranked[0][1]), "cost_model")
+    else:  # a tensor-core config on the model's word only where its calibration has their terms fitted
+        priced = prices_tensor_cores(gpu)
+        plan = Plan(None, next((c for _, c in ranked if priced or not c.tensor_cores()), ranked[0][1]), "cost_model")
         how = "warm"
     if tuning_log_path:
         tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source, timing=how))
@@ -217,7 +218,7 @@ def rank_for_any_batch(spec: CellSpec, configs: list[Config], gpu) -> list[tuple
 
 def to_measure(ranked: list[tuple[float, Config]], top_k: int) -> list[Config]:
     """The model's top K of the FMA-unit configs, plus its best TENSOR_CORE_CANDIDATES tensor-core
-    configs: the model prices those without fitted weights, so they are measured, never trusted."""
+    configs (the model's first pick is always among them)."""
     simt = [c for _, c in ranked if not c.tensor_cores()][:top_k]
     tensor = [c for _, c in ranked if c.tensor_cores()][:TENSOR_CORE_CANDIDATES]
     return simt + tensor
