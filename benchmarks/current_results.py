@@ -18,7 +18,8 @@ GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h
               "bf16-gru1024-b10-b20-16bit-io-h100.jsonl", "h64-dtypes-h100.jsonl"]
 STACKS_FILE = "wavefront-stacks-h100.jsonl"  # `persist-rnn bench --parts stacks`
 CORPUS_FILE = "corpus-latency-h100.jsonl"  # `python benchmarks/corpus_latency.py`
-CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE]
+OFFGRID_FILE = "offgrid-picks-h100.jsonl"  # `python benchmarks/offgrid_picks.py`
+CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE]
 PRECISION_ORDER = ("fp32", "tf32", "fp16", "bf16")
 
 
@@ -117,6 +118,24 @@ def corpus_lines(corpus: list) -> list[str]:
     return out
 
 
+def offgrid_lines(rows: list) -> list[str]:
+    """Layers off GRNN's grid as a user compiles them: no tuning log, nothing measured."""
+    out = ["", "## Layers off GRNN's grid, untuned", "",
+           "One layer (T=100, input = hidden) compiled as a user compiles it without a GPU: no tuning log, "
+           "nothing measured, the cost model's own pick. Against cuDNN's best algorithm at the same precision "
+           "and against the model's pick among FMA-unit configs only (what the planner picks where a "
+           "calibration does not price tensor cores), timed in turn. Command: `python benchmarks/offgrid_picks.py` "
+           f"(`docs/data/{OFFGRID_FILE}`).", "",
+           "| layer | precision | ours ms | pick | best cuDNN ms | best | best ÷ ours | FMA-only pick ÷ ours | error |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        kind = "tensor cores" if r["config"].get("mma_k_split") else "FMA units"
+        out.append(f"| {_layer(r)} | {r['precision']} | {r['ours_ms']:.4f} | {kind} | {r['best_cudnn_ms']:.4f} | "
+                   f"{r['best_cudnn']} | {r['best_cudnn_over_ours']:.2f}x | {r['fma_only_over_ours']:.2f}x | "
+                   f"{r['ours_err']:.1e} |")
+    return out
+
+
 def results_plot(grid: dict, stacks: list, path: str, label: str):
     """README's picture: each grid layer's speed-up over the best cuDNN algorithm at its precision,
     and each stack's default build over torch's cuDNN graph."""
@@ -162,7 +181,8 @@ def current_report(docs: str):
              "warm-up excluded; every row of ours was checked against its peer's output in the same run. "
              "A speed-up is only ever stated against a peer at the same precision.", "",
              "![results](img/results.png)", ""]
-    lines += grid_lines(grid) + stack_lines(stacks) + corpus_lines(corpus)
+    offgrid = _rows(os.path.join(data, OFFGRID_FILE))
+    lines += grid_lines(grid) + offgrid_lines(offgrid) + stack_lines(stacks) + corpus_lines(corpus)
     with open(os.path.join(docs, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     os.makedirs(os.path.join(docs, "img"), exist_ok=True)
