@@ -28,7 +28,8 @@ UPDATE_INSTR = {"lstm": 110, "gru": 90, "rnn": 40}
 MMA_ISSUE_SLOTS = 8
 FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_wavefronts", "lds_issue",
             "shuffle_issue", "update_issue", "mma_issue", "mma_chain")
-#: the tensor-core terms, fitted on their own sweep (`fit.fit_tensor_core_terms`) with the others fixed
+#: the tensor-core terms: an mma's issue cost and its accumulation chain (judged, and refittable, on a
+#: side-by-side sweep: `fit.tensor_core_report`)
 MMA_FEATURES = ("mma_issue", "mma_chain")
 
 
@@ -100,7 +101,8 @@ def weights_of(gpu: GPUModel) -> dict:
 
 
 def prices_tensor_cores(gpu: GPUModel) -> bool:
-    """Whether the GPU's calibration has the tensor-core terms fitted, so that a tensor-core
+    """Whether the GPU's calibration carries the tensor-core terms, which a side-by-side sweep of
+    tensor-core and FMA-unit configs validated there (docs/cost-model.md), so that a tensor-core
     config may be chosen on the model's word."""
     return all(k in gpu.weights for k in MMA_FEATURES)
 

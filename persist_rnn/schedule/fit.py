@@ -35,18 +35,22 @@ def _spec(row) -> CellSpec:
                     dtype=row.get("dtype", "float32"))
 
 
-def _nonnegative_relative_fit(X, y):
-    """Weights w >= 0 minimising sum((X w - y) / y)^2: least squares with negative weights dropped
-    and the rest refitted."""
-    active = list(range(X.shape[1]))
+def _nonnegative_lstsq(A, b):
+    """w >= 0 minimising |A w - b|^2: least squares with negative weights dropped and the rest refitted."""
+    active = list(range(A.shape[1]))
     while True:
-        w, *_ = np.linalg.lstsq(X[:, active] / y[:, None], np.ones(len(y)), rcond=None)
+        w, *_ = np.linalg.lstsq(A[:, active], b, rcond=None)
         if (w >= 0).all() or len(active) == 1:
             break
         active = [a for a, wi in zip(active, w) if wi >= 0]
-    out = np.zeros(X.shape[1])
+    out = np.zeros(A.shape[1])
     out[active] = np.maximum(w, 0.0)
     return out
+
+
+def _nonnegative_relative_fit(X, y):
+    """Weights w >= 0 minimising sum(((X w) - y) / y)^2."""
+    return _nonnegative_lstsq(X / y[:, None], np.ones(len(y)))
 
 
 def fit_weights(rows, gpu) -> dict:
@@ -74,7 +78,7 @@ def fit_tensor_core_terms(rows, gpu) -> dict:
     y, X = np.array(y), np.array(X)
     measured = np.array([r["measured_us"] for r in rows])
     # relative to the whole step: minimise sum(((X w) - y) / measured)^2, w >= 0
-    w = _nonnegative_relative_fit(X * (1.0 / measured)[:, None] * measured[:, None], y) if len(rows) else np.zeros(2)
+    w = _nonnegative_lstsq(X / measured[:, None], y / measured) if len(rows) else np.zeros(len(MMA_FEATURES))
     return {**gpu.weights, **{k: float(v) for k, v in zip(MMA_FEATURES, w)}}
 
 

@@ -101,7 +101,7 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
         best_us, best = timed[0]
         plan = Plan(None, best, "measured", time_us=best_us)
         how = timing(spec, dev)
-    else:  # a tensor-core config on the model's word only where its calibration has their terms fitted
+    else:  # a tensor-core config on the model's word only where the calibration prices them
         priced = prices_tensor_cores(gpu)
         plan = Plan(None, next((c for _, c in ranked if priced or not c.tensor_cores()), ranked[0][1]), "cost_model")
         how = "warm"
