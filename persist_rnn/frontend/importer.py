@@ -122,18 +122,19 @@ _CONTRIB_HINTS = {
 }
 
 
+#: ops TVM's importer takes without a converter of its table
+_TAKEN_WITHOUT_CONVERTER = {"If", "Constant"}
+
+
 def _refuse_unknown_ops(graph: onnx.GraphProto) -> None:
-    """Name the first node (in the graph or a subgraph) that no converter takes, before TVM's
-    importer stops on it with OpNotImplemented and no node name."""
+    """Name the first node of the graph that no converter takes, where TVM's importer would stop
+    with OpNotImplemented and no node name (it checks the top-level graph so, as here)."""
     known = {**F._get_convert_map(), **OP_FIXES, **GATHERS, **CONVERTERS}
     for node in graph.node:
-        if node.op_type not in known:
+        if node.op_type not in known and node.op_type not in _TAKEN_WITHOUT_CONVERTER:
             domain = f"{node.domain}." if node.domain not in ("", "ai.onnx") else ""
             hint = _CONTRIB_HINTS.get(node.op_type, "TVM's ONNX importer has no converter for it")
             raise PersistRNNError(f"node {node.name!r} ({domain}{node.op_type}): not supported: {hint}")
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                _refuse_unknown_ops(sub)
 
 
 def load_model(model_or_path) -> onnx.ModelProto:

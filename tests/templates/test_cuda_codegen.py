@@ -16,7 +16,7 @@ import pytest
 import tvm
 
 from persist_rnn.schedule.calibrate import barrier_kernel, most_at_once, residency_kernel
-from persist_rnn.schedule.cost_model import rank
+from persist_rnn.schedule.cost_model import prices_tensor_cores, rank
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.planner import plan_layer
 from persist_rnn.schedule.space import candidate_configs
@@ -88,7 +88,8 @@ def test_config_grid_compiles(cfg, tmp_path):
 def test_tensor_core_configs_compile(cell, hidden, batch, arches, tmp_path):
     """The model's best tensor-core config: mma.sync with TF32 operands, no spills (H=1024's 128
     CTAs exceed the A100's SMs; GRU's 24 rows a CTA pad their second row tile); without a GPU to
-    measure it, the planner keeps to the FMA units."""
+    measure, the planner picks the model's first config where the calibration prices tensor cores
+    (the H100's), else keeps to the FMA units."""
     spec = CellSpec(cell, hidden, hidden, linear_before_reset=True)
     for arch in arches:
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
@@ -98,7 +99,7 @@ def test_tensor_core_configs_compile(cell, hidden, batch, arches, tmp_path):
         source = cuda_source(plan_layer(spec, target, batch=batch, config=cfg).kernel, arch)
         assert source.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 1  # the helper
         assert max(nvcc_stats(source, arch, tmp_path)) == 0, cfg
-        assert not plan_layer(spec, target, batch=batch, measure=False).config.tensor_cores()
+        _assert_the_model_alone_picks(spec, target, gpu, batch, ranked)
 
 
 def test_too_large_for_the_chip_says_why(tmp_path):
@@ -286,7 +287,8 @@ def test_f16_mma_configs_compile(cell, hidden, batch, arches, dtype, tmp_path):
     """A 16-bit layer's best tensor-core config by the model: m16n8k16 mma on fp16 (bf16) pairs,
     one per (k-tile of 16, n-tile) in each copy of the step the kernel has, no spills (RNN H=64
     B=1's fp16 one, one warp per row tile, has 8 bytes of stack at sm_80, not at sm_90: ptxas's,
-    at 56 registers); without a GPU to measure it the planner keeps the FMA units."""
+    at 56 registers); without a GPU to measure, the planner picks the model's first config where
+    the calibration prices tensor cores (the H100's), else keeps to the FMA units."""
     spec = CellSpec(cell, hidden, hidden, linear_before_reset=True, dtype=dtype)
     kind = "bf16" if dtype == "bfloat16" else "f16"
     for arch in arches:
@@ -298,7 +300,16 @@ def test_f16_mma_configs_compile(cell, hidden, batch, arches, dtype, tmp_path):
         assert f"cvt.rn.{kind}x2.f32" in source
         assert max(nvcc_stats(source, arch, tmp_path)) == 0, cfg
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
-        assert not plan_layer(spec, target, batch=batch, measure=False).config.tensor_cores()
+        _assert_the_model_alone_picks(spec, target, gpu, batch, rank(spec, candidate_configs(spec, gpu, batch), gpu, batch))
+
+
+def _assert_the_model_alone_picks(spec, target, gpu, batch, ranked):
+    """The planner's pick without measurements: the model's first config where `gpu`'s calibration
+    prices tensor cores, else its first FMA-unit config."""
+    pick = plan_layer(spec, target, batch=batch, measure=False).config
+    priced = prices_tensor_cores(gpu)
+    assert pick == next(c for _, c in ranked if priced or not c.tensor_cores())
+    assert priced or not pick.tensor_cores()
 
 
 @pytest.mark.parametrize("cell,hidden,batch", [("lstm", 64, 1), ("gru", 64, 1), ("lstm", 256, 10)], ids=str)
