@@ -234,10 +234,12 @@ class CompiledModel:
 
 def load(path: str) -> CompiledModel:
     """A CompiledModel from `export_library`'s two files."""
+    from .schedule.gpu import present_device
+
     with open(str(path) + ".json") as f:
         meta = json.load(f)
     target = tvm.target.Target(meta["target"])
-    if target.kind.name == "cuda" and not tvm.cuda(0).exist:
+    if target.kind.name == "cuda" and present_device() is None:
         raise PersistRNNError(f"{path} was compiled for cuda and there is no CUDA GPU here; compile the model "
                               "for llvm to run it on the CPU")
     ex = tvm.runtime.load_module(str(path))
