@@ -32,9 +32,9 @@ def _measured():
         for key in ("tuned_ms", "dsmem_ms", "retuned_ms", "cudnn_best_ms"):
             if key in row:
                 yield row, "fp32", row[key]
-    for path in sorted(DATA.glob("*-h100.jsonl")):  # `persist-rnn bench --precision` rows
+    for path in sorted(DATA.glob("*-h100.jsonl")):  # `bench --precision` and `benchmarks/offgrid_picks.py` rows
         for row in (json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")):
-            if row.get("part") == "precision" and row.get("seq_len") == 100:
+            if row.get("part") in ("precision", "offgrid_pick") and row.get("seq_len") == 100:
                 yield row, row["precision"], row["ours_ms"]
                 yield row, row["precision"], row["best_cudnn_ms"]
 
