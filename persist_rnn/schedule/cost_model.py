@@ -23,8 +23,9 @@ from .gpu import GPUModel
 
 #: instructions of one (batch row, unit) gate update, per cell (transcendentals included)
 UPDATE_INSTR = {"lstm": 110, "gru": 90, "rnn": 40}
-#: FMA-issue slots one warp's mma is priced at where the calibration has no fitted `mma_issue`
-#: weight (the planner then measures tensor-core configs rather than trusting the price)
+#: FMA-issue slots one warp's mma is priced at: the default `mma_issue` weight (`weights_of`);
+#: where a calibration does not carry it, the planner measures tensor-core configs rather than
+#: trusting the price
 MMA_ISSUE_SLOTS = 8
 FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_wavefronts", "lds_issue",
             "shuffle_issue", "update_issue", "mma_issue", "mma_chain")
@@ -92,8 +93,8 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
 
 
 def weights_of(gpu: GPUModel) -> dict:
-    """The GPU's fitted weights; where the tensor-core terms are not fitted, an mma costs
-    MMA_ISSUE_SLOTS FMA issue slots and its chain nothing extra."""
+    """The GPU's weights; where its calibration does not carry the tensor-core terms, an mma
+    costs MMA_ISSUE_SLOTS FMA issue slots and its chain nothing extra."""
     w = dict(gpu.weights)
     w.setdefault("mma_issue", MMA_ISSUE_SLOTS * w.get("fma_issue", 0.0))
     w.setdefault("mma_chain", 0.0)

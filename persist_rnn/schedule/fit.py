@@ -82,11 +82,16 @@ def fit_tensor_core_terms(rows, gpu) -> dict:
     return {**gpu.weights, **{k: float(v) for k, v in zip(MMA_FEATURES, w)}}
 
 
+def _workload(row) -> tuple:
+    """(cell, hidden, batch, precision): the workload a side-by-side sweep's row timed a config of."""
+    return row["cell"], row["hidden"], row["batch"], row.get("precision", "fp32")
+
+
 def _workloads(rows) -> dict:
     by = collections.defaultdict(list)
     for r in rows:
         if "measured_us" in r:
-            by[(r["cell"], r["hidden"], r["batch"], r.get("precision", "fp32"))].append(r)
+            by[_workload(r)].append(r)
     return by
 
 
@@ -98,8 +103,8 @@ def _spearman(a, b) -> float:
 def pick_quality(rows, gpu, *, tensor_cores: bool = True) -> list[dict]:
     """Per workload of a side-by-side sweep: the measured time of the model's pick over the best
     measured (its regret), and the rank correlation of predicted and measured times. Without
-    `tensor_cores` the pick is among FMA-unit configs only, as the planner picks without fitted
-    tensor-core terms."""
+    `tensor_cores` the pick is among FMA-unit configs only, as the planner picks where the
+    calibration does not carry the tensor-core terms."""
     out = []
     for (cell, hidden, batch, precision), rs in sorted(_workloads(rows).items()):
         spec = _spec(rs[0])
@@ -117,7 +122,7 @@ def held_out_picks(rows, gpu) -> list[dict]:
     """`pick_quality` of each workload with the tensor-core terms fitted without it."""
     out = []
     for key, rs in sorted(_workloads(rows).items()):
-        train = [r for r in rows if (r["cell"], r["hidden"], r["batch"], r.get("precision", "fp32")) != key]
+        train = [r for r in rows if _workload(r) != key]
         fitted = dataclasses.replace(gpu, weights=fit_tensor_core_terms(train, gpu))
         out += pick_quality(rs, fitted)
     return out
