@@ -60,6 +60,8 @@ class LayerReport:
     stack_reason: str = ""
     #: its input projection folded into the embedding table it reads: a lookup, no GEMM
     embedding_folded: bool = False
+    #: compiled from a torch module: the layer's module path and place ("encoder.lstm, layer 2 of 3")
+    module: str = ""
 
     def __getitem__(self, key):
         return getattr(self, key)
@@ -79,7 +81,8 @@ class LayerReport:
             stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
         elif self.lowering == "wavefront" and self.stack_reason:  # one wavefront kernel: whose choice
             stacked += f" ({self.stack_reason})"
-        return (f"{self.node}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
+        name = f"{self.module} ({self.node})" if self.module else self.node
+        return (f"{name}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
                 f"{dirs}: {self.lowering}{tf32}{folded}{early}{buckets}{stacked}{why}")
 
     def bucket_lines(self) -> list[str]:
