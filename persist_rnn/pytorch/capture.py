@@ -110,10 +110,36 @@ def capture(module: torch.nn.Module, example_inputs, dynamic=None) -> Capture:
     finally:
         module.train(was_training)
     model = onnx.load_from_string(buffer.getvalue())
+    _refuse_runtime_sort(model, module)
     inits = {t.name for t in model.graph.initializer}
     graph_inputs = {i.name for i in model.graph.input if i.name not in inits}
     return Capture(model, [n if n in graph_inputs else None for n in names],
                    {k: x for k, x in enumerate(examples) if not isinstance(x, torch.Tensor)}, spec)
+
+
+def _runtime_sorts(model: onnx.ModelProto) -> list[str]:
+    """The TopK nodes whose k is not a constant."""
+    constants = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
+                                                               for o in n.output}
+    return [n.name for n in model.graph.node if n.op_type == "TopK" and len(n.input) > 1 and n.input[1] not in constants]
+
+
+def _refuse_runtime_sort(model: onnx.ModelProto, module: torch.nn.Module) -> None:
+    """pack_padded_sequence(..., enforce_sorted=False) exports as a TopK of the lengths whose k is
+    the batch; over a dynamic batch, k stays unknown once the graph is folded (front_door.fold), and
+    TVM's ONNX importer refuses it and the shape arithmetic after it. Say so, and what works,
+    before the importer fails on a node the user never wrote."""
+    if not _runtime_sorts(model):
+        return
+    from ..frontend.front_door import fold
+
+    left = _runtime_sorts(fold(model)[0])
+    if left:
+        raise PersistRNNError(
+            f"{type(module).__name__}: node {left[0]!r} sorts by a count known only at run time, as torch exports "
+            "pack_padded_sequence(..., enforce_sorted=False) over a dynamic batch, which TVM's ONNX importer cannot "
+            "take; pass the lengths sorted with enforce_sorted=True, or compile for a static batch (leave the batch "
+            "out of dynamic=)")
 
 
 def _hint(module: torch.nn.Module) -> str:

@@ -1,0 +1,89 @@
+"""torch.compile(model, backend="persist_rnn") on the CPU (llvm): the recurrent ops of dynamo's
+graph run compiled by persist_rnn, the rest eager or through inductor, and every output matches
+torch's own (fp32 bound 1e-4); one build serves every batch; what the backend does not take
+(packed sequences, LSTM projections) runs as torch runs it, and reports() says so."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import persist_rnn  # noqa: E402
+from persist_rnn.pytorch import recurrent_layer  # noqa: E402
+from persist_rnn.pytorch.backend import persist_rnn_backend, reports  # noqa: E402
+from torch_models import Packed, Projected, corpus, examples, relative_error  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _outcomes_since(count):
+    return reports()[count:]
+
+
+def test_the_backend_is_found_by_name():
+    assert "persist_rnn" in torch._dynamo.list_backends()
+
+
+@pytest.mark.parametrize("name", ["char_rnn", "speech_gru"])
+def test_examples_match_torch_at_every_batch_with_one_build(name):
+    module, example, _, other = examples()[name]
+    before, builds = len(reports()), len(recurrent_layer._BUILDS)
+    compiled = torch.compile(module, backend="persist_rnn")
+    with torch.no_grad():
+        for x in (example, other, torch.cat([other, other], dim=1 if name == "char_rnn" else 0)):
+            assert relative_error(compiled(x), module(x)) <= 1e-4
+    met = _outcomes_since(before)
+    assert met and all(o.runs_in == "persist_rnn" for o in met)
+    cell = "lstm" if name == "char_rnn" else "gru"
+    assert {o.module for o in met} == {cell}
+    count = len(met[-1].layers)
+    assert [r.module for r in met[-1].layers] == [f"{cell}, layer {k} of {count}" for k in range(1, count + 1)]
+    assert len(recurrent_layer._BUILDS) == builds + 1  # dynamo's recompile for a new batch found the build
+
+
+def test_the_rest_through_inductor():
+    module, example, _, other = corpus("gru_enhancer")
+    compiled = torch.compile(module, backend="persist_rnn", options={"rest": "inductor"})
+    with torch.no_grad():
+        for x in (example, other):
+            assert relative_error(compiled(x), module(x)) <= 1e-4
+    assert reports()[-1].runs_in == "persist_rnn"
+
+
+def test_what_the_backend_does_not_take_runs_as_torch():
+    torch.manual_seed(0)
+    before = len(reports())
+    projected = Projected().eval()
+    x = torch.randn(5, 2, 8)
+    with torch.no_grad():
+        assert relative_error(torch.compile(projected, backend="persist_rnn")(x), projected(x)) <= 1e-6
+    met = {o.module: o for o in _outcomes_since(before)}
+    assert met["gru"].runs_in == "persist_rnn"
+    assert met["lstm"].runs_in == "torch" and "proj_size" in met["lstm"].why
+    packed = Packed().eval()  # dynamo breaks the graph at a PackedSequence: torch runs the GRU
+    x, lengths = torch.randn(3, 7, 8), torch.tensor([7, 2, 5])
+    with torch.no_grad():
+        assert relative_error(torch.compile(packed, backend="persist_rnn")(x, lengths), packed(x, lengths)) <= 1e-6
+    plain = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        assert relative_error(torch.compile(plain, backend="persist_rnn")(x), plain(x)) == 0
+
+
+def test_weights_changed_in_place_make_a_new_build():
+    module, example, _, _ = examples()["speech_gru"]
+    compiled = torch.compile(module, backend="persist_rnn")
+    with torch.no_grad():
+        compiled(example)
+        module.gru.weight_hh_l0.mul_(0.5)
+        assert relative_error(compiled(example), module(example)) <= 1e-4
+
+
+def test_bad_options_are_named():
+    graph = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))
+    with pytest.raises(persist_rnn.PersistRNNError, match=r"options\['rest'\] = 'fast'"):
+        persist_rnn_backend(graph, [torch.randn(1, 2)], options={"rest": "fast"})
