@@ -95,8 +95,18 @@ def _is_fake(tensor) -> bool:
     return isinstance(tensor, FakeTensor)
 
 
+def _register_where_not_installed() -> None:
+    """An installed persist_rnn names the backend through its `torch_dynamo_backends` entry point
+    (pyproject.toml); from a source tree on PYTHONPATH, importing this module names it."""
+    if "persist_rnn" not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(persist_rnn_backend, name="persist_rnn")
+
+
 def _as_custom_op(layer: RecurrentLayer):
     """`layer` behind torch.ops.persist_rnn.recurrent, which inductor leaves opaque (custom_op.py)."""
     from .custom_op import as_custom_op
 
     return as_custom_op(layer)
+
+
+_register_where_not_installed()

@@ -1,0 +1,127 @@
+"""PyTorch users' models on the GPU box, every way a torch user can run them, in the same run.
+
+    python benchmarks/torch_models.py --out torch.jsonl [--models char_rnn,crnn_ocr] [--batches 1,16]
+
+The three shipped examples' torch definitions and the corpus's six torch models, fp32 (TF32 off for
+torch's cuDNN and matmuls: the same precision as ours), at batch 1 and 16 and a realistic length:
+- `module`: persist_rnn.compile(module, (x,), dynamic=batch and time) (measure off: the cost
+  model's configs, as `onnx` below gets them);
+- `onnx`: persist_rnn.compile of the ONNX file the repository ships for that model (examples/,
+  tests/fixtures/corpus/*_torchscript.onnx), the road a user took before;
+- `backend`: torch.compile(module, backend="persist_rnn") (measure off);
+- `inductor`: torch.compile(module), inductor's default;
+- `eager`: the module as torch runs it (cuDNN).
+Each is timed as a call (CUDA events around back-to-back calls, the callables in turn) and, where
+torch's CUDA-graph capture takes it, as a graph replay; each row also holds the largest error of
+`module`, `onnx` and `backend` against eager torch relative to the output scale.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "pytorch"))
+
+#: model -> steps along its time axis (tokens, frames, pixels of width, samples)
+STEPS = {"char_rnn": 100, "text_classifier": 20, "speech_gru": 200, "crnn_ocr": 256, "conv_bilstm_speech": 400,
+         "stft_lstm_vad": 16000, "gru_enhancer": 200, "seq2seq_encoder": 50, "bilstm_tagger": 64}
+
+
+def _model(name):
+    """(module, input maker (batch -> tensor), dynamic, shipped ONNX path)."""
+    import torch
+    from torch_models import examples, make_corpus
+
+    if name in ("char_rnn", "text_classifier", "speech_gru"):
+        module, _, dynamic, _ = examples()[name]
+        make = {"char_rnn": lambda b: torch.randint(0, 65, (STEPS[name], b)),
+                "text_classifier": lambda b: torch.randint(0, 1000, (STEPS[name], b)),
+                "speech_gru": lambda b: torch.randn(b, STEPS[name], 40)}[name]
+        return module, make, dynamic, os.path.join(HERE, "..", "examples", f"{name}.onnx")
+    b_axis, t_axis = make_corpus.MODELS[name][2]
+    return (make_corpus.build(name), lambda b: make_corpus.example_input(name, b, STEPS[name]),
+            {"batch": b_axis, "steps": t_axis},
+            os.path.join(HERE, "..", "tests", "fixtures", "corpus", f"{name}_torchscript.onnx"))
+
+
+def _onnx_call(compiled, x):
+    """The ONNX build called with x on the GPU, as the torch user would (its one input by name)."""
+    name = compiled.inputs[0].name
+    return lambda: compiled.run({name: x}, outputs="device")
+
+
+def _relative_error(got, want) -> float:
+    import torch
+
+    got, want = torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)
+    return max(float((g.float() - w.float()).abs().max() / w.float().abs().max().clamp_min(1e-30))
+               for g, w in zip(got, want))
+
+
+def run(names, batches, out):
+    import torch
+
+    import persist_rnn
+    from persist_rnn.bench.gpu_timing import graph_replay, interleaved_ms
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name in names:
+        module, make, dynamic, onnx_path = _model(name)
+        module = module.cuda().eval()
+        example = make(2).cuda()
+        started = time.time()
+        built_module = persist_rnn.compile(module, (example,), target="cuda", dynamic=dynamic, measure=False)
+        module_s = time.time() - started
+        started = time.time()
+        built_onnx = persist_rnn.compile(onnx_path, "cuda", measure=False)
+        onnx_s = time.time() - started
+        torch._dynamo.reset()
+        backend = torch.compile(module, backend="persist_rnn", options={"measure": False})
+        inductor = torch.compile(module)
+        for batch in batches:
+            x = make(batch).cuda()
+            with torch.no_grad():
+                want = module(x)
+                calls = {"module": lambda: built_module(x), "onnx": _onnx_call(built_onnx, x),
+                         "backend": lambda: backend(x), "inductor": lambda: inductor(x), "eager": lambda: module(x)}
+                row = {"model": name, "batch": batch, "steps": STEPS[name], "precision": "fp32",
+                       "compile_s": {"module": round(module_s, 1), "onnx": round(onnx_s, 1)},
+                       "error_vs_eager": {k: _relative_error(calls[k](), want) for k in ("module", "onnx", "backend")},
+                       "layers": [r.line() for r in built_module.report()]}
+                calls["inductor"]()
+                from persist_rnn.pytorch.backend import reports
+
+                row["backend_layers"] = [o.line() for o in reports()[-4:]]
+                row["call_ms"] = interleaved_ms(calls)
+                graphs, why = {}, {}
+                for k in ("module", "onnx", "backend", "eager"):
+                    try:
+                        graphs[k] = graph_replay(calls[k])
+                    except Exception as err:  # a path torch's capture does not take: recorded, not fatal
+                        why[k] = f"{type(err).__name__}: {str(err)[:160]}"
+                        torch.cuda.synchronize()
+                row["graph_ms"] = interleaved_ms(graphs) if graphs else {}
+                row["graph_refused"] = why
+            print(json.dumps(row), flush=True)
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", default=",".join(STEPS))
+    parser.add_argument("--batches", default="1,16")
+    args = parser.parse_args()
+    with open(args.out, "a") as out:
+        run(args.models.split(","), [int(b) for b in args.batches.split(",")], out)
+
+
+if __name__ == "__main__":
+    main()
