@@ -67,6 +67,7 @@ def run(names, batches, out):
     import torch
 
     import persist_rnn
+    import persist_rnn.pytorch.backend  # noqa: F401  (names the backend where persist_rnn is not installed)
     from persist_rnn.bench.gpu_timing import graph_replay, interleaved_ms
 
     torch.backends.cudnn.allow_tf32 = False
