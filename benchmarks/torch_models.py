@@ -9,7 +9,8 @@ torch's cuDNN and matmuls: the same precision as ours), at batch 1 and 16 and a 
 - `onnx`: persist_rnn.compile of the ONNX file the repository ships for that model (examples/,
   tests/fixtures/corpus/*_torchscript.onnx), the road a user took before;
 - `backend`: torch.compile(module, backend="persist_rnn") (measure off);
-- `inductor`: torch.compile(module), inductor's default;
+- `inductor`: torch.compile(module), inductor's default (traced with dynamo's allow_rnn off, its
+  default, which the persist_rnn backend turns on: nn.LSTM runs as cuDNN inside the graph break);
 - `eager`: the module as torch runs it (cuDNN).
 Each is timed as a call (CUDA events around back-to-back calls, the callables in turn) and, where
 torch's CUDA-graph capture takes it, as a graph replay; each row also holds the largest error of
@@ -95,7 +96,8 @@ def run(names, batches, out):
                        "compile_s": {"module": round(module_s, 1), "onnx": round(onnx_s, 1)},
                        "error_vs_eager": {k: _relative_error(calls[k](), want) for k in ("module", "onnx", "backend")},
                        "layers": [r.line() for r in built_module.report()]}
-                calls["inductor"]()
+                with torch._dynamo.config.patch(allow_rnn=False):  # dynamo's default for inductor
+                    calls["inductor"]()
                 from persist_rnn.pytorch.backend import reports
 
                 row["backend_layers"] = [o.line() for o in reports()[-4:]]

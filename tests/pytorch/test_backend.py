@@ -91,6 +91,24 @@ def test_weights_changed_in_place_make_a_new_build():
         assert relative_error(compiled(example), module(example)) <= 1e-4
 
 
+def test_other_backends_break_the_graph_again_once_allow_rnn_is_set_back():
+    """The backend turns on dynamo's allow_rnn when looked up; set back, as its docstring says
+    to for inductor, nn.LSTM is a graph break again for other backends."""
+    module, example, _, _ = examples()["char_rnn"]  # an embedding before the LSTM: a graph to see
+    torch.compile(module, backend="persist_rnn")(example)
+    assert torch._dynamo.config.allow_rnn is True
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(allow_rnn=False):
+        torch.compile(module, backend=record)(example)
+    assert not any(n.target in recurrent_layer.RECURRENT_OPS for gm in graphs for n in gm.graph.nodes)
+
+
 def test_bad_options_are_named():
     graph = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))
     with pytest.raises(persist_rnn.PersistRNNError, match=r"options\['rest'\] = 'fast'"):
