@@ -9,9 +9,11 @@ torch's cuDNN and matmuls: the same precision as ours), at batch 1 and 16 and a 
 - `onnx`: persist_rnn.compile of the ONNX file the repository ships for that model (examples/,
   tests/fixtures/corpus/*_torchscript.onnx), the road a user took before;
 - `backend`: torch.compile(module, backend="persist_rnn") (measure off);
-- `inductor`: torch.compile(module), inductor's default (traced with dynamo's allow_rnn off, its
-  default, which the persist_rnn backend turns on: nn.LSTM runs as cuDNN inside the graph break);
-- `eager`: the module as torch runs it (cuDNN).
+- `inductor`: torch.compile(module), inductor's default, in a process of its own (`--peer
+  inductor`): dynamo's allow_rnn off, its default, which the persist_rnn backend turns on; and
+  once dynamo has skipped a forward for one backend (nn.LSTM with allow_rnn off) it runs that code
+  eagerly for every backend, so the two cannot share a process;
+- `eager`: the module as torch runs it (cuDNN), in both processes.
 Each is timed as a call (CUDA events around back-to-back calls, the callables in turn) and, where
 torch's CUDA-graph capture takes it, as a graph replay; each row also holds the largest error of
 `module`, `onnx` and `backend` against eager torch relative to the output scale.
@@ -64,7 +66,35 @@ def _relative_error(got, want) -> float:
                for g, w in zip(got, want))
 
 
-def run(names, batches, out):
+def run_inductor(names, batches, out):
+    """The `inductor` peer and eager torch, timed in turn (allow_rnn left at dynamo's default)."""
+    import torch
+
+    from persist_rnn.bench.gpu_timing import graph_replay, interleaved_ms
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name in names:
+        module, make, _, _ = _model(name)
+        module = module.cuda().eval()
+        inductor = torch.compile(module)
+        for batch in batches:
+            x = make(batch).cuda()
+            with torch.no_grad():
+                inductor(x)
+                calls = {"inductor": lambda: inductor(x), "eager": lambda: module(x)}
+                row = {"model": name, "batch": batch, "steps": STEPS[name], "precision": "fp32", "peer": "inductor",
+                       "call_ms": interleaved_ms(calls, rounds=5)}
+                try:
+                    row["graph_ms"] = interleaved_ms({k: graph_replay(f) for k, f in calls.items()}, rounds=5)
+                except Exception as err:  # torch's capture refused a path: recorded, not fatal
+                    row["graph_refused"] = f"{type(err).__name__}: {str(err)[:160]}"
+            print(json.dumps(row), flush=True)
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+
+
+def run(names, batches, out, paths):
     import torch
 
     import persist_rnn
@@ -81,35 +111,33 @@ def run(names, batches, out):
         built_module = persist_rnn.compile(module, (example,), target="cuda", dynamic=dynamic, measure=False)
         module_s = time.time() - started
         started = time.time()
-        built_onnx = persist_rnn.compile(onnx_path, "cuda", measure=False)
+        built_onnx = persist_rnn.compile(onnx_path, "cuda", measure=False) if "onnx" in paths else None
         onnx_s = time.time() - started
         torch._dynamo.reset()
         backend = torch.compile(module, backend="persist_rnn", options={"measure": False})
-        inductor = torch.compile(module)
         for batch in batches:
             x = make(batch).cuda()
             with torch.no_grad():
                 want = module(x)
-                calls = {"module": lambda: built_module(x), "onnx": _onnx_call(built_onnx, x),
-                         "backend": lambda: backend(x), "inductor": lambda: inductor(x), "eager": lambda: module(x)}
+                calls = {"module": lambda: built_module(x), "backend": lambda: backend(x), "eager": lambda: module(x)}
+                if built_onnx is not None:  # (the examples' ONNX files hold other weights: its error is not ours)
+                    calls["onnx"] = _onnx_call(built_onnx, x)
                 row = {"model": name, "batch": batch, "steps": STEPS[name], "precision": "fp32",
                        "compile_s": {"module": round(module_s, 1), "onnx": round(onnx_s, 1)},
-                       "error_vs_eager": {k: _relative_error(calls[k](), want) for k in ("module", "onnx", "backend")},
+                       "error_vs_eager": {k: _relative_error(calls[k](), want) for k in calls if k != "eager"},
                        "layers": [r.line() for r in built_module.report()]}
-                with torch._dynamo.config.patch(allow_rnn=False):  # dynamo's default for inductor
-                    calls["inductor"]()
                 from persist_rnn.pytorch.backend import reports
 
                 row["backend_layers"] = [o.line() for o in reports()[-4:]]
-                row["call_ms"] = interleaved_ms(calls)
+                row["call_ms"] = interleaved_ms(calls, rounds=5)
                 graphs, why = {}, {}
-                for k in ("module", "onnx", "backend", "eager"):
+                for k in calls:
                     try:
                         graphs[k] = graph_replay(calls[k])
                     except Exception as err:  # a path torch's capture does not take: recorded, not fatal
                         why[k] = f"{type(err).__name__}: {str(err)[:160]}"
                         torch.cuda.synchronize()
-                row["graph_ms"] = interleaved_ms(graphs) if graphs else {}
+                row["graph_ms"] = interleaved_ms(graphs, rounds=5) if graphs else {}
                 row["graph_refused"] = why
             print(json.dumps(row), flush=True)
             out.write(json.dumps(row) + "\n")
@@ -121,9 +149,15 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--models", default=",".join(STEPS))
     parser.add_argument("--batches", default="1,16")
+    parser.add_argument("--paths", default="module,onnx,backend", help="persist_rnn's paths to build (eager always)")
+    parser.add_argument("--peer", choices=["inductor"], help="time this peer (and eager) in this process instead")
     args = parser.parse_args()
+    names, batches = args.models.split(","), [int(b) for b in args.batches.split(",")]
     with open(args.out, "a") as out:
-        run(args.models.split(","), [int(b) for b in args.batches.split(",")], out)
+        if args.peer == "inductor":
+            run_inductor(names, batches, out)
+        else:
+            run(names, batches, out, args.paths.split(","))
 
 
 if __name__ == "__main__":
