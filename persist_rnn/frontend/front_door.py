@@ -3,6 +3,8 @@
 Exported models carry shape arithmetic (Shape -> Gather -> Concat -> Pad), branches on inputs
 such as a sample rate (`If`), and constants computed at run time; TVM 0.27's importer refuses
 much of it ("Dynamic pads are not supported yet"). Before the import:
+0. ONNX Runtime's quantized LSTMs (`DynamicQuantizeLSTM`) become LSTMs with their int8 weights
+   dequantized (frontend.quantized).
 1. `constants` turn graph inputs into initializers (`sr=16000`), `shapes` fix the extents of
    graph inputs (`input=(1, 512)`); both leave symbolic what is not named.
 2. onnxslim folds what is now constant: shape arithmetic, `If` on a known condition (its branch
@@ -23,6 +25,7 @@ from onnx import numpy_helper
 
 from ..errors import PersistRNNError
 from .loops import rewrite_loops
+from .quantized import dequantize_lstms
 from .shape_gathers import compose_shape_gathers
 
 
@@ -121,7 +124,7 @@ def prepare(model: onnx.ModelProto, shapes=None, constants=None, simplify=True) 
     """(the model to import, notes on what was pinned and folded). `model` is not modified."""
     work = onnx.ModelProto()
     work.CopyFrom(model)
-    notes = pin_constants(work, constants or {}) + pin_shapes(work, shapes or {})
+    notes = dequantize_lstms(work) + pin_constants(work, constants or {}) + pin_shapes(work, shapes or {})
     composed = compose_shape_gathers(work)
     if composed:
         notes.append(f"{composed} Gather(s) of a gathered Shape composed into one")

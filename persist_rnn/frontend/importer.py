@@ -115,13 +115,6 @@ def _converters_registered():
         F._get_convert_map = original
 
 
-#: ops of ONNX Runtime's contrib domain that users meet in recurrent models, and what to do instead
-_CONTRIB_HINTS = {
-    "DynamicQuantizeLSTM": "an LSTM quantized by onnxruntime.quantization.quantize_dynamic; persist_rnn compiles "
-                           "the float model it was quantized from",
-}
-
-
 #: ops TVM's importer takes without a converter of its table
 _TAKEN_WITHOUT_CONVERTER = {"If", "Constant"}
 
@@ -133,8 +126,8 @@ def _refuse_unknown_ops(graph: onnx.GraphProto) -> None:
     for node in graph.node:
         if node.op_type not in known and node.op_type not in _TAKEN_WITHOUT_CONVERTER:
             domain = f"{node.domain}." if node.domain not in ("", "ai.onnx") else ""
-            hint = _CONTRIB_HINTS.get(node.op_type, "TVM's ONNX importer has no converter for it")
-            raise PersistRNNError(f"node {node.name!r} ({domain}{node.op_type}): not supported: {hint}")
+            raise PersistRNNError(f"node {node.name!r} ({domain}{node.op_type}): not supported: TVM's ONNX importer "
+                                  "has no converter for it")
 
 
 def load_model(model_or_path) -> onnx.ModelProto:

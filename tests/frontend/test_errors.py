@@ -121,30 +121,16 @@ def test_bad_targets(target, expect):
         persist_rnn.compile(model, target)
 
 
-def _dynamic_quantize_lstm(hidden=8, input_size=4):
-    """An LSTM as onnxruntime.quantization.quantize_dynamic writes it: int8 W and R with scales and
-    zero points, in ONNX Runtime's contrib domain."""
-    from onnx import TensorProto, helper
-
-    g = 4 * hidden
-    node = helper.make_node("DynamicQuantizeLSTM", ["X", "W", "R", "B", "", "", "", "", "W_scale", "W_zp", "R_scale", "R_zp"],
-                            ["Y"], domain="com.microsoft", name="encoder_lstm", hidden_size=hidden)
-    inits = [numpy_helper.from_array(np.zeros((1, input_size, g), np.int8), "W"),
-             numpy_helper.from_array(np.zeros((1, hidden, g), np.int8), "R"),
-             numpy_helper.from_array(np.zeros((1, 2 * g), np.float32), "B"),
-             numpy_helper.from_array(np.ones(1, np.float32), "W_scale"), numpy_helper.from_array(np.zeros(1, np.int8), "W_zp"),
-             numpy_helper.from_array(np.ones(1, np.float32), "R_scale"), numpy_helper.from_array(np.zeros(1, np.int8), "R_zp")]
-    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3, 1, input_size])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], initializer=inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid("com.microsoft", 1)])
-
-
 def test_an_op_no_converter_takes_is_named_with_its_node():
     """TVM's importer stops on such an op with OpNotImplemented and no node; the error names the
-    node, its domain and, for a quantized LSTM, what persist_rnn compiles instead."""
-    with pytest.raises(PersistRNNError, match=r"node 'encoder_lstm' \(com.microsoft.DynamicQuantizeLSTM\): not supported: "
-                                              r"an LSTM quantized by onnxruntime.quantization.quantize_dynamic"):
-        persist_rnn.compile(_dynamic_quantize_lstm())
+    node and its domain."""
+    model, _ = _model()
+    model.graph.node[0].domain = "com.microsoft"
+    model.graph.node[0].op_type = "AttnLSTM"
+    model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    with pytest.raises(PersistRNNError, match=r"node '.*' \(com.microsoft.AttnLSTM\): not supported: TVM's ONNX "
+                                              r"importer has no converter"):
+        persist_rnn.compile(model)
     model, _ = _model()
     model.graph.node[0].op_type = "NoSuchOp"
     with pytest.raises(PersistRNNError, match=r"node '.*' \(NoSuchOp\): not supported: TVM's ONNX importer has no converter"):

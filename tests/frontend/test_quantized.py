@@ -1,0 +1,168 @@
+"""Quantized recurrent models as users make them: onnxruntime.quantization.quantize_dynamic
+(`com.microsoft.DynamicQuantizeLSTM`, int8 weights per tensor or per channel) and weights fed
+through DequantizeLinear (QDQ). The int8 weights are dequantized once at import
+(frontend/quantized.py), so the result is the float LSTM those weights stand for:
+- against ONNX Runtime running that LSTM with the same int8 weights behind DequantizeLinear (its
+  own dequantization): the fp32 bound, 1e-4 of the output scale;
+- against ONNX Runtime's DynamicQuantizeLSTM, which also rounds x and h to 8 bits (a scale per
+  tensor) every step: no further from it than ONNX Runtime's own fp32-activation result (the QDQ
+  form) is, plus the fp32 bound. That distance is ONNX Runtime's rounding, which grows about as
+  sqrt(K) over a gate sum's K inputs: 0.4-1.4% of the output scale on the shipped examples, up to
+  5.4% on one layer of H=512 here.
+Every layer of a quantized model is persistent for CUDA. Scales that are not constants are
+refused, naming the node and the input."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+import persist_rnn
+from persist_rnn.bench.layer_models import max_rel_error
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+
+
+def _within_ort_rounding(got, quantized, feeds):
+    """`got` against ONNX Runtime's quantized model: no further than ONNX Runtime's own result with
+    fp32 activations (the QDQ form of the same int8 weights) is from it, plus the fp32 bound."""
+    want = ort.InferenceSession(quantized.SerializeToString()).run(None, feeds)
+    fp32_activations = ort.InferenceSession(_as_qdq(quantized).SerializeToString()).run(None, feeds)
+    assert max_rel_error(got, want) <= max_rel_error(fp32_activations, want) + 1e-4
+
+
+def _float_lstm(hidden, input_size=24, directions=1, peepholes=False, steps=5, batch=3, seed=0):
+    """A float LSTM with lengths and initial states (and peepholes) as graph inputs."""
+    rng = np.random.default_rng(seed)
+    g = 4 * hidden
+    inits = [numpy_helper.from_array((rng.standard_normal((directions, g, input_size)) * 0.2).astype(np.float32), "W"),
+             numpy_helper.from_array((rng.standard_normal((directions, g, hidden)) * 0.2).astype(np.float32), "R"),
+             numpy_helper.from_array((rng.standard_normal((directions, 2 * g)) * 0.1).astype(np.float32), "B")]
+    names = ["X", "W", "R", "B", "lens", "h0", "c0"]
+    if peepholes:
+        inits.append(numpy_helper.from_array((rng.standard_normal((directions, 3 * hidden)) * 0.1).astype(np.float32), "P"))
+        names.append("P")
+    node = helper.make_node("LSTM", names, ["Y", "Y_h", "Y_c"], name="encoder_lstm", hidden_size=hidden,
+                            direction="bidirectional" if directions == 2 else "forward")
+    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, "batch", input_size]),
+              helper.make_tensor_value_info("lens", TensorProto.INT32, ["batch"]),
+              helper.make_tensor_value_info("h0", TensorProto.FLOAT, [directions, "batch", hidden]),
+              helper.make_tensor_value_info("c0", TensorProto.FLOAT, [directions, "batch", hidden])]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h", "Y_c")]
+    model = helper.make_model(helper.make_graph([node], "lstm", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 14)])
+    feeds = {"X": rng.standard_normal((steps, batch, input_size)).astype(np.float32),
+             "lens": rng.integers(1, steps + 1, batch).astype(np.int32),
+             "h0": (rng.standard_normal((directions, batch, hidden)) * 0.5).astype(np.float32),
+             "c0": (rng.standard_normal((directions, batch, hidden)) * 0.5).astype(np.float32)}
+    return model, feeds
+
+
+def _quantized(model, tmp_path, per_channel, name="q"):
+    src, out = tmp_path / f"{name}_float.onnx", tmp_path / f"{name}.onnx"
+    onnx.save(model, src)
+    quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8, per_channel=per_channel)
+    return onnx.load(out)
+
+
+def _as_qdq(quantized):
+    """A copy of the quantized model whose LSTMs read their int8 weights through DequantizeLinear and
+    a transpose: what ONNX Runtime computes for those weights with fp32 activations."""
+    model = onnx.ModelProto()
+    model.CopyFrom(quantized)
+    graph = model.graph
+    inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    nodes = []
+    for k, node in enumerate(graph.node):
+        if node.op_type != "DynamicQuantizeLSTM":
+            nodes.append(node)
+            continue
+        weights = []
+        for name, (q, s, z) in (("W", node.input[1:2] + node.input[8:10]), ("R", node.input[2:3] + node.input[10:12])):
+            scale, zero = inits[s], inits[z]
+            if scale.ndim == 2:  # per channel, one direction: per axis 2 of W
+                assert scale.shape[0] == 1, "DequantizeLinear takes one axis: one direction per channel"
+                scale, zero, axis = scale.reshape(-1), zero.reshape(-1), 2
+            else:  # per tensor: a scale per direction, per axis 0
+                axis = 0
+            graph.initializer.extend([numpy_helper.from_array(scale, f"{s}_{k}_qdq"),
+                                      numpy_helper.from_array(zero, f"{z}_{k}_qdq")])
+            nodes += [helper.make_node("DequantizeLinear", [q, f"{s}_{k}_qdq", f"{z}_{k}_qdq"], [f"{name}_{k}_deq"],
+                                       axis=axis),
+                      helper.make_node("Transpose", [f"{name}_{k}_deq"], [f"{name}_{k}_std"], perm=[0, 2, 1])]
+            weights.append(f"{name}_{k}_std")
+        lstm = helper.make_node("LSTM", [node.input[0], *weights, *node.input[3:8]], list(node.output), name=node.name)
+        lstm.attribute.extend(node.attribute)
+        nodes.append(lstm)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model
+
+
+@pytest.mark.parametrize("hidden", [256, 512])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+def test_a_quantized_lstm_is_the_lstm_its_int8_weights_stand_for(tmp_path, hidden, per_channel):
+    model, feeds = _float_lstm(hidden, peepholes=per_channel)
+    quantized = _quantized(model, tmp_path, per_channel)
+    assert [n.op_type for n in quantized.graph.node] == ["DynamicQuantizeLSTM"]
+    compiled = persist_rnn.compile(quantized)
+    assert "dequantized to fp32" in compiled.notes[0] and ("per channel" in compiled.notes[0]) == per_channel
+    got = compiled.run(feeds)
+    qdq = _as_qdq(quantized)
+    assert max_rel_error(got, ort.InferenceSession(qdq.SerializeToString()).run(None, feeds)) <= 1e-4
+    _within_ort_rounding(got, quantized, feeds)
+    assert max_rel_error(persist_rnn.compile(qdq).run(feeds), got) <= 1e-4  # the QDQ form compiles to the same
+
+
+def test_a_bidirectional_quantized_lstm_with_every_input(tmp_path):
+    model, feeds = _float_lstm(32, directions=2, peepholes=True)
+    quantized = _quantized(model, tmp_path, per_channel=False)
+    got = persist_rnn.compile(quantized).run(feeds)
+    assert max_rel_error(got, ort.InferenceSession(_as_qdq(quantized).SerializeToString()).run(None, feeds)) <= 1e-4
+    _within_ort_rounding(got, quantized, feeds)
+    per_channel = _quantized(model, tmp_path, per_channel=True, name="per_channel")  # a scale per direction and row
+    node = per_channel.graph.node[0]
+    inits = {t.name: numpy_helper.to_array(t) for t in per_channel.graph.initializer}
+    float_model = onnx.ModelProto()
+    float_model.CopyFrom(model)
+    for name, (q, scale, zero) in (("W", node.input[1:2] + node.input[8:10]), ("R", node.input[2:3] + node.input[10:12])):
+        weights = np.stack([[(inits[q][d, :, row].astype(np.float32) - inits[zero][d, row]) * inits[scale][d, row]
+                             for row in range(inits[q].shape[2])] for d in range(2)])
+        [init] = [t for t in float_model.graph.initializer if t.name == name]
+        init.CopyFrom(numpy_helper.from_array(weights.astype(np.float32), name))
+    want = ort.InferenceSession(float_model.SerializeToString()).run(None, feeds)
+    assert max_rel_error(persist_rnn.compile(per_channel).run(feeds), want) <= 1e-4
+    built = persist_rnn.compile(quantized, CUDA, measure=False)
+    assert [r.lowering for r in built.report()] == ["persistent"]
+
+
+@pytest.mark.parametrize("name,per_channel", [("char_rnn", False), ("text_classifier", True)])
+def test_shipped_examples_quantized_by_onnx_runtime(tmp_path, name, per_channel):
+    model = onnx.load(os.path.join(EXAMPLES, f"{name}.onnx"))
+    quantized = _quantized(model, tmp_path, per_channel)
+    assert "DynamicQuantizeLSTM" in {n.op_type for n in quantized.graph.node}
+    feeds = dict(np.load(os.path.join(EXAMPLES, f"{name}_inputs.npz")))
+    got = persist_rnn.compile(quantized).run(feeds)
+    _within_ort_rounding(got, quantized, feeds)
+    built = persist_rnn.compile(quantized, CUDA, measure=False)
+    assert {r.lowering for r in built.report()} == {"persistent"}
+
+
+def test_scales_that_are_not_constants_are_refused_by_name(tmp_path):
+    model, _ = _float_lstm(16)
+    quantized = _quantized(model, tmp_path, per_channel=False)
+    node = quantized.graph.node[0]
+    scale = node.input[8]
+    [init] = [t for t in quantized.graph.initializer if t.name == scale]
+    quantized.graph.initializer.remove(init)
+    quantized.graph.input.append(helper.make_tensor_value_info(scale, TensorProto.FLOAT, [1]))
+    with pytest.raises(persist_rnn.PersistRNNError, match=r"node 'encoder_lstm_quant' \(DynamicQuantizeLSTM\): input "
+                                                          r"W_scale .* is not a constant"):
+        persist_rnn.compile(quantized)
