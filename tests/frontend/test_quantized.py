@@ -166,3 +166,24 @@ def test_scales_that_are_not_constants_are_refused_by_name(tmp_path):
     with pytest.raises(persist_rnn.PersistRNNError, match=r"node 'encoder_lstm_quant' \(DynamicQuantizeLSTM\): input "
                                                           r"W_scale .* is not a constant"):
         persist_rnn.compile(quantized)
+
+
+def test_gru_weights_behind_dequantize_linear_fold_to_constants(tmp_path):
+    """Static quantization's QDQ form: int8 initializers through DequantizeLinear into a GRU's W and R."""
+    rng = np.random.default_rng(3)
+    hidden, input_size, g = 16, 8, 48
+    nodes, inits = [], [numpy_helper.from_array((rng.standard_normal((1, 2 * g)) * 0.1).astype(np.float32), "B")]
+    for name, k in (("W", input_size), ("R", hidden)):
+        q = rng.integers(-127, 128, (1, g, k)).astype(np.int8)
+        inits += [numpy_helper.from_array(q, f"{name}_q"), numpy_helper.from_array(np.array(0.004, np.float32), f"{name}_s"),
+                  numpy_helper.from_array(np.array(3, np.int8), f"{name}_z")]
+        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [name]))
+    nodes.append(helper.make_node("GRU", ["X", "W", "R", "B"], ["Y"], name="gru", hidden_size=hidden, linear_before_reset=1))
+    model = helper.make_model(helper.make_graph(
+        nodes, "qdq_gru", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [6, "batch", input_size])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits), opset_imports=[helper.make_opsetid("", 14)])
+    feeds = {"X": rng.standard_normal((6, 2, input_size)).astype(np.float32)}
+    compiled = persist_rnn.compile(model)
+    assert [r.cell for r in compiled.report()] == ["gru"]
+    assert max_rel_error(compiled.run(feeds), ort.InferenceSession(model.SerializeToString()).run(None, feeds)) <= 1e-4
+    assert [r.lowering for r in persist_rnn.compile(model, CUDA, measure=False).report()] == ["persistent"]
