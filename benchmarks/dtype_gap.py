@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from persist_rnn.bench.gpu_timing import kernel_trace, vm_call
 from persist_rnn.bench.torch_layers import strict_fp32_case
-from persist_rnn.compile import compile as compile_model
+from persist_rnn.compile import compile_onnx as compile_model
 from persist_rnn.bench.gpu_timing import interleaved_ms
 
 DTYPES = ("float32", "float16", "bfloat16")

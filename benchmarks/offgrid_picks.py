@@ -27,7 +27,7 @@ def row(op: str, hidden: int, batch: int, precision: str) -> dict:
     from persist_rnn.bench.gpu_timing import interleaved_ms, vm_call
     from persist_rnn.bench.suite import precision_row
     from persist_rnn.bench.torch_layers import PRECISIONS, strict_fp32_case
-    from persist_rnn.compile import compile as compile_model
+    from persist_rnn.compile import compile_onnx as compile_model
     from persist_rnn.schedule import planner
 
     options = {"tuning_log": None, "unverified": False, "measure": False}

@@ -87,7 +87,7 @@ def forced_config(cfg):
 def build(out: str, key: str, names: list[str]) -> None:
     import onnx
 
-    from persist_rnn.compile import compile as compile_model
+    from persist_rnn.compile import compile_onnx as compile_model
     from persist_rnn.bench.layer_models import stacked_layers_model
 
     op, hidden, layers, batch = key.split(":")
@@ -151,7 +151,7 @@ def build_example(out: str, key: str, configs: list[str] = ()) -> None:
     import shutil
 
     from persist_rnn.bench.suite import inputs_at_batch
-    from persist_rnn.compile import compile as compile_model
+    from persist_rnn.compile import compile_onnx as compile_model
 
     name, batch = key.split(":")
     forced = [(config, example_config(config, int(batch))) for config in configs]  # a bad name before any build

@@ -40,7 +40,7 @@ from tvm.script import tirx as T  # noqa: E402
 import persist_rnn.transform.layer_wavefront as layer_wavefront  # noqa: E402
 import tir_templates.wavefront.kernel as wavefront_kernel  # noqa: E402
 import tir_templates.wavefront.stamped as stamped  # noqa: E402
-from persist_rnn.compile import compile as compile_model  # noqa: E402
+from persist_rnn.compile import compile_onnx as compile_model  # noqa: E402
 from persist_rnn.bench.gpu_timing import graph_replay, interleaved_ms, vm_call  # noqa: E402
 from persist_rnn.bench.stacks import onnx_stack_from_torch  # noqa: E402
 from tir_templates.wavefront.plan import lanes_fit  # noqa: E402

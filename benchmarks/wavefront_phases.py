@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn.transform.layer_wavefront as layer_wavefront  # noqa: E402
-from persist_rnn.compile import compile as compile_model  # noqa: E402
+from persist_rnn.compile import compile_onnx as compile_model  # noqa: E402
 from persist_rnn.bench.gpu_timing import interleaved_ms, vm_call  # noqa: E402
 from persist_rnn.bench.stacks import onnx_stack_from_torch  # noqa: E402
 from tir_templates.spec import CellSpec  # noqa: E402

@@ -1,5 +1,5 @@
 """persist_rnn: ONNX LSTM / GRU / RNN into Apache TVM, each recurrence one persistent CUDA kernel."""
-from .compile import compile
+from .compile_any import compile
 from .errors import PersistRNNError
 from .frontend import from_onnx
 from .pipeline import pipeline

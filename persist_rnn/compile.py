@@ -1,11 +1,11 @@
-"""`persist_rnn.compile`, shared with the CLI: import, then `persist_rnn.pipeline` (PersistentRNN and
-TVM's default build). A torch module takes the same road from its ONNX capture (pytorch/module.py)."""
+"""Compiling an ONNX model, shared with the CLI and `persist_rnn.compile`: import, then
+`persist_rnn.pipeline` (PersistentRNN and TVM's default build). A torch module takes the same road
+from its ONNX capture (pytorch/module.py)."""
 from __future__ import annotations
 
 import hashlib
 import os
 import pathlib
-import sys
 
 import numpy as np
 import tvm
@@ -19,20 +19,6 @@ from .input_checks import input_checks
 from .runtime import CompiledModel, graph_inputs
 from .schedule.precision import checked as checked_precision
 from .targets import as_target
-
-
-def compile(model, *args, **options):
-    """Compile a model: an ONNX model (a path or a ModelProto) as `compile_onnx(model, target="llvm",
-    **options)`, or a torch.nn.Module as `compile_module(module, example_inputs, target="auto",
-    dynamic=None, **options)` (persist_rnn/pytorch/module.py), which returns a module called with
-    torch tensors. Either way each recurrent layer becomes a persistent kernel on CUDA, and
-    `report()` says what became of each and why."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(model, torch.nn.Module):
-        from .pytorch.module import compile_module
-
-        return compile_module(model, *args, **options)
-    return compile_onnx(model, *args, **options)
 
 
 def compile_onnx(model_or_path, target="llvm", *, tuning_log=None, shape_dict=None, unroll=False, config=None,

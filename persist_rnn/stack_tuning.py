@@ -103,7 +103,7 @@ def tune_stacks(model, mod, target, log_path: str, arch: str, precision: str = "
     if not stacks:
         return []
     if compile_model is None:
-        from .compile import compile as compile_model
+        from .compile import compile_onnx as compile_model
     options = dict(measure=False, precision=precision, unverified=unverified)
     num_sms = gpu_model(arch).num_sms
     ranked = [ranked_configs(specs, stack_configs(specs, batch, num_sms), arch) for specs, batch in stacks]

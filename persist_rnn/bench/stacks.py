@@ -10,7 +10,7 @@ from onnx import helper, numpy_helper
 
 from tir_templates.spec import CellSpec
 
-from ..compile import compile as compile_model
+from ..compile import compile_onnx as compile_model
 from ..schedule import stack_log
 from ..schedule.planner import target_arch
 from ..targets import as_target

@@ -20,7 +20,7 @@ import numpy as np
 
 from tir_templates.spec import CellSpec
 
-from ..compile import compile as compile_model
+from ..compile import compile_onnx as compile_model
 from ..schedule.floor import floor_ms
 from ..schedule.gpu import gpu_model
 from .gpu_timing import compiled_ms, cuda_ms, interleaved_ms, vm_call
