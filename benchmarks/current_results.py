@@ -19,6 +19,7 @@ GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h
 STACKS_FILE = "wavefront-stacks-h100.jsonl"  # `persist-rnn bench --parts stacks`
 CORPUS_FILE = "corpus-latency-h100.jsonl"  # `python benchmarks/corpus_latency.py`
 OFFGRID_FILE = "offgrid-picks-h100.jsonl"  # `python benchmarks/offgrid_picks.py`
+TORCH_FILE = "torch-models-h100.jsonl"  # `python benchmarks/torch_models.py` (and `--peer inductor`)
 CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE]
 PRECISION_ORDER = ("fp32", "tf32", "fp16", "bf16")
 
@@ -136,6 +137,32 @@ def offgrid_lines(rows: list) -> list[str]:
     return out
 
 
+def torch_lines(rows: list) -> list[str]:
+    """Torch modules through persist_rnn's two PyTorch roads, against torch eager and inductor."""
+    out = ["", "## PyTorch modules", "",
+           "The shipped examples' torch definitions, fp32 (TF32 off for torch), CUDA-graph replays in ms: "
+           "`compile(module)`, the build of the example's shipped ONNX file, the torch.compile backend, torch "
+           "eager (cuDNN) and, timed in a process of its own, torch.compile with inductor. Ratios are the peer's "
+           f"time over `compile(module)`'s. Command: `python benchmarks/torch_models.py` (`docs/data/{TORCH_FILE}`; "
+           "its `run` field says which process measured what).", "",
+           "| model | B | compile(module) | ONNX file | backend | eager | inductor | eager ÷ ours | inductor ÷ ours |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    measured = {}
+    for r in rows:
+        cell = measured.setdefault((r["model"], r["batch"]), {})
+        for path, ms in r.get("graph_ms", {}).items():
+            if path != "eager" or "peer" not in r:  # eager beside ours; the inductor process keeps its own
+                cell[path] = ms  # a later run's, where two measured it
+    for (model, batch), ms in measured.items():
+        if "module" not in ms:  # only the peer measured so far
+            continue
+        ours = ms["module"]
+        cols = [f"{ms[k]:.3f}" if k in ms else "—" for k in ("module", "onnx", "backend", "eager", "inductor")]
+        ratios = [f"{ms[k] / ours:.2f}x" if k in ms else "—" for k in ("eager", "inductor")]
+        out.append(f"| {model} | {batch} | " + " | ".join(cols + ratios) + " |")
+    return out
+
+
 def results_plot(grid: dict, stacks: list, path: str, label: str):
     """README's picture: each grid layer's speed-up over the best cuDNN algorithm at its precision,
     and each stack's default build over torch's cuDNN graph."""
@@ -182,7 +209,9 @@ def current_report(docs: str):
              "A speed-up is only ever stated against a peer at the same precision.", "",
              "![results](img/results.png)", ""]
     offgrid = _rows(os.path.join(data, OFFGRID_FILE))
-    lines += grid_lines(grid) + offgrid_lines(offgrid) + stack_lines(stacks) + corpus_lines(corpus)
+    torch_rows = _rows(os.path.join(data, TORCH_FILE))
+    lines += (grid_lines(grid) + offgrid_lines(offgrid) + stack_lines(stacks) + corpus_lines(corpus)
+              + torch_lines(torch_rows))
     with open(os.path.join(docs, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     os.makedirs(os.path.join(docs, "img"), exist_ok=True)
