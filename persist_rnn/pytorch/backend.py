@@ -60,8 +60,11 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
             outcome.runs_in, outcome.why = "torch", why
             continue
         layer = RecurrentLayer(node.target, outcome.module, options, outcome)
+        _take_zero_states(node)
+        _take_embedding(node, gm)
         _build_now(layer, node, gm, example_inputs)
         node.target = _as_custom_op(layer) if rest == "inductor" else layer
+    gm.graph.eliminate_dead_code()  # the zero states and lookups the layers took
     gm.graph.lint()
     gm.recompile()
     if rest == "inductor":
@@ -69,6 +72,35 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
 
         return compile_fx(gm, example_inputs)
     return gm.forward
+
+
+def _only_for(value, node) -> bool:
+    """Whether the graph value `value` is read by `node` alone."""
+    return isinstance(value, torch.fx.Node) and list(value.users) == [node]
+
+
+def _take_zero_states(node) -> None:
+    """Initial states that the graph makes as zeros for this op alone (what nn.LSTM does when
+    called without them) become None: the build starts from zero without them."""
+    hx = node.args[1]
+    states = list(hx) if isinstance(hx, (tuple, list)) else [hx]
+    if all(_only_for(h, node) and h.op == "call_function" and h.target is torch.zeros for h in states):
+        node.args = (node.args[0], None, *node.args[2:])
+
+
+def _take_embedding(node, gm) -> None:
+    """An embedding lookup (no max_norm) that feeds this op alone: the op takes the token ids and
+    the table (kwarg `table`), so that its build folds the input projection into the table."""
+    x = node.args[0]
+    embedding = (torch.nn.functional.embedding, torch.embedding)
+    if not (_only_for(x, node) and x.op == "call_function" and x.target in embedding):
+        return
+    ids, table = x.args[0], x.args[1]
+    max_norm = x.kwargs.get("max_norm", x.args[3] if len(x.args) > 3 and x.target is embedding[0] else None)
+    if max_norm is not None or not isinstance(table, torch.fx.Node) or table.op not in ("placeholder", "get_attr"):
+        return
+    node.args = (ids, *node.args[1:])
+    node.kwargs = {**node.kwargs, "table": table}
 
 
 def _example_value(arg, gm, placeholders: dict):
@@ -85,11 +117,14 @@ def _build_now(layer: RecurrentLayer, node, gm, example_inputs) -> None:
     """Build the layer while the backend runs, from the example inputs (its weights are among
     them): not inside the graph's first run, where inductor's runtime allows no tracing."""
     placeholders = dict(zip([n for n in gm.graph.nodes if n.op == "placeholder"], example_inputs))
-    x, _, params, has_biases, num_layers, _, _, bidirectional, batch_first = node.args
+    x, hx, params, has_biases, num_layers, _, _, bidirectional, batch_first = node.args
     x = _example_value(x, gm, placeholders)
-    params = [_example_value(p, gm, placeholders) for p in params]
-    if isinstance(x, torch.Tensor) and all(isinstance(p, torch.Tensor) and not _is_fake(p) for p in params):
-        layer.ready(x, params, has_biases, num_layers, bidirectional, batch_first)
+    weights = [_example_value(p, gm, placeholders) for p in params]
+    table = node.kwargs.get("table")
+    table = None if table is None else _example_value(table, gm, placeholders)
+    if isinstance(x, torch.Tensor) and all(isinstance(w, torch.Tensor) and not _is_fake(w)
+                                           for w in weights + ([table] if "table" in node.kwargs else [])):
+        layer.ready(x, weights, has_biases, num_layers, bidirectional, batch_first, table, states=hx is not None)
 
 
 def _is_fake(tensor) -> bool:

@@ -13,17 +13,21 @@ _LAYERS: list[RecurrentLayer] = []
 
 @torch.library.custom_op("persist_rnn::recurrent", mutates_args=())
 def recurrent(x: torch.Tensor, states: list[torch.Tensor], params: list[torch.Tensor], layer: int, has_biases: bool,
-              num_layers: int, bidirectional: bool, batch_first: bool) -> list[torch.Tensor]:
-    hx = tuple(states) if len(states) == 2 else states[0]
-    outputs = _LAYERS[layer](x, hx, params, has_biases, num_layers, 0.0, False, bidirectional, batch_first)
+              num_layers: int, bidirectional: bool, batch_first: bool, table: torch.Tensor | None) -> list[torch.Tensor]:
+    """`states`: the initial states, or none (zero); `table`: the embedding table where x is token ids."""
+    hx = None if not states else tuple(states) if len(states) == 2 else states[0]
+    outputs = _LAYERS[layer](x, hx, params, has_biases, num_layers, 0.0, False, bidirectional, batch_first, table)
     return [o.contiguous() for o in outputs]  # as the fake implementation says: a batch-first Y is a transposed view
 
 
 @recurrent.register_fake
-def _(x, states, params, layer, has_biases, num_layers, bidirectional, batch_first):
-    directions = 2 if bidirectional else 1
-    y = x.new_empty((*x.shape[:-1], directions * states[0].shape[-1]))
-    return [y] + [s.new_empty(s.shape) for s in states]
+def _(x, states, params, layer, has_biases, num_layers, bidirectional, batch_first, table):
+    directions, hidden = 2 if bidirectional else 1, params[1].shape[-1]
+    rows = x.shape if table is not None else x.shape[:-1]  # token ids, or features last
+    dtype = params[0].dtype
+    y = x.new_empty((*rows, directions * hidden), dtype=dtype)
+    state = (num_layers * directions, rows[0 if batch_first else 1], hidden)
+    return [y] + [x.new_empty(state, dtype=dtype) for _ in range(2 if _LAYERS[layer].cell == "lstm" else 1)]
 
 
 def as_custom_op(layer: RecurrentLayer):
@@ -31,9 +35,9 @@ def as_custom_op(layer: RecurrentLayer):
     _LAYERS.append(layer)
     index = len(_LAYERS) - 1
 
-    def call(x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
-        states = list(hx) if isinstance(hx, (tuple, list)) else [hx]
+    def call(x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, table=None):
+        states = [] if hx is None else list(hx) if isinstance(hx, (tuple, list)) else [hx]
         return tuple(torch.ops.persist_rnn.recurrent(x, states, list(params), index, has_biases, num_layers,
-                                                     bidirectional, batch_first))
+                                                     bidirectional, batch_first, table))
 
     return call

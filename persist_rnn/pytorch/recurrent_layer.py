@@ -60,7 +60,11 @@ def refusal(target, args) -> str:
 
 
 class RecurrentLayer:
-    """The callable that stands in the FX graph for one recurrent op (`RECURRENT_OPS`)."""
+    """The callable that stands in the FX graph for one recurrent op (`RECURRENT_OPS`), with the op's
+    arguments, except that `hx` is None where the graph made zero initial states for it, and `x`
+    is token ids where the embedding lookup that fed it is taken into the build (`table`, its
+    weights): the build then folds the layer's input projection into the table, as an ONNX build
+    of the model does (transform/embedding_projection.py), and zeroes no states."""
 
     def __init__(self, target, module_path: str, options: dict, outcome: LayerOutcome):
         self.__name__ = "persist_rnn_layer"  # FX's code generation names a call_function target by it
@@ -71,23 +75,37 @@ class RecurrentLayer:
         self.build = None
         self.key = None
 
-    def __call__(self, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
-        args = (x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
-        if not self.ready(x, params, has_biases, num_layers, bidirectional, batch_first):
-            return self.torch_op(*args)
-        states = list(hx) if isinstance(hx, (tuple, list)) else [hx]
+    def __call__(self, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, table=None):
+        if not self.ready(x, params, has_biases, num_layers, bidirectional, batch_first, table, states=hx is not None):
+            return self.torch_op(*self.torch_args(x, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                                                  batch_first, table))
+        states = [] if hx is None else list(hx) if isinstance(hx, (tuple, list)) else [hx]
         return tuple(_flat(self.build(x, *states)))
 
-    def ready(self, x, params, has_biases, num_layers, bidirectional, batch_first) -> bool:
+    def torch_args(self, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, table):
+        """The torch op's own arguments: the embedding looked up, zero initial states made."""
+        if table is not None:
+            x = torch.nn.functional.embedding(x, table)
+        if hx is None:
+            shape = (num_layers * (2 if bidirectional else 1), x.shape[0 if batch_first else 1], params[1].shape[-1])
+            zeros = [x.new_zeros(shape) for _ in range(2 if self.cell == "lstm" else 1)]
+            hx = tuple(zeros) if self.cell == "lstm" else zeros[0]
+        return x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first
+
+    def ready(self, x, params, has_biases, num_layers, bidirectional, batch_first, table=None, states=True) -> bool:
         """Whether the layer is built for these weights and this input (building it if not); False:
-        torch's op runs it. `x` may be a fake tensor: its feature size, dtype and device are read."""
+        torch's op runs it. `x` may be a fake tensor: its shape's last extent, dtype and device are
+        read. `states`: whether the call passes initial states."""
         if self.outcome.runs_in == "torch":
             return False
-        key = (tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params),
-               int(x.shape[-1]), num_layers, has_biases, bidirectional, batch_first, x.dtype, x.device)
+        weights = list(params) + ([table] if table is not None else [])
+        key = (tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in weights),
+               int(table.shape[1] if table is not None else x.shape[-1]), num_layers, has_biases, bidirectional,
+               batch_first, x.dtype, x.device, table is not None, states)
         if key != self.key:
             try:
-                self.build = self._built(key, x, params, has_biases, num_layers, bidirectional, batch_first)
+                self.build = self._built(key, x, params, has_biases, num_layers, bidirectional, batch_first, table,
+                                         states)
             except PersistRNNError as err:
                 self.outcome.runs_in, self.outcome.why = "torch", f"persist_rnn could not build it: {err}"
                 warnings.warn(f"persist_rnn: {self.outcome.module} runs as torch's op: {err}", stacklevel=3)
@@ -96,7 +114,7 @@ class RecurrentLayer:
             self.outcome.runs_in, self.outcome.layers = "persist_rnn", self.build.report()
         return True
 
-    def _built(self, key, x, params, has_biases, num_layers, bidirectional, batch_first):
+    def _built(self, key, x, params, has_biases, num_layers, bidirectional, batch_first, table, states):
         """The compiled layer for these weights and this configuration (shared, `_BUILDS`)."""
         target = self.options.get("target", "auto")
         options = {k: v for k, v in self.options.items() if k != "target"}
@@ -106,25 +124,27 @@ class RecurrentLayer:
             return _BUILDS[build_key]
         from .module import compile_module
 
-        hidden = params[1].shape[-1]
+        hidden, dtype = params[1].shape[-1], params[0].dtype
+        input_size = int(table.shape[1] if table is not None else x.shape[-1])
         extra = {"nonlinearity": self.nonlinearity} if self.nonlinearity else {}
-        layer = self.module_class(int(x.shape[-1]), hidden, num_layers=num_layers, bias=has_biases, batch_first=batch_first,
-                                  bidirectional=bidirectional, **extra).to(device=x.device, dtype=x.dtype).eval()
+        layer = self.module_class(input_size, hidden, num_layers=num_layers, bias=has_biases, batch_first=batch_first,
+                                  bidirectional=bidirectional, **extra).to(device=x.device, dtype=dtype).eval()
         with torch.no_grad():
             for name, value in zip(layer._flat_weights_names, params):
                 getattr(layer, name).copy_(value)
         batch_axis, time_axis = (0, 1) if batch_first else (1, 0)
-        examples = [torch.zeros(2 if batch_first else 3, 3 if batch_first else 2, int(x.shape[-1]), dtype=x.dtype,
-                                device=x.device)]
-        n_states = 2 if self.cell == "lstm" else 1
-        directions = 2 if bidirectional else 1
-        examples += [torch.zeros(num_layers * directions, 2, hidden, dtype=x.dtype, device=x.device)
-                     for _ in range(n_states)]
-        names = ["x", "h0", "c0"][:1 + n_states]
+        extent = (2, 3) if batch_first else (3, 2)  # batch 2, time 3: the exporter tells the axes apart
+        examples = [torch.zeros(extent, dtype=x.dtype, device=x.device) if table is not None
+                    else torch.zeros(*extent, input_size, dtype=dtype, device=x.device)]
+        names = ["x"]
+        if states:
+            names += ["h0", "c0"][:2 if self.cell == "lstm" else 1]
+            examples += [torch.zeros(num_layers * (2 if bidirectional else 1), 2, hidden, dtype=dtype, device=x.device)
+                         for _ in names[1:]]
         dynamic = {"batch": {"x": batch_axis, **{n: 1 for n in names[1:]}}, "time": {"x": time_axis}}
-        build = compile_module(_WithStates(layer, self.cell), tuple(examples), target=target, dynamic=dynamic,
+        build = compile_module(_Layer(layer, self.cell, table), tuple(examples), target=target, dynamic=dynamic,
                                **options)
-        for report in build.compiled._report:  # "layer, layer 2 of 3" (_WithStates.layer) -> "encoder.lstm, layer 2 of 3"
+        for report in build.compiled._report:  # "layer, layer 2 of 3" (_Layer.layer) -> "encoder.lstm, layer 2 of 3"
             report.module = self.outcome.module + report.module[len("layer"):]
         _BUILDS[build_key] = build
         while len(_BUILDS) > _MAX_BUILDS:
@@ -132,15 +152,21 @@ class RecurrentLayer:
         return build
 
 
-class _WithStates(torch.nn.Module):
-    """An nn.LSTM / GRU / RNN called with its initial states as arguments (x, h0[, c0]), as the FX op is."""
+class _Layer(torch.nn.Module):
+    """An nn.LSTM / GRU / RNN called as the FX op is (x, h0[, c0]), or without initial states (zero),
+    and behind an embedding lookup of `table` where the op's input was one."""
 
-    def __init__(self, layer, cell: str):
+    def __init__(self, layer, cell: str, table=None):
         super().__init__()
         self.layer = layer
         self.cell = cell
+        self.embedding = None if table is None else torch.nn.Embedding.from_pretrained(table.detach().clone())
 
-    def forward(self, x, h0, c0=None):
+    def forward(self, x, h0=None, c0=None):
+        if self.embedding is not None:
+            x = self.embedding(x)
+        if h0 is None:
+            return self.layer(x)
         return self.layer(x, (h0, c0) if self.cell == "lstm" else h0)
 
 

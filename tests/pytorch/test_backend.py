@@ -54,6 +54,39 @@ def test_examples_match_torch_at_every_batch_with_one_build(name):
     assert len(recurrent_layer._BUILDS) == builds + 1  # dynamo's recompile for a new batch found the build
 
 
+class _TwoReads(torch.nn.Module):
+    """An embedding read twice (so the layer cannot take it) and a GRU given its initial state."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 8)
+        self.gru = torch.nn.GRU(8, 12)
+
+    def forward(self, tokens, h0):
+        x = self.emb(tokens)
+        return self.gru(x, h0)[0].sum(-1) + x.sum(-1)
+
+
+def test_the_layer_takes_the_embedding_and_zero_states_the_graph_made_for_it_alone():
+    """The char-RNN's lookup and zero states go into the layer's build, which folds the input
+    projection into the table as the ONNX build does; a lookup read twice and states passed in
+    stay the graph's."""
+    module, example, _, other = examples()["char_rnn"]
+    compiled = torch.compile(module, backend="persist_rnn")
+    with torch.no_grad():
+        for x in (example, other):
+            assert relative_error(compiled(x), module(x)) <= 1e-4
+    assert reports()[-1].layers[0].embedding_folded
+    torch.manual_seed(0)
+    two = _TwoReads().eval()
+    compiled = torch.compile(two, backend="persist_rnn", options={"rest": "inductor"})
+    with torch.no_grad():
+        for batch in (2, 5):
+            tokens, h0 = torch.randint(0, 50, (7, batch)), torch.randn(1, batch, 12)
+            assert relative_error(compiled(tokens, h0), two(tokens, h0)) <= 1e-4
+    assert reports()[-1].runs_in == "persist_rnn" and not reports()[-1].layers[0].embedding_folded
+
+
 def test_the_rest_through_inductor():
     module, example, _, other = corpus("gru_enhancer")
     compiled = torch.compile(module, backend="persist_rnn", options={"rest": "inductor"})
