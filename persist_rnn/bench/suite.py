@@ -27,6 +27,8 @@ from .gpu_timing import compiled_ms, cuda_ms, interleaved_ms, vm_call
 from .torch_layers import PRECISIONS, at_precision, cudnn_ms, onnx_from_torch, refusal, strict_fp32_case, torch_layer
 
 PARTS = ("grid", "batch", "seq", "models", "stacks")
+#: parts that run only when named: `offgrid` compiles 20 layers twice, the second time measuring
+OPT_IN_PARTS = ("offgrid",)
 
 
 def grid_arguments(ap):
@@ -330,6 +332,17 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
                 f.write(json.dumps(row) + "\n")
                 f.flush()
                 log(json.dumps(row))
+        if "offgrid" in parts:
+            from .offgrid import offgrid_row, offgrid_set, offgrid_summary
+
+            rows = []
+            for op, h, b, precision in offgrid_set():
+                rows.append(offgrid_row(op, h, b, precision))
+                f.write(json.dumps(rows[-1]) + "\n")
+                f.flush()
+                log(json.dumps({k: v for k, v in rows[-1].items() if k != "cudnn_direct"}))
+            f.write(json.dumps(offgrid_summary(rows)) + "\n")
+            log(json.dumps(offgrid_summary(rows)))
         if "models" in parts:
             for name, batches in (("char_rnn", (1, 16, 64)), ("speech_gru", (1, 8, 64)), ("text_classifier", (1, 8, 64))):
                 for row in model_rows(name, batches, options, examples_dir):
