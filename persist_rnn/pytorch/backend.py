@@ -7,8 +7,8 @@ the process: torch.compile hands a backend nothing that runs before dynamo trace
 be set for this backend's traces alone. Set it back (`torch._dynamo.config.allow_rnn = False`)
 before compiling other models with inductor in the same process: inductor, traced into an LSTM,
 unrolls it into kernels a step (14 ms a call for the char-RNN on the H100, where cuDNN takes 0.6).
-In
-each FX graph dynamo hands over, every recurrent op that persist_rnn takes is replaced by a
+
+In each FX graph dynamo hands over, every recurrent op that persist_rnn takes is replaced by a
 `RecurrentLayer` (recurrent_layer.py); the graph then runs as torch's eager code (`options`'s
 "rest": "eager", the default) or through inductor ("inductor": each layer an opaque custom op for
 it). What the backend does not take (packed sequences: a graph break in dynamo; LSTM projections)
@@ -89,14 +89,14 @@ def _take_zero_states(node) -> None:
 
 
 def _take_embedding(node, gm) -> None:
-    """An embedding lookup (no max_norm) that feeds this op alone: the op takes the token ids and
-    the table (kwarg `table`), so that its build folds the input projection into the table."""
+    """An embedding lookup (nn.Embedding's `F.embedding`, no max_norm) that feeds this op alone:
+    the op takes the token ids and the table (kwarg `table`), so that its build folds the input
+    projection into the table."""
     x = node.args[0]
-    embedding = (torch.nn.functional.embedding, torch.embedding)
-    if not (_only_for(x, node) and x.op == "call_function" and x.target in embedding):
+    if not (_only_for(x, node) and x.op == "call_function" and x.target is torch.nn.functional.embedding):
         return
-    ids, table = x.args[0], x.args[1]
-    max_norm = x.kwargs.get("max_norm", x.args[3] if len(x.args) > 3 and x.target is embedding[0] else None)
+    ids, table = x.args[0], x.kwargs.get("weight", x.args[1] if len(x.args) > 1 else None)
+    max_norm = x.kwargs.get("max_norm", x.args[3] if len(x.args) > 3 else None)
     if max_norm is not None or not isinstance(table, torch.fx.Node) or table.op not in ("placeholder", "get_attr"):
         return
     node.args = (ids, *node.args[1:])
