@@ -2,17 +2,20 @@
 nn.LSTM, nn.GRU or nn.RNN call) run by a persistent kernel, where persist_rnn takes it.
 
 The op's weights arrive with each call (dynamo passes parameters as graph inputs). The layer is
-compiled at its first call from an nn module of the same configuration holding those weights, with
-batch and time symbolic, so one build serves every batch (a kernel per batch bucket) and length.
-Builds are shared by weights and configuration: dynamo's recompile for a new shape finds its build.
-Weights changed in place (a training step) make a new build. What the kernels cannot take, or a
-build that fails, runs as torch's own op, and `reports()` says why.
+compiled when the backend meets it (from its example inputs; else at its first call) from an nn
+module of the same configuration holding those weights, with batch and time symbolic, so one
+build serves every batch (a kernel per batch bucket) and length. Builds are shared by the very
+weight tensors (held weakly: memory a freed model's weights leave may hold another's) and the
+configuration, so dynamo's recompile for a new shape finds its build. Weights changed in place (a
+training step) make a new build. What the kernels cannot take, or a build that fails, runs as
+torch's own op, and `reports()` says why.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
 import warnings
+import weakref
 
 import torch
 
@@ -22,7 +25,7 @@ from ..errors import PersistRNNError
 RECURRENT_OPS = {torch.lstm: ("lstm", torch.nn.LSTM, None), torch.gru: ("gru", torch.nn.GRU, None),
                  torch.rnn_tanh: ("rnn", torch.nn.RNN, "tanh"), torch.rnn_relu: ("rnn", torch.nn.RNN, "relu")}
 
-#: builds kept, by (weights, configuration, target, options)
+#: builds kept, by (weights, configuration, target, options): (build, weak references to the weights)
 _BUILDS: collections.OrderedDict = collections.OrderedDict()
 _MAX_BUILDS = 64
 
@@ -119,9 +122,13 @@ class RecurrentLayer:
         target = self.options.get("target", "auto")
         options = {k: v for k, v in self.options.items() if k != "target"}
         build_key = (key, self.cell, self.nonlinearity, repr(target), repr(sorted(options.items())))
+        weights = list(params) + ([table] if table is not None else [])
         if build_key in _BUILDS:
-            _BUILDS.move_to_end(build_key)
-            return _BUILDS[build_key]
+            build, refs = _BUILDS[build_key]
+            if all(ref() is w for ref, w in zip(refs, weights)):  # the same tensors, not new ones at their addresses
+                _BUILDS.move_to_end(build_key)
+                return build
+            del _BUILDS[build_key]
         from .module import compile_module
 
         hidden, dtype = params[1].shape[-1], params[0].dtype
@@ -146,7 +153,7 @@ class RecurrentLayer:
                                **options)
         for report in build.compiled._report:  # "layer, layer 2 of 3" (_Layer.layer) -> "encoder.lstm, layer 2 of 3"
             report.module = self.outcome.module + report.module[len("layer"):]
-        _BUILDS[build_key] = build
+        _BUILDS[build_key] = (build, [weakref.ref(w) for w in weights])
         while len(_BUILDS) > _MAX_BUILDS:
             _BUILDS.popitem(last=False)
         return build

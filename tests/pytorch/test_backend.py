@@ -142,6 +142,21 @@ def test_other_backends_break_the_graph_again_once_allow_rnn_is_set_back():
     assert not any(n.target in recurrent_layer.RECURRENT_OPS for gm in graphs for n in gm.graph.nodes)
 
 
+def test_a_build_is_shared_by_the_weight_tensors_themselves():
+    """Builds are found by the weights' addresses and versions, which a model freed leaves to the
+    next: a build is reused only for the very tensors it was made from (held weakly)."""
+    x = torch.randn(4, 2, 8)
+    first, second = torch.nn.GRU(8, 12).eval(), torch.nn.GRU(8, 12).eval()
+    layer = recurrent_layer.RecurrentLayer(torch.gru, "gru", {}, recurrent_layer.LayerOutcome("gru", "gru"))
+    key = ("the same addresses and versions",)
+    built = layer._built(key, x, list(first.parameters()), True, 1, False, False, None, False)
+    assert layer._built(key, x, list(first.parameters()), True, 1, False, False, None, False) is built
+    other = layer._built(key, x, list(second.parameters()), True, 1, False, False, None, False)
+    assert other is not built
+    with torch.no_grad():
+        assert relative_error(other(x)[0], second(x)[0]) <= 1e-4
+
+
 def test_bad_options_are_named():
     graph = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))
     with pytest.raises(persist_rnn.PersistRNNError, match=r"options\['rest'\] = 'fast'"):
