@@ -1,6 +1,7 @@
 """The values an ONNX graph holds as constants: its initializers and its Constant nodes' `value`
-tensors, by name. Read by the loop rewrite (frontend.loops) and the shape-gather composition
-(frontend.shape_gathers)."""
+tensors, by name. Read by the loop rewrite (frontend.loops), the shape-gather composition
+(frontend.shape_gathers), the quantized-LSTM rewrite (frontend.quantized) and the torch capture's
+check for sorts of runtime counts (pytorch.capture)."""
 from __future__ import annotations
 
 import onnx
@@ -14,3 +15,9 @@ def constant_values(graph: onnx.GraphProto) -> dict:
         if node.op_type == "Constant" and value is not None:
             values[node.output[0]] = numpy_helper.to_array(value)
     return values
+
+
+def constant_names(graph: onnx.GraphProto) -> set:
+    """The names `constant_values` holds, without reading the tensors."""
+    return {t.name for t in graph.initializer} | {node.output[0] for node in graph.node if node.op_type == "Constant"
+                                                  and any(a.name == "value" for a in node.attribute)}

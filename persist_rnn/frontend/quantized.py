@@ -23,18 +23,10 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import PersistRNNError
+from .graph_values import constant_values
 
 #: the contrib op's inputs after the standard LSTM's eight
 _QUANT_INPUTS = ("W_scale", "W_zero_point", "R_scale", "R_zero_point")
-
-
-def _constants(graph: onnx.GraphProto) -> dict:
-    """Every initializer and Constant output of the graph, as numpy."""
-    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
 
 
 def _dequantized(node, values: dict, name: str, weight: str, scale: str, zero_point: str, hidden: int) -> np.ndarray:
@@ -65,7 +57,7 @@ def dequantize_lstms(model: onnx.ModelProto) -> list[str]:
     for k, node in enumerate(graph.node):
         if node.op_type != "DynamicQuantizeLSTM" or node.domain != "com.microsoft":
             continue
-        values = _constants(graph) if values is None else values
+        values = constant_values(graph) if values is None else values
         inputs = list(node.input) + [""] * (12 - len(node.input))
         hidden = next((a.i for a in node.attribute if a.name == "hidden_size"), 0)
         if hidden <= 0:

@@ -50,19 +50,20 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
     rest = options.pop("rest", "eager")
     if rest not in ("eager", "inductor"):
         raise PersistRNNError(f"options['rest'] = {rest!r}: expected 'eager' or 'inductor'")
+    placeholders = dict(zip([n for n in gm.graph.nodes if n.op == "placeholder"], example_inputs))
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in RECURRENT_OPS:
             continue
         outcome = LayerOutcome(_module_path(node), RECURRENT_OPS[node.target][0])
         _OUTCOMES.append(outcome)
-        why = refusal(node.target, node.args)
+        why = refusal(node.args)
         if why:
             outcome.runs_in, outcome.why = "torch", why
             continue
         layer = RecurrentLayer(node.target, outcome.module, options, outcome)
         _take_zero_states(node)
         _take_embedding(node, gm)
-        _build_now(layer, node, gm, example_inputs)
+        _build_now(layer, node, gm, placeholders)
         node.target = _as_custom_op(layer) if rest == "inductor" else layer
     gm.graph.eliminate_dead_code()  # the zero states and lookups the layers took
     gm.graph.lint()
@@ -113,10 +114,10 @@ def _example_value(arg, gm, placeholders: dict):
     return arg.meta.get("example_value")
 
 
-def _build_now(layer: RecurrentLayer, node, gm, example_inputs) -> None:
-    """Build the layer while the backend runs, from the example inputs (its weights are among
-    them): not inside the graph's first run, where inductor's runtime allows no tracing."""
-    placeholders = dict(zip([n for n in gm.graph.nodes if n.op == "placeholder"], example_inputs))
+def _build_now(layer: RecurrentLayer, node, gm, placeholders: dict) -> None:
+    """Build the layer while the backend runs, from the example inputs (`placeholders`: each
+    placeholder's; its weights are among them): not inside the graph's first run, where
+    inductor's runtime allows no tracing."""
     x, hx, params, has_biases, num_layers, _, _, bidirectional, batch_first = node.args
     x = _example_value(x, gm, placeholders)
     weights = [_example_value(p, gm, placeholders) for p in params]

@@ -19,6 +19,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ..errors import PersistRNNError
+from ..frontend.graph_values import constant_names
 
 #: the opset of the capture: the corpus's exports, and every LSTM/GRU/RNN attribute the importer takes
 OPSET = 17
@@ -119,8 +120,7 @@ def capture(module: torch.nn.Module, example_inputs, dynamic=None) -> Capture:
 
 def _runtime_sorts(model: onnx.ModelProto) -> list[str]:
     """The TopK nodes whose k is not a constant."""
-    constants = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
-                                                               for o in n.output}
+    constants = constant_names(model.graph)
     return [n.name for n in model.graph.node if n.op_type == "TopK" and len(n.input) > 1 and n.input[1] not in constants]
 
 

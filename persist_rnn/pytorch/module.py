@@ -12,6 +12,7 @@ import dataclasses
 import torch
 from torch.utils import _pytree as pytree
 
+from ..compile import compile_onnx
 from ..errors import PersistRNNError
 from ..runtime import CompiledModel
 from .capture import Capture, capture
@@ -67,8 +68,6 @@ def compile_module(module: torch.nn.Module, example_inputs, *, target="auto", dy
     every input), or {"batch": {"x": 1, "lengths": 0}}; the rest are fixed at the example's sizes.
     `target` "auto" is cuda where the example inputs are on a GPU, else llvm. `options` are
     `persist_rnn.compile`'s for ONNX models (tuning_log, precision, wavefront, ...)."""
-    from ..compile import compile_onnx
-
     captured = capture(module, example_inputs, dynamic)
     compiled = compile_onnx(captured.model, _default_target(example_inputs) if target == "auto" else target, **options)
     labels = module_labels(module, [n.name for n in captured.model.graph.node])

@@ -47,10 +47,9 @@ class LayerOutcome:
         return f"{self.module}: {self.cell.upper()}: {self.runs_in}" + (f" ({self.why})" if self.why else "")
 
 
-def refusal(target, args) -> str:
-    """Why the op `target(*args)` stays torch's (empty if persist_rnn takes it): packed sequences,
+def refusal(args) -> str:
+    """Why a recurrent op with these arguments stays torch's (empty if persist_rnn takes it): packed sequences,
     training with dropout, LSTM projections."""
-    cell, _, _ = RECURRENT_OPS[target]
     if len(args) < 9 or not isinstance(args[2], (list, tuple)):
         return "a packed sequence (the batch_sizes form of the op): runs as torch's op"
     params, has_biases, num_layers, dropout, train, bidirectional = args[2], *args[3:8]
