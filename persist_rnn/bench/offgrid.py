@@ -1,12 +1,11 @@
-"""`persist-rnn bench --parts offgrid`: one layer at shapes off GRNN's grid, compiled as a user
-compiles it (no tuning log), against cuDNN's best algorithm at the same precision.
+"""The layers of `persist-rnn bench --parts offgrid` (shapes off GRNN's grid, compiled as a user
+compiles them, no tuning log) and the summary of their rows (`suite.offgrid_row`).
 
 The set samples the product of both cells, ten hidden sizes that GRNN's grid does not hold, eight
 batches and four precisions so that, for each cell, every hidden size, every batch and every
-precision appears (the sample a cell walks, `offgrid_set`). Each row is `suite.precision_row` for
-the cost model's own pick (measure off), plus the default compile on the GPU (its top 5 timed) in
-the same run; `offgrid_summary` puts the floors' numbers in one line: the least and the geometric
-mean of best cuDNN ÷ ours with measure off, the least with the top 5 measured.
+precision appears (the sample a cell walks, `offgrid_set`). `offgrid_summary` puts the floors'
+numbers in one line: the least and the geometric mean of best cuDNN ÷ ours with measure off, the
+least with the top 5 measured.
 """
 from __future__ import annotations
 
@@ -33,24 +32,6 @@ def offgrid_set() -> list[tuple[str, int, int, str]]:
         rows += [(cell, HIDDEN[-1 - k], b, PRECISIONS[k % len(PRECISIONS)]) for k, b in enumerate(missing)]
         out += rows
     return out
-
-
-def offgrid_row(cell: str, hidden: int, batch: int, precision: str, seq_len: int = 100) -> dict:
-    """The cost model's pick (no tuning log, measure off) against cuDNN at `precision`, plus the
-    default compile on the GPU (no tuning log, top 5 timed) timed in the same run."""
-    from ..compile import compile_onnx
-    from .gpu_timing import compiled_ms
-    from .suite import precision_row
-    from .torch_layers import PRECISIONS as BUILDS
-    from .torch_layers import strict_fp32_case
-
-    row = precision_row(cell, hidden, batch, seq_len, {"tuning_log": None, "measure": False}, precision, flashrnn=False)
-    build_precision, dtype, _ = BUILDS[precision]
-    _, _, _, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len, dtype)
-    measured = compile_onnx(model, "cuda", precision=build_precision, tuning_log=None, measure=True, top_k=5)
-    row.update(part="offgrid", measured_ms=compiled_ms(measured, feeds), measured_config=measured.report()[0].config)
-    row["best_cudnn_over_measured"] = row["best_cudnn_ms"] / row["measured_ms"]
-    return row
 
 
 def offgrid_summary(rows: list[dict]) -> dict:

@@ -174,6 +174,19 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True,
     return row
 
 
+def offgrid_row(cell: str, hidden: int, batch: int, precision: str, seq_len: int = 100) -> dict:
+    """`--parts offgrid`'s row (`offgrid.py`): `precision_row` for the cost model's pick (no tuning
+    log, measure off) against cuDNN at `precision`, plus the default compile on the GPU (no tuning
+    log, top 5 timed) timed in the same run."""
+    row = precision_row(cell, hidden, batch, seq_len, {"tuning_log": None, "measure": False}, precision, flashrnn=False)
+    build_precision, dtype, _ = PRECISIONS[precision]
+    _, _, _, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len, dtype)
+    measured = compile_model(model, "cuda", precision=build_precision, tuning_log=None, measure=True, top_k=5)
+    row.update(part="offgrid", measured_ms=compiled_ms(measured, feeds), measured_config=measured.report()[0].config)
+    row["best_cudnn_over_measured"] = row["best_cudnn_ms"] / row["measured_ms"]
+    return row
+
+
 def flashrnn_columns(layer, x, want, bound, ours_ms, skip=(), graph=None) -> dict:
     """FlashRNN's backends on the same layer (`flashrnn_anchor.py`, input projection included),
     each checked against torch's output within `bound` and timed as called from Python (`ms`) and
@@ -333,7 +346,7 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
                 f.flush()
                 log(json.dumps(row))
         if "offgrid" in parts:
-            from .offgrid import offgrid_row, offgrid_set, offgrid_summary
+            from .offgrid import offgrid_set, offgrid_summary
 
             rows = []
             for op, h, b, precision in offgrid_set():
