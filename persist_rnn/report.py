@@ -58,6 +58,9 @@ class LayerReport:
     #: one wavefront kernel (lowering "wavefront"), or each layer its own kernel; `stack_reason` says why
     stack: list = dataclasses.field(default_factory=list)
     stack_reason: str = ""
+    #: a stack whose batch is known at run time: per batch bucket, one wavefront kernel or a kernel
+    #: a layer, [{max_batch (None: the rest), fused, why, config (the wavefront's, if fused)}]
+    stack_buckets: list = dataclasses.field(default_factory=list)
     #: its input projection folded into the embedding table it reads: a lookup, no GEMM
     embedding_folded: bool = False
     #: compiled from a torch module: the layer's module path and place ("encoder.lstm, layer 2 of 3")
@@ -77,7 +80,10 @@ class LayerReport:
         tf32 = ", TF32 step" if self.tf32_step else ""
         folded = ", input projection folded into its embedding table" if self.embedding_folded else ""
         stacked = f", layer {self.stack.index(self.node) + 1} of {len(self.stack)} stacked" if self.stack else ""
-        if self.stack and self.lowering == "persistent":  # a kernel a layer where the wavefront could have fused them
+        fused = [b["max_batch"] for b in self.stack_buckets if b["fused"]]
+        if fused:  # the wavefront up to a batch, a kernel a layer above it
+            stacked += f" (one wavefront kernel for B <= {max(fused)}, own kernel above)"
+        elif self.stack and self.lowering == "persistent":  # a kernel a layer where the wavefront could have fused them
             stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
         elif self.lowering == "wavefront" and self.stack_reason:  # one wavefront kernel: whose choice
             stacked += f" ({self.stack_reason})"
@@ -86,14 +92,23 @@ class LayerReport:
                 f"{dirs}: {self.lowering}{tf32}{folded}{early}{buckets}{stacked}{why}")
 
     def bucket_lines(self) -> list[str]:
-        """One line per batch bucket: the batches it takes, its config and where it came from."""
-        out, low = [], 1
-        for b in self.buckets:
-            top = b["max_batch"]
-            span = f"B >= {low}" if top is None else f"B {low}" if top == low else f"B {low}-{top}"
-            out.append(f"  {span}: {b['config']} [{b['source']}]")
-            low = (b["max_batch"] or 0) + 1
+        """One line per batch bucket: the batches it takes, its config and where it came from; and
+        one per bucket of its stack: the wavefront or a kernel a layer, and why."""
+        out = [f"  {span}: {b['config']} [{b['source']}]" for span, b in _spans(self.buckets)]
+        for span, b in _spans(self.stack_buckets):
+            out.append(f"  stack, {span}: " + (f"one wavefront kernel ({b['why']})" if b["fused"] else
+                                               f"a kernel a layer ({b['why']})"))
         return out
+
+
+def _spans(buckets: list) -> list:
+    """(the batches a bucket takes, "B 2" / "B 3-4" / "B >= 65"; the bucket) of each of `buckets`."""
+    out, low = [], 1
+    for b in buckets:
+        top = b["max_batch"]
+        out.append((f"B >= {low}" if top is None else f"B {low}" if top == low else f"B {low}-{top}", b))
+        low = (top or 0) + 1
+    return out
 
 
 def _entry(spec: CellSpec, lowering: str, **kw) -> LayerReport:
@@ -117,10 +132,14 @@ def _wavefront_layers(func) -> list[LayerReport]:
 
 def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
     """One LayerReport per recurrent layer found in `mod`, in graph order of the node names."""
-    out = []
+    out, stack_buckets = [], {}
     for _, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and STACK_KERNEL_ATTR in func.attrs:
-            out += _wavefront_layers(func)
+            info = json.loads(str(func.attrs[STACK_KERNEL_ATTR]))
+            if "buckets" in info:  # a runtime-batch stack: its layers' own kernels tell the rest
+                stack_buckets.update({CellSpec.from_json(t).node: info["buckets"] for t in info["layers"]})
+            else:
+                out += _wavefront_layers(func)
         elif isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
             spec = CellSpec.from_json(str(func.attrs[ATTR_KEY]))
             launch = func.attrs.get(EARLY_LAUNCH[0], [])
@@ -134,6 +153,8 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
                               stack=json.loads(_attr(func, STACK_ATTR, "{}")).get("stack", []),
                               stack_reason=_attr(func, STACK_REASON_ATTR),
                               embedding_folded=_attr(func, EMBEDDING_FOLDED_ATTR) == "1"))
+    for entry in out:
+        entry.stack_buckets = stack_buckets.get(entry.node, [])
     if mod.attrs is not None and UNROLLED_ATTR in mod.attrs:
         for text in json.loads(str(mod.attrs[UNROLLED_ATTR])):
             out.append(_entry(CellSpec.from_json(text), "unrolled", reason="unroll=True was asked for"))

@@ -35,12 +35,14 @@ ROUNDS, CALLS = 5, 20
 
 def fusable_stacks(mod) -> list[tuple[list[CellSpec], int]]:
     """(the layers, the static batch) of each stack that the wavefront fused in `mod` (after
-    PersistentRNN with wavefront=True)."""
+    PersistentRNN with wavefront=True) for a static batch: a runtime-batch stack's buckets are
+    each judged as a static stack of the bucket's bound would be, by its records."""
     out = []
     for func in mod.functions.values():
         if func.attrs is not None and STACK_KERNEL_ATTR in func.attrs:
             info = json.loads(str(func.attrs[STACK_KERNEL_ATTR]))
-            out.append(([CellSpec.from_json(t) for t in info["layers"]], info["batch"]))
+            if info["batch"] is not None:
+                out.append(([CellSpec.from_json(t) for t in info["layers"]], info["batch"]))
     return out
 
 

@@ -9,7 +9,9 @@ results, so every use reads the fused kernel: whatever read a lower layer before
 call (the importer takes each layer's Y_h right after it) is held back and emitted after the fused
 call. The per-layer kernels and the upper layers' projections are then unused and dropped.
 A stack the wavefront cannot run, or (under `wavefront="auto"`) runs slower than its per-layer
-kernels, keeps those, and the report says why.
+kernels, keeps those, and the report says why. A stack whose batch is known only at run time is
+fused for the batch buckets where it pays and branches to its layers' own kernels above them
+(`wavefront_buckets.py`).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from tvm import relax
 from tir_templates.config import Config
 from tir_templates.early_launch import EARLY_LAUNCH, sm_number, supports_early_launch
 from tir_templates.wavefront import STACK_KERNEL_ATTR, UnsupportedStack, emulated_stack_kernel, stack_kernel
+from tir_templates.wavefront.buckets import bucketed_stack_kernel, emulated_bucketed_stack_kernel
 from tir_templates.wavefront.plan import stack_configs
 
 from ..errors import PersistRNNError
@@ -29,6 +32,8 @@ from ..report import CONFIG_ATTR, LOWERING_ATTR, STACK_REASON_ATTR
 from ..schedule.stack_choice import StackChoice, choose_stack
 from .call_sites import call_args, drop_uncalled, static_dim
 from .layer_stacks import call_chains, layer_spec, projection_of
+from .wavefront_buckets import bucket_sides, fused_bound, plan_stack_buckets, side_function
+from ..schedule.planner import BATCH_BUCKETS
 
 #: the first architecture with thread-block clusters (the wavefront gives each layer one)
 MIN_CLUSTER_SM = 90
@@ -106,12 +111,16 @@ class _FuseStacks(relax.PyExprMutator):
 
     def __init__(self, mod, fused: dict):
         super().__init__(mod)
-        self.fused = fused  # top call's var -> (stack kernel, its name, calls, vars, projections)
+        self.fused = fused  # top call's var -> (stack kernel, its name, calls, vars, projections, bound)
         self.lower = {v for entry in fused.values() for v in entry[3][:-1]}
         self.held = []  # bindings that read a lower layer, in order
         self.held_vars = set()
+        self.in_branch = False  # inside the If of a runtime-batch stack: every binding as it is, anew
+        self.branch_vars = []  # the variables bound there (their bindings are emitted again after it)
 
     def _holds(self, binding) -> bool:
+        if self.in_branch:
+            return False
         if binding.var in self.lower or any(v in self.held_vars for v in relax.analysis.free_vars(binding.value)):
             self.held.append(binding)
             self.held_vars.add(binding.var)
@@ -123,15 +132,26 @@ class _FuseStacks(relax.PyExprMutator):
             super().visit_match_cast_(binding)
 
     def visit_var_binding_(self, binding):
-        if binding.var in self.fused:
-            self._fuse(*self.fused[binding.var])
+        if self.in_branch:
+            self._bind_anew(binding)
+        elif binding.var in self.fused:
+            self._fuse(binding, *self.fused[binding.var])
         elif not self._holds(binding):
             super().visit_var_binding_(binding)
 
-    def _fuse(self, kernel, name, calls, old_vars, projections):
-        gv = self.builder_.add_func(kernel, name)
-        args = [[self.visit_expr(a) for a in call_args(c)] for c in calls]
-        proj = [None] + [[self.visit_expr(a) for a in call_args(p)] for p in projections]
+    def _bind_anew(self, binding):
+        """`binding` inside the branch under a variable of its own: TVM's mutator keeps a variable
+        whose type stays, and the held bindings are emitted once more after the branch."""
+        value = self.visit_expr(binding.value)
+        var = relax.Var(binding.var.name, value.ty)
+        self.builder_.emit_normalized(relax.VarBinding(var, value))
+        self.set_var_remap(binding.var, var)
+        self.branch_vars.append(binding.var)
+
+    def _fused_call(self, gv, calls, projections, visit):
+        """The stack kernel's call_tir on the layers' operands (each through `visit`)."""
+        args = [[visit(a) for a in call_args(c)] for c in calls]
+        proj = [None] + [[visit(a) for a in call_args(p)] for p in projections]
         operands = [args[0][0], args[0][3]]  # layer 0's input projection; the lengths (every layer's)
         for layer, a in enumerate(args):
             operands += a[1:3] + a[4:7] + (proj[layer][1:3] if layer else [])  # r, rb, h0, c0, p; w, wb
@@ -140,7 +160,14 @@ class _FuseStacks(relax.PyExprMutator):
             y, yh, yc, _, ws = (call.ty_args[0] if call.ty_args else call.ty).fields
             n_t, _, n_b, hidden = list(y.shape)
             outs += [y, yh, yc, relax.TensorType([n_t, 1, n_b, hidden * 2], "float32")]
-        fused = self.builder_.emit(relax.call_tir(gv, operands, outs + [ws]))
+        return relax.call_tir(gv, operands, outs + [ws])
+
+    def _fuse(self, top_binding, kernel, name, calls, old_vars, projections, bound):
+        gv = self.builder_.add_func(kernel, name)
+        if bound is not None:
+            self._fuse_below(top_binding, gv, calls, old_vars, projections, bound)
+            return
+        fused = self.builder_.emit(self._fused_call(gv, calls, projections, self.visit_expr))
         n_l = len(calls)
         for layer, old in enumerate(old_vars):
             results = relax.Tuple([relax.TupleGetItem(fused, 4 * layer + k) for k in range(4)]
@@ -150,6 +177,30 @@ class _FuseStacks(relax.PyExprMutator):
             else:
                 new = self.builder_.emit(results)
             self.set_var_remap(old, new)
+        self._release_held(old_vars)
+
+    def _fuse_below(self, top_binding, gv, calls, old_vars, projections, bound):
+        """A runtime-batch stack: the wavefront for batches up to `bound`, else the layers' own
+        calls (`wavefront_buckets.bucket_sides`), each side a function of its own; each layer's
+        result becomes its Y, Y_h, Y_c."""
+        cond, *sides = bucket_sides(self._fused_call(gv, calls, projections, lambda a: a), top_binding, self.held,
+                                    calls, old_vars, bound)
+        self.in_branch = True
+        branches = []
+        for side, suffix in zip(sides, ("wavefront", "own_kernels")):
+            func, args = side_function(self.visit_expr(side))
+            branches.append(relax.Call(self.builder_.add_func(func, f"{gv.name_hint}_{suffix}"), args))
+        self.in_branch = False
+        for var in self.branch_vars:  # out of the branch, each is itself again (until emitted anew)
+            self.set_var_remap(var, var)
+        self.branch_vars = []
+        results = self.builder_.emit(relax.If(cond, *branches), "stack")
+        for layer, old in enumerate(old_vars):
+            self.set_var_remap(old, self.builder_.emit(relax.Tuple([relax.TupleGetItem(results, 3 * layer + k)
+                                                                   for k in range(3)])))
+        self._release_held(old_vars)
+
+    def _release_held(self, old_vars):
         held, self.held = self.held, []
         for binding in held:  # what read the lower layers, now reading their result tuples
             if binding.var in old_vars:
@@ -162,12 +213,17 @@ class _FuseStacks(relax.PyExprMutator):
 
 
 def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | str = True,
-                emulate: bool = False, arch: str | None = None, tuning_log_path=None, precision: str = "fp32") -> tvm.IRModule:
+                emulate: bool = False, arch: str | None = None, tuning_log_path=None, precision: str = "fp32",
+                bucket_bounds=BATCH_BUCKETS) -> tvm.IRModule:
     """`mod` with the stacks the wavefront can run as one kernel fused: each of them (`mode`
     True), none (False), or those that a measured record of the tuning log or else the cost model
     finds faster fused ("auto", `schedule/stack_choice.py`). The layers of the others carry
-    STACK_REASON_ATTR. `arch`: the CUDA target's ("sm_90"); `emulate`: the kernel's CPU twin
-    (tests on llvm)."""
+    STACK_REASON_ATTR. A stack whose batch is known only at run time is fused for the buckets of
+    `bucket_bounds` where it pays (`wavefront_buckets.py`). `arch`: the CUDA target's ("sm_90");
+    `emulate`: the kernel's CPU twin (tests on llvm)."""
+    branching = mode and (emulate or (target_kind == "cuda" and has_clusters(arch))) and _runtime_batch_stacks(mod)
+    if branching:  # the runtime-batch branch is a Relax If, which no dataflow block holds
+        mod = relax.transform.ToNonDataflow()(mod)
     replaced = set()
     for gv_func, func in list(mod.functions.items()):
         if not isinstance(func, relax.Function):
@@ -185,39 +241,72 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | 
                 if not emulate and not has_clusters(arch):
                     raise UnsupportedStack(f"the layer wavefront needs thread-block clusters (sm_{MIN_CLUSTER_SM} or "
                                            f"later, not {arch})")
-                batch = static_dim(call_args(calls[0])[0], 1)
-                configs = stack_configs(specs, batch, num_sms)
                 problem = fusion_problem(func, old_vars, calls, projections, where)
                 span = (where[old_vars[0]], where[old_vars[-1]])
                 if any(lo <= span[1] and span[0] <= hi for lo, hi in spans):
                     problem = "its layers interleave with another stack's, which the wavefront fuses"
                 if problem:
                     raise UnsupportedStack(problem)
-                choice = _choice(mod, calls, specs, configs, mode, arch, tuning_log_path, precision)
-                if not choice.fuse:
-                    raise UnsupportedStack(choice.why())
+                kernel, bound = _stack_kernel(mod, calls, specs, num_sms, mode, emulate, arch, tuning_log_path,
+                                              precision, bucket_bounds)
             except UnsupportedStack as err:
                 for c in calls:
                     mod[c.args[0]] = mod[c.args[0]].with_attr(STACK_REASON_ATTR, str(err))
                 continue
-            kernel = (emulated_stack_kernel if emulate else stack_kernel)(specs, choice.config)
-            why = "; ".join(w for w in (choice.why(), choice.config_why()) if w)
-            kernel = kernel.with_attr(STACK_KERNEL_ATTR, json.dumps(
-                {"layers": [s.to_json() for s in specs], "batch": batch, "config": choice.config.as_dict(),
-                 "choice": {"fuse": choice.fuse, "source": choice.source, "why": why}}))
-            if not emulate and supports_early_launch(arch):  # starts while layer 0's GEMM runs (kernel.cuda_stack)
-                kernel = kernel.with_attr(*EARLY_LAUNCH)
-            name = _kernel_name(specs)
-            fused[old_vars[-1]] = (kernel, name, calls, old_vars, projections)
+            fused[old_vars[-1]] = (kernel, _kernel_name(specs), calls, old_vars, projections, bound)
             spans.append(span)
-            replaced |= {c.args[0] for c in calls} | {p.args[0] for p in projections}
+            if bound is None:  # a static stack's layers run in the wavefront only (a runtime-batch
+                # stack's run their own kernels past its buckets)
+                replaced |= {c.args[0] for c in calls} | {p.args[0] for p in projections}
         if not fused:
             continue
         mutator = _FuseStacks(mod, fused)
         new_func = mutator.visit_expr(func)
         mod = mutator.builder_.get()
         mod[gv_func] = relax.analysis.remove_all_unused(new_func)
+    if branching:
+        mod = relax.transform.ConvertToDataflow()(mod)
     return drop_uncalled(mod, replaced)
+
+
+def _runtime_batch_stacks(mod: tvm.IRModule) -> bool:
+    """Whether some stack of `mod` has a batch known only at run time."""
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            chains, _ = call_chains(func, mod)
+            if any(static_dim(call_args(chain[0])[0], 1) is None for chain in chains):
+                return True
+    return False
+
+
+def _stack_kernel(mod, calls, specs, num_sms, mode, emulate, arch, tuning_log_path, precision, bucket_bounds):
+    """(the stack's wavefront kernel, carrying STACK_KERNEL_ATTR; the largest batch it takes, or
+    None for a static batch, which it takes whole), or UnsupportedStack with the reason."""
+    xw = call_args(calls[0])[0]
+    batch = static_dim(xw, 1)
+    if batch is None:
+        buckets = plan_stack_buckets(specs, calls, mod, num_sms, arch or "sm_90", static_dim(xw, 0),
+                                     asked=mode != "auto", tuning_log_path=tuning_log_path, precision=precision,
+                                     bounds=bucket_bounds)
+        fused = [(b.max_batch, b.config) for b in buckets if b.fuse]
+        kernel = (emulated_bucketed_stack_kernel if emulate else bucketed_stack_kernel)(specs, fused)
+        info = {"batch": None, "config": fused[0][1].as_dict(), "buckets": [b.as_dict() for b in buckets],
+                "choice": {"fuse": True, "source": "buckets", "why": buckets[0].why}}
+        bound = fused_bound(buckets)
+    else:
+        choice = _choice(mod, calls, specs, stack_configs(specs, batch, num_sms), mode, arch, tuning_log_path,
+                         precision)
+        if not choice.fuse:
+            raise UnsupportedStack(choice.why())
+        kernel = (emulated_stack_kernel if emulate else stack_kernel)(specs, choice.config)
+        why = "; ".join(w for w in (choice.why(), choice.config_why()) if w)
+        info = {"batch": batch, "config": choice.config.as_dict(),
+                "choice": {"fuse": choice.fuse, "source": choice.source, "why": why}}
+        bound = None
+    kernel = kernel.with_attr(STACK_KERNEL_ATTR, json.dumps({"layers": [s.to_json() for s in specs], **info}))
+    if not emulate and supports_early_launch(arch):  # starts while layer 0's GEMM runs (kernel.cuda_stack)
+        kernel = kernel.with_attr(*EARLY_LAUNCH)
+    return kernel, bound
 
 
 def _choice(mod, calls, specs, configs, mode, arch, tuning_log_path, precision) -> StackChoice:

@@ -173,9 +173,12 @@ def _conform_call_sites(mod: tvm.IRModule, slots: dict, dtypes: dict) -> tvm.IRM
     return mod
 
 
-def _made_before_the_call(arg, params) -> bool:
-    """Whether `arg` exists before the function's first kernel runs: a constant or a parameter."""
-    return isinstance(arg, tvm.ir.expr.Constant) or any(arg.same_as(p) for p in params)
+def _made_before_the_call(arg, func: relax.Function) -> bool:
+    """Whether `arg` exists before the function's first kernel runs: a constant, or a parameter of
+    a function the user calls (a private function's, such as a side of a runtime-batch stack's
+    branch, may come from the kernel its caller ran just before)."""
+    public = func.attrs is not None and "global_symbol" in func.attrs
+    return isinstance(arg, tvm.ir.expr.Constant) or (public and any(arg.same_as(p) for p in func.params))
 
 
 def early_launch_safe(mod: tvm.IRModule, callees) -> set:
@@ -186,7 +189,7 @@ def early_launch_safe(mod: tvm.IRModule, callees) -> set:
     safe, unsafe = set(), set()
     for func, v in call_tir_sites(mod, callees):
         args = call_args(v)
-        ok = len(args) > 2 and all(_made_before_the_call(a, func.params) for a in args[1:3])
+        ok = len(args) > 2 and all(_made_before_the_call(a, func) for a in args[1:3])
         (safe if ok else unsafe).add(v.args[0].name_hint)
     return safe - unsafe
 

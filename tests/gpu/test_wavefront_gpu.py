@@ -122,3 +122,33 @@ def test_batch_tiles_match_onnxruntime(op, hidden, layers, batch, tiles, lanes, 
     compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True, tuning_log=log)
     assert compiled.report()[0].config == cfg.as_dict()
     assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4
+
+
+@pytest.mark.parametrize("op,hidden,layers", [("LSTM", 128, 3), ("GRU", 64, 2)])
+def test_runtime_batch_stack_matches_onnxruntime_at_each_bucket_edge(op, hidden, layers):
+    """A stack with a symbolic batch, built as compile builds it (wavefront "auto"): every fused
+    bucket at its smallest and largest batch, and the batches past them (a kernel a layer), with
+    lengths (empty rows among them) and initial states."""
+    model, _ = stacked_layers_model(op, hidden, layers, 23, "batch", lengths=True, states=True)
+    compiled = persist_rnn.compile(model, "cuda", measure=False)
+    buckets = compiled.report()[0].stack_buckets
+    fused = [b["max_batch"] for b in buckets if b["fused"]]
+    assert fused and fused[0] == 1, buckets
+    edges, low = set(), 1
+    for top in fused:
+        edges |= {low, top}
+        low = top + 1
+    for batch in sorted(edges | {low, 2 * low + 1}):
+        _, feeds = stacked_layers_model(op, hidden, layers, 23, batch, lengths=True, states=True)
+        assert max_rel_error(compiled.run(feeds), ort_run(model, feeds)) <= 1e-4, batch
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 4, 16, 17, 40])
+def test_shipped_char_rnn_as_shipped_matches_onnxruntime(batch):
+    """The char-RNN as shipped (symbolic batch, compile's default): its wavefront buckets and the
+    layers' own kernels past them."""
+    path = "examples/char_rnn.onnx"
+    compiled = persist_rnn.compile(path, "cuda", measure=False)
+    assert any(b["fused"] for b in compiled.report()[0].stack_buckets)
+    feeds = inputs_at_batch(compiled, "examples/char_rnn_inputs.npz", batch)
+    assert max_rel_error(compiled.run(feeds), ort_run(onnx.load(path), feeds)) <= 1e-4

@@ -49,6 +49,45 @@ def test_fused_stack_matches_onnxruntime(op, layers, direction):
     assert max_rel_error([g.numpy() for g in got], ort_run(model, feeds)) <= 1e-5
 
 
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_a_runtime_batch_stack_branches_on_the_batch(op):
+    """A symbolic batch: the wavefront (its twin) for batches up to the last fused bucket, the
+    layers' own kernels above it, each side a private function behind an If on the batch; both
+    match ONNX Runtime, with lengths and initial states, at each bucket and past them."""
+    model, _ = stacked_layers_model(op, 32, 2, 6, "batch", lengths=True, states=True)
+    mod = relax.transform.FoldConstant()(from_onnx(model))
+    mod = fuse_stacks(mod, "llvm", 132, emulate=True, bucket_bounds=(1, 2))
+    assert len(kernels(mod, STACK_KERNEL_ATTR)) == 1 and len(kernels(mod, ATTR_KEY)) == 2
+    sides = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, relax.Function) and gv.name_hint != "main"]
+    assert sorted(name.endswith("_wavefront") for name in sides) == [False, True]
+    assert any(name.endswith("_own_kernels") for name in sides)
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    for batch in (1, 2, 3, 7):
+        _, feeds = stacked_layers_model(op, 32, 2, 6, batch, lengths=True, states=True)
+        got = vm["main"](*[tvm.runtime.tensor(feeds[i.name]) for i in model.graph.input])
+        assert max_rel_error([g.numpy() for g in got], ort_run(model, feeds)) <= 1e-5, batch
+
+
+def test_the_wavefronts_buckets_are_the_smallest_batches():
+    """A bucket the wavefront loses stops the fused buckets there: those above it run a kernel a
+    layer too, and a stack whose smallest bucket stays apart is not fused at all."""
+    from persist_rnn.transform.wavefront_buckets import StackBucket, plan_stack_buckets
+    import persist_rnn.transform.wavefront_buckets as wb
+
+    verdicts = {1: True, 2: True, 4: False, 8: True}
+    real = wb._bucket
+    try:
+        wb._bucket = lambda specs, calls, mod, bound, *rest: StackBucket(bound, verdicts[bound], "model")
+        buckets = plan_stack_buckets([], [], None, 132, "sm_90", None, asked=False, bounds=(1, 2, 4, 8))
+        assert [(b.max_batch, b.fuse) for b in buckets] == [(1, True), (2, True), (4, False), (8, False), (None, False)]
+        assert "B <= 4" in buckets[3].why
+        verdicts[1] = False
+        with pytest.raises(UnsupportedStack, match="at B=1, the smallest batch bucket: model"):
+            plan_stack_buckets([], [], None, 132, "sm_90", None, asked=False, bounds=(1, 2, 4, 8))
+    finally:
+        wb._bucket = real
+
+
 def test_an_upper_state_computed_from_a_lower_layer_keeps_the_layers_apart():
     """Layer 1 starts from layer 0's final state: the fused call could not read it."""
     model, feeds = stacked_layers_model("GRU", 32, 2, 6, 4, states=True)
@@ -71,7 +110,10 @@ def test_report_names_the_wavefront_or_why_not():
     assert all("own kernel: the layer wavefront is off" in r.line() for r in apart.report())
     symbolic, _ = stacked_layers_model("LSTM", 64, 2, 10, "batch")
     runtime_batch = persist_rnn.compile(symbolic, target, measure=False, wavefront=True)
-    assert all("static batches (the batch is known at run time)" in r.stack_reason for r in runtime_batch.report())
+    assert [r.lowering for r in runtime_batch.report()] == ["persistent"] * 2  # its kernels run past the buckets
+    assert all("(one wavefront kernel for B <= 64, own kernel above)" in r.line() for r in runtime_batch.report())
+    assert runtime_batch.report()[0].bucket_lines()[-1] == "  stack, B >= 65: a kernel a layer (the wavefront's " \
+                                                           "buckets end at B=64)"
     on_cpu = persist_rnn.compile(model, "llvm", wavefront=True)
     assert all("is a CUDA kernel" in r.stack_reason for r in on_cpu.report())
     ampere = persist_rnn.compile(model, tvm.target.Target({**SM90, "arch": "sm_80"}), measure=False, wavefront=True)
