@@ -126,11 +126,11 @@ def test_batch_tiles_match_onnxruntime(op, hidden, layers, batch, tiles, lanes, 
 
 @pytest.mark.parametrize("op,hidden,layers", [("LSTM", 128, 3), ("GRU", 64, 2)])
 def test_runtime_batch_stack_matches_onnxruntime_at_each_bucket_edge(op, hidden, layers):
-    """A stack with a symbolic batch, built as compile builds it (wavefront "auto"): every fused
-    bucket at its smallest and largest batch, and the batches past them (a kernel a layer), with
-    lengths (empty rows among them) and initial states."""
+    """A stack with a symbolic batch, fused for every bucket the wavefront takes (wavefront=True;
+    "auto" keeps the GRU's apart): every fused bucket at its smallest and largest batch, and the
+    batches past them (a kernel a layer), with lengths (empty rows among them) and initial states."""
     model, _ = stacked_layers_model(op, hidden, layers, 23, "batch", lengths=True, states=True)
-    compiled = persist_rnn.compile(model, "cuda", measure=False)
+    compiled = persist_rnn.compile(model, "cuda", measure=False, wavefront=True)
     buckets = compiled.report()[0].stack_buckets
     fused = [b["max_batch"] for b in buckets if b["fused"]]
     assert fused and fused[0] == 1, buckets
