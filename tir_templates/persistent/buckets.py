@@ -13,6 +13,7 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
+from ..batch_dispatch import dispatch_by_batch
 from ..built_once import built_once
 from ..config import Config
 from ..signature import recurrence_func
@@ -27,32 +28,13 @@ from .layout import Layout
 Buckets = list[tuple[int | None, Config]]
 
 
-def _dispatch(kernel, layouts: list[Layout], bounds: list[int]):
-    """A macro running `kernel(L, a)` with the first layout whose bound the batch is within."""
-    L = layouts[0]
-    if len(layouts) == 1:
-        @T.macro
-        def only(a):
-            kernel(L, a)
-        return only
-    bound, rest = bounds[0], _dispatch(kernel, layouts[1:], bounds[1:])
-
-    @T.macro
-    def branch(a):
-        if a.n_b <= bound:
-            kernel(L, a)
-        else:
-            rest(a)
-    return branch
-
-
 def _build(spec: CellSpec, buckets: Buckets, kernel, emulate: bool) -> tvm.tirx.PrimFunc:
     bounds = [b for b, _ in buckets[:-1]]  # the last bucket takes the rest, whatever its bound says
     if not buckets or None in bounds or bounds != sorted(set(bounds)):
         raise ValueError(f"buckets need increasing bounds, only the last open-ended: {[b for b, _ in buckets]}")
     for _, cfg in buckets:
         check(spec, cfg)
-    run = _dispatch(kernel, [Layout(spec, cfg, emulate) for _, cfg in buckets], bounds)
+    run = dispatch_by_batch(kernel, [Layout(spec, cfg, emulate) for _, cfg in buckets], bounds)
 
     @T.macro
     def body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
+from ..batch_dispatch import dispatch_by_batch
 from ..built_once import built_once
 from .emulated import emulated_stack
 from .kernel import cuda_stack
@@ -23,31 +24,12 @@ from .signature import stack_func
 StackBuckets = list[tuple[int, StackConfig]]
 
 
-def _dispatch(run, layouts: list[StackLayout], bounds: list[int]):
-    """A macro running `run(S, a)` with the first layout whose bound the batch is within."""
-    S = layouts[0]
-    if len(layouts) == 1:
-        @T.macro
-        def only(a):
-            run(S, a)
-        return only
-    bound, rest = bounds[0], _dispatch(run, layouts[1:], bounds[1:])
-
-    @T.macro
-    def branch(a):
-        if a.n_b <= bound:
-            run(S, a)
-        else:
-            rest(a)
-    return branch
-
-
 def _build(specs, buckets: StackBuckets, run, emulate: bool) -> tvm.tirx.PrimFunc:
     bounds = [bound for bound, _ in buckets]
     if not buckets or any(b is None or b < 1 for b in bounds) or bounds != sorted(set(bounds)):
         raise ValueError(f"stack buckets need increasing bounds of at least 1: {bounds}")
     check_stack(specs)
-    dispatch = _dispatch(run, [StackLayout(specs, cfg, emulate) for _, cfg in buckets], bounds)
+    dispatch = dispatch_by_batch(run, [StackLayout(specs, cfg, emulate) for _, cfg in buckets], bounds)
     top = bounds[-1]
 
     @T.macro
