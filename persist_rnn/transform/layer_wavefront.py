@@ -32,7 +32,7 @@ from ..report import CONFIG_ATTR, LOWERING_ATTR, STACK_REASON_ATTR
 from ..schedule.stack_choice import StackChoice, choose_stack
 from .call_sites import call_args, drop_uncalled, static_dim
 from .layer_stacks import call_chains, layer_spec, projection_of
-from .wavefront_buckets import bucket_sides, fused_bound, plan_stack_buckets, side_function
+from .wavefront_buckets import bucket_sides, fused_bound, is_side, plan_stack_buckets, side_function
 from ..schedule.planner import BATCH_BUCKETS
 
 #: the first architecture with thread-block clusters (the wavefront gives each layer one)
@@ -188,7 +188,7 @@ class _FuseStacks(relax.PyExprMutator):
         self.in_branch = True
         branches = []
         for side, suffix in zip(sides, ("wavefront", "own_kernels")):
-            func, args = side_function(self.visit_expr(side))
+            func, args = side_function(self.visit_expr(side), suffix)
             branches.append(relax.Call(self.builder_.add_func(func, f"{gv.name_hint}_{suffix}"), args))
         self.in_branch = False
         for var in self.branch_vars:  # out of the branch, each is itself again (until emitted anew)
@@ -226,7 +226,7 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | 
         mod = relax.transform.ToNonDataflow()(mod)
     replaced = set()
     for gv_func, func in list(mod.functions.items()):
-        if not isinstance(func, relax.Function):
+        if not isinstance(func, relax.Function) or is_side(func):  # a side: its stack is handled
             continue
         fused, spans = {}, []
         where = _positions(func)
@@ -264,15 +264,18 @@ def fuse_stacks(mod: tvm.IRModule, target_kind: str, num_sms: int, mode: bool | 
         new_func = mutator.visit_expr(func)
         mod = mutator.builder_.get()
         mod[gv_func] = relax.analysis.remove_all_unused(new_func)
-    if branching:
+    if branching:  # dataflow blocks again, and what the branch left unread (unused outside them) gone
         mod = relax.transform.ConvertToDataflow()(mod)
+        for gv_func, func in list(mod.functions.items()):
+            if isinstance(func, relax.Function):
+                mod[gv_func] = relax.analysis.remove_all_unused(func)
     return drop_uncalled(mod, replaced)
 
 
 def _runtime_batch_stacks(mod: tvm.IRModule) -> bool:
     """Whether some stack of `mod` has a batch known only at run time."""
     for func in mod.functions.values():
-        if isinstance(func, relax.Function):
+        if isinstance(func, relax.Function) and not is_side(func):
             chains, _ = call_chains(func, mod)
             if any(static_dim(call_args(chain[0])[0], 1) is None for chain in chains):
                 return True

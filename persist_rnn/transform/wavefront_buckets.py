@@ -115,10 +115,21 @@ def bucket_sides(fused_call, top_binding, held: list, calls, old_vars, bound: in
     return relax.prim_value(batch <= bound), wavefront, own
 
 
-def side_function(body: relax.SeqExpr) -> tuple[relax.Function, list]:
+#: the Relax function attribute that marks a side of a runtime-batch stack's branch ("wavefront" or
+#: "own_kernels"): its layers are a stack already handled, never fused again
+SIDE_ATTR = "persist_rnn.stack_side"
+
+
+def side_function(body: relax.SeqExpr, side: str) -> tuple[relax.Function, list]:
     """A side of the branch as a function of its own (its free variables its parameters, every
     variable fresh), and those variables to call it with. Each side's tensors are then planned in
     a function of their own: TVM's static memory planner lets one side of an If reuse a storage
     that the other side allocated (it segfaulted on llvm)."""
     free = list(relax.analysis.free_vars(body))
-    return relax.utils.copy_with_new_vars(relax.Function(free, body, body.ty)), free
+    func = relax.utils.copy_with_new_vars(relax.Function(free, body, body.ty))
+    return func.with_attr(SIDE_ATTR, side), free
+
+
+def is_side(func) -> bool:
+    """Whether `func` is a side of a runtime-batch stack's branch (`side_function`)."""
+    return isinstance(func, relax.Function) and func.attrs is not None and SIDE_ATTR in func.attrs
