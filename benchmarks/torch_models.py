@@ -66,6 +66,22 @@ def _relative_error(got, want) -> float:
                for g, w in zip(got, want))
 
 
+def _kernels(call, calls: int = 10) -> dict:
+    """The CUDA kernels one call of `call` runs (torch profiler over `calls` calls): how many, and
+    the most expensive names with their µs a call."""
+    import collections
+
+    import torch
+
+    from persist_rnn.bench.gpu_timing import kernel_trace
+
+    events = kernel_trace(call, calls, torch.cuda.synchronize)
+    us = collections.Counter()
+    for e in events:
+        us[e["name"][:90]] += e["dur"] / calls
+    return {"kernels_per_call": len(events) / calls, "us": [[n, round(t, 2)] for n, t in us.most_common(12)]}
+
+
 def run_inductor(names, batches, out):
     """The `inductor` peer and eager torch, timed in turn (allow_rnn left at dynamo's default)."""
     import torch
@@ -94,7 +110,7 @@ def run_inductor(names, batches, out):
             out.flush()
 
 
-def run(names, batches, out, paths):
+def run(names, batches, out, paths, trace=False):
     import torch
 
     import persist_rnn
@@ -139,6 +155,8 @@ def run(names, batches, out, paths):
                         torch.cuda.synchronize()
                 row["graph_ms"] = interleaved_ms(graphs, rounds=5) if graphs else {}
                 row["graph_refused"] = why
+                if trace:  # where the paths' time goes, kernel by kernel
+                    row["kernels"] = {k: _kernels(calls[k]) for k in ("module", "backend")}
             print(json.dumps(row), flush=True)
             out.write(json.dumps(row) + "\n")
             out.flush()
@@ -151,13 +169,14 @@ def main():
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--paths", default="module,onnx,backend", help="persist_rnn's paths to build (eager always)")
     parser.add_argument("--peer", choices=["inductor"], help="time this peer (and eager) in this process instead")
+    parser.add_argument("--trace", action="store_true", help="also list the kernels of `module` and `backend`")
     args = parser.parse_args()
     names, batches = args.models.split(","), [int(b) for b in args.batches.split(",")]
     with open(args.out, "a") as out:
         if args.peer == "inductor":
             run_inductor(names, batches, out)
         else:
-            run(names, batches, out, args.paths.split(","))
+            run(names, batches, out, args.paths.split(","), args.trace)
 
 
 if __name__ == "__main__":

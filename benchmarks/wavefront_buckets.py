@@ -7,7 +7,8 @@ tuning log, measure off, built twice: compile's default (`wavefront="auto"`: the
 stack fused for the buckets where the cost model finds it faster) and `wavefront="off"` (a kernel a
 layer). At each batch both are timed in turn as CUDA-graph replays of `run()` on torch CUDA tensors
 (the zero-copy path, on torch's stream), and
-checked against ONNX Runtime (CPU) on the same inputs. The char-RNN's row also times torch's cuDNN
+checked against ONNX Runtime (CPU) on the same inputs: an example's own inputs tiled to the batch,
+a corpus model's at the latency table's length (`torch_models.STEPS`). The char-RNN's row also times torch's cuDNN
 on its torch definition (embedding, 3 x nn.LSTM 128, linear; TF32 off), as a CUDA graph (`torch`)
 and eagerly (`torch_eager`).
 """
@@ -23,6 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests", "pytorch"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures", "corpus"))
+sys.path.insert(0, HERE)
 
 EXAMPLES = ("char_rnn", "text_classifier", "speech_gru")
 CORPUS = ("seq2seq_encoder", "gru_enhancer", "stft_lstm_vad", "bilstm_tagger", "crnn_ocr", "conv_bilstm_speech")
@@ -33,6 +36,19 @@ def _paths(name):
         return os.path.join(ROOT, "examples", f"{name}.onnx"), os.path.join(ROOT, "examples", f"{name}_inputs.npz")
     corpus = os.path.join(ROOT, "tests", "fixtures", "corpus")
     return os.path.join(corpus, f"{name}_torchscript.onnx"), os.path.join(corpus, f"{name}.npz")
+
+
+def _feeds(name, compiled, npz, batch):
+    """The inputs at `batch`: an example's own (tiled), a corpus model's at the realistic length
+    the latency table uses (`torch_models.STEPS`: 200 frames for the enhancer, ...)."""
+    from persist_rnn.bench.suite import inputs_at_batch
+
+    if name in EXAMPLES:
+        return inputs_at_batch(compiled, npz, batch)
+    from make_corpus import example_input
+    from torch_models import STEPS
+
+    return {compiled.inputs[0].name: example_input(name, batch, STEPS[name]).numpy()}
 
 
 def _torch_char_rnn(batch, steps):
@@ -53,7 +69,6 @@ def run(names, batches, out):
     import persist_rnn
     from persist_rnn.bench.gpu_timing import graph_replay, interleaved_ms
     from persist_rnn.bench.layer_models import max_rel_error, ort_run
-    from persist_rnn.bench.suite import inputs_at_batch
 
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -64,7 +79,7 @@ def run(names, batches, out):
         default_s = time.time() - started
         apart = persist_rnn.compile(path, "cuda", measure=False, wavefront="off")
         for batch in batches:
-            feeds = inputs_at_batch(default, npz, batch)
+            feeds = _feeds(name, default, npz, batch)
             want = ort_run(onnx.load(path), feeds)
             on_gpu = {k: torch.from_numpy(v).cuda() for k, v in feeds.items()}  # run() on torch's stream: capturable
             calls = {"default": lambda: default.run(on_gpu, outputs="device"),
