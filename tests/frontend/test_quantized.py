@@ -187,3 +187,28 @@ def test_gru_weights_behind_dequantize_linear_fold_to_constants(tmp_path):
     assert [r.cell for r in compiled.report()] == ["gru"]
     assert max_rel_error(compiled.run(feeds), ort.InferenceSession(model.SerializeToString()).run(None, feeds)) <= 1e-4
     assert [r.lowering for r in persist_rnn.compile(model, CUDA, measure=False).report()] == ["persistent"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hidden,per_channel", [(256, False), (1024, False), (1024, True)])
+def test_a_quantized_lstm_runs_persistent_on_the_gpu(tmp_path, hidden, per_channel):
+    """On CUDA as on llvm: every layer persistent, the QDQ form within fp32's bound, ONNX Runtime's
+    quantized kernel within its own rounding."""
+    model, feeds = _float_lstm(hidden, steps=20)
+    quantized = _quantized(model, tmp_path, per_channel)
+    compiled = persist_rnn.compile(quantized, "cuda", measure=False)
+    assert [r.lowering for r in compiled.report()] == ["persistent"]
+    got = compiled.run(feeds)
+    assert max_rel_error(got, ort.InferenceSession(_as_qdq(quantized).SerializeToString()).run(None, feeds)) <= 1e-4
+    _within_ort_rounding(got, quantized, feeds)
+
+
+@pytest.mark.gpu
+def test_the_char_rnn_quantized_runs_on_the_gpu(tmp_path):
+    """The char-RNN quantized by ONNX Runtime, as compile builds it for the GPU (its stack fused for
+    the small batch buckets), within ONNX Runtime's rounding."""
+    quantized = _quantized(onnx.load(os.path.join(EXAMPLES, "char_rnn.onnx")), tmp_path, per_channel=False)
+    feeds = dict(np.load(os.path.join(EXAMPLES, "char_rnn_inputs.npz")))
+    compiled = persist_rnn.compile(quantized, "cuda", measure=False)
+    assert {r.lowering for r in compiled.report()} == {"persistent"}
+    _within_ort_rounding(compiled.run(feeds), quantized, feeds)
