@@ -68,6 +68,24 @@ def test_a_runtime_batch_stack_branches_on_the_batch(op):
         assert max_rel_error([g.numpy() for g in got], ort_run(model, feeds)) <= 1e-5, batch
 
 
+def test_a_stack_whose_first_layer_reads_another_width_is_fused():
+    """Layer 0 reads its input projection's rows, whatever its input size: the text classifier as
+    shipped (embedding 128 -> LSTM 256 -> LSTM 256, symbolic batch) fuses, and matches ONNX Runtime
+    in the fused bucket and past it."""
+    import onnx
+
+    model = onnx.load("examples/text_classifier.onnx")
+    mod = fuse_stacks(relax.transform.FoldConstant()(from_onnx(model)), "llvm", 132, emulate=True, bucket_bounds=(1,))
+    assert len(kernels(mod, STACK_KERNEL_ATTR)) == 1
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    tokens = np.load("examples/text_classifier_inputs.npz")["tokens"]
+    for batch in (1, 3):
+        feeds = {"tokens": np.ascontiguousarray(tokens[:, :batch])}
+        got = vm["main"](tvm.runtime.tensor(feeds["tokens"]))
+        got = [got.numpy()] if hasattr(got, "numpy") else [g.numpy() for g in got]
+        assert max_rel_error(got, ort_run(model, feeds)) <= 1e-4, batch
+
+
 def test_the_wavefronts_buckets_are_the_smallest_batches():
     """A bucket the wavefront loses stops the fused buckets there: those above it run a kernel a
     layer too, and a stack whose smallest bucket stays apart is not fused at all."""
