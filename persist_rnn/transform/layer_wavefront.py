@@ -29,11 +29,11 @@ from tir_templates.wavefront.plan import stack_configs
 
 from ..errors import PersistRNNError
 from ..report import CONFIG_ATTR, LOWERING_ATTR, STACK_REASON_ATTR
+from ..schedule.planner import BATCH_BUCKETS
 from ..schedule.stack_choice import StackChoice, choose_stack
 from .call_sites import call_args, drop_uncalled, static_dim
 from .layer_stacks import call_chains, layer_spec, projection_of
 from .wavefront_buckets import bucket_sides, fused_bound, is_side, plan_stack_buckets, side_function
-from ..schedule.planner import BATCH_BUCKETS
 
 #: the first architecture with thread-block clusters (the wavefront gives each layer one)
 MIN_CLUSTER_SM = 90
