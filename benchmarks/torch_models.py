@@ -16,7 +16,8 @@ torch's cuDNN and matmuls: the same precision as ours), at batch 1 and 16 and a 
 - `eager`: the module as torch runs it (cuDNN), in both processes.
 Each is timed as a call (CUDA events around back-to-back calls, the callables in turn) and, where
 torch's CUDA-graph capture takes it, as a graph replay; each row also holds the largest error of
-`module`, `onnx` and `backend` against eager torch relative to the output scale.
+`module`, `onnx` and `backend` against eager torch relative to the output scale. `--trace` adds the
+kernels one call of `module` and of `backend` runs (torch profiler), to say where they differ.
 """
 from __future__ import annotations
 
