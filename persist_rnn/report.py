@@ -36,6 +36,17 @@ def kernel_configs(func) -> list[Config]:
     return [Config.from_dict(json.loads(str(func.attrs[CONFIG_ATTR])))]
 
 
+def kernel_config_at(func, batch: int) -> Config | None:
+    """The config a layer's kernel runs `batch` with (its bucket's), or None if it is not persistent."""
+    if func.attrs is None or str(func.attrs.get(LOWERING_ATTR, "")) != "persistent":
+        return None
+    if BUCKETS_ATTR in func.attrs:
+        for row in json.loads(str(func.attrs[BUCKETS_ATTR])):
+            if row["max_batch"] is None or batch <= row["max_batch"]:
+                return Config.from_dict(row["config"])
+    return Config.from_dict(json.loads(str(func.attrs[CONFIG_ATTR])))
+
+
 @dataclasses.dataclass
 class LayerReport:
     """One recurrent layer (all its directions): how it was lowered and why."""

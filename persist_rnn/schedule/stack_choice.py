@@ -44,6 +44,10 @@ class StackChoice:
             return f"the tuning log's measured choice: {times}"
         return f"the cost model's choice: {times}, predicted; fused from {FUSE_MARGIN}x"
 
+    def report_why(self) -> str:
+        """The report's words for the choice and the config, together."""
+        return "; ".join(w for w in (self.why(), self.config_why()) if w)
+
     def config_why(self) -> str:
         """The report's words for the wavefront config."""
         name = stack_log.config_name(self.config.as_dict())

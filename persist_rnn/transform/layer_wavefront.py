@@ -21,14 +21,13 @@ import re
 import tvm
 from tvm import relax
 
-from tir_templates.config import Config
 from tir_templates.early_launch import EARLY_LAUNCH, sm_number, supports_early_launch
 from tir_templates.wavefront import STACK_KERNEL_ATTR, UnsupportedStack, emulated_stack_kernel, stack_kernel
 from tir_templates.wavefront.buckets import bucketed_stack_kernel, emulated_bucketed_stack_kernel
 from tir_templates.wavefront.plan import stack_configs
 
 from ..errors import PersistRNNError
-from ..report import CONFIG_ATTR, LOWERING_ATTR, STACK_REASON_ATTR
+from ..report import STACK_REASON_ATTR, kernel_config_at
 from ..schedule.planner import BATCH_BUCKETS
 from ..schedule.stack_choice import StackChoice, choose_stack
 from .call_sites import call_args, drop_uncalled, static_dim
@@ -115,8 +114,7 @@ class _FuseStacks(relax.PyExprMutator):
         self.lower = {v for entry in fused.values() for v in entry[3][:-1]}
         self.held = []  # bindings that read a lower layer, in order
         self.held_vars = set()
-        self.in_branch = False  # inside the If of a runtime-batch stack: every binding as it is, anew
-        self.branch_vars = []  # the variables bound there (their bindings are emitted again after it)
+        self.in_branch = False  # inside a side of a runtime-batch stack's branch: every binding as it is
 
     def _holds(self, binding) -> bool:
         if self.in_branch:
@@ -132,21 +130,10 @@ class _FuseStacks(relax.PyExprMutator):
             super().visit_match_cast_(binding)
 
     def visit_var_binding_(self, binding):
-        if self.in_branch:
-            self._bind_anew(binding)
-        elif binding.var in self.fused:
+        if binding.var in self.fused and not self.in_branch:
             self._fuse(binding, *self.fused[binding.var])
         elif not self._holds(binding):
             super().visit_var_binding_(binding)
-
-    def _bind_anew(self, binding):
-        """`binding` inside the branch under a variable of its own: TVM's mutator keeps a variable
-        whose type stays, and the held bindings are emitted once more after the branch."""
-        value = self.visit_expr(binding.value)
-        var = relax.Var(binding.var.name, value.ty)
-        self.builder_.emit_normalized(relax.VarBinding(var, value))
-        self.set_var_remap(binding.var, var)
-        self.branch_vars.append(binding.var)
 
     def _fused_call(self, gv, calls, projections, visit):
         """The stack kernel's call_tir on the layers' operands (each through `visit`)."""
@@ -191,9 +178,9 @@ class _FuseStacks(relax.PyExprMutator):
             func, args = side_function(self.visit_expr(side), suffix)
             branches.append(relax.Call(self.builder_.add_func(func, f"{gv.name_hint}_{suffix}"), args))
         self.in_branch = False
-        for var in self.branch_vars:  # out of the branch, each is itself again (until emitted anew)
-            self.set_var_remap(var, var)
-        self.branch_vars = []
+        for side in sides:  # a variable a side rebound stands for itself again in this function
+            for binding in side.blocks[0].bindings:
+                self.set_var_remap(binding.var, binding.var)
         results = self.builder_.emit(relax.If(cond, *branches), "stack")
         for layer, old in enumerate(old_vars):
             self.set_var_remap(old, self.builder_.emit(relax.Tuple([relax.TupleGetItem(results, 3 * layer + k)
@@ -302,9 +289,8 @@ def _stack_kernel(mod, calls, specs, num_sms, mode, emulate, arch, tuning_log_pa
         if not choice.fuse:
             raise UnsupportedStack(choice.why())
         kernel = (emulated_stack_kernel if emulate else stack_kernel)(specs, choice.config)
-        why = "; ".join(w for w in (choice.why(), choice.config_why()) if w)
         info = {"batch": batch, "config": choice.config.as_dict(),
-                "choice": {"fuse": choice.fuse, "source": choice.source, "why": why}}
+                "choice": {"fuse": choice.fuse, "source": choice.source, "why": choice.report_why()}}
         bound = None
     kernel = kernel.with_attr(STACK_KERNEL_ATTR, json.dumps({"layers": [s.to_json() for s in specs], **info}))
     if not emulate and supports_early_launch(arch):  # starts while layer 0's GEMM runs (kernel.cuda_stack)
@@ -314,13 +300,10 @@ def _stack_kernel(mod, calls, specs, num_sms, mode, emulate, arch, tuning_log_pa
 
 def _choice(mod, calls, specs, configs, mode, arch, tuning_log_path, precision) -> StackChoice:
     """Whether the stack is fused (`mode` True: asked), with which of `configs`, by whose choice."""
-    layer_configs = []
-    for call in calls:
-        func = mod[call.args[0]]
-        persistent = func.attrs is not None and str(func.attrs.get(LOWERING_ATTR, "")) == "persistent"
-        layer_configs.append(Config.from_dict(json.loads(str(func.attrs[CONFIG_ATTR]))) if persistent else None)
     xw = call_args(calls[0])[0]
-    return choose_stack(specs, configs, layer_configs, arch or "sm_90", static_dim(xw, 1), static_dim(xw, 0),
+    batch = static_dim(xw, 1)
+    layer_configs = [kernel_config_at(mod[c.args[0]], batch) for c in calls]
+    return choose_stack(specs, configs, layer_configs, arch or "sm_90", batch, static_dim(xw, 0),
                         tuning_log_path=tuning_log_path, precision=precision, asked=mode != "auto")
 
 

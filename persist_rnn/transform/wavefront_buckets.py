@@ -17,15 +17,13 @@ CUDA graph captured at one batch replays one side.
 from __future__ import annotations
 
 import dataclasses
-import json
 
 from tvm import relax
 
-from tir_templates.config import Config
 from tir_templates.wavefront import UnsupportedStack
 from tir_templates.wavefront.plan import StackConfig, stack_configs
 
-from ..report import BUCKETS_ATTR, CONFIG_ATTR, LOWERING_ATTR
+from ..report import kernel_config_at
 from ..schedule.planner import BATCH_BUCKETS
 from ..schedule.stack_choice import StackChoice, choose_stack
 from .call_sites import call_args
@@ -45,17 +43,6 @@ class StackBucket:
                 "config": self.config.as_dict() if self.config is not None else None}
 
 
-def _layer_config_at(func, batch: int) -> Config | None:
-    """The config the layer's own kernel runs `batch` with (its bucket's), or None without one."""
-    if func.attrs is None or str(func.attrs.get(LOWERING_ATTR, "")) != "persistent":
-        return None
-    if BUCKETS_ATTR in func.attrs:
-        for row in json.loads(str(func.attrs[BUCKETS_ATTR])):
-            if row["max_batch"] is None or batch <= row["max_batch"]:
-                return Config.from_dict(row["config"])
-    return Config.from_dict(json.loads(str(func.attrs[CONFIG_ATTR])))
-
-
 def _bucket(specs, calls, mod, bound: int, num_sms: int, arch: str, steps, asked: bool, tuning_log_path,
             precision: str) -> StackBucket:
     """Whether batches up to `bound` run fused, as a static stack of batch `bound` would be chosen."""
@@ -63,11 +50,10 @@ def _bucket(specs, calls, mod, bound: int, num_sms: int, arch: str, steps, asked
         configs = stack_configs(specs, bound, num_sms)
     except UnsupportedStack as err:
         return StackBucket(bound, False, str(err))
-    layer_configs = [_layer_config_at(mod[c.args[0]], bound) for c in calls]
+    layer_configs = [kernel_config_at(mod[c.args[0]], bound) for c in calls]
     choice: StackChoice = choose_stack(specs, configs, layer_configs, arch, bound, steps,
                                        tuning_log_path=tuning_log_path, precision=precision, asked=asked)
-    why = "; ".join(w for w in (choice.why(), choice.config_why()) if w)
-    return StackBucket(bound, choice.fuse, why, choice.config)
+    return StackBucket(bound, choice.fuse, choice.report_why(), choice.config)
 
 
 def plan_stack_buckets(specs, calls, mod, num_sms: int, arch: str, steps, *, asked: bool, tuning_log_path=None,
