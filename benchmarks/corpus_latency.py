@@ -7,7 +7,10 @@ Per model, at a realistic input (batch 1, and batch 8 where the batch is symboli
   TVM's VM with the inputs on the GPU, and its max error against ONNX Runtime on that input;
 - ONNX Runtime on the CPU (the box's onnxruntime has no CUDA provider);
 - for the self-made exports, the same torch module on the GPU (cuDNN), eager and replayed from a
-  CUDA graph. The third-party models ship no torch source, so they have no torch column.
+  CUDA graph. The third-party models ship no torch source, so they have no torch column;
+- with `--dlight-fallback`, for the third-party models, the same model built with dlight's own
+  Fallback schedule where the pipeline has RowReductionFallback (one thread a reduction: the build
+  before that rule), timed in the same run.
 """
 from __future__ import annotations
 
@@ -60,18 +63,36 @@ def _persist_rnn_row(compiled, model, feeds):
             "max_error_vs_ort": max_rel_error(got, want)}
 
 
+def _with_dlight_fallback(build):
+    """`build()` with dlight's own Fallback rule in the pipeline's place of RowReductionFallback."""
+    from tvm.s_tir import dlight as dl
+
+    from persist_rnn.transform import buildable_schedules
+
+    rule = buildable_schedules.RowReductionFallback
+    buildable_schedules.RowReductionFallback = dl.gpu.Fallback
+    try:
+        return build()
+    finally:
+        buildable_schedules.RowReductionFallback = rule
+
+
 def main():
     import onnx
     import torch
 
     import persist_rnn
     from make_corpus import build, example_input
+    from persist_rnn.bench.gpu_timing import compiled_ms
+    from persist_rnn.bench.layer_models import max_rel_error, ort_run
     from persist_rnn.bench.torch_layers import cudnn_ms
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", default=os.path.expanduser("~/models"), help="the fetched third-party files")
     ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
+    ap.add_argument("--dlight-fallback", action="store_true",
+                    help="third-party models: also time the build with dlight's own Fallback (module doc)")
     args = ap.parse_args()
     wanted = set(filter(None, args.only.split(",")))
     rows = []
@@ -110,12 +131,18 @@ def main():
         except persist_rnn.PersistRNNError as err:
             emit({"model": name, "error": str(err)[:400]})
             continue
+        baseline = (_with_dlight_fallback(lambda: persist_rnn.compile(path, "cuda", shapes=shapes))
+                    if args.dlight_fallback else None)
         for batch in (1, 8):
             feeds = feeds_at(batch)
             if feeds is None:
                 continue
-            emit({"model": name, "source": "third party", "batch": batch,
-                  "lowering": [r.lowering for r in compiled.report()], **_persist_rnn_row(compiled, model, feeds)})
+            row = {"model": name, "source": "third party", "batch": batch,
+                   "lowering": [r.lowering for r in compiled.report()], **_persist_rnn_row(compiled, model, feeds)}
+            if baseline is not None:
+                row["dlight_fallback_ms"] = compiled_ms(baseline, feeds)
+                row["dlight_fallback_max_error_vs_ort"] = max_rel_error(baseline.run(feeds), ort_run(model, feeds))
+            emit(row)
 
 
 if __name__ == "__main__":

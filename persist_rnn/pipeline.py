@@ -43,14 +43,15 @@ def pipeline(target, *, tuning_log=None, report: list | None = None, persistent:
 
 def _cuda_pipeline(target) -> tvm.ir.transform.Pass:
     """TVM's default CUDA pipeline, from its own parts, with dlight's ApplyDefaultSchedule (the last
-    legalization pass) wrapped in ApplyBuildableSchedule: some of TVM's schedules over symbolic
-    extents do not build (transform/buildable_schedules.py)."""
+    legalization pass) replaced by ApplyBuildableSchedule: some of TVM's schedules over symbolic
+    extents do not build, and its Fallback reads long reductions with one thread
+    (transform/buildable_schedules.py)."""
     from tvm.relax.backend.cuda import pipeline as cuda
 
     legalize = cuda.legalize_passes(target)
     if legalize[-1].info.name != "ApplyDefaultSchedule":  # TVM's pipeline changed shape: use it unchanged
         return relax.get_default_pipeline(target)
-    passes = (cuda.library_dispatch_passes(target) + legalize[:-1] + [ApplyBuildableSchedule(legalize[-1], target)]
+    passes = (cuda.library_dispatch_passes(target) + legalize[:-1] + [ApplyBuildableSchedule(target)]
               + cuda.dataflow_lower_passes(target) + cuda.finalize_passes(target))
 
     @tvm.ir.transform.module_pass(opt_level=0, name="persist_rnn.cuda_pipeline")

@@ -1,4 +1,8 @@
-"""dlight's GPU schedules, with the Fallback rule wherever the chosen schedule would not build.
+"""dlight's GPU schedules, with a Fallback rule wherever the chosen schedule would not build.
+
+The rules are TVM's own CUDA list (`relax/backend/cuda/pipeline.py`: Matmul, GEMV, Reduction,
+GeneralReduction), and last, where TVM has dlight's Fallback, RowReductionFallback: the same
+mapping, with long reductions read by a thread block each (transform/row_reduction_fallback.py).
 
 dlight's Matmul rule (which takes convolutions too) stages tiles in local and shared buffers. When
 an extent is symbolic and not a plain variable (an OCR model's width after three stride-2
@@ -6,8 +10,8 @@ convolutions, `(image_width - 1) // 8 + 1`), those buffers get symbolic sizes, a
 CUDA codegen stops with "Can only handle constant size stack allocation" (ddddocr's OCR model: 11
 fused convolutions and its final Gemm). This pass runs TVM's own ApplyDefaultSchedule, then, for
 every function whose schedule allocates such a buffer, schedules the unscheduled function with
-dlight's Fallback rule instead: one output element a thread, the reduction in the thread, no
-staging buffers. It builds and computes the same sums, slower than a tiled kernel. Static sizes
+the Fallback rule instead: one output element a thread (a thread block where the reduction is
+long), no staging buffers. It builds and computes the same sums, slower than a tiled kernel. Static sizes
 keep dlight's tiled schedule.
 
 A rule can also fail outright on symbolic extents (NSNet2's MatMul over `batch * frames` rows:
@@ -17,6 +21,16 @@ scheduled on its own, and the ones whose rule raised get the Fallback too.
 from __future__ import annotations
 
 import tvm
+
+from .row_reduction_fallback import RowReductionFallback
+
+
+def default_schedule():
+    """TVM's CUDA ApplyDefaultSchedule, its Fallback rule replaced by RowReductionFallback."""
+    from tvm.s_tir import dlight as dl
+
+    return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+                                   RowReductionFallback())
 
 
 def _symbolic_staging(func) -> bool:
@@ -28,14 +42,16 @@ def _symbolic_staging(func) -> bool:
         for buf in root.alloc_buffers)
 
 
-def ApplyBuildableSchedule(dlight_pass, target) -> tvm.ir.transform.Pass:
-    """`dlight_pass` (TVM's ApplyDefaultSchedule for `target`), then dlight's Fallback for each
-    function whose schedule would allocate a symbolic-size local or shared buffer."""
+def ApplyBuildableSchedule(target) -> tvm.ir.transform.Pass:
+    """`default_schedule()`, then RowReductionFallback for each function whose schedule would
+    allocate a symbolic-size local or shared buffer."""
     from tvm.s_tir import dlight as dl
+
+    dlight_pass = default_schedule()
 
     def fallback(funcs: dict) -> dict:
         with target:
-            done = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(tvm.IRModule(funcs))
+            done = dl.ApplyDefaultSchedule(RowReductionFallback())(tvm.IRModule(funcs))
         return {gv: done[gv.name_hint] for gv in funcs}
 
     def one_by_one(funcs: dict) -> dict:
