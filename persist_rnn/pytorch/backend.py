@@ -60,7 +60,7 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
         if why:
             outcome.runs_in, outcome.why = "torch", why
             continue
-        layer = RecurrentLayer(node.target, outcome.module, options, outcome)
+        layer = RecurrentLayer(node.target, outcome.module, options, outcome, final_states=_reads_final_states(node))
         _take_zero_states(node)
         _take_embedding(node, gm)
         _build_now(layer, node, gm, placeholders)
@@ -78,6 +78,14 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
 def _only_for(value, node) -> bool:
     """Whether the graph value `value` is read by `node` alone."""
     return isinstance(value, torch.fx.Node) and list(value.users) == [node]
+
+
+def _reads_final_states(node) -> bool:
+    """Whether the graph reads more of the op's result than its output sequence (item 0)."""
+    import operator
+
+    return any(user.op != "call_function" or user.target is not operator.getitem or user.args[1] != 0
+               for user in node.users)
 
 
 def _take_zero_states(node) -> None:

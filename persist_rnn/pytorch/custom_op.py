@@ -13,19 +13,24 @@ _LAYERS: list[RecurrentLayer] = []
 
 @torch.library.custom_op("persist_rnn::recurrent", mutates_args=())
 def recurrent(x: torch.Tensor, states: list[torch.Tensor], params: list[torch.Tensor], layer: int, has_biases: bool,
-              num_layers: int, bidirectional: bool, batch_first: bool, table: torch.Tensor | None) -> list[torch.Tensor]:
-    """`states`: the initial states, or none (zero); `table`: the embedding table where x is token ids."""
+              num_layers: int, bidirectional: bool, batch_first: bool, table: torch.Tensor | None,
+              final_states: bool) -> list[torch.Tensor]:
+    """`states`: the initial states, or none (zero); `table`: the embedding table where x is token ids;
+    `final_states`: whether the final states are returned after the output sequence (the layer's own)."""
     hx = None if not states else tuple(states) if len(states) == 2 else states[0]
     outputs = _LAYERS[layer](x, hx, params, has_biases, num_layers, 0.0, False, bidirectional, batch_first, table)
+    outputs = list(outputs) if final_states else list(outputs)[:1]  # torch's own op (a fallback) returns all
     return [o.contiguous() for o in outputs]  # as the fake implementation says: a batch-first Y is a transposed view
 
 
 @recurrent.register_fake
-def _(x, states, params, layer, has_biases, num_layers, bidirectional, batch_first, table):
+def _(x, states, params, layer, has_biases, num_layers, bidirectional, batch_first, table, final_states):
     directions, hidden = 2 if bidirectional else 1, params[1].shape[-1]
     rows = x.shape if table is not None else x.shape[:-1]  # token ids, or features last
     dtype = params[0].dtype
     y = x.new_empty((*rows, directions * hidden), dtype=dtype)
+    if not final_states:
+        return [y]
     state = (num_layers * directions, rows[0 if batch_first else 1], hidden)
     return [y] + [x.new_empty(state, dtype=dtype) for _ in range(2 if _LAYERS[layer].cell == "lstm" else 1)]
 
@@ -38,6 +43,6 @@ def as_custom_op(layer: RecurrentLayer):
     def call(x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, table=None):
         states = [] if hx is None else list(hx) if isinstance(hx, (tuple, list)) else [hx]
         return tuple(torch.ops.persist_rnn.recurrent(x, states, list(params), index, has_biases, num_layers,
-                                                     bidirectional, batch_first, table))
+                                                     bidirectional, batch_first, table, layer.final_states))
 
     return call

@@ -66,14 +66,18 @@ class RecurrentLayer:
     arguments, except that `hx` is None where the graph made zero initial states for it, and `x`
     is token ids where the embedding lookup that fed it is taken into the build (`table`, its
     weights): the build then folds the layer's input projection into the table, as an ONNX build
-    of the model does (transform/embedding_projection.py), and zeroes no states."""
+    of the model does (transform/embedding_projection.py), and zeroes no states. Where the graph
+    reads only the op's output sequence (`final_states` False), the build returns that alone, so
+    the final states' gathers are not computed (an ONNX build drops outputs the model does not
+    return); the op's result is then (y,)."""
 
-    def __init__(self, target, module_path: str, options: dict, outcome: LayerOutcome):
+    def __init__(self, target, module_path: str, options: dict, outcome: LayerOutcome, final_states: bool = True):
         self.__name__ = "persist_rnn_layer"  # FX's code generation names a call_function target by it
         self.torch_op = target
         self.cell, self.module_class, self.nonlinearity = RECURRENT_OPS[target]
         self.options = options
         self.outcome = outcome
+        self.final_states = final_states
         self.build = None
         self.key = None
 
@@ -82,7 +86,8 @@ class RecurrentLayer:
             return self.torch_op(*self.torch_args(x, hx, params, has_biases, num_layers, dropout, train, bidirectional,
                                                   batch_first, table))
         states = [] if hx is None else list(hx) if isinstance(hx, (tuple, list)) else [hx]
-        return tuple(_flat(self.build(x, *states)))
+        outputs = self.build(x, *states)
+        return tuple(_flat(outputs)) if self.final_states else (outputs,)
 
     def torch_args(self, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, table):
         """The torch op's own arguments: the embedding looked up, zero initial states made."""
@@ -120,7 +125,7 @@ class RecurrentLayer:
         """The compiled layer for these weights and this configuration (shared, `_BUILDS`)."""
         target = self.options.get("target", "auto")
         options = {k: v for k, v in self.options.items() if k != "target"}
-        build_key = (key, self.cell, self.nonlinearity, repr(target), repr(sorted(options.items())))
+        build_key = (key, self.cell, self.nonlinearity, self.final_states, repr(target), repr(sorted(options.items())))
         weights = list(params) + ([table] if table is not None else [])
         if build_key in _BUILDS:
             build, refs = _BUILDS[build_key]
@@ -148,7 +153,7 @@ class RecurrentLayer:
             examples += [torch.zeros(num_layers * (2 if bidirectional else 1), 2, hidden, dtype=dtype, device=x.device)
                          for _ in names[1:]]
         dynamic = {"batch": {"x": batch_axis, **{n: 1 for n in names[1:]}}, "time": {"x": time_axis}}
-        build = compile_module(_Layer(layer, self.cell, table), tuple(examples), target=target, dynamic=dynamic,
+        build = compile_module(_Layer(layer, self.cell, table, self.final_states), tuple(examples), target=target, dynamic=dynamic,
                                **options)
         for report in build.compiled._report:  # "layer, layer 2 of 3" (_Layer.layer) -> "encoder.lstm, layer 2 of 3"
             report.module = self.outcome.module + report.module[len("layer"):]
@@ -160,20 +165,21 @@ class RecurrentLayer:
 
 class _Layer(torch.nn.Module):
     """An nn.LSTM / GRU / RNN called as the FX op is (x, h0[, c0]), or without initial states (zero),
-    and behind an embedding lookup of `table` where the op's input was one."""
+    behind an embedding lookup of `table` where the op's input was one, returning the output
+    sequence alone where `final_states` is False."""
 
-    def __init__(self, layer, cell: str, table=None):
+    def __init__(self, layer, cell: str, table=None, final_states: bool = True):
         super().__init__()
         self.layer = layer
         self.cell = cell
+        self.final_states = final_states
         self.embedding = None if table is None else torch.nn.Embedding.from_pretrained(table.detach().clone())
 
     def forward(self, x, h0=None, c0=None):
         if self.embedding is not None:
             x = self.embedding(x)
-        if h0 is None:
-            return self.layer(x)
-        return self.layer(x, (h0, c0) if self.cell == "lstm" else h0)
+        outputs = self.layer(x) if h0 is None else self.layer(x, (h0, c0) if self.cell == "lstm" else h0)
+        return outputs if self.final_states else outputs[0]
 
 
 def _flat(outputs):

@@ -87,6 +87,19 @@ def test_the_layer_takes_the_embedding_and_zero_states_the_graph_made_for_it_alo
     assert reports()[-1].runs_in == "persist_rnn" and not reports()[-1].layers[0].embedding_folded
 
 
+@pytest.mark.parametrize("name, rest", [("char_rnn", "eager"), ("text_classifier", "inductor")])
+def test_a_layer_whose_final_states_nobody_reads_returns_its_sequence_alone(name, rest):
+    """The char-RNN reads the LSTM's output sequence alone: its build returns that one output (an
+    ONNX build of the model drops the final states too); the text classifier reads h_n."""
+    module, example, _, other = examples()[name]
+    compiled = torch.compile(module, backend="persist_rnn", options={"rest": rest})
+    with torch.no_grad():
+        for x in (example, other):
+            assert relative_error(compiled(x), module(x)) <= 1e-4
+    build, _ = next(reversed(recurrent_layer._BUILDS.values()))
+    assert len(build.compiled.output_names) == (1 if name == "char_rnn" else 3)
+
+
 def test_the_rest_through_inductor():
     module, example, _, other = corpus("gru_enhancer")
     compiled = torch.compile(module, backend="persist_rnn", options={"rest": "inductor"})
