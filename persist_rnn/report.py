@@ -56,7 +56,7 @@ class LayerReport:
     input_size: int
     hidden_size: int
     directions: int
-    lowering: str  # "reference" | "unrolled" | "persistent"
+    lowering: str  # "reference" | "unrolled" | "persistent" | "streamed" | "wavefront"
     reason: str = ""
     config: dict = dataclasses.field(default_factory=dict)
     source: str = ""  # "tuning_log" | "cost_model" | "measured" | "" (a wavefront layer: the stack's choice, or "asked")

@@ -92,13 +92,18 @@ def size_model_llvm():
     return model, compile_model(model, "llvm")
 
 
-def test_hidden_sizes_past_the_chip_keep_the_reference_scan_with_the_reason():
+def test_hidden_sizes_past_the_chip_are_streamed_with_the_reason():
     """What the H100 cannot hold on chip (LSTM H=2048, GRU H=4096) is refused by the planner with
-    the reason, and the layer keeps the (correct) reference scan: no error, no wrong kernel."""
+    the reason, and the layer runs the streamed scan (a kernel a step, weights from L2/HBM), never
+    the reference scan's CTA per batch row; a small layer no config takes keeps the reference."""
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
     for op, hidden in (("LSTM", 2048), ("GRU", 4096)):
         model, _ = make_model(LayerCase(op=op, hidden_size=hidden, input_size=16, batch=1, seq_len=3))
-        [layer] = compile_model(model, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), measure=False).report()
-        assert layer.lowering == "reference" and "no persistent config fits" in layer.reason, layer.line()
+        [layer] = compile_model(model, cuda, measure=False).report()
+        assert layer.lowering == "streamed" and "no persistent config fits" in layer.reason, layer.line()
+        assert "a kernel a step" in layer.line()
+    model, _ = make_model(LayerCase(op="RNN", hidden_size=7, input_size=3))
+    assert compile_model(model, cuda, measure=False).report()[0].lowering == "reference"
 
 
 def test_token_ids_outside_the_embedding_are_refused_naming_the_gather():

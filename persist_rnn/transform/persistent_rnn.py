@@ -9,8 +9,9 @@ signature, so call sites stay as they are, except that a kernel may want a longe
 (GRU's partial sums, a 16-bit LSTM's C: `exchange_slots`) or write Y_h and Y_c of an fp16 or bf16
 layer in that dtype (tir_templates/signature.py), which is then written into its call sites
 (`_conform_call_sites`; the casts after them go).
-What cannot be made persistent keeps the reference scan (re-targeted to the target's variant),
-and the reason is recorded where `report()` reads it.
+What cannot be made persistent runs, on CUDA, the streamed scan where its weights are large
+(tir_templates/streamed.py: a kernel a step, weights from L2/HBM), else keeps the reference scan
+(re-targeted to the target's variant); the reason is recorded where `report()` reads it.
 On CUDA the layers' input projections (the importer's projection reference) become the tiled
 GEMM of tir_templates.projection, tiled for the call site's rows when they are static, and from
 sm_90 on a persistent kernel whose CTAs never meet and whose weights are constants or parameters
@@ -30,6 +31,7 @@ from tir_templates.projection_mma import gemm_plan, projection_mma_kernel, tenso
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
+from tir_templates.streamed import streamed_scan
 
 from ..errors import PersistRNNError
 from ..report import (BUCKETS_ATTR, CONFIG_ATTR, EMBEDDING_FOLDED_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR,
@@ -48,6 +50,18 @@ from .match_cells import MatchCells
 
 #: the oldest GPU the kernels run on: Ampere (mma.sync on TF32 and bf16, cp.async)
 MIN_CUDA_SM = 80
+
+#: recurrent weights from which a layer no persistent kernel takes is streamed (a kernel a step,
+#: tir_templates/streamed.py) rather than scanned by the reference (a CTA per batch row): at 1 MiB
+#: of fp32 weights the reference's 128 threads do 2048 FMAs each per step, longer than a launch
+STREAM_MIN_BYTES = 1 << 20
+#: what the report says of a streamed layer, before the planner's reason
+STREAMED_WHY = "a kernel a step, its weights read from L2/HBM"
+
+
+def streams_pay(spec: CellSpec) -> bool:
+    """Whether a layer that no persistent kernel takes runs the streamed scan on CUDA."""
+    return spec.num_directions * spec.num_gates * spec.hidden_size ** 2 * 4 >= STREAM_MIN_BYTES
 
 
 def recurrences(mod: tvm.IRModule):
@@ -263,7 +277,9 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 plans[same] = plan_layer(spec, target, batch=same[1], tuning_log_path=tuning_log, config=config,
                                          top_k=top_k, measure=measure, unverified=unverified, precision=precision)
             plan = plans[same]
-            if plan.kernel is None:
+            if plan.kernel is None and target.kind.name == "cuda" and streams_pay(spec):
+                new = streamed_scan(spec).with_attr(REASON_ATTR, f"{STREAMED_WHY}: {plan.reason}")
+            elif plan.kernel is None:
                 new = reference_scan(spec, target.kind.name).with_attr(REASON_ATTR, plan.reason)
             else:
                 new = (plan.kernel.with_attr(LOWERING_ATTR, "persistent")

@@ -60,18 +60,34 @@ def test_hidden_2048_fp16_is_persistent(op):
 
 
 @pytest.mark.parametrize("hidden", [2048, 4096])
-def test_hidden_sizes_past_the_chip_fall_back_to_the_reference_scan(hidden):
+def test_hidden_sizes_past_the_chip_are_streamed(hidden):
     """H=2048 and 4096: the recurrent weights (64 and 256 MiB in fp32) fit no persistent config,
-    so the layer keeps the reference scan, says why, and matches ONNX Runtime (T=20, B=1)."""
+    so the layer runs the streamed scan, says why, and matches ONNX Runtime (T=20, B=1)."""
     from persist_rnn.bench.layer_models import LayerCase, reference
 
     model, feeds, want = reference(LayerCase(op="LSTM", hidden_size=hidden, input_size=64, batch=1, seq_len=20,
                                              weight_scale=1.0 / hidden ** 0.5))
     built = persist_rnn.compile(model, "cuda")
     [layer] = built.report()
-    assert layer.lowering == "reference" and "no persistent config fits" in layer.reason, layer.line()
+    assert layer.lowering == "streamed" and "no persistent config fits" in layer.reason, layer.line()
     built.run(feeds)
     start = time.perf_counter()
     got = built.run(feeds)
-    print(f"H={hidden}: {time.perf_counter() - start:.3f} s per call (reference scan)")
+    print(f"H={hidden}: {time.perf_counter() - start:.3f} s per call (streamed scan)")
     assert max_rel_error(got, want) <= 1e-4
+
+
+@pytest.mark.parametrize("op,direction,batch", [("LSTM", "bidirectional", 6), ("GRU", "forward", 5)])
+def test_streamed_layers_with_lengths_and_initial_states_match(op, direction, batch):
+    """The streamed scan past one batch tile, ragged lengths (one empty), initial states, both
+    directions, and GRU's two phases (linear_before_reset=0), against ONNX Runtime."""
+    from persist_rnn.bench.layer_models import LayerCase, reference
+
+    case = LayerCase(op=op, hidden_size=2048, input_size=32, batch=batch, seq_len=7, direction=direction,
+                     seq_lens=[7, 0, 3, 7, 5, 1][:batch], initial_h=True, initial_c=op == "LSTM",
+                     peepholes=op == "LSTM", linear_before_reset=0 if op == "GRU" else None,
+                     weight_scale=1.0 / 2048 ** 0.5)
+    model, feeds, want = reference(case)
+    built = persist_rnn.compile(model, "cuda", measure=False)
+    assert [r.lowering for r in built.report()] == ["streamed"]
+    assert max_rel_error(built.run(feeds), want) <= 1e-4

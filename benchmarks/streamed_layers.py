@@ -1,0 +1,66 @@
+"""Layers whose fp32 weights fit on no chip (H = 2048 and 4096, LSTM and GRU), run by the streamed
+scan (tir_templates/streamed.py), against cuDNN's four algorithms called directly with strict fp32
+math and torch's cuDNN layer in a CUDA graph (TF32 off), in the same run. T=100, input = hidden.
+Each output is checked against torch's first. One JSON line per layer.
+
+    python benchmarks/streamed_layers.py --out streamed.jsonl [--layers LSTM:2048:1 GRU:4096:16]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import persist_rnn  # noqa: E402
+from persist_rnn.bench.gpu_timing import cuda_ms, vm_call  # noqa: E402
+from persist_rnn.bench.torch_layers import cudnn_ms, strict_fp32_case  # noqa: E402
+
+LAYERS = [(cell, h, b) for cell in ("LSTM", "GRU") for h in (2048, 4096) for b in (1, 16)]
+
+
+def layer_row(cell, hidden, batch, seq_len=100):
+    import torch
+
+    from persist_rnn.bench.cudnn_direct import algorithm_rows
+
+    layer, x, want, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len)
+    compiled = persist_rnn.compile(model, "cuda", measure=False)
+    [report] = compiled.report()
+    got = compiled.run(feeds)[0][:, 0]
+    row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len, "lowering": report.lowering,
+           "ours_err": float(np.abs(got - want.cpu().numpy()).max() / max(1.0, float(want.abs().max()))),
+           "ours_ms": cuda_ms(vm_call(compiled, feeds), calls=3, repeats=5)}
+    del compiled
+    row["cudnn_fp32_graph_ms"] = cudnn_ms(layer, x)[1]
+    with torch.no_grad():
+        direct = algorithm_rows(layer, x, want, lambda call: cuda_ms(call, calls=3, repeats=5))
+    row["cudnn_direct"] = direct
+    timed = {a: r["ms"] for a, r in direct.items() if "ms" in r and r["max_diff"] < 1e-3}
+    if timed:
+        row["cudnn_best_algo"] = min(timed, key=timed.get)
+        row["cudnn_best_ms"] = timed[row["cudnn_best_algo"]]
+        row["cudnn_best_over_ours"] = row["cudnn_best_ms"] / row["ours_ms"]
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--layers", nargs="*", help="CELL:H:B, default LSTM and GRU at H 2048, 4096 and B 1, 16")
+    args = ap.parse_args()
+    layers = [(c, int(h), int(b)) for c, h, b in (s.split(":") for s in args.layers)] if args.layers else LAYERS
+    with open(args.out, "a") as f:
+        for cell, hidden, batch in layers:
+            row = layer_row(cell, hidden, batch)
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
