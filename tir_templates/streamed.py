@@ -7,8 +7,8 @@ Read top to bottom:
     the steps  a host loop over t launching, per step, one kernel of WARPS warps a CTA: each warp
                owns one hidden unit j of one direction. Its lanes read the unit's gate rows of R
                side by side (consecutive k: each warp load is 128 contiguous bytes) and multiply
-               them with h(t-1) of BATCH_TILE batch rows at once, so a weight is read once per
-               tile of rows; a shuffle sums the lanes; lane i then updates batch row i of the
+               them with h(t-1) of up to BATCH_TILE batch rows at once (float4 loads where H is a
+               multiple of 128), so a weight is read once per tile of rows; a shuffle sums the lanes; lane i then updates batch row i of the
                tile (the cell equations of cells.py) and writes h(t) into the other slot. The
                kernel's end is the step's barrier. GRU with linear_before_reset=0 runs two kernels
                a step: the reset gate's r * h(t-1) (slot 2) first, then z and the candidate.
@@ -31,8 +31,10 @@ from .spec import CellSpec
 
 #: hidden units per CTA: one warp each
 WARPS = 4
-#: batch rows whose dot products share one read of a unit's weights
-BATCH_TILE = 4
+#: batch rows whose dot products share one read of a unit's weights (a lane updates one row each)
+BATCH_TILE = 16
+#: the tile of a batch of 2 to 4 rows: fewer wasted multiplications than BATCH_TILE's
+SMALL_TILE = 4
 #: threads per CTA of the init kernel
 INIT_THREADS = 256
 #: the slot of the exchange buffer that holds r * h(t-1) (GRU with linear_before_reset=0)
@@ -46,27 +48,58 @@ def streamed_scan(spec: CellSpec, emulate: bool = False) -> tvm.tirx.PrimFunc:
     H, D, G = spec.hidden_size, spec.num_directions, spec.num_gates
     lstm = spec.cell == "lstm"
     two_phase = spec.cell == "gru" and not spec.linear_before_reset
-    KI = (H + 31) // 32  # k's per lane
-    UNROLL = 4 if KI % 4 == 0 else 1  # loads in flight per gate row and lane
+    V = 4 if H % 128 == 0 else 1  # consecutive k's a lane loads at once (a float4)
+    KV = (H + 32 * V - 1) // (32 * V)  # loads per lane and gate row
+    UNROLL = 4 if KV % 4 == 0 else 1  # loads in flight per gate row and lane
     UNIT_CTAS = D * ((H + WARPS - 1) // WARPS)
     LANES = 32
+    SCOPE = "global" if emulate else "local"  # the CPU twin's lanes are loops: no registers
 
     def valid_steps(lens, b, n_t):
         return T.max(T.min(T.Cast("int64", lens[batch_row(spec, "lens", b)]), n_t), T.int64(0))
 
+    def reads(g, phase):
+        """Whether gate g's dot product is computed in `phase` (a TIR expression of the unrolled g)."""
+        if phase == 1:
+            return g == 1  # GRU's reset gate alone
+        if two_phase:
+            return g != 1  # z over h(t-1), the candidate over r * h(t-1)
+        return True
+
+    def first_k(n0, n1, lane):
+        """The first of the V consecutive k's of a lane's load (n0 * UNROLL + n1), written out where it is
+        used: a let-bound k turns the vectorized load into a gather."""
+        return ((n0 * UNROLL + n1) * LANES + lane) * V
+
+    def source(g, phase):
+        """Row of the lane's h registers gate g multiplies: 1 for GRU's candidate (r * h(t-1))."""
+        return T.Select(g == 2, 1, 0) if two_phase and phase == 2 else 0
+
     @T.macro
-    def lane_sums(r, hb, acc, lane_row, dd, j, b0, n_b, lane, gate, slot, rows):
-        """acc[lane_row, gate, i] = this lane's part of R[gate row of j] . h(t-1)[b0 + i] over its
-        k's (lane, lane + 32, ...), for i < rows, h(t-1) read from the exchange buffer's `slot`."""
-        for i in T.unroll(rows):
-            acc[lane_row, gate, i] = T.float32(0)
-        for k0 in range(KI // UNROLL):
-            for k1 in T.unroll(UNROLL):
-                k = (k0 * UNROLL + k1) * LANES + lane
-                if k < H:
+    def lane_dots(r, hb, acc, w, h, lane_row, dd, j, b0, n_b, lane, s, phase, rows):
+        """acc[lane_row, g, i] = this lane's part of R[gate g row of unit j] . h(t-1)[b0 + i], over
+        its k's (V consecutive ones from (n * 32 + lane) * V, n = 0, 1, ...), for the gates `phase`
+        needs and i < rows. Each weight is loaded once for all rows, each h once for all gates."""
+        for g in T.unroll(G):
+            for i in T.unroll(rows):
+                acc[lane_row, g, i] = T.float32(0)
+        for n0 in range(KV // UNROLL):
+            for n1 in T.unroll(UNROLL):
+                if first_k(n0, n1, lane) < H:
+                    for g in T.unroll(G):
+                        if reads(g, phase):
+                            for v in T.vectorized(V):
+                                w[g, v] = r[dd, g * H + j, first_k(n0, n1, lane) + v]
                     for i in T.unroll(rows):
-                        acc[lane_row, gate, i] = acc[lane_row, gate, i] + r[dd, gate * H + j, k] * hb[
-                            slot, dd, T.min(b0 + i, n_b - 1), k]
+                        for v in T.vectorized(V):
+                            h[0, v] = hb[s % 2, dd, T.min(b0 + i, n_b - 1), first_k(n0, n1, lane) + v]
+                        if two_phase and phase == 2:
+                            for v in T.vectorized(V):
+                                h[1, v] = hb[RESET_SLOT, dd, T.min(b0 + i, n_b - 1), first_k(n0, n1, lane) + v]
+                        for g in T.unroll(G):
+                            if reads(g, phase):
+                                for v in T.unroll(V):
+                                    acc[lane_row, g, i] = acc[lane_row, g, i] + w[g, v] * h[source(g, phase), v]
 
     @T.macro
     def update(xw, rb, lens, p, y, yh, yc, hb, acc, rec, dd, j, b, i, s, n_t):
@@ -106,18 +139,6 @@ def streamed_scan(spec: CellSpec, emulate: bool = False) -> tvm.tirx.PrimFunc:
             hb[RESET_SLOT, dd, b, j] = gate * hb[s % 2, dd, b, j]
 
     @T.macro
-    def tile_dots(r, hb, acc, lane_row, dd, j, b0, n_b, lane, s, phase, rows):
-        """A lane's parts of the dots this phase needs, for `rows` batch rows from b0."""
-        if phase == 1:
-            lane_sums(r, hb, acc, lane_row, dd, j, b0, n_b, lane, 1, s % 2, rows)
-        elif two_phase:
-            lane_sums(r, hb, acc, lane_row, dd, j, b0, n_b, lane, 0, s % 2, rows)
-            lane_sums(r, hb, acc, lane_row, dd, j, b0, n_b, lane, 2, RESET_SLOT, rows)
-        else:
-            for g in T.unroll(G):
-                lane_sums(r, hb, acc, lane_row, dd, j, b0, n_b, lane, g, s % 2, rows)
-
-    @T.macro
     def row_update(xw, rb, lens, p, y, yh, yc, hb, acc, rec, dd, j, b, i, s, n_t, phase):
         if phase == 1:
             reset_update(xw, rb, lens, hb, acc, dd, j, b, i, s, n_t)
@@ -136,11 +157,11 @@ def streamed_scan(spec: CellSpec, emulate: bool = False) -> tvm.tirx.PrimFunc:
                     row_update(xw, rb, lens, p, y, yh, yc, hb, acc, rec, dd, j, b0 + i, i, s, n_t, phase)
 
     @T.macro
-    def unit_tile(xw, r, rb, lens, p, y, yh, yc, hb, acc, rec, dd, j, b0, n_b, lane, s, n_t, phase, rows):
+    def unit_tile(xw, r, rb, lens, p, y, yh, yc, hb, acc, w, h, rec, dd, j, b0, n_b, lane, s, n_t, phase, rows):
         """One warp's work on one tile of batch rows: dots, the shuffle's sums, the updates."""
         if emulate:  # every lane's parts, then their sum in lane order into row 0
             for ln in range(LANES):
-                tile_dots(r, hb, acc, ln + 1, dd, j, b0, n_b, ln, s, phase, rows)
+                lane_dots(r, hb, acc, w, h, ln + 1, dd, j, b0, n_b, ln, s, phase, rows)
             for g in range(G):
                 for i in range(rows):
                     acc[0, g, i] = T.float32(0)
@@ -148,7 +169,7 @@ def streamed_scan(spec: CellSpec, emulate: bool = False) -> tvm.tirx.PrimFunc:
                         acc[0, g, i] = acc[0, g, i] + acc[ln + 1, g, i]
             tile_updates(xw, rb, lens, p, y, yh, yc, hb, acc, rec, dd, j, b0, n_b, s, n_t, phase, rows, 0)
         else:
-            tile_dots(r, hb, acc, 0, dd, j, b0, n_b, lane, s, phase, rows)
+            lane_dots(r, hb, acc, w, h, 0, dd, j, b0, n_b, lane, s, phase, rows)
             for g in T.unroll(G):
                 for i in T.unroll(rows):
                     acc[0, g, i] = T.cuda.warp_sum(acc[0, g, i], 32)  # every lane holds the sums
@@ -156,21 +177,26 @@ def streamed_scan(spec: CellSpec, emulate: bool = False) -> tvm.tirx.PrimFunc:
 
     @T.macro
     def unit_program(xw, r, rb, lens, p, y, yh, yc, hb, blk, warp, lane, s, n_t, n_b, phase):
-        """Warp `warp` of CTA `blk`: its unit over every tile of the batch (one tile of one row at B=1)."""
-        acc = T.alloc_buffer((LANES + 1 if emulate else 1, G, BATCH_TILE), "float32",
-                             scope="global" if emulate else "local")
-        rec = T.alloc_buffer((G,), "float32", scope="global" if emulate else "local")
+        """Warp `warp` of CTA `blk`: its unit over the batch, in one tile of 1 or SMALL_TILE rows, else
+        in tiles of BATCH_TILE (rows past the batch read its last row, and are not updated)."""
+        acc = T.alloc_buffer((LANES + 1 if emulate else 1, G, BATCH_TILE), "float32", scope=SCOPE)
+        w = T.alloc_buffer((G, V), "float32", scope=SCOPE)  # the lane's k's of each gate row
+        h = T.alloc_buffer((2, V), "float32", scope=SCOPE)  # the same k's of h(t-1) (and of r * h(t-1))
+        rec = T.alloc_buffer((G,), "float32", scope=SCOPE)
         units = (H + WARPS - 1) // WARPS
         dd = blk // units
         j = (blk % units) * WARPS + warp
         if j < H:
             if n_b == 1:
-                unit_tile(xw, r, rb, lens, p, y, yh, yc, hb, acc, rec, dd, j, T.int64(0), n_b, lane, s, n_t,
+                unit_tile(xw, r, rb, lens, p, y, yh, yc, hb, acc, w, h, rec, dd, j, T.int64(0), n_b, lane, s, n_t,
                           phase, 1)
+            elif n_b <= SMALL_TILE:
+                unit_tile(xw, r, rb, lens, p, y, yh, yc, hb, acc, w, h, rec, dd, j, T.int64(0), n_b, lane, s, n_t,
+                          phase, SMALL_TILE)
             else:
                 for tile in range((n_b + BATCH_TILE - 1) // BATCH_TILE):
-                    unit_tile(xw, r, rb, lens, p, y, yh, yc, hb, acc, rec, dd, j, tile * BATCH_TILE, n_b, lane, s,
-                              n_t, phase, BATCH_TILE)
+                    unit_tile(xw, r, rb, lens, p, y, yh, yc, hb, acc, w, h, rec, dd, j, tile * BATCH_TILE, n_b,
+                              lane, s, n_t, phase, BATCH_TILE)
 
     @T.macro
     def step_kernel(xw, r, rb, lens, p, y, yh, yc, hb, s, n_t, n_b, phase):
