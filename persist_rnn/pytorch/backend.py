@@ -63,6 +63,8 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
         layer = RecurrentLayer(node.target, outcome.module, options, outcome, final_states=_reads_final_states(node))
         _take_zero_states(node)
         _take_embedding(node, gm)
+        if not layer.final_states:
+            _take_head(node, gm)
         _build_now(layer, node, gm, placeholders)
         node.target = _as_custom_op(layer) if rest == "inductor" else layer
     gm.graph.eliminate_dead_code()  # the zero states and lookups the layers took
@@ -112,6 +114,37 @@ def _take_embedding(node, gm) -> None:
     node.kwargs = {**node.kwargs, "table": table}
 
 
+#: the FX targets of a Linear (nn.Linear's call, F.linear)
+_LINEAR = (torch._C._nn.linear, torch.nn.functional.linear)
+
+
+def _is_weight(value) -> bool:
+    """Whether a graph value is a parameter (a placeholder dynamo made for it, or an attribute)."""
+    return isinstance(value, torch.fx.Node) and value.op in ("placeholder", "get_attr")
+
+
+def _take_head(node, gm) -> None:
+    """A Linear that alone reads the op's output sequence (item 0, the only item read): the op
+    takes its weight and bias (kwarg `head`) and its readers read the op's item 0, so that the
+    layer's build runs it with its own dense kernel, as an ONNX build of the model does, where
+    torch would run a GEMM of its own after the layer."""
+    import operator
+
+    [item] = node.users  # the only reader of the result: getitem(op, 0) (`_reads_final_states`)
+    readers = list(item.users)
+    if len(readers) != 1 or readers[0].op != "call_function" or readers[0].target not in _LINEAR:
+        return
+    linear = readers[0]
+    args = dict(zip(("input", "weight", "bias"), linear.args), **linear.kwargs)
+    weight, bias = args.get("weight"), args.get("bias")
+    if args.get("input") is not item or not _is_weight(weight) or not (bias is None or _is_weight(bias)):
+        return
+    assert item.target is operator.getitem
+    node.kwargs = {**node.kwargs, "head": (weight, bias)}
+    linear.replace_all_uses_with(item)
+    gm.graph.erase_node(linear)
+
+
 def _example_value(arg, gm, placeholders: dict):
     """A graph value's example: its example input (a parameter's real tensor), else what dynamo
     recorded (a fake tensor)."""
@@ -131,9 +164,12 @@ def _build_now(layer: RecurrentLayer, node, gm, placeholders: dict) -> None:
     weights = [_example_value(p, gm, placeholders) for p in params]
     table = node.kwargs.get("table")
     table = None if table is None else _example_value(table, gm, placeholders)
-    if isinstance(x, torch.Tensor) and all(isinstance(w, torch.Tensor) and not _is_fake(w)
-                                           for w in weights + ([table] if "table" in node.kwargs else [])):
-        layer.ready(x, weights, has_biases, num_layers, bidirectional, batch_first, table, states=hx is not None)
+    head = node.kwargs.get("head")
+    head = None if head is None else tuple(None if t is None else _example_value(t, gm, placeholders) for t in head)
+    taken = ([table] if "table" in node.kwargs else []) + [t for t in head or () if t is not None]
+    if isinstance(x, torch.Tensor) and all(isinstance(w, torch.Tensor) and not _is_fake(w) for w in weights + taken):
+        layer.ready(x, weights, has_biases, num_layers, bidirectional, batch_first, table, states=hx is not None,
+                    head=head)
 
 
 def _is_fake(tensor) -> bool:

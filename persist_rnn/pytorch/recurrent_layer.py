@@ -69,7 +69,9 @@ class RecurrentLayer:
     of the model does (transform/embedding_projection.py), and zeroes no states. Where the graph
     reads only the op's output sequence (`final_states` False), the build returns that alone, so
     the final states' gathers are not computed (an ONNX build drops outputs the model does not
-    return); the op's result is then (y,)."""
+    return); the op's result is then (y,). A Linear that alone reads that sequence may be taken
+    into the build too (`head`, its weight and bias): the result is then (its output,), computed
+    by the build's dense kernel as in an ONNX build of the model."""
 
     def __init__(self, target, module_path: str, options: dict, outcome: LayerOutcome, final_states: bool = True):
         self.__name__ = "persist_rnn_layer"  # FX's code generation names a call_function target by it
@@ -81,10 +83,13 @@ class RecurrentLayer:
         self.build = None
         self.key = None
 
-    def __call__(self, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, table=None):
-        if not self.ready(x, params, has_biases, num_layers, bidirectional, batch_first, table, states=hx is not None):
-            return self.torch_op(*self.torch_args(x, hx, params, has_biases, num_layers, dropout, train, bidirectional,
-                                                  batch_first, table))
+    def __call__(self, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, table=None,
+                 head=None):
+        if not self.ready(x, params, has_biases, num_layers, bidirectional, batch_first, table, states=hx is not None,
+                          head=head):
+            outputs = self.torch_op(*self.torch_args(x, hx, params, has_biases, num_layers, dropout, train,
+                                                     bidirectional, batch_first, table))
+            return outputs if head is None else (torch.nn.functional.linear(outputs[0], *head),)
         states = [] if hx is None else list(hx) if isinstance(hx, (tuple, list)) else [hx]
         outputs = self.build(x, *states)
         return tuple(_flat(outputs)) if self.final_states else (outputs,)
@@ -99,20 +104,21 @@ class RecurrentLayer:
             hx = tuple(zeros) if self.cell == "lstm" else zeros[0]
         return x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first
 
-    def ready(self, x, params, has_biases, num_layers, bidirectional, batch_first, table=None, states=True) -> bool:
+    def ready(self, x, params, has_biases, num_layers, bidirectional, batch_first, table=None, states=True,
+              head=None) -> bool:
         """Whether the layer is built for these weights and this input (building it if not); False:
         torch's op runs it. `x` may be a fake tensor: its shape's last extent, dtype and device are
         read. `states`: whether the call passes initial states."""
         if self.outcome.runs_in == "torch":
             return False
-        weights = list(params) + ([table] if table is not None else [])
+        weights = _weights(params, table, head)
         key = (tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in weights),
                int(table.shape[1] if table is not None else x.shape[-1]), num_layers, has_biases, bidirectional,
-               batch_first, x.dtype, x.device, table is not None, states)
+               batch_first, x.dtype, x.device, table is not None, states, _head_form(head))
         if key != self.key:
             try:
                 self.build = self._built(key, x, params, has_biases, num_layers, bidirectional, batch_first, table,
-                                         states)
+                                         states, head)
             except PersistRNNError as err:
                 self.outcome.runs_in, self.outcome.why = "torch", f"persist_rnn could not build it: {err}"
                 warnings.warn(f"persist_rnn: {self.outcome.module} runs as torch's op: {err}", stacklevel=3)
@@ -121,12 +127,12 @@ class RecurrentLayer:
             self.outcome.runs_in, self.outcome.layers = "persist_rnn", self.build.report()
         return True
 
-    def _built(self, key, x, params, has_biases, num_layers, bidirectional, batch_first, table, states):
+    def _built(self, key, x, params, has_biases, num_layers, bidirectional, batch_first, table, states, head=None):
         """The compiled layer for these weights and this configuration (shared, `_BUILDS`)."""
         target = self.options.get("target", "auto")
         options = {k: v for k, v in self.options.items() if k != "target"}
         build_key = (key, self.cell, self.nonlinearity, self.final_states, repr(target), repr(sorted(options.items())))
-        weights = list(params) + ([table] if table is not None else [])
+        weights = _weights(params, table, head)
         if build_key in _BUILDS:
             build, refs = _BUILDS[build_key]
             if all(ref() is w for ref, w in zip(refs, weights)):  # the same tensors, not new ones at their addresses
@@ -153,8 +159,8 @@ class RecurrentLayer:
             examples += [torch.zeros(num_layers * (2 if bidirectional else 1), 2, hidden, dtype=dtype, device=x.device)
                          for _ in names[1:]]
         dynamic = {"batch": {"x": batch_axis, **{n: 1 for n in names[1:]}}, "time": {"x": time_axis}}
-        build = compile_module(_Layer(layer, self.cell, table, self.final_states), tuple(examples), target=target, dynamic=dynamic,
-                               **options)
+        build = compile_module(_Layer(layer, self.cell, table, self.final_states, head), tuple(examples), target=target,
+                               dynamic=dynamic, **options)
         for report in build.compiled._report:  # "layer, layer 2 of 3" (_Layer.layer) -> "encoder.lstm, layer 2 of 3"
             report.module = self.outcome.module + report.module[len("layer"):]
         _BUILDS[build_key] = (build, [weakref.ref(w) for w in weights])
@@ -163,23 +169,45 @@ class RecurrentLayer:
         return build
 
 
+def _weights(params, table, head) -> list:
+    """The tensors a build is made from: the op's weights, the embedding table and the head's."""
+    return list(params) + ([table] if table is not None else []) + [t for t in head or () if t is not None]
+
+
+def _head_form(head):
+    """What a build's shape depends on in a taken Linear: (out_features, with a bias), or None."""
+    return None if head is None else (int(head[0].shape[0]), head[1] is not None)
+
+
 class _Layer(torch.nn.Module):
     """An nn.LSTM / GRU / RNN called as the FX op is (x, h0[, c0]), or without initial states (zero),
     behind an embedding lookup of `table` where the op's input was one, returning the output
-    sequence alone where `final_states` is False."""
+    sequence alone where `final_states` is False, through the Linear of `head` (weight, bias)
+    where one was taken."""
 
-    def __init__(self, layer, cell: str, table=None, final_states: bool = True):
+    def __init__(self, layer, cell: str, table=None, final_states: bool = True, head=None):
         super().__init__()
         self.layer = layer
         self.cell = cell
         self.final_states = final_states
         self.embedding = None if table is None else torch.nn.Embedding.from_pretrained(table.detach().clone())
+        self.head = None
+        if head is not None:
+            weight, bias = head
+            self.head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None,
+                                        device=weight.device, dtype=weight.dtype).eval()
+            with torch.no_grad():
+                self.head.weight.copy_(weight)
+                if bias is not None:
+                    self.head.bias.copy_(bias)
 
     def forward(self, x, h0=None, c0=None):
         if self.embedding is not None:
             x = self.embedding(x)
         outputs = self.layer(x) if h0 is None else self.layer(x, (h0, c0) if self.cell == "lstm" else h0)
-        return outputs if self.final_states else outputs[0]
+        if self.final_states:
+            return outputs
+        return outputs[0] if self.head is None else self.head(outputs[0])
 
 
 def _flat(outputs):

@@ -87,17 +87,45 @@ def test_the_layer_takes_the_embedding_and_zero_states_the_graph_made_for_it_alo
     assert reports()[-1].runs_in == "persist_rnn" and not reports()[-1].layers[0].embedding_folded
 
 
-@pytest.mark.parametrize("name, rest", [("char_rnn", "eager"), ("text_classifier", "inductor")])
+@pytest.mark.parametrize("name, rest", [("char_rnn", "eager"), ("char_rnn", "inductor"), ("text_classifier", "inductor")])
 def test_a_layer_whose_final_states_nobody_reads_returns_its_sequence_alone(name, rest):
-    """The char-RNN reads the LSTM's output sequence alone: its build returns that one output (an
-    ONNX build of the model drops the final states too); the text classifier reads h_n."""
+    """The char-RNN reads the LSTM's output sequence alone, through its output Linear: the layer's
+    build returns that Linear's output alone (an ONNX build of the model runs the Linear after the
+    recurrence and drops the final states too); the text classifier reads h_n."""
     module, example, _, other = examples()[name]
     compiled = torch.compile(module, backend="persist_rnn", options={"rest": rest})
     with torch.no_grad():
         for x in (example, other):
             assert relative_error(compiled(x), module(x)) <= 1e-4
-    build, _ = next(reversed(recurrent_layer._BUILDS.values()))
+    build_key, (build, _) = next(reversed(recurrent_layer._BUILDS.items()))
     assert len(build.compiled.output_names) == (1 if name == "char_rnn" else 3)
+    head = build_key[0][-1]  # (out_features, bias) of a Linear taken into the build
+    assert head == ((module.out.out_features, True) if name == "char_rnn" else None)
+
+
+class _SequenceReadTwice(torch.nn.Module):
+    """An LSTM's output sequence read by a Linear and by a sum: the Linear stays the graph's."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 12)
+        self.out = torch.nn.Linear(12, 3)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return self.out(y) + y.sum(-1, keepdim=True)
+
+
+def test_a_linear_is_taken_only_where_it_alone_reads_the_sequence():
+    torch.manual_seed(0)
+    module = _SequenceReadTwice().eval()
+    compiled = torch.compile(module, backend="persist_rnn")
+    with torch.no_grad():
+        for batch in (1, 4):
+            x = torch.randn(6, batch, 8)
+            assert relative_error(compiled(x), module(x)) <= 1e-4
+    build_key, (build, _) = next(reversed(recurrent_layer._BUILDS.items()))
+    assert build_key[0][-1] is None and len(build.compiled.output_names) == 1
 
 
 def test_the_rest_through_inductor():
