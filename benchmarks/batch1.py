@@ -12,9 +12,7 @@ torch's output first. One JSON line per layer.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
 import sys
 from unittest import mock
@@ -25,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn  # noqa: E402
 from persist_rnn.bench.gpu_timing import cuda_ms, interleaved_ms, vm_call  # noqa: E402
+from persist_rnn.bench.layer_rows import run_layer_rows  # noqa: E402
 from persist_rnn.bench.torch_layers import cudnn_ms, strict_fp32_case
 from persist_rnn.transform import persistent_rnn  # noqa: E402
 from tir_templates.config import Config, stamped_problems  # noqa: E402
@@ -78,18 +77,8 @@ def layer_row(cell, hidden, batch, retune, seq_len=100):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--layers", nargs="*", help="CELL:H:B, default GRNN's batch-1 layers and H=256 at B=10, 20")
-    ap.add_argument("--retune", action="store_true", help="also tune over the whole space, dsmem allowed")
-    args = ap.parse_args()
-    layers = [(c, int(h), int(b)) for c, h, b in (s.split(":") for s in args.layers)] if args.layers else GRID
-    with open(args.out, "a") as f:
-        for cell, hidden, batch in layers:
-            row = layer_row(cell, hidden, batch, args.retune)
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}), flush=True)
+    retune = (["--retune"], {"action": "store_true", "help": "also tune over the whole space, dsmem allowed"})
+    run_layer_rows(__doc__.split("\n")[0], GRID, layer_row, hidden=("cudnn_direct",), options=[retune])
 
 
 if __name__ == "__main__":

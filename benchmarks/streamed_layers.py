@@ -7,8 +7,6 @@ Each output is checked against torch's first. One JSON line per layer.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
@@ -18,6 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn  # noqa: E402
 from persist_rnn.bench.gpu_timing import cuda_ms, vm_call  # noqa: E402
+from persist_rnn.bench.layer_rows import run_layer_rows  # noqa: E402
 from persist_rnn.bench.torch_layers import cudnn_ms, strict_fp32_case  # noqa: E402
 
 LAYERS = [(cell, h, b) for cell in ("LSTM", "GRU") for h in (2048, 4096) for b in (1, 16)]
@@ -49,17 +48,7 @@ def layer_row(cell, hidden, batch, seq_len=100):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--layers", nargs="*", help="CELL:H:B, default LSTM and GRU at H 2048, 4096 and B 1, 16")
-    args = ap.parse_args()
-    layers = [(c, int(h), int(b)) for c, h, b in (s.split(":") for s in args.layers)] if args.layers else LAYERS
-    with open(args.out, "a") as f:
-        for cell, hidden, batch in layers:
-            row = layer_row(cell, hidden, batch)
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}), flush=True)
+    run_layer_rows(__doc__.split("\n")[0], LAYERS, layer_row, hidden=("cudnn_direct",))
 
 
 if __name__ == "__main__":

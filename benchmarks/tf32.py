@@ -12,8 +12,6 @@ torch's strict fp32 output, relative to the output scale. One JSON line per laye
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 
@@ -23,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn  # noqa: E402
 from persist_rnn.bench.gpu_timing import cuda_ms, interleaved_ms, vm_call  # noqa: E402
+from persist_rnn.bench.layer_rows import run_layer_rows  # noqa: E402
 from persist_rnn.bench.torch_layers import cudnn_ms, strict_fp32_case
 
 GRID = [(cell, h, b) for cell in ("LSTM", "GRU") for h in (64, 256, 1024) for b in (1, 10, 20)]
@@ -69,17 +68,7 @@ def layer_row(cell, hidden, batch, seq_len=100, top_k=2):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--layers", nargs="*", help="CELL:H:B, default GRNN's 18 layers")
-    args = ap.parse_args()
-    layers = [(c, int(h), int(b)) for c, h, b in (s.split(":") for s in args.layers)] if args.layers else GRID
-    with open(args.out, "a") as f:
-        for cell, hidden, batch in layers:
-            row = layer_row(cell, hidden, batch)
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct_tf32"}), flush=True)
+    run_layer_rows(__doc__.split("\n")[0], GRID, layer_row, hidden=("cudnn_direct_tf32",))
 
 
 if __name__ == "__main__":

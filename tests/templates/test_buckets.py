@@ -9,24 +9,19 @@ import numpy as np
 import pytest
 import tvm
 
-from persist_rnn.schedule.measure import as_params, kernel_arrays
+from persist_rnn.schedule.measure import kernel_arrays
 from tir_templates.config import Config
 from tir_templates.persistent import BARRIER_FLAG_WORD
 from tir_templates.persistent.buckets import bucketed_kernel, emulated_bucketed_kernel
 from tir_templates.reference import reference_scan
 from tir_templates.spec import CellSpec
+from templates.llvm_runs import run_on_llvm
 
 H, STEPS = 16, 4
 #: a CTA per batch row and direction up to 1, 4 CTAs meeting at the grid counter up to 4, then
 #: one CTA a direction walking chunks of 2 rows
 BUCKETS = [(1, Config(16, 4, 4, 1, batch_tile=1)), (4, Config(4, 4, 2, 4)), (None, Config(16, 4, 4, 2))]
 
-
-def _run_llvm(func, arrays):
-    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target="llvm")
-    tensors = [tvm.runtime.tensor(a) for a in as_params(func, arrays)]
-    lib["main"](*tensors)
-    return [t.numpy() for t in tensors]
 
 
 @pytest.mark.parametrize("batch", [1, 3, 4, 7])
@@ -35,8 +30,8 @@ def test_each_bucket_matches_the_reference(batch):
     spec = CellSpec("lstm", 8, H, "bidirectional", peepholes=True)
     arrays = kernel_arrays(spec, batch, STEPS, seed=batch, slots=3)
     arrays[3] = np.random.default_rng(batch).integers(0, STEPS + 1, batch).astype("int32")
-    want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
-    got = _run_llvm(emulated_bucketed_kernel(spec, BUCKETS), [a.copy() for a in arrays])
+    want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+    got = run_on_llvm(emulated_bucketed_kernel(spec, BUCKETS), [a.copy() for a in arrays])
     for name, g, w in zip(("Y", "Y_h", "Y_c"), got[7:10], want[7:10]):
         np.testing.assert_allclose(g, w, atol=1e-5, err_msg=name)
     ws = got[11]

@@ -17,10 +17,9 @@ import dataclasses
 
 import numpy as np
 import pytest
-import tvm
 from tvm.script import tirx as T
 
-from persist_rnn.schedule.measure import as_params, kernel_arrays
+from persist_rnn.schedule.measure import kernel_arrays
 from persist_rnn.schedule.precision import TOLERANCE
 from tir_templates.config import Config
 from tir_templates.persistent.dot_mma import tf32_rounded
@@ -31,15 +30,10 @@ from tir_templates.persistent import (
 )
 from tir_templates.reference import reference_scan
 from tir_templates.spec import Activation, CellSpec
+from templates.llvm_runs import run_on_llvm
 
 H, I, STEPS = 16, 8, 5
 
-
-def _run_llvm(func, arrays):
-    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target="llvm")
-    tensors = [tvm.runtime.tensor(a) for a in as_params(func, arrays)]
-    lib["main"](*tensors)
-    return [t.numpy() for t in tensors]
 
 
 CASES = [
@@ -130,8 +124,8 @@ def _emulation_matches_reference(spec, batch, cfg):
     arrays = kernel_arrays(spec, batch, STEPS, seed=3, slots=cfg.exchange_slots(spec))
     arrays[3] = np.random.default_rng(batch).integers(0, STEPS + 1, batch).astype("int32")  # ragged, some empty
     arrays[1] = arrays[1].astype(cfg.weight_dtype).astype("float32")  # R as the registers hold it
-    want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
-    got = _run_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
+    want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+    got = run_on_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
     for name, g, w in zip(("Y", "Y_h", "Y_c")[:3 if cell == "lstm" else 2], got[7:10], want[7:10]):
         np.testing.assert_allclose(g, w, atol=1e-5, err_msg=name)
     ws = got[11]
@@ -161,9 +155,9 @@ def test_operands_given_once_for_the_batch(cell, direction, batch, cfg, flags):
     full[5][:] = full[5][:, :1]
     given_once = [a.copy() for a in full]
     given_once[3], given_once[4], given_once[5] = full[3][:1].copy(), full[4][:, :1].copy(), full[5][:, :1].copy()
-    want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in full])
+    want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in full])
     for func in (reference_scan(once, "llvm"), emulated_persistent_kernel(once, cfg)):
-        got = _run_llvm(func, [a.copy() for a in given_once])
+        got = run_on_llvm(func, [a.copy() for a in given_once])
         for name, g, w in zip(("Y", "Y_h", "Y_c")[:3 if cell == "lstm" else 2], got[7:10], want[7:10]):
             np.testing.assert_allclose(g, w, atol=1e-5, err_msg=name)
 
@@ -183,8 +177,8 @@ def test_tf32_rounds_its_operands_within_the_bound(cell, direction, batch, cfg, 
     the rounding is really there."""
     spec = CellSpec(cell.rstrip("0"), I, H, direction, linear_before_reset=(cell == "gru"), **flags)
     arrays = kernel_arrays(spec, batch, STEPS, seed=3, slots=cfg.exchange_slots(spec))
-    want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
-    got = _run_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
+    want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+    got = run_on_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
     scale = max(1.0, float(np.abs(want[7]).max()))
     err = float(np.abs(got[7] - want[7]).max()) / scale
     assert 1e-5 < err <= TOLERANCE["tf32"], err
@@ -205,7 +199,7 @@ def test_tf32_rounding_is_round_to_nearest_ties_away():
         for i in range(x.size):
             b[i] = tf32_rounded(a[i])
 
-    got = _run_llvm(rounded, [x, np.zeros_like(x)])[1]
+    got = run_on_llvm(rounded, [x, np.zeros_like(x)])[1]
     m, e = np.frexp(x.astype("float64"))  # x = m 2^e, 0.5 <= |m| < 1: 11 significant bits are m's first 11
     want = (np.sign(m) * np.floor(np.abs(m) * 2.0 ** 11 + 0.5) / 2.0 ** 11 * 2.0 ** e).astype("float32")
     np.testing.assert_array_equal(got, want)
@@ -228,8 +222,8 @@ def test_f16_mma_rounds_h_within_the_fp16_bound(cell, direction, batch, cfg, fla
     spec = CellSpec(cell, I, H, direction, linear_before_reset=(cell == "gru"), dtype="float16", **flags)
     arrays = kernel_arrays(spec, batch, STEPS, seed=3, slots=cfg.exchange_slots(spec))
     arrays[1] = arrays[1].astype("float16").astype("float32")  # an fp16 model's weights
-    want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
-    got = _run_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
+    want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+    got = run_on_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
     y_got, y_want = got[7].astype("float32"), want[7].astype("float32")  # Y in fp16: subtract in fp32
     err = float(np.abs(y_got - y_want).max()) / max(1.0, float(np.abs(y_want).max()))
     assert 1e-5 < err <= 2e-3, err
@@ -247,8 +241,8 @@ def test_bf16_mma_rounds_h_within_the_bf16_bound(cell, direction, batch, cfg, fl
     spec = CellSpec(cell, I, H, direction, linear_before_reset=(cell == "gru"), dtype="bfloat16", **flags)
     arrays = kernel_arrays(spec, batch, STEPS, seed=3, slots=cfg.exchange_slots(spec))
     arrays[1] = arrays[1].astype(ml_dtypes.bfloat16).astype("float32")  # a bf16 model's weights
-    want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
-    got = _run_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
+    want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+    got = run_on_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
     y_got, y_want = got[7].astype("float32"), want[7].astype("float32")  # Y in bf16: subtract in fp32
     err = float(np.abs(y_got - y_want).max()) / max(1.0, float(np.abs(y_want).max()))
     assert 1e-4 < err <= 8e-3, err
@@ -279,8 +273,8 @@ def test_a_16_bit_lstm_returns_the_fp32_states_rounded_once(cell, direction, bat
     half = dataclasses.replace(fp32, dtype=dtype)
     arrays = kernel_arrays(fp32, batch, STEPS, seed=3, slots=cfg.exchange_slots(half))
     arrays[3] = np.random.default_rng(batch).integers(0, STEPS + 1, batch).astype("int32")  # ragged, some empty
-    want = _run_llvm(emulated_persistent_kernel(fp32, cfg), [a.copy() for a in arrays])
-    got = _run_llvm(emulated_persistent_kernel(half, cfg), [a.copy() for a in arrays])
+    want = run_on_llvm(emulated_persistent_kernel(fp32, cfg), [a.copy() for a in arrays])
+    got = run_on_llvm(emulated_persistent_kernel(half, cfg), [a.copy() for a in arrays])
     np_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
     for name, g, w in zip(("Y", "Y_h", "Y_c"), got[7:10], want[7:10]):
         assert g.dtype == np_dtype, name

@@ -10,19 +10,14 @@ import pytest
 import tvm
 
 from persist_rnn.bench.layer_models import cuda_source
-from persist_rnn.schedule.measure import as_params, kernel_arrays
+from persist_rnn.schedule.measure import kernel_arrays
 from tir_templates.reference import reference_scan
 from tir_templates.spec import Activation, CellSpec
 from tir_templates.streamed import BATCH_TILE, SMALL_TILE, streamed_scan
+from templates.llvm_runs import run_on_llvm
 
 STEPS = 5
 
-
-def _run_llvm(func, arrays):
-    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target="llvm")
-    tensors = [tvm.runtime.tensor(a) for a in as_params(func, arrays)]
-    lib["main"](*tensors)
-    return [t.numpy() for t in tensors]
 
 
 CASES = [
@@ -47,8 +42,8 @@ def test_emulated_streamed_scan_matches_the_reference(cell, direction, lbr, hidd
     arrays[3] = np.random.default_rng(batch).integers(0, STEPS + 1, batch).astype("int32")  # ragged, some empty
     if batch > 1:
         arrays[3][0] = 0  # an empty sequence: zero final states
-    want = _run_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
-    got = _run_llvm(streamed_scan(spec, emulate=True), [a.copy() for a in arrays])
+    want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+    got = run_on_llvm(streamed_scan(spec, emulate=True), [a.copy() for a in arrays])
     for name, g, w in zip(("Y", "Y_h", "Y_c")[:3 if cell == "lstm" else 2], got[7:10], want[7:10]):
         np.testing.assert_allclose(g, w, atol=1e-5, err_msg=name)  # fp32 sums in another order
 
