@@ -71,3 +71,30 @@ def test_the_normalization_matches_onnx_runtime_on_llvm():
         x = np.random.default_rng(length).standard_normal((batch, 2, length)).astype("float32")
         assert max_rel_error(compiled.run({"x": x}), ort_run(model, {"x": x})) <= 1e-4
 
+
+
+def _over_time(op, attrs, axes=None):
+    """(B, 3, T) -> `op` over T, the axis a symbolic length puts in every sequence model."""
+    inputs = ["x"] + (["axes"] if axes is not None else [])
+    inits = [numpy_helper.from_array(np.array(axes, "int64"), "axes")] if axes is not None else []
+    out_type = TensorProto.INT64 if op == "ArgMax" else TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node(op, inputs, ["y"], **attrs)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 3, "T"])],
+                              [helper.make_tensor_value_info("y", out_type, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("op, attrs, axes", [("ArgMax", {"axis": 2}, None), ("ReduceLogSumExp", {}, [2]),
+                                             ("ReduceProd", {"keepdims": 0}, [2]), ("Softmax", {"axis": 2}, None)])
+def test_other_reductions_over_a_symbolic_length_build_for_cuda(op, attrs, axes):
+    """An index reduction (two values a thread), a max and sum in turn, a product, a normalization:
+    each builds across threads where dlight's own rules leave it to the Fallback, and matches on llvm."""
+    model = _over_time(op, attrs, axes)
+    assert "__shfl" in _cuda_source(model)
+    compiled = persist_rnn.compile(model, "llvm")
+    x = (1 + 0.01 * np.random.default_rng(0).standard_normal((2, 3, 3000))).astype("float32")  # a finite product
+    got, want = compiled.run({"x": x}), ort_run(model, {"x": x})
+    np.testing.assert_allclose(np.asarray(got[0], "float64"), np.asarray(want[0], "float64"), rtol=1e-4, atol=1e-5)
