@@ -128,18 +128,18 @@ def _take_head(node, gm) -> None:
     takes its weight and bias (kwarg `head`) and its readers read the op's item 0, so that the
     layer's build runs it with its own dense kernel, as an ONNX build of the model does, where
     torch would run a GEMM of its own after the layer."""
-    import operator
-
-    [item] = node.users  # the only reader of the result: getitem(op, 0) (`_reads_final_states`)
-    readers = list(item.users)
+    items = list(node.users)  # getitem(op, 0) each (`_reads_final_states`)
+    if len(items) != 1:
+        return
+    readers = list(items[0].users)
     if len(readers) != 1 or readers[0].op != "call_function" or readers[0].target not in _LINEAR:
         return
+    item = items[0]
     linear = readers[0]
     args = dict(zip(("input", "weight", "bias"), linear.args), **linear.kwargs)
     weight, bias = args.get("weight"), args.get("bias")
     if args.get("input") is not item or not _is_weight(weight) or not (bias is None or _is_weight(bias)):
         return
-    assert item.target is operator.getitem
     node.kwargs = {**node.kwargs, "head": (weight, bias)}
     linear.replace_all_uses_with(item)
     gm.graph.erase_node(linear)
