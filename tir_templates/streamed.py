@@ -6,12 +6,13 @@ Read top to bottom:
                (zero for an empty sequence, ONNX Runtime's convention);
     the steps  a host loop over t launching, per step, one kernel of WARPS warps a CTA: each warp
                owns one hidden unit j of one direction. Its lanes read the unit's gate rows of R
-               side by side (consecutive k: each warp load is 128 contiguous bytes) and multiply
-               them with h(t-1) of up to BATCH_TILE batch rows at once (float4 loads where H is a
-               multiple of 128), so a weight is read once per tile of rows; a shuffle sums the lanes; lane i then updates batch row i of the
-               tile (the cell equations of cells.py) and writes h(t) into the other slot. The
-               kernel's end is the step's barrier. GRU with linear_before_reset=0 runs two kernels
-               a step: the reset gate's r * h(t-1) (slot 2) first, then z and the candidate.
+               side by side (consecutive k's: a warp's load is contiguous; float4 loads where H is
+               a multiple of 128) and multiply them with h(t-1) of up to BATCH_TILE batch rows at
+               once, so a weight is read once per tile of rows; a shuffle sums the lanes; lane i
+               then updates batch row i of the tile (the cell equations of cells.py) and writes
+               h(t) into the other slot. The kernel's end is the step's barrier. GRU with
+               linear_before_reset=0 runs two kernels a step: the reset gate's r * h(t-1)
+               (slot 2) first, then z and the candidate.
 The reference scan gives a (direction, batch row) pair one CTA, whose step reads every weight
 through one SM (about 10 ms a step at H=2048); here a step's weights are read by every SM at once,
 as cuDNN's per-step GEMMs read them, with one launch a step.

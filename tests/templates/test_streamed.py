@@ -53,7 +53,8 @@ def test_emulated_streamed_scan_matches_the_reference(cell, direction, lbr, hidd
 def test_builds_for_cuda_as_a_host_loop_of_step_kernels(arch):
     target = tvm.target.Target({"kind": "cuda", "arch": arch})
     for spec, step_kernels in ((CellSpec("lstm", 64, 2048), 1), (CellSpec("gru", 64, 4096, "bidirectional"), 2)):
-        built = tvm.compile(tvm.IRModule({"main": streamed_scan(spec).with_attr("global_symbol", "main")}), target=target)
+        func = streamed_scan(spec).with_attr("global_symbol", "main")
+        built = tvm.compile(tvm.IRModule({"main": func}), target=target)
         source = cuda_source(built)
         kernels = [line for line in source.splitlines() if line.startswith('extern "C" __global__') and "{" in line]
         assert len(kernels) == 1 + step_kernels  # init, then the step's
