@@ -94,7 +94,7 @@ class LayerReport:
         fused = [b["max_batch"] for b in self.stack_buckets if b["fused"]]
         if fused:  # the wavefront up to a batch, a kernel a layer above it
             stacked += f" (one wavefront kernel for B <= {max(fused)}, own kernel above)"
-        elif self.stack and self.lowering == "persistent":  # a kernel a layer where the wavefront could have fused them
+        elif self.stack and self.lowering in ("persistent", "streamed"):  # a kernel a layer, not the wavefront
             stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
         elif self.lowering == "wavefront" and self.stack_reason:  # one wavefront kernel: whose choice
             stacked += f" ({self.stack_reason})"

@@ -106,6 +106,14 @@ def test_hidden_sizes_past_the_chip_are_streamed_with_the_reason():
     assert compile_model(model, cuda, measure=False).report()[0].lowering == "reference"
 
 
+def test_a_streamed_layer_in_a_stack_says_why_it_runs_its_own_kernel():
+    from persist_rnn.report import LayerReport
+
+    layer = LayerReport("lstm1", "lstm", 2048, 2048, 1, "streamed", reason="a kernel a step",
+                        stack=["lstm0", "lstm1"], stack_reason="no wavefront config fits")
+    assert "layer 2 of 2 stacked (own kernel: no wavefront config fits)" in layer.line()
+
+
 def test_token_ids_outside_the_embedding_are_refused_naming_the_gather():
     """TVM's take runs in "fast" mode: an id past the table read past it (ONNX Runtime refuses)."""
     import os
