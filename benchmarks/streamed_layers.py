@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import persist_rnn  # noqa: E402
 from persist_rnn.bench.gpu_timing import cuda_ms, vm_call  # noqa: E402
 from persist_rnn.bench.layer_rows import run_layer_rows  # noqa: E402
+from persist_rnn.bench.suite import matched_ms  # noqa: E402
 from persist_rnn.bench.torch_layers import cudnn_ms, strict_fp32_case  # noqa: E402
 
 LAYERS = [(cell, h, b) for cell in ("LSTM", "GRU") for h in (2048, 4096) for b in (1, 16)]
@@ -39,7 +40,7 @@ def layer_row(cell, hidden, batch, seq_len=100):
     with torch.no_grad():
         direct = algorithm_rows(layer, x, want, lambda call: cuda_ms(call, calls=3, repeats=5))
     row["cudnn_direct"] = direct
-    timed = {a: r["ms"] for a, r in direct.items() if "ms" in r and r["max_diff"] < 1e-3}
+    timed = matched_ms(direct, 1e-3)
     if timed:
         row["cudnn_best_algo"] = min(timed, key=timed.get)
         row["cudnn_best_ms"] = timed[row["cudnn_best_algo"]]

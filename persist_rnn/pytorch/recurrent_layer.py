@@ -89,7 +89,9 @@ class RecurrentLayer:
                           head=head):
             outputs = self.torch_op(*self.torch_args(x, hx, params, has_biases, num_layers, dropout, train,
                                                      bidirectional, batch_first, table))
-            return outputs if head is None else (torch.nn.functional.linear(outputs[0], *head),)
+            if head is not None:
+                return (torch.nn.functional.linear(outputs[0], *head),)
+            return tuple(outputs) if self.final_states else (outputs[0],)
         states = [] if hx is None else list(hx) if isinstance(hx, (tuple, list)) else [hx]
         outputs = self.build(x, *states)
         return tuple(_flat(outputs)) if self.final_states else (outputs,)
