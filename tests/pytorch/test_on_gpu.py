@@ -39,7 +39,7 @@ def test_compile_module_on_cuda_matches_torch(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["char_rnn", "conv_bilstm_speech", "gru_enhancer"])
+@pytest.mark.parametrize("name", MODELS)
 def test_backend_on_cuda_matches_torch(name):
     module, example, _, other = _case(name)
     module = module.cuda()
