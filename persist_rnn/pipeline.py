@@ -7,7 +7,7 @@ from tvm import relax
 
 from .report import layer_report
 from .targets import as_target
-from .transform import DenseToProjection, ExactPower, PersistentRNN
+from .transform import ConvAsMatmul, DenseToProjection, ExactPower, PersistentRNN
 from .transform.buildable_schedules import ApplyBuildableSchedule
 
 
@@ -27,14 +27,16 @@ def pipeline(target, *, tuning_log=None, report: list | None = None, persistent:
     """The Relax pipeline that makes each recurrence persistent, then builds the rest of the model
     the way TVM builds it for `target` (legalization, fusion, dlight on GPUs, memory planning),
     with `power` made exact first (ExactPower: TVM's CUDA fast math gets negative bases wrong),
-    dense layers over symbolic rows as the projection GEMM on CUDA (DenseToProjection) and, for
+    convolutions with long reductions as im2col and a matmul (ConvAsMatmul), dense layers over
+    symbolic rows as the projection GEMM on CUDA (DenseToProjection) and, for
     CUDA, dlight's schedules kept to ones that build (`_cuda_pipeline`).
     `options` go to PersistentRNN (config, top_k, measure, unverified, precision); `report`, a list, receives
     one LayerReport per recurrent layer as the pass leaves them."""
     target = as_target(target)
     passes = [ExactPower()]
     if persistent:
-        passes += [PersistentRNN(target, tuning_log=tuning_log, **options), DenseToProjection(target)]
+        passes += [PersistentRNN(target, tuning_log=tuning_log, **options), ConvAsMatmul(target),
+                   DenseToProjection(target)]
     if report is not None:
         passes.append(_record_report(report))
     passes.append(_cuda_pipeline(target) if target.kind.name == "cuda" else relax.get_default_pipeline(target))

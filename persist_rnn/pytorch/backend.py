@@ -60,7 +60,9 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
         if why:
             outcome.runs_in, outcome.why = "torch", why
             continue
-        layer = RecurrentLayer(node.target, outcome.module, options, outcome, final_states=_reads_final_states(node))
+        hidden_index = _take_one_hidden_state(node) if _reads_final_states(node) else None
+        layer = RecurrentLayer(node.target, outcome.module, options, outcome,  # (a taken state is item 0)
+                               final_states=_reads_final_states(node), hidden_index=hidden_index)
         _take_zero_states(node)
         _take_embedding(node, gm)
         if not layer.final_states:
@@ -88,6 +90,39 @@ def _reads_final_states(node) -> bool:
 
     return any(user.op != "call_function" or user.target is not operator.getitem or user.args[1] != 0
                for user in node.users)
+
+
+def _take_one_hidden_state(node) -> int | None:
+    """Where the graph reads one final hidden state of the op alone (`h_n[-1]`, what a classifier
+    reads) and nothing else of its result: the index of that state, its readers made to read the
+    op's item 0, as they will find it there (RecurrentLayer's `hidden_index`); else None."""
+    import operator
+
+    def getitem_of(value, user) -> bool:
+        return user.op == "call_function" and user.target is operator.getitem and user.args[0] is value
+
+    items = [u for u in node.users if u.users or not getitem_of(node, u)]  # dead getitems read nothing
+    if len(items) != 1 or not getitem_of(node, items[0]) or items[0].args[1] != 1:
+        return None
+    hidden = items[0]
+    readers = list(hidden.users)
+    indices = {r.args[1] for r in readers if getitem_of(hidden, r) and isinstance(r.args[1], int)}
+    count = node.args[4] * (2 if node.args[7] else 1)  # num_layers x directions states
+    if not readers or len(indices) != 1 or len(readers) != len([r for r in readers if getitem_of(hidden, r)]):
+        return None
+    index = indices.pop()
+    if not -count <= index < count:
+        return None
+    graph = node.graph
+    with graph.inserting_after(node):
+        item = graph.call_function(operator.getitem, (node, 0))
+    for reader in readers:
+        reader.replace_all_uses_with(item)
+        graph.erase_node(reader)
+    for user in list(node.users):
+        if user is not item:
+            graph.erase_node(user)
+    return index % count
 
 
 def _take_zero_states(node) -> None:
@@ -124,7 +159,8 @@ def _is_weight(value) -> bool:
 
 
 def _take_head(node, gm) -> None:
-    """A Linear that alone reads the op's output sequence (item 0, the only item read): the op
+    """A Linear that alone reads the op's output sequence, or its one final hidden state read
+    (item 0, the only item read): the op
     takes its weight and bias (kwarg `head`) and its readers read the op's item 0, so that the
     layer's build runs it with its own dense kernel, as an ONNX build of the model does, where
     torch would run a GEMM of its own after the layer."""

@@ -69,17 +69,21 @@ class RecurrentLayer:
     of the model does (transform/embedding_projection.py), and zeroes no states. Where the graph
     reads only the op's output sequence (`final_states` False), the build returns that alone, so
     the final states' gathers are not computed (an ONNX build drops outputs the model does not
-    return); the op's result is then (y,). A Linear that alone reads that sequence may be taken
-    into the build too (`head`, its weight and bias): the result is then (its output,), computed
-    by the build's dense kernel as in an ONNX build of the model."""
+    return); the op's result is then (y,). Where the graph reads one final hidden state alone
+    (`h_n[-1]`, a classifier's input: `hidden_index`), the build returns that one, and the result is
+    (h_n[hidden_index],). A Linear that alone reads what the build returns may be taken into the
+    build too (`head`, its weight and bias): the result is then (its output,), computed by the
+    build's dense kernel as in an ONNX build of the model."""
 
-    def __init__(self, target, module_path: str, options: dict, outcome: LayerOutcome, final_states: bool = True):
+    def __init__(self, target, module_path: str, options: dict, outcome: LayerOutcome, final_states: bool = True,
+                 hidden_index: int | None = None):
         self.__name__ = "persist_rnn_layer"  # FX's code generation names a call_function target by it
         self.torch_op = target
         self.cell, self.module_class, self.nonlinearity = RECURRENT_OPS[target]
         self.options = options
         self.outcome = outcome
         self.final_states = final_states
+        self.hidden_index = None if final_states else hidden_index
         self.build = None
         self.key = None
 
@@ -89,9 +93,10 @@ class RecurrentLayer:
                           head=head):
             outputs = self.torch_op(*self.torch_args(x, hx, params, has_biases, num_layers, dropout, train,
                                                      bidirectional, batch_first, table))
-            if head is not None:
-                return (torch.nn.functional.linear(outputs[0], *head),)
-            return tuple(outputs) if self.final_states else (outputs[0],)
+            if self.final_states:
+                return tuple(outputs)
+            read = outputs[0] if self.hidden_index is None else outputs[1][self.hidden_index]
+            return (read,) if head is None else (torch.nn.functional.linear(read, *head),)
         states = [] if hx is None else list(hx) if isinstance(hx, (tuple, list)) else [hx]
         outputs = self.build(x, *states)
         return tuple(_flat(outputs)) if self.final_states else (outputs,)
@@ -133,7 +138,8 @@ class RecurrentLayer:
         """The compiled layer for these weights and this configuration (shared, `_BUILDS`)."""
         target = self.options.get("target", "auto")
         options = {k: v for k, v in self.options.items() if k != "target"}
-        build_key = (key, self.cell, self.nonlinearity, self.final_states, repr(target), repr(sorted(options.items())))
+        build_key = (key, self.cell, self.nonlinearity, self.final_states, self.hidden_index, repr(target),
+                     repr(sorted(options.items())))
         weights = _weights(params, table, head)
         if build_key in _BUILDS:
             build, refs = _BUILDS[build_key]
@@ -161,8 +167,8 @@ class RecurrentLayer:
             examples += [torch.zeros(num_layers * (2 if bidirectional else 1), 2, hidden, dtype=dtype, device=x.device)
                          for _ in names[1:]]
         dynamic = {"batch": {"x": batch_axis, **{n: 1 for n in names[1:]}}, "time": {"x": time_axis}}
-        build = compile_module(_Layer(layer, self.cell, table, self.final_states, head), tuple(examples), target=target,
-                               dynamic=dynamic, **options)
+        build = compile_module(_Layer(layer, self.cell, table, self.final_states, head, self.hidden_index),
+                               tuple(examples), target=target, dynamic=dynamic, **options)
         for report in build.compiled._report:  # "layer, layer 2 of 3" (_Layer.layer) -> "encoder.lstm, layer 2 of 3"
             report.module = self.outcome.module + report.module[len("layer"):]
         _BUILDS[build_key] = (build, [weakref.ref(w) for w in weights])
@@ -184,14 +190,15 @@ def _head_form(head):
 class _Layer(torch.nn.Module):
     """An nn.LSTM / GRU / RNN called as the FX op is (x, h0[, c0]), or without initial states (zero),
     behind an embedding lookup of `table` where the op's input was one, returning the output
-    sequence alone where `final_states` is False, through the Linear of `head` (weight, bias)
-    where one was taken."""
+    sequence alone where `final_states` is False (the final hidden state `hidden_index` alone
+    where that is set), through the Linear of `head` (weight, bias) where one was taken."""
 
-    def __init__(self, layer, cell: str, table=None, final_states: bool = True, head=None):
+    def __init__(self, layer, cell: str, table=None, final_states: bool = True, head=None, hidden_index=None):
         super().__init__()
         self.layer = layer
         self.cell = cell
         self.final_states = final_states
+        self.hidden_index = hidden_index
         self.embedding = None if table is None else torch.nn.Embedding.from_pretrained(table.detach().clone())
         self.head = None
         if head is not None:
@@ -209,7 +216,12 @@ class _Layer(torch.nn.Module):
         outputs = self.layer(x) if h0 is None else self.layer(x, (h0, c0) if self.cell == "lstm" else h0)
         if self.final_states:
             return outputs
-        return outputs[0] if self.head is None else self.head(outputs[0])
+        if self.hidden_index is None:
+            read = outputs[0]
+        else:
+            states = outputs[1]
+            read = (states[0] if self.cell == "lstm" else states)[self.hidden_index]
+        return read if self.head is None else self.head(read)
 
 
 def _flat(outputs):

@@ -91,16 +91,47 @@ def test_the_layer_takes_the_embedding_and_zero_states_the_graph_made_for_it_alo
 def test_a_layer_whose_final_states_nobody_reads_returns_its_sequence_alone(name, rest):
     """The char-RNN reads the LSTM's output sequence alone, through its output Linear: the layer's
     build returns that Linear's output alone (an ONNX build of the model runs the Linear after the
-    recurrence and drops the final states too); the text classifier reads h_n."""
+    recurrence and drops the final states too); the text classifier reads h_n[-1] alone, through
+    its Linear: the build returns that Linear's output of it."""
     module, example, _, other = examples()[name]
     compiled = torch.compile(module, backend="persist_rnn", options={"rest": rest})
     with torch.no_grad():
         for x in (example, other):
             assert relative_error(compiled(x), module(x)) <= 1e-4
     build_key, (build, _) = next(reversed(recurrent_layer._BUILDS.items()))
-    assert len(build.compiled.output_names) == (1 if name == "char_rnn" else 3)
+    assert len(build.compiled.output_names) == 1
     head = build_key[0][-1]  # (out_features, bias) of a Linear taken into the build
-    assert head == ((module.out.out_features, True) if name == "char_rnn" else None)
+    assert head == ((module.out if name == "char_rnn" else module.fc).out_features, True)
+
+
+class _ReadsHidden(torch.nn.Module):
+    """A stack whose final hidden state `index` is read (and its output sequence too, `and_y`)."""
+
+    def __init__(self, cell, index, and_y=False, bidirectional=False):
+        super().__init__()
+        self.rnn = getattr(torch.nn, cell)(6, 10, num_layers=2, bidirectional=bidirectional)
+        self.index, self.and_y = index, and_y
+
+    def forward(self, x):
+        y, states = self.rnn(x)
+        h = states[0] if isinstance(states, tuple) else states
+        return h[self.index] + y.sum(0)[:, :10] if self.and_y else h[self.index] * 2
+
+
+@pytest.mark.parametrize("cell, index, and_y, bidirectional, returned", [
+    ("LSTM", -1, False, False, 1), ("GRU", 0, False, False, 0), ("LSTM", -2, False, True, 2),
+    ("GRU", -1, True, False, None)], ids=["lstm h[-1]", "gru h[0]", "bidirectional h[-2]", "h[-1] and y"])
+def test_one_final_hidden_state_read_alone_is_all_the_build_returns(cell, index, and_y, bidirectional, returned):
+    torch.manual_seed(0)
+    module = _ReadsHidden(cell, index, and_y, bidirectional).eval()
+    compiled = torch.compile(module, backend="persist_rnn")
+    with torch.no_grad():
+        for batch in (1, 3):
+            x = torch.randn(5, batch, 6)
+            assert relative_error(compiled(x), module(x)) <= 1e-4
+    build_key, (build, _) = next(reversed(recurrent_layer._BUILDS.items()))
+    assert build_key[4] == returned  # the hidden state the build returns, by its index in h_n
+    assert len(build.compiled.output_names) == (1 if returned is not None else 2 if cell == "GRU" else 3)
 
 
 class _SequenceReadTwice(torch.nn.Module):
