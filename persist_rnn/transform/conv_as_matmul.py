@@ -1,29 +1,34 @@
 """ConvAsMatmul: on CUDA, a float32 convolution (conv1d or conv2d, one group, NCW / NCHW, constant
-weights) with a long reduction (C x kernel >= MIN_REDUCTION) runs as im2col (one injective kernel
-that lays each output position's inputs out as a row) and a matmul by the flattened weights, which
-DenseToProjection then runs as the projection GEMM (symbolic rows) and dlight's Matmul rule
-schedules (static rows).
+weights) runs as im2col (one kernel that lays each output position's inputs out as a row) and a
+matmul by the flattened weights, which DenseToProjection then runs as the projection GEMM
+(symbolic rows) and dlight's Matmul rule schedules (static rows).
 
 Why: dlight has no convolution rule. Its Fallback gives each output element one thread that reads
 its C x kernel inputs and weights alone: the CRNN's 3x3 convolutions over a 32 x 256 text line took
-2.37 ms at B=16 where torch's cuDNN took 0.49 (docs/data/torch-models-h200.jsonl). A short
-reduction (the CRNN's first layer, one channel x 3 x 3) keeps TVM's schedule: a thread per output
-reading nine values is as fast as a row would be, and im2col would write nine times the input.
+2.37 ms at B=16 where torch's cuDNN took 0.49 (docs/data/torch-models-h200.jsonl); its first
+convolution alone (one channel, 3 x 3) 111 µs against cuDNN's 22.
+
+im2col writes a row a thread block where rows are long (ROW_A_BLOCK elements or more): the row's
+position is divided out of its index once a thread, where dlight's Fallback (a thread an element,
+the other rows') divides each element's index by the symbolic extents in 64-bit arithmetic.
 """
 from __future__ import annotations
 
 import numpy as np
 import tvm
 from tvm.sym.analyzer import Analyzer
-from tvm import relax, te, tirx
+from tvm import relax, s_tir, te, tirx
 
 from tir_templates.gemm_signature import OPAQUE
 
 from ..targets import as_target
 from .batch_invariants import static_value
 
-#: the shortest reduction (in channels x kernel elements) that goes through im2col
-MIN_REDUCTION = 32
+#: the shortest reduction (channels x kernel elements) that goes through im2col: shorter ones are
+#: degenerate (a few taps of one channel), left to TVM
+MIN_REDUCTION = 8
+#: the shortest im2col row written by a thread block, its threads side by side along the row
+ROW_A_BLOCK = 32
 
 _LAYOUTS = {"relax.nn.conv1d": ("NCW", "OIW"), "relax.nn.conv2d": ("NCHW", "OIHW")}
 
@@ -84,6 +89,18 @@ def _channels_first(y: te.Tensor, x: te.Tensor, kernel, strides, pads, dilation)
     return te.compute([x.shape[0], y.shape[1], *out], value, name="channels_first")
 
 
+def _row_a_block(im2col: tirx.PrimFunc) -> tirx.PrimFunc:
+    """im2col scheduled a row a thread block: up to 256 threads along the row, each dividing the
+    row's index into batch and position once for its elements."""
+    sch = s_tir.Schedule(im2col)
+    row, k = sch.get_loops(sch.get_sblock("im2col"))
+    extent = int(sch.get(k).extent)
+    _, lane = sch.split(k, [None, min(256, -(-extent // 32) * 32)])
+    sch.bind(row, "blockIdx.x")
+    sch.bind(lane, "threadIdx.x")
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+
+
 def _conv(call, var2val):
     """(x, flattened weights (C * kernel, O), kernel, attrs) of a convolution this pass takes, or None."""
     if not (isinstance(call.op, tvm.ir.Op) and call.op.name in _LAYOUTS):
@@ -104,9 +121,9 @@ def _conv(call, var2val):
 
 @relax.expr_functor.mutator
 class _ConvRewriter(relax.PyExprMutator):
-    def __init__(self, mod, var2val: dict):
+    def __init__(self, mod, var2val: dict, blocks: bool):
         super().__init__(mod)
-        self.var2val = var2val
+        self.var2val, self.blocks = var2val, blocks
 
     def visit_call_(self, call):
         original = call
@@ -120,18 +137,20 @@ class _ConvRewriter(relax.PyExprMutator):
         im2col = self.builder_.call_te(_im2col, x, kernel, strides, pads, dilation,
                                        primfunc_name_hint="persist_rnn_im2col")
         kernel_gv = im2col.args[0]  # unfused: in its producer's kernel, the producer would run K times a value
-        self.builder_.update_func(kernel_gv, self.builder_.get()[kernel_gv].with_attr("op_pattern", OPAQUE))
+        func = self.builder_.get()[kernel_gv].with_attr("op_pattern", OPAQUE)
+        self.builder_.update_func(kernel_gv, _row_a_block(func) if self.blocks and weights.shape[0] >= ROW_A_BLOCK else func)
         rows = self.builder_.emit(im2col)
         out = self.builder_.emit(relax.op.matmul(rows, relax.const(weights, "float32")))
         return self.builder_.call_te(_channels_first, out, x, kernel, strides, pads, dilation,
                                      primfunc_name_hint="persist_rnn_channels_first")
 
 
-def conv_as_matmul(mod: tvm.IRModule) -> tvm.IRModule:
-    """The rewrite itself, whatever the target (the pass applies it on CUDA only)."""
+def conv_as_matmul(mod: tvm.IRModule, blocks: bool = True) -> tvm.IRModule:
+    """The rewrite itself, whatever the target (the pass applies it on CUDA only); `blocks` False
+    leaves every im2col to the target's default schedule (llvm's: a thread block is CUDA's)."""
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
-            rewriter = _ConvRewriter(mod, relax.analysis.get_var2val(func))
+            rewriter = _ConvRewriter(mod, relax.analysis.get_var2val(func), blocks)
             new_func = relax.analysis.remove_all_unused(rewriter.visit_expr(func))
             mod = rewriter.builder_.get()
             mod[gv] = new_func
