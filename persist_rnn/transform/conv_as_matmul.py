@@ -1,16 +1,19 @@
 """ConvAsMatmul: on CUDA, a float32 convolution (conv1d or conv2d, one group, NCW / NCHW, constant
-weights) runs as im2col (one kernel that lays each output position's inputs out as a row) and a
-matmul by the flattened weights, which DenseToProjection then runs as the projection GEMM
-(symbolic rows) and dlight's Matmul rule schedules (static rows).
+weights) with a reduction of MIN_REDUCTION elements or more runs as im2col (one kernel that lays
+each output position's inputs out as a row) and a matmul by the flattened weights, which
+DenseToProjection then runs as the projection GEMM (symbolic rows) and dlight's Matmul rule
+schedules (static rows).
 
 Why: dlight has no convolution rule. Its Fallback gives each output element one thread that reads
 its C x kernel inputs and weights alone: the CRNN's 3x3 convolutions over a 32 x 256 text line took
-2.37 ms at B=16 where torch's cuDNN took 0.49 (docs/data/torch-models-h200.jsonl); its first
-convolution alone (one channel, 3 x 3) 111 µs against cuDNN's 22.
+2.37 ms at B=16 where torch's cuDNN took 0.49 (docs/data/torch-models-h200.jsonl, runs F and G).
 
-im2col writes a row a thread block where rows are long (ROW_A_BLOCK elements or more): the row's
-position is divided out of its index once a thread, where dlight's Fallback (a thread an element,
-the other rows') divides each element's index by the symbolic extents in 64-bit arithmetic.
+im2col writes a row a thread block, its threads along the row, so that a row's position is
+divided out of its index once a thread; dlight's Fallback (a thread an element) divides each
+element's index by the symbolic extents: 70 µs against 45 for the CRNN's second im2col at B=16.
+A shorter reduction keeps TVM's schedule: the CRNN's first convolution (one channel, 3 x 3, 32
+outputs) took 111 µs so, and 270 µs as a GEMM (the narrow dense kernel, a warp a row, shuffles 32
+column sums for 9 products each) (runs G and H).
 """
 from __future__ import annotations
 
@@ -24,11 +27,8 @@ from tir_templates.gemm_signature import OPAQUE
 from ..targets import as_target
 from .batch_invariants import static_value
 
-#: the shortest reduction (channels x kernel elements) that goes through im2col: shorter ones are
-#: degenerate (a few taps of one channel), left to TVM
-MIN_REDUCTION = 8
-#: the shortest im2col row written by a thread block, its threads side by side along the row
-ROW_A_BLOCK = 32
+#: the shortest reduction (channels x kernel elements) that goes through im2col
+MIN_REDUCTION = 32
 
 _LAYOUTS = {"relax.nn.conv1d": ("NCW", "OIW"), "relax.nn.conv2d": ("NCHW", "OIHW")}
 
@@ -138,7 +138,7 @@ class _ConvRewriter(relax.PyExprMutator):
                                        primfunc_name_hint="persist_rnn_im2col")
         kernel_gv = im2col.args[0]  # unfused: in its producer's kernel, the producer would run K times a value
         func = self.builder_.get()[kernel_gv].with_attr("op_pattern", OPAQUE)
-        self.builder_.update_func(kernel_gv, _row_a_block(func) if self.blocks and weights.shape[0] >= ROW_A_BLOCK else func)
+        self.builder_.update_func(kernel_gv, _row_a_block(func) if self.blocks else func)
         rows = self.builder_.emit(im2col)
         out = self.builder_.emit(relax.op.matmul(rows, relax.const(weights, "float32")))
         return self.builder_.call_te(_channels_first, out, x, kernel, strides, pads, dilation,
