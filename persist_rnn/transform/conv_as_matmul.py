@@ -26,6 +26,7 @@ from tir_templates.gemm_signature import OPAQUE
 
 from ..targets import as_target
 from .batch_invariants import static_value
+from .function_rewrite import rewrite_functions
 
 #: the shortest reduction (channels x kernel elements) that goes through im2col
 MIN_REDUCTION = 32
@@ -148,13 +149,7 @@ class _ConvRewriter(relax.PyExprMutator):
 def conv_as_matmul(mod: tvm.IRModule, blocks: bool = True) -> tvm.IRModule:
     """The rewrite itself, whatever the target (the pass applies it on CUDA only); `blocks` False
     leaves every im2col to the target's default schedule (llvm's: a thread block is CUDA's)."""
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            rewriter = _ConvRewriter(mod, relax.analysis.get_var2val(func), blocks)
-            new_func = relax.analysis.remove_all_unused(rewriter.visit_expr(func))
-            mod = rewriter.builder_.get()
-            mod[gv] = new_func
-    return mod
+    return rewrite_functions(mod, lambda mod, var2val: _ConvRewriter(mod, var2val, blocks))
 
 
 def ConvAsMatmul(target) -> tvm.ir.transform.Pass:

@@ -23,6 +23,7 @@ from ..schedule.gpu import gpu_model
 from ..schedule.planner import target_arch
 from ..targets import as_target
 from .batch_invariants import static_value
+from .function_rewrite import rewrite_functions
 
 
 def _float32(expr) -> bool:
@@ -113,12 +114,6 @@ def DenseToProjection(target) -> tvm.ir.transform.Pass:
             return mod
         num_sms = gpu_model(target_arch(target)).num_sms
         kernels = {}
-        for gv, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                rewriter = _DenseRewriter(mod, relax.analysis.get_var2val(func), num_sms, kernels)
-                new_func = relax.analysis.remove_all_unused(rewriter.visit_expr(func))
-                mod = rewriter.builder_.get()
-                mod[gv] = new_func
-        return mod
+        return rewrite_functions(mod, lambda mod, var2val: _DenseRewriter(mod, var2val, num_sms, kernels))
 
     return _pass

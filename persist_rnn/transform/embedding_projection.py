@@ -29,6 +29,7 @@ from tir_templates.spec import ATTR_KEY
 
 from .batch_invariants import static_value
 from .call_sites import call_args, drop_uncalled
+from .function_rewrite import rewrite_functions
 from .layer_stacks import callee, is_op, through_views
 
 #: the largest projected table kept on the device (V x N x 4 bytes)
@@ -99,13 +100,11 @@ def fold_embedding_projections(mod: tvm.IRModule) -> tuple[tvm.IRModule, set[str
     input is such a lookup."""
     folded: set = set()
     layers: set[str] = set()
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, relax.Function):
-            fold = _Fold(mod, relax.analysis.get_var2val(func), folded)
-            new_func = relax.analysis.remove_all_unused(fold.visit_expr(func))
-            mod = fold.builder_.get()
-            mod[gv] = new_func
-            layers |= _fed_layers(mod, new_func, fold.lookups)
+
+    def fed(mod, new_func, fold):
+        layers.update(_fed_layers(mod, new_func, fold.lookups))
+
+    mod = rewrite_functions(mod, lambda mod, var2val: _Fold(mod, var2val, folded), fed)
     return drop_uncalled(mod, folded), layers
 
 

@@ -1,5 +1,5 @@
 """tir_templates.macro_lookup: TVMScript's macros find their parser by a frame walk in the pinned
-TVM, expand as before, and another TVM's lookup is left alone."""
+TVM and parse their definition once, expand as before, and another TVM's lookup is left alone."""
 from __future__ import annotations
 
 import tvm
@@ -10,9 +10,33 @@ import tir_templates  # noqa: F401  (installs the lookup)
 from tir_templates import macro_lookup
 
 
-def test_the_pinned_lookup_is_replaced():
+def test_the_pinned_lookups_are_replaced():
     assert ScriptMacro._find_parser_def is macro_lookup._find_parser_def
+    assert ScriptMacro.get_macro_def is macro_lookup.get_macro_def
     assert macro_lookup.install()
+
+
+def test_a_macro_is_parsed_once_however_often_it_expands(monkeypatch):
+    parsed = []
+
+    def counted(macro):
+        parsed.append(macro)
+        return macro_lookup_original(macro)
+
+    macro_lookup_original = macro_lookup._GET_MACRO_DEF
+    monkeypatch.setattr(macro_lookup, "_GET_MACRO_DEF", counted)
+
+    @T.macro
+    def add_one(a, i):
+        a[i] = a[i] + T.float32(1)
+
+    @T.prim_func(private=True)
+    def kernel(a: T.Buffer((4,), "float32")):
+        for i in range(4):
+            add_one(a, i)
+            add_one(a, i)
+
+    assert len(parsed) == 1 and str(kernel).count("+ T.float32(1.0)") == 2
 
 
 def test_a_macro_expands_through_the_walk():
