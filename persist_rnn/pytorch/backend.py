@@ -61,7 +61,8 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
             outcome.runs_in, outcome.why = "torch", why
             continue
         hidden_index = _take_one_hidden_state(node) if _reads_final_states(node) else None
-        layer = RecurrentLayer(node.target, outcome.module, options, outcome,  # (a taken state is item 0)
+        # where one state was taken, the graph reads item 0 alone now: final_states is False
+        layer = RecurrentLayer(node.target, outcome.module, options, outcome,
                                final_states=_reads_final_states(node), hidden_index=hidden_index)
         _take_zero_states(node)
         _take_embedding(node, gm)
@@ -160,10 +161,9 @@ def _is_weight(value) -> bool:
 
 def _take_head(node, gm) -> None:
     """A Linear that alone reads the op's output sequence, or its one final hidden state read
-    (item 0, the only item read): the op
-    takes its weight and bias (kwarg `head`) and its readers read the op's item 0, so that the
-    layer's build runs it with its own dense kernel, as an ONNX build of the model does, where
-    torch would run a GEMM of its own after the layer."""
+    (item 0, the only item read): the op takes its weight and bias (kwarg `head`) and its readers
+    read the op's item 0, so that the layer's build runs it with its own dense kernel, as an ONNX
+    build of the model does, where torch would run a GEMM of its own after the layer."""
     items = list(node.users)  # getitem(op, 0) each (`_reads_final_states`)
     if len(items) != 1:
         return
