@@ -87,6 +87,17 @@ def test_the_layer_takes_the_embedding_and_zero_states_the_graph_made_for_it_alo
     assert reports()[-1].runs_in == "persist_rnn" and not reports()[-1].layers[0].embedding_folded
 
 
+def _matches_torch_and_last_build(module, inputs, options=None):
+    """The module under the backend matches torch on each input; the key and build of the last
+    layer built."""
+    compiled = torch.compile(module, backend="persist_rnn", options=options)
+    with torch.no_grad():
+        for x in inputs:
+            assert relative_error(compiled(x), module(x)) <= 1e-4
+    build_key, (build, _) = next(reversed(recurrent_layer._BUILDS.items()))
+    return build_key, build
+
+
 @pytest.mark.parametrize("name, rest", [("char_rnn", "eager"), ("char_rnn", "inductor"), ("text_classifier", "inductor")])
 def test_a_layer_whose_final_states_nobody_reads_returns_its_sequence_alone(name, rest):
     """The char-RNN reads the LSTM's output sequence alone, through its output Linear: the layer's
@@ -94,11 +105,7 @@ def test_a_layer_whose_final_states_nobody_reads_returns_its_sequence_alone(name
     recurrence and drops the final states too); the text classifier reads h_n[-1] alone, through
     its Linear: the build returns that Linear's output of it."""
     module, example, _, other = examples()[name]
-    compiled = torch.compile(module, backend="persist_rnn", options={"rest": rest})
-    with torch.no_grad():
-        for x in (example, other):
-            assert relative_error(compiled(x), module(x)) <= 1e-4
-    build_key, (build, _) = next(reversed(recurrent_layer._BUILDS.items()))
+    build_key, build = _matches_torch_and_last_build(module, [example, other], {"rest": rest})
     assert len(build.compiled.output_names) == 1
     head = build_key[0][-1]  # (out_features, bias) of a Linear taken into the build
     assert head == ((module.out if name == "char_rnn" else module.fc).out_features, True)
@@ -124,12 +131,7 @@ class _ReadsHidden(torch.nn.Module):
 def test_one_final_hidden_state_read_alone_is_all_the_build_returns(cell, index, and_y, bidirectional, returned):
     torch.manual_seed(0)
     module = _ReadsHidden(cell, index, and_y, bidirectional).eval()
-    compiled = torch.compile(module, backend="persist_rnn")
-    with torch.no_grad():
-        for batch in (1, 3):
-            x = torch.randn(5, batch, 6)
-            assert relative_error(compiled(x), module(x)) <= 1e-4
-    build_key, (build, _) = next(reversed(recurrent_layer._BUILDS.items()))
+    build_key, build = _matches_torch_and_last_build(module, [torch.randn(5, batch, 6) for batch in (1, 3)])
     assert build_key[4] == returned  # the hidden state the build returns, by its index in h_n
     assert len(build.compiled.output_names) == (1 if returned is not None else 2 if cell == "GRU" else 3)
 
@@ -150,12 +152,7 @@ class _SequenceReadTwice(torch.nn.Module):
 def test_a_linear_is_taken_only_where_it_alone_reads_the_sequence():
     torch.manual_seed(0)
     module = _SequenceReadTwice().eval()
-    compiled = torch.compile(module, backend="persist_rnn")
-    with torch.no_grad():
-        for batch in (1, 4):
-            x = torch.randn(6, batch, 8)
-            assert relative_error(compiled(x), module(x)) <= 1e-4
-    build_key, (build, _) = next(reversed(recurrent_layer._BUILDS.items()))
+    build_key, build = _matches_torch_and_last_build(module, [torch.randn(6, batch, 8) for batch in (1, 4)])
     assert build_key[0][-1] is None and len(build.compiled.output_names) == 1
 
 
