@@ -60,10 +60,10 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
         if why:
             outcome.runs_in, outcome.why = "torch", why
             continue
-        hidden_index = _take_one_hidden_state(node) if _reads_final_states(node) else None
-        # where one state was taken, the graph reads item 0 alone now: final_states is False
+        reads_states = _reads_final_states(node)
+        hidden_index = _take_one_hidden_state(node) if reads_states else None
         layer = RecurrentLayer(node.target, outcome.module, options, outcome,
-                               final_states=_reads_final_states(node), hidden_index=hidden_index)
+                               final_states=reads_states and hidden_index is None, hidden_index=hidden_index)
         _take_zero_states(node)
         _take_embedding(node, gm)
         if not layer.final_states:
@@ -107,9 +107,11 @@ def _take_one_hidden_state(node) -> int | None:
         return None
     hidden = items[0]
     readers = list(hidden.users)
-    indices = {r.args[1] for r in readers if getitem_of(hidden, r) and isinstance(r.args[1], int)}
+    if not readers or not all(getitem_of(hidden, r) and isinstance(r.args[1], int) for r in readers):
+        return None  # (a slice h_n[1:] reads more than one state)
+    indices = {r.args[1] for r in readers}
     count = node.args[4] * (2 if node.args[7] else 1)  # num_layers x directions states
-    if not readers or len(indices) != 1 or len(readers) != len([r for r in readers if getitem_of(hidden, r)]):
+    if len(indices) != 1:
         return None
     index = indices.pop()
     if not -count <= index < count:

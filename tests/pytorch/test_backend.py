@@ -111,6 +111,25 @@ def test_a_layer_whose_final_states_nobody_reads_returns_its_sequence_alone(name
     assert head == ((module.out if name == "char_rnn" else module.fc).out_features, True)
 
 
+class _ReadsStateAndSlice(torch.nn.Module):
+    """h_n[-1] and the slice h_n[1:] read: more than one final state, so the build returns them all."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(6, 10, num_layers=2)
+
+    def forward(self, x):
+        _, h = self.rnn(x)
+        return h[-1] + h[1:].sum(0)
+
+
+def test_a_state_read_beside_a_slice_of_the_states_is_not_taken_alone():
+    torch.manual_seed(0)
+    build_key, build = _matches_torch_and_last_build(_ReadsStateAndSlice().eval(),
+                                                     [torch.randn(5, batch, 6) for batch in (1, 3)])
+    assert build_key[4] is None and len(build.compiled.output_names) == 2
+
+
 class _ReadsHidden(torch.nn.Module):
     """A stack whose final hidden state `index` is read (and its output sequence too, `and_y`)."""
 
