@@ -118,6 +118,7 @@ def run(names, batches, out, paths, trace=False):
 
     import persist_rnn
     import persist_rnn.pytorch.backend  # noqa: F401  (names the backend where persist_rnn is not installed)
+    from persist_rnn.pytorch.backend import reports
     from persist_rnn.bench.gpu_timing import graph_replay, interleaved_ms
 
     torch.backends.cudnn.allow_tf32 = False
@@ -136,8 +137,6 @@ def run(names, batches, out, paths, trace=False):
         backend = torch.compile(module, backend="persist_rnn", options={"measure": False})
         backend_inductor = (torch.compile(module, backend="persist_rnn", options={"measure": False, "rest": "inductor"})
                             if "backend_inductor" in paths else None)
-        from persist_rnn.pytorch.backend import reports
-
         met_before = len(reports())  # the layers this model's backend builds are the ones met after
         for batch in batches:
             x = make(batch).cuda()

@@ -103,21 +103,20 @@ def _row_a_block(im2col: tirx.PrimFunc) -> tirx.PrimFunc:
 
 
 def _conv(call, var2val):
-    """(x, flattened weights (C * kernel, O), kernel, attrs) of a convolution this pass takes, or None."""
+    """(flattened weights (C * kernel, O), kernel, attrs) of a convolution this pass takes, or None."""
     if not (isinstance(call.op, tvm.ir.Op) and call.op.name in _LAYOUTS):
         return None
     attrs, (data_layout, kernel_layout) = call.attrs, _LAYOUTS[call.op.name]
     if (int(attrs.groups) != 1 or attrs.data_layout != data_layout or attrs.kernel_layout != kernel_layout
             or attrs.out_layout != data_layout or str(attrs.out_dtype) not in ("", "void", "None", "float32")):
         return None
-    x, w = call.args[0], static_value(call.args[1], var2val)
-    ty = x.ty
+    ty, w = call.args[0].ty, static_value(call.args[1], var2val)
     if w is None or w.dtype != np.float32 or not isinstance(ty, relax.TensorType) or ty.dtype != "float32" \
             or ty.shape is None or not isinstance(ty.shape[1], tirx.IntImm):
         return None
     if w.shape[1] * int(np.prod(w.shape[2:])) < MIN_REDUCTION:
         return None
-    return x, np.ascontiguousarray(w.reshape(w.shape[0], -1).T), [int(k) for k in w.shape[2:]], attrs
+    return np.ascontiguousarray(w.reshape(w.shape[0], -1).T), [int(k) for k in w.shape[2:]], attrs
 
 
 @relax.expr_functor.mutator
@@ -132,7 +131,7 @@ class _ConvRewriter(relax.PyExprMutator):
         found = _conv(original, self.var2val)
         if found is None:
             return call
-        _, weights, kernel, attrs = found
+        weights, kernel, attrs = found
         x = call.args[0]  # as this mutator left it
         strides, pads, dilation = ([int(v) for v in a] for a in (attrs.strides, attrs.padding, attrs.dilation))
         im2col = self.builder_.call_te(_im2col, x, kernel, strides, pads, dilation,
