@@ -1,8 +1,10 @@
 """dlight's GPU schedules, with a Fallback rule wherever the chosen schedule would not build.
 
 The rules are TVM's own CUDA list (`relax/backend/cuda/pipeline.py`: Matmul, GEMV, Reduction,
-GeneralReduction), and last, where TVM has dlight's Fallback, RowReductionFallback: the same
-mapping, with long reductions read by a thread block each (transform/row_reduction_fallback.py).
+GeneralReduction), and last, where TVM has dlight's Fallback, RegisterReduction (a short reduction
+summed in a register, its epilogue in the same kernel: transform/register_reduction.py) and
+RowReductionFallback (the Fallback's mapping, with long reductions read by a thread block each:
+transform/row_reduction_fallback.py).
 
 dlight's Matmul rule (which takes convolutions too) stages tiles in local and shared buffers. When
 an extent is symbolic and not a plain variable (an OCR model's width after three stride-2
@@ -10,8 +12,8 @@ convolutions, `(image_width - 1) // 8 + 1`), those buffers get symbolic sizes, a
 CUDA codegen stops with "Can only handle constant size stack allocation" (ddddocr's OCR model: 11
 fused convolutions and its final Gemm). This pass runs TVM's own ApplyDefaultSchedule, then, for
 every function whose schedule allocates such a buffer, schedules the unscheduled function with
-the Fallback rule instead: one output element a thread (a thread block where the reduction is
-long), no staging buffers. It builds and computes the same sums, slower than a tiled kernel. Static sizes
+those last two rules instead: one output element a thread (a thread block where the reduction is
+long), no staging buffers but a register. It builds and computes the same sums, slower than a tiled kernel. Static sizes
 keep dlight's tiled schedule.
 
 A rule can also fail outright on symbolic extents (NSNet2's MatMul over `batch * frames` rows:
@@ -22,20 +24,29 @@ from __future__ import annotations
 
 import tvm
 
+from .register_reduction import RegisterReduction
 from .row_reduction_fallback import RowReductionFallback
 
 
 def default_schedule():
-    """TVM's CUDA ApplyDefaultSchedule, its Fallback rule replaced by RowReductionFallback."""
+    """TVM's CUDA ApplyDefaultSchedule, its Fallback rule replaced by RegisterReduction then
+    RowReductionFallback."""
     from tvm.s_tir import dlight as dl
 
     return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-                                   RowReductionFallback())
+                                   *untiled_rules())
 
 
-def _symbolic_staging(func) -> bool:
-    """Whether `func` allocates a local or shared buffer whose size is not a constant. dlight's
-    rules allocate their staging buffers in the root block."""
+def untiled_rules() -> list:
+    """The rules for what no tiled rule takes: short reductions in a register with their epilogue
+    (transform/register_reduction.py), then the Fallback's mapping."""
+    return [RegisterReduction(), RowReductionFallback()]
+
+
+def _declares_symbolic_staging(func) -> bool:
+    """Whether `func` declares a local or shared buffer whose size is not a constant. dlight's
+    rules declare their staging buffers in the root block. (RegisterReduction's register is
+    declared with the output's shape too; redone, it is scheduled the same.)"""
     root = getattr(func.body, "block", None) if isinstance(func, tvm.tirx.PrimFunc) else None
     return root is not None and any(
         buf.scope() in ("local", "shared", "shared.dyn") and not all(isinstance(d, tvm.tirx.IntImm) for d in buf.shape)
@@ -51,7 +62,7 @@ def ApplyBuildableSchedule(target) -> tvm.ir.transform.Pass:
 
     def fallback(funcs: dict) -> dict:
         with target:
-            done = dl.ApplyDefaultSchedule(RowReductionFallback())(tvm.IRModule(funcs))
+            done = dl.ApplyDefaultSchedule(*untiled_rules())(tvm.IRModule(funcs))
         return {gv: done[gv.name_hint] for gv in funcs}
 
     def one_by_one(funcs: dict) -> dict:
@@ -75,7 +86,7 @@ def ApplyBuildableSchedule(target) -> tvm.ir.transform.Pass:
             for gv, func in scheduled.items():
                 if func is not None:
                     mod[gv] = func
-        redo = {gv: before[gv] for gv, f in scheduled.items() if f is None or _symbolic_staging(f)}
+        redo = {gv: before[gv] for gv, f in scheduled.items() if f is None or _declares_symbolic_staging(f)}
         for gv, func in (fallback(redo) if redo else {}).items():
             mod[gv] = func
         return mod
