@@ -64,6 +64,9 @@ class CellSpec:
     #: "c0": a symbolic batch's default lengths and zero states, which would otherwise be filled
     #: by a kernel of their own on every call (signature.batch_row)
     batch_broadcast: tuple = ()
+    #: the weights are int8 values times their scales (a quantized model's): fp16 holds them to
+    #: within an eighth of the int8 step, so fp16 weights are no loss of the model's precision
+    int8_weights: bool = False
 
     def __post_init__(self):
         if not self.activations:
@@ -94,6 +97,8 @@ class CellSpec:
         d = dataclasses.asdict(self)
         if not d["batch_broadcast"]:
             del d["batch_broadcast"]  # what a spec's JSON was before the field: unchanged where unused
+        if not d["int8_weights"]:
+            del d["int8_weights"]  # (the same)
         return json.dumps(d, sort_keys=True)
 
     @classmethod

@@ -26,6 +26,7 @@ from .canonical import emit_canonical
 from .layer import read_layer
 from .gathers import CONVERTERS as GATHERS
 from .op_fixes import CONVERTERS as OP_FIXES
+from .quantized import int8_weight_nodes
 from .unrolled import emit_unrolled
 
 UNROLLED_ATTR = "persist_rnn.unrolled"
@@ -36,6 +37,7 @@ class _ImportOptions:
     unroll: bool
     target_kind: str
     unrolled: list  # CellSpec JSON of each layer lowered unrolled, in graph order
+    int8_weights: frozenset = frozenset()  # nodes whose weights are int8 values (frontend.quantized)
 
 
 _options: contextvars.ContextVar[_ImportOptions] = contextvars.ContextVar("persist_rnn_import")
@@ -53,6 +55,8 @@ class _RecurrentConverter(F.OnnxOpConverter):
                                   "needs opset 14 or later; expected no 'layout' at opset < 14")
         layer = read_layer(bb, cls.op, inputs, attr)
         opts = _options.get()
+        if layer.spec.node in opts.int8_weights:
+            layer.spec = dataclasses.replace(layer.spec, int8_weights=True)
         if opts.unroll:
             opts.unrolled.append(layer.spec.to_json())
             return emit_unrolled(bb, layer)
@@ -175,7 +179,8 @@ def from_onnx(model_or_path, shape_dict=None, *, unroll=False, target_kind="llvm
     """
     model = load_model(model_or_path)
     _refuse_unknown_ops(model.graph)
-    opts = _ImportOptions(unroll=unroll, target_kind=target_kind, unrolled=[])
+    opts = _ImportOptions(unroll=unroll, target_kind=target_kind, unrolled=[],
+                          int8_weights=frozenset(int8_weight_nodes(model)))
     token = _options.set(opts)
     chatter = io.StringIO()  # TVM prints a converter's inputs (IR dumps) before re-raising its error
     try:

@@ -73,8 +73,12 @@ def _weight_dtypes(spec: CellSpec) -> tuple[str, ...]:
     """The dtypes a layer's weights may be held in, the layer's own first: fp32 always (a 16-bit
     layer's weights are exact in fp32, and where registers allow it the fp32 kernel's step is
     shorter: on the H100 an fp16 LSTM H=64 B=1 took 52 us with fp16 weights, the fp32 layer 36),
-    fp16 for an fp16 layer, bf16 for a bf16 layer (its tensor-core configs only: `problems`)."""
-    return (spec.dtype, "float32") if spec.dtype in HALF_DTYPES else ("float32",)
+    fp16 for an fp16 layer, bf16 for a bf16 layer (its tensor-core configs only: `problems`), and
+    fp16 for an fp32 layer whose weights are int8 values (`CellSpec.int8_weights`: fp16 rounds
+    them by at most an eighth of their int8 step; the FMA units' configs only, with fp32 h)."""
+    if spec.dtype in HALF_DTYPES:
+        return (spec.dtype, "float32")
+    return ("float32", "float16") if spec.int8_weights else ("float32",)
 
 
 def most_common_problem(spec: CellSpec, gpu: GPUModel, batch: int | None) -> str:

@@ -1,0 +1,117 @@
+"""LSTM layers quantized by ONNX Runtime (`quantize_dynamic`, int8 weights, per tensor or per
+channel), compiled as users compile them, against what a user of the same layer has elsewhere,
+in the same run (T=100, input = hidden):
+- cuDNN fp16: torch's layer in fp16 (CUDA graph) and cuDNN's four algorithms called directly with
+  tensor ops, each checked against torch's fp16 output (cuDNN has no int8 recurrent path);
+- our fp16 build of the same layer (its ONNX export in fp16);
+- the same layer with its dequantized weights held in fp32 (the fp32 LSTM they stand for, not
+  named int8: at H=2048 the streamed scan).
+Ours is checked against ONNX Runtime (CPU) on the QDQ form of the same int8 weights (fp32
+activations). One JSON line per layer.
+
+    python benchmarks/quantized_layers.py --out quantized.jsonl [--hidden 1024 2048] [--batch 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import onnx
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import persist_rnn  # noqa: E402
+from persist_rnn.bench.gpu_timing import cuda_ms, graph_replay, interleaved_ms, vm_call  # noqa: E402
+from persist_rnn.bench.layer_models import max_rel_error  # noqa: E402
+from persist_rnn.bench.suite import matched_ms  # noqa: E402
+from persist_rnn.bench.torch_layers import PRECISIONS, at_precision, onnx_from_torch, torch_layer  # noqa: E402
+from persist_rnn.frontend.front_door import prepare  # noqa: E402
+from persist_rnn.frontend.quantized import INT8_NODES  # noqa: E402
+
+
+def quantize(model: onnx.ModelProto, per_channel: bool) -> onnx.ModelProto:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "q.onnx")
+        onnx.save(model, src)
+        quantize_dynamic(src, out, weight_type=QuantType.QInt8, per_channel=per_channel)
+        return onnx.load(out)
+
+
+def dequantized(quantized: onnx.ModelProto) -> onnx.ModelProto:
+    """The fp32 LSTM the int8 weights stand for: the model as persist_rnn's front door rewrites it,
+    without the property that names its weights int8 (so a build holds them in fp32)."""
+    model, _ = prepare(quantized, simplify=False)
+    kept = [prop for prop in model.metadata_props if prop.key != INT8_NODES]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    return model
+
+
+def qdq_reference(quantized: onnx.ModelProto, feeds: dict) -> list:
+    """ONNX Runtime (CPU) on the LSTM the int8 weights stand for (fp32 activations)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(dequantized(quantized).SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def layer_row(torch, hidden, batch, per_channel, seq_len=100):
+    from persist_rnn.bench.cudnn_direct import algorithm_rows
+
+    layer = torch_layer("LSTM", hidden, seed=hidden + batch)
+    x = torch.randn(seq_len, batch, hidden, device="cuda")
+    float_model = onnx_from_torch("LSTM", layer, seq_len, batch)
+    quantized = quantize(float_model, per_channel)
+    feeds = {"X": x.cpu().numpy()}
+    ours = persist_rnn.compile(quantized, "cuda", measure=False)
+    [report] = ours.report()
+    row = {"cell": "LSTM", "hidden": hidden, "batch": batch, "seq_len": seq_len,
+           "scales": "per channel" if per_channel else "per tensor", "lowering": report.lowering,
+           "config": report.config, "ours_err_vs_qdq": max_rel_error(ours.run(feeds), qdq_reference(quantized, feeds))}
+    as_fp32 = persist_rnn.compile(dequantized(quantized), "cuda", measure=False)
+    row["fp32_held_lowering"] = as_fp32.report()[0].lowering
+    fp16_model = onnx_from_torch("LSTM", layer, seq_len, batch, dtype="float16")
+    fp16_feeds = {"X": feeds["X"].astype("float16")}
+    ours_fp16 = persist_rnn.compile(fp16_model, "cuda", measure=False)
+    row["fp16_build_config"] = ours_fp16.report()[0].config
+    theirs, tx, want, bound = at_precision(layer, x, "fp16")
+    with torch.no_grad():
+        times = interleaved_ms({"ours_ms": vm_call(ours, feeds), "fp32_held_ms": vm_call(as_fp32, feeds),
+                                "ours_fp16_build_ms": vm_call(ours_fp16, fp16_feeds),
+                                "cudnn_fp16_graph_ms": graph_replay(lambda: theirs(tx))})
+        direct = algorithm_rows(theirs, tx, want, cuda_ms, math=PRECISIONS["fp16"][2])
+    row.update(times)
+    timed = {"torch_graph": times["cudnn_fp16_graph_ms"], **matched_ms(direct, bound)}
+    best = min(timed, key=timed.get)
+    row.update(cudnn_direct=direct, best_cudnn_fp16=best, best_cudnn_fp16_ms=timed[best],
+               best_cudnn_fp16_over_ours=timed[best] / times["ours_ms"],
+               fp16_build_over_ours=times["ours_fp16_build_ms"] / times["ours_ms"],
+               fp32_held_over_ours=times["fp32_held_ms"] / times["ours_ms"])
+    return row
+
+
+def main():
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--hidden", nargs="+", type=int, default=[1024, 2048])
+    ap.add_argument("--batch", nargs="+", type=int, default=[1])
+    ap.add_argument("--scales", nargs="+", choices=["tensor", "channel"], default=["tensor", "channel"])
+    args = ap.parse_args()
+    for hidden in args.hidden:
+        for batch in args.batch:
+            for scales in args.scales:
+                row = layer_row(torch, hidden, batch, scales == "channel")
+                print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}), flush=True)
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
