@@ -8,9 +8,10 @@ torch's cuDNN and matmuls: the same precision as ours), at batch 1 and 16 and a 
   model's configs, as `onnx` below gets them);
 - `onnx`: persist_rnn.compile of the ONNX file the repository ships for that model (examples/,
   tests/fixtures/corpus/*_torchscript.onnx), the road a user took before;
-- `backend`: torch.compile(module, backend="persist_rnn") (measure off), the graph's other ops as
-  torch's eager code; `backend_inductor` (a path to ask for) the same with options' "rest":
-  "inductor", those ops compiled by inductor around the layers;
+- `backend`: torch.compile(module, backend="persist_rnn") (measure off; options' "rest" at its
+  default, "auto": on the GPU the graph's other ops compiled by inductor around the layers);
+  `backend_eager` and `backend_inductor` (paths to ask for) the same with "rest" "eager" (those
+  ops as torch's eager code) and "inductor";
 - `inductor`: torch.compile(module), inductor's default, in a process of its own (`--peer
   inductor`): dynamo's allow_rnn off, its default, which the persist_rnn backend turns on; and
   once dynamo has skipped a forward for one backend (nn.LSTM with allow_rnn off) it runs that code
@@ -135,16 +136,16 @@ def run(names, batches, out, paths, trace=False):
         onnx_s = time.time() - started
         torch._dynamo.reset()
         backend = torch.compile(module, backend="persist_rnn", options={"measure": False})
-        backend_inductor = (torch.compile(module, backend="persist_rnn", options={"measure": False, "rest": "inductor"})
-                            if "backend_inductor" in paths else None)
+        pinned = {path: torch.compile(module, backend="persist_rnn", options={"measure": False, "rest": rest})
+                  for path, rest in (("backend_eager", "eager"), ("backend_inductor", "inductor")) if path in paths}
         met_before = len(reports())  # the layers this model's backend builds are the ones met after
         for batch in batches:
             x = make(batch).cuda()
             with torch.no_grad():
                 want = module(x)
                 calls = {"module": lambda: built_module(x), "backend": lambda: backend(x), "eager": lambda: module(x)}
-                if backend_inductor is not None:
-                    calls["backend_inductor"] = lambda: backend_inductor(x)
+                for path, compiled in pinned.items():
+                    calls[path] = lambda compiled=compiled: compiled(x)
                 if built_onnx is not None:  # (the examples' ONNX files hold other weights: its error is not ours)
                     calls["onnx"] = _onnx_call(built_onnx, x)
                 row = {"model": name, "batch": batch, "steps": STEPS[name], "precision": "fp32",
@@ -176,7 +177,7 @@ def main():
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--paths", default="module,onnx,backend",
                         help="persist_rnn's paths to build (module and backend always, eager always; also onnx, "
-                             "backend_inductor)")
+                             "backend_eager, backend_inductor)")
     parser.add_argument("--peer", choices=["inductor"], help="time this peer (and eager) in this process instead")
     parser.add_argument("--trace", action="store_true", help="also list the kernels of `module` and `backend`")
     args = parser.parse_args()

@@ -184,6 +184,29 @@ def test_the_rest_through_inductor():
     assert reports()[-1].runs_in == "persist_rnn"
 
 
+def test_the_rest_defaults_to_inductor_on_the_gpu_and_eager_on_the_cpu():
+    from persist_rnn.pytorch.backend import _on_gpu
+
+    cpu = [torch.randn(2, 3)]
+    assert not _on_gpu("auto", cpu) and not _on_gpu("llvm", cpu)
+    assert _on_gpu("cuda", cpu) and _on_gpu({"kind": "cuda", "arch": "sm_80"}, cpu)
+
+
+def test_a_graph_inductor_cannot_compile_runs_eagerly(monkeypatch):
+    """Inductor raising on the graph's other ops: they run eagerly, the layers still persist_rnn's."""
+    import torch._inductor.compile_fx as inductor
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(inductor, "compile_fx", refuse)
+    module, example, _, other = corpus("gru_enhancer")
+    compiled = torch.compile(module, backend="persist_rnn", options={"rest": "inductor"})
+    with torch.no_grad(), pytest.warns(UserWarning, match="inductor could not compile.*no C.. compiler"):
+        assert relative_error(compiled(example), module(example)) <= 1e-4
+    assert reports()[-1].runs_in == "persist_rnn"
+
+
 def test_what_the_backend_does_not_take_runs_as_torch():
     torch.manual_seed(0)
     before = len(reports())
