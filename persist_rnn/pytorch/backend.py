@@ -13,15 +13,19 @@ In each FX graph dynamo hands over, every recurrent op that persist_rnn takes is
 "inductor", each layer an opaque custom op for it) or as torch's eager code ("eager"). The default,
 "auto", is inductor for a graph on the GPU, where it fuses the ops around the layers into fewer
 kernels (an STFT front end's seven elementwise kernels: the backend went from 0.92x to 0.98-1.00x
-of `persist_rnn.compile(module)` on the H200, `docs/data/torch-models-h200.jsonl` run I), and eager
-on the CPU, where inductor's C++ build costs seconds a graph and the layers are most of the time.
-Where inductor raises, the graph runs eagerly instead (a warning says so). What the backend does not take (packed sequences: a graph break in dynamo; LSTM projections)
+of `persist_rnn.compile(module)` on the H200, `docs/data/torch-models-h200.jsonl` run I), unless a
+matrix product is left in the graph after the layers took their heads: inductor's GEMM over a
+dynamic batch ran a 50 us cuBLAS kernel where eager's linear took 2 us (a seq2seq encoder's bridge
+Linear at B=16, run J: the backend at 0.56x of compile(module) through inductor, 1.1x eager). On
+the CPU it is eager, where inductor's C++ build costs seconds a graph and the layers are most of
+the time. Where inductor raises, the graph runs eagerly instead (a warning says so). What the backend does not take (packed sequences: a graph break in dynamo; LSTM projections)
 runs as torch's own op, so every model torch runs, runs. `reports()` lists each layer's outcome.
 
     torch.compile(model, backend="persist_rnn", options={"target": "cuda", "precision": "fp32"})
 """
 from __future__ import annotations
 
+import operator
 import re
 import warnings
 
@@ -50,14 +54,13 @@ def _module_path(node) -> str:
 
 def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
     """The backend: `options` are persist_rnn.compile's (target, precision, tuning_log, wavefront,
-    ...) plus "rest": "auto" (default: inductor on the GPU, eager on the CPU), "inductor" or
-    "eager" for the graph's other ops."""
+    ...) plus "rest" for the graph's other ops: "auto" (default: inductor on the GPU unless a
+    matrix product is among them, else eager; module doc), "inductor" or "eager"."""
     options = dict(options or {})
     rest = options.pop("rest", "auto")
     if rest not in ("auto", "eager", "inductor"):
         raise PersistRNNError(f"options['rest'] = {rest!r}: expected 'auto', 'eager' or 'inductor'")
-    if rest == "auto":
-        rest = "inductor" if _on_gpu(options.get("target", "auto"), example_inputs) else "eager"
+    on_gpu = _on_gpu(options.get("target", "auto"), example_inputs)
     placeholders = dict(zip([n for n in gm.graph.nodes if n.op == "placeholder"], example_inputs))
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in RECURRENT_OPS:
@@ -77,8 +80,14 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
         if not layer.final_states:
             _take_head(node, gm)
         _build_now(layer, node, gm, placeholders)
-        node.target = _as_custom_op(layer) if rest == "inductor" else layer
+        node.target = layer
     gm.graph.eliminate_dead_code()  # the zero states and lookups the layers took
+    if rest == "auto":
+        rest = "inductor" if on_gpu and not _matrix_products(gm) else "eager"
+    if rest == "inductor":
+        for node in gm.graph.nodes:
+            if isinstance(node.target, RecurrentLayer):
+                node.target = _as_custom_op(node.target)
     gm.graph.lint()
     gm.recompile()
     if rest == "inductor":
@@ -90,6 +99,17 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
             warnings.warn(f"persist_rnn: inductor could not compile the graph's other ops ({type(err).__name__}: "
                           f"{str(err).splitlines()[0] if str(err) else ''}); they run eagerly", stacklevel=2)
     return gm.forward
+
+
+#: the FX targets of a matrix product (what `rest` "auto" leaves to eager torch; module doc)
+_MATRIX_PRODUCTS = (torch._C._nn.linear, torch.nn.functional.linear, torch.matmul, torch.mm, torch.bmm, torch.addmm,
+                    torch.Tensor.matmul, operator.matmul)
+
+
+def _matrix_products(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph computes a matrix product outside its recurrent layers."""
+    return any(n.op in ("call_function", "call_method") and (n.target in _MATRIX_PRODUCTS or n.target == "matmul")
+               for n in gm.graph.nodes)
 
 
 def _on_gpu(target, example_inputs) -> bool:
@@ -108,8 +128,6 @@ def _only_for(value, node) -> bool:
 
 def _reads_final_states(node) -> bool:
     """Whether the graph reads more of the op's result than its output sequence (item 0)."""
-    import operator
-
     return any(user.op != "call_function" or user.target is not operator.getitem or user.args[1] != 0
                for user in node.users)
 
@@ -118,8 +136,6 @@ def _take_one_hidden_state(node) -> int | None:
     """Where the graph reads one final hidden state of the op alone (`h_n[-1]`, what a classifier
     reads) and nothing else of its result: the index of that state, its readers made to read the
     op's item 0, as they will find it there (RecurrentLayer's `hidden_index`); else None."""
-    import operator
-
     def getitem_of(value, user) -> bool:
         return user.op == "call_function" and user.target is operator.getitem and user.args[0] is value
 

@@ -192,6 +192,22 @@ def test_the_rest_defaults_to_inductor_on_the_gpu_and_eager_on_the_cpu():
     assert _on_gpu("cuda", cpu) and _on_gpu({"kind": "cuda", "arch": "sm_80"}, cpu)
 
 
+def test_auto_leaves_graphs_with_a_matrix_product_to_eager():
+    """What "auto" reads: a GEMM left beside the layers (inductor's over a dynamic batch was 25x slower)."""
+    from persist_rnn.pytorch.backend import _matrix_products
+
+    def bridge(x, w):
+        return torch.tanh(torch.nn.functional.linear(x, w))
+
+    def product(x, w):
+        return x @ w
+
+    def elementwise(x, w):
+        return torch.log(torch.sqrt(x * x + w * w) + 1e-3)
+
+    assert [_matrix_products(torch.fx.symbolic_trace(f)) for f in (bridge, product, elementwise)] == [True, True, False]
+
+
 def test_a_graph_inductor_cannot_compile_runs_eagerly(monkeypatch):
     """Inductor raising on the graph's other ops: they run eagerly, the layers still persist_rnn's."""
     import torch._inductor.compile_fx as inductor
