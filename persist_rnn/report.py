@@ -76,6 +76,8 @@ class LayerReport:
     embedding_folded: bool = False
     #: compiled from a torch module: the layer's module path and place ("encoder.lstm, layer 2 of 3")
     module: str = ""
+    #: its weights are int8 values (a quantized model's) held in fp16 by its kernel (some bucket's, at least)
+    int8_weights_in_fp16: bool = False
 
     def __getitem__(self, key):
         return getattr(self, key)
@@ -98,9 +100,10 @@ class LayerReport:
             stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
         elif self.lowering == "wavefront" and self.stack_reason:  # one wavefront kernel: whose choice
             stacked += f" ({self.stack_reason})"
+        int8 = ", int8 weights held in fp16" if self.int8_weights_in_fp16 else ""
         name = f"{self.module} ({self.node})" if self.module else self.node
         return (f"{name}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
-                f"{dirs}: {self.lowering}{tf32}{folded}{early}{buckets}{stacked}{why}")
+                f"{dirs}: {self.lowering}{tf32}{int8}{folded}{early}{buckets}{stacked}{why}")
 
     def bucket_lines(self) -> list[str]:
         """One line per batch bucket: the batches it takes, its config and where it came from; and
@@ -160,6 +163,8 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
                               early_launch=EARLY_LAUNCH[1][0] in list(launch),
                               cooperative_launch=COOPERATIVE_LAUNCH[1][0] in list(launch),
                               tf32_step=lowering == "persistent" and any(c.tf32() for c in kernel_configs(func)),
+                              int8_weights_in_fp16=spec.int8_weights and lowering == "persistent" and any(
+                                  c.weight_dtype == "float16" for c in kernel_configs(func)),
                               buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]")),
                               stack=json.loads(_attr(func, STACK_ATTR, "{}")).get("stack", []),
                               stack_reason=_attr(func, STACK_REASON_ATTR),

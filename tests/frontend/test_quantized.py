@@ -238,6 +238,7 @@ def test_a_quantized_h2048_lstm_builds_persistent_for_cuda(tmp_path):
     compiled = persist_rnn.compile(_quantized(model, tmp_path, per_channel=True), CUDA, measure=False)
     [layer] = compiled.report()
     assert (layer.lowering, layer.config["weight_dtype"]) == ("persistent", "float16"), layer.reason
+    assert layer.int8_weights_in_fp16 and "persistent, int8 weights held in fp16" in layer.line()
 
 
 @pytest.mark.gpu
