@@ -343,6 +343,9 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"{cfg.num_ctas(spec)} CTAs cannot all be resident on {num_sms} SMs (one CTA per SM)")
     if cfg.weight_dtype not in ("float32", *HALF_DTYPES):
         out.append(f"weight_dtype {cfg.weight_dtype!r} (float32, float16, or bfloat16 on the tensor cores)")
+    if cfg.weight_dtype == "float16" and spec.dtype == "float32" and not spec.int8_weights:
+        out.append("weight_dtype 'float16' for an fp32 layer: only one whose weights are int8 values (a quantized "
+                   "model's, which fp16 holds to within an eighth of their step) may lose fp32's precision")
     if cfg.weight_dtype == "bfloat16" and not cfg.tensor_cores():
         out.append("weight_dtype 'bfloat16': on the tensor cores only (the FMA units take bf16 layers' fp32 weights)")
     if not cfg.tensor_cores() and not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):

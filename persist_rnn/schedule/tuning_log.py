@@ -29,8 +29,8 @@ STACK_KEY = "stack"
 
 
 def workload(spec: CellSpec, batch: int | None, arch: str, precision: str = "fp32") -> dict:
-    """The record's key; "precision" only for a build that allows less than fp32 (the records of
-    fp32 builds are what they were before the option)."""
+    """The record's key; "precision" only for a build that allows less than fp32, "int8_weights"
+    only for a quantized layer (the other records are what they were before either)."""
     wl = {
         "cell": spec.cell, "input_size": spec.input_size, "hidden_size": spec.hidden_size,
         "batch": batch, "directions": spec.num_directions, "dtype": spec.dtype,
@@ -38,6 +38,8 @@ def workload(spec: CellSpec, batch: int | None, arch: str, precision: str = "fp3
     }
     if precision != "fp32":
         wl["precision"] = precision
+    if spec.int8_weights:  # a quantized layer's records may hold its weights in fp16: never a float layer's
+        wl["int8_weights"] = True
     return wl
 
 
@@ -132,6 +134,8 @@ def lookup(path: str, wl: dict) -> Record | None:
     for rec in read(path):
         same_shape = all(rec.workload.get(k) == wl[k] for k in WORKLOAD_KEYS if k not in ("arch", "template_version"))
         if not same_shape or rec.workload.get("precision", "fp32") != wl.get("precision", "fp32"):
+            continue
+        if rec.workload.get("int8_weights", False) != wl.get("int8_weights", False):
             continue
         if rec.workload["arch"] != wl["arch"] or rec.workload["template_version"] != wl["template_version"]:
             stale.add(f"{rec.workload['arch']}, v{rec.workload['template_version']}")

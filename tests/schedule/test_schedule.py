@@ -248,6 +248,21 @@ def test_tuning_log_written_by_a_search(tmp_path):
     assert len(tuning_log.read(log)) == 1
 
 
+def test_a_quantized_layers_records_are_its_own(tmp_path):
+    """A quantized layer's record may hold its weights in fp16: the float layer of the same shape
+    never takes it (nor the other way round), and fp16 weights are a problem for a float fp32 layer."""
+    log = str(tmp_path / "tune.jsonl")
+    plain, int8 = CellSpec("lstm", 256, 256), CellSpec("lstm", 256, 256, int8_weights=True)
+    halves = Config(4, 16, 2, 10, "float16")
+    assert any("int8" in p for p in problems_on(plain, halves, H100))
+    assert not any("int8" in p for p in problems_on(int8, halves, H100))
+    tuning_log.append(log, _record(int8, cfg=halves))
+    assert tuning_log.lookup(log, tuning_log.workload(plain, 10, "sm_90")) is None
+    assert tuning_log.lookup(log, tuning_log.workload(int8, 10, "sm_90")).config == halves
+    plan = plan_layer(plain, TARGET, batch=10, tuning_log_path=log, measure=False)
+    assert plan.source == "cost_model" and plan.config.weight_dtype == "float32"
+
+
 def test_records_of_another_arch_or_version_are_ignored_with_a_warning(tmp_path):
     log = str(tmp_path / "tune.jsonl")
     spec = CellSpec("lstm", 256, 256)
