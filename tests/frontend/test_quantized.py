@@ -242,7 +242,8 @@ def test_a_quantized_h2048_lstm_builds_persistent_for_cuda(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("hidden,per_channel", [(256, False), (1024, False), (1024, True), (2048, False), (2048, True)])
+@pytest.mark.parametrize("hidden,per_channel", [(256, False), (512, True), (1024, False), (1024, True), (2048, False),
+                                                (2048, True)])
 def test_a_quantized_lstm_runs_persistent_on_the_gpu(tmp_path, hidden, per_channel):
     """On CUDA as on llvm: every layer persistent, the QDQ form within the int8 weights' bound (fp16
     where the planner holds them so, at H=2048, else fp32's), ONNX Runtime's quantized kernel within
@@ -260,11 +261,12 @@ def test_a_quantized_lstm_runs_persistent_on_the_gpu(tmp_path, hidden, per_chann
 
 
 @pytest.mark.gpu
-def test_the_char_rnn_quantized_runs_on_the_gpu(tmp_path):
-    """The char-RNN quantized by ONNX Runtime, as compile builds it for the GPU (its stack fused for
-    the small batch buckets), within ONNX Runtime's rounding."""
-    quantized = _quantized(onnx.load(os.path.join(EXAMPLES, "char_rnn.onnx")), tmp_path, per_channel=False)
-    feeds = dict(np.load(os.path.join(EXAMPLES, "char_rnn_inputs.npz")))
+@pytest.mark.parametrize("name,per_channel", [("char_rnn", False), ("text_classifier", True)])
+def test_shipped_examples_quantized_run_on_the_gpu(tmp_path, name, per_channel):
+    """The shipped examples quantized by ONNX Runtime, as compile builds them for the GPU (the
+    char-RNN's stack fused for the small batch buckets), within ONNX Runtime's rounding."""
+    quantized = _quantized(onnx.load(os.path.join(EXAMPLES, f"{name}.onnx")), tmp_path, per_channel=per_channel)
+    feeds = dict(np.load(os.path.join(EXAMPLES, f"{name}_inputs.npz")))
     compiled = persist_rnn.compile(quantized, "cuda", measure=False)
     assert {r.lowering for r in compiled.report()} == {"persistent"}
     _within_ort_rounding(compiled.run(feeds), quantized, feeds, INT8_WEIGHTS_TOLERANCE)
