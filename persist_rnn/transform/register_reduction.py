@@ -15,11 +15,10 @@ its epilogue. Anything else returns None and goes on to the Fallback.
 from __future__ import annotations
 
 from tvm import s_tir, tirx
-from tvm.s_tir.dlight.analysis import normalize_prim_func
-from tvm.s_tir.dlight.base import try_inline
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 
 from .row_reduction_fallback import is_long
+from .schedule_blocks import inlined_blocks, loops_by_kind
 from .staging_buffers import symbolic_staging
 
 #: threads a block: each sums one output element
@@ -32,20 +31,14 @@ class RegisterReduction(GPUScheduleRule):
     """A thread an output element, the sum in a register, the epilogue fused (module doc)."""
 
     def apply(self, func: tirx.PrimFunc, target, _tunable: bool) -> s_tir.Schedule | None:
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+        found = inlined_blocks(self, func, target)
+        if found is None:
             return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
-            return None
-        infos = try_inline(sch, infos)
+        sch, infos = found
         if not infos or not infos[0].is_reduction() or any(not info.is_injective() for info in infos[1:]):
             return None
         reduction_block, epilogue = infos[0].block_rv, [info.block_rv for info in infos[1:]]
-        loops = sch.get_loops(reduction_block)
-        by_kind = {"S": [], "R": [], "O": []}
-        for loop, kind in zip(loops, infos[0].dom_kind()):
-            by_kind[kind].append(loop)
+        by_kind = loops_by_kind(sch, infos[0])
         spatial, reduction = by_kind["S"], by_kind["R"]
         if by_kind["O"] or not spatial or not reduction or is_long(sch, reduction):
             return None

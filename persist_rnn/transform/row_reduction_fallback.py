@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight import base
-from tvm.s_tir.dlight.analysis import normalize_prim_func
-from tvm.s_tir.dlight.base import try_inline
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.s_tir.dlight.gpu.fallback import _has_internal_thread_env  # dlight's own check, kept identical
+
+from .schedule_blocks import inlined_blocks, loops_by_kind
 
 #: a reduction at least this long (or of a length known only at run time) is read by a thread block
 LONG_REDUCTION = 2048
@@ -48,23 +48,19 @@ class RowReductionFallback(GPUScheduleRule):
     """dlight's Fallback, with long reductions read by a thread block each (module doc)."""
 
     def apply(self, func: tirx.PrimFunc, target, _tunable: bool) -> s_tir.Schedule | None:
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+        found = inlined_blocks(self, func, target)
+        if found is None:
             return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
-            return None
+        sch, infos = found
         in_thread = []  # (block, first reduction loop) of reductions kept in one thread
-        for info in try_inline(sch, infos):
+        for info in infos:
             block = info.block_rv
             loops = sch.get_loops(block)
             if any(sch.get(loop).thread_binding is not None for loop in loops):
                 continue
             if not loops and _has_internal_thread_env(sch.get(block).body):
                 continue  # launches its own threads (an opaque sort)
-            by_kind = {"S": [], "R": [], "O": []}
-            for loop, kind in zip(loops, info.dom_kind()):
-                by_kind[kind].append(loop)
+            by_kind = loops_by_kind(sch, info)
             spatial, reduction, other = by_kind["S"], by_kind["R"], by_kind["O"]
             if not spatial:
                 spatial.append(sch.add_unit_loop(block))
