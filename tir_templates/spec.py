@@ -65,7 +65,7 @@ class CellSpec:
     #: by a kernel of their own on every call (signature.batch_row)
     batch_broadcast: tuple = ()
     #: the weights are int8 values times their scales (a quantized model's): fp16 holds them to
-    #: within an eighth of the int8 step, so fp16 weights are no loss of the model's precision
+    #: within an eighth of the int8 step, a rounding below the quantization's own half step
     int8_weights: bool = False
 
     def __post_init__(self):
