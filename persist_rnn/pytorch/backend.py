@@ -18,8 +18,10 @@ matrix product is left in the graph after the layers took their heads: inductor'
 dynamic batch ran a 50 us cuBLAS kernel where eager's linear took 2 us (a seq2seq encoder's bridge
 Linear at B=16, run J: the backend at 0.56x of compile(module) through inductor, 1.1x eager). On
 the CPU it is eager, where inductor's C++ build costs seconds a graph and the layers are most of
-the time. Where inductor raises, the graph runs eagerly instead (a warning says so). What the backend does not take (packed sequences: a graph break in dynamo; LSTM projections)
-runs as torch's own op, so every model torch runs, runs. `reports()` lists each layer's outcome.
+the time. Where inductor raises, the graph runs eagerly instead (a warning says so).
+
+What the backend does not take (packed sequences: a graph break in dynamo; LSTM projections) runs
+as torch's own op, so every model torch runs, runs. `reports()` lists each layer's outcome.
 
     torch.compile(model, backend="persist_rnn", options={"target": "cuda", "precision": "fp32"})
 """
