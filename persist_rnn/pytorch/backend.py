@@ -15,8 +15,9 @@ In each FX graph dynamo hands over, every recurrent op that persist_rnn takes is
 kernels (an STFT front end's seven elementwise kernels: the backend went from 0.92x to 0.98-1.00x
 of `persist_rnn.compile(module)` on the H200, `docs/data/torch-models-h200.jsonl` run I), unless a
 matrix product is left in the graph after the layers took their heads: inductor's GEMM over a
-dynamic batch ran a 50 us cuBLAS kernel where eager's linear took 2 us (a seq2seq encoder's bridge
-Linear at B=16, run J: the backend at 0.56x of compile(module) through inductor, 1.1x eager). On
+dynamic batch ran a 50 us cuBLAS kernel for a seq2seq encoder's 16 x 256 x 128 bridge Linear (run
+L's trace), the whole call with eager taking 50 us (the backend at 0.56x of compile(module)
+through inductor, run J; 1.1x eager, run K). On
 the CPU it is eager, where inductor's C++ build costs seconds a graph and the layers are most of
 the time. Where inductor raises, the graph runs eagerly instead (a warning says so).
 

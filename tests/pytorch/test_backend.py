@@ -193,7 +193,8 @@ def test_the_rest_defaults_to_inductor_on_the_gpu_and_eager_on_the_cpu():
 
 
 def test_auto_leaves_graphs_with_a_matrix_product_to_eager():
-    """What "auto" reads: a GEMM left beside the layers (inductor's over a dynamic batch was 25x slower)."""
+    """What "auto" reads: a GEMM left beside the layers (inductor's over a dynamic batch took as long
+    as the whole call left to eager)."""
     from persist_rnn.pytorch.backend import _matrix_products
 
     def bridge(x, w):
