@@ -63,7 +63,6 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
     rest = options.pop("rest", "auto")
     if rest not in ("auto", "eager", "inductor"):
         raise PersistRNNError(f"options['rest'] = {rest!r}: expected 'auto', 'eager' or 'inductor'")
-    on_gpu = _on_gpu(options.get("target", "auto"), example_inputs)
     placeholders = dict(zip([n for n in gm.graph.nodes if n.op == "placeholder"], example_inputs))
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in RECURRENT_OPS:
@@ -86,6 +85,7 @@ def persist_rnn_backend(gm: torch.fx.GraphModule, example_inputs, options: dict 
         node.target = layer
     gm.graph.eliminate_dead_code()  # the zero states and lookups the layers took
     if rest == "auto":
+        on_gpu = _on_gpu(options.get("target", "auto"), example_inputs)
         rest = "inductor" if on_gpu and not _matrix_products(gm) else "eager"
     if rest == "inductor":
         for node in gm.graph.nodes:

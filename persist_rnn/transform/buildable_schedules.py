@@ -13,8 +13,8 @@ CUDA codegen stops with "Can only handle constant size stack allocation" (ddddoc
 fused convolutions and its final Gemm). This pass runs TVM's own ApplyDefaultSchedule, then, for
 every function whose schedule allocates such a buffer, schedules the unscheduled function with
 those last two rules instead: one output element a thread (a thread block where the reduction is
-long), no staging buffers but a register. It builds and computes the same sums, slower than a tiled kernel. Static sizes
-keep dlight's tiled schedule.
+long), no staging buffers but a register. It builds and computes the same sums, slower than a
+tiled kernel. Static sizes keep dlight's tiled schedule.
 
 A rule can also fail outright on symbolic extents (NSNet2's MatMul over `batch * frames` rows:
 compute_at's "intset.HasLowerBound() && intset.HasUpperBound()"). Then each function is
@@ -26,6 +26,7 @@ import tvm
 
 from .register_reduction import RegisterReduction
 from .row_reduction_fallback import RowReductionFallback
+from .staging_buffers import declares_symbolic_staging
 
 
 def default_schedule():
@@ -41,16 +42,6 @@ def untiled_rules() -> list:
     """The rules for what no tiled rule takes: short reductions in a register with their epilogue
     (transform/register_reduction.py), then the Fallback's mapping."""
     return [RegisterReduction(), RowReductionFallback()]
-
-
-def _declares_symbolic_staging(func) -> bool:
-    """Whether `func` declares a local or shared buffer whose size is not a constant. dlight's
-    rules declare their staging buffers in the root block. (RegisterReduction's register is
-    declared with the output's shape too; redone, it is scheduled the same.)"""
-    root = getattr(func.body, "block", None) if isinstance(func, tvm.tirx.PrimFunc) else None
-    return root is not None and any(
-        buf.scope() in ("local", "shared", "shared.dyn") and not all(isinstance(d, tvm.tirx.IntImm) for d in buf.shape)
-        for buf in root.alloc_buffers)
 
 
 def ApplyBuildableSchedule(target) -> tvm.ir.transform.Pass:
@@ -86,7 +77,9 @@ def ApplyBuildableSchedule(target) -> tvm.ir.transform.Pass:
             for gv, func in scheduled.items():
                 if func is not None:
                     mod[gv] = func
-        redo = {gv: before[gv] for gv, f in scheduled.items() if f is None or _declares_symbolic_staging(f)}
+        # (RegisterReduction's register is declared with the output's shape too: redone, it is
+        # scheduled the same)
+        redo = {gv: before[gv] for gv, f in scheduled.items() if f is None or declares_symbolic_staging(f)}
         for gv, func in (fallback(redo) if redo else {}).items():
             mod[gv] = func
         return mod

@@ -11,8 +11,8 @@ from tvm import relax
 import persist_rnn
 from persist_rnn.frontend import from_onnx
 from persist_rnn.bench.layer_models import max_rel_error, ort_run
-from persist_rnn.transform.buildable_schedules import ApplyBuildableSchedule, _declares_symbolic_staging
-from persist_rnn.transform.staging_buffers import symbolic_staging
+from persist_rnn.transform.buildable_schedules import ApplyBuildableSchedule
+from persist_rnn.transform.staging_buffers import declares_symbolic_staging, symbolic_staging
 
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
 
@@ -42,7 +42,7 @@ def test_symbolic_staging_falls_back_and_builds():
         fused = tvm.ir.transform.Sequential(cuda.legalize_passes(CUDA)[:-1])(from_onnx(model))
         dlight = cuda.legalize_passes(CUDA)[-1]
         tiled = dlight(tvm.IRModule(dict(fused.functions)))  # a copy: dlight schedules in place
-        bad = [gv.name_hint for gv, f in tiled.functions.items() if _declares_symbolic_staging(f)]
+        bad = [gv.name_hint for gv, f in tiled.functions.items() if declares_symbolic_staging(f)]
         fixed = ApplyBuildableSchedule(CUDA)(fused)
     assert bad, "dlight no longer stages over symbolic extents: the fallback may be unneeded"
     assert not [gv.name_hint for gv, f in fixed.functions.items() if symbolic_staging(f)]
