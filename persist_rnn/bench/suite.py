@@ -350,6 +350,8 @@ def run_suite(out: str, parts=PARTS, tuning_log=None, unrolled_hidden=(256,), ex
 
             rows = []
             for op, h, b, precision in offgrid_set():
+                if layers and (op, h, b) not in set(layers):
+                    continue
                 rows.append(offgrid_row(op, h, b, precision))
                 f.write(json.dumps(rows[-1]) + "\n")
                 f.flush()

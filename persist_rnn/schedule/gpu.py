@@ -36,8 +36,14 @@ class GPUModel:
     resident_clusters: dict = dataclasses.field(default_factory=dict)
 
     def clusters_at_once(self, cluster: int) -> int:
-        """Clusters of `cluster` CTAs (one an SM) that run at once: measured, else num_sms // cluster."""
-        return int(self.resident_clusters.get(str(cluster), self.num_sms // max(cluster, 1)))
+        """Clusters of `cluster` CTAs (one an SM) that run at once: measured; else as many as of the
+        next larger measured size (a cluster fits wherever a larger one does, and a GPC holds
+        one cluster of 12 no more than one of 16); else num_sms // cluster."""
+        measured = {int(k): int(v) for k, v in self.resident_clusters.items()}
+        larger = [size for size in measured if size >= cluster]
+        if larger:
+            return measured[min(larger)]
+        return self.num_sms // max(cluster, 1)
 
     def barrier_us(self, ctas: int, kind: str = "grid") -> float:
         """Cost of a "grid" or "cluster" barrier across `ctas` CTAs, of a "dsmem" exchange of h

@@ -76,6 +76,15 @@ def _build_in_subprocess(spec: CellSpec, cfg: Config, target: tvm.target.Target,
     return path, time.perf_counter() - start
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container's or `taskset`'s share, which
+    `os.cpu_count` ignores)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 2
+
+
 class Builds:
     """Candidate kernels compiled in the background on every core, each (layer, config, target)
     once: a tune submits every bucket's and every layer's candidates up front, and times each
@@ -83,7 +92,7 @@ class Builds:
     subprocesses."""
 
     def __init__(self, workers: int | None = None):
-        self._pool = cf.ThreadPoolExecutor(workers or os.cpu_count() or 2)
+        self._pool = cf.ThreadPoolExecutor(workers or usable_cores())
         self._dir = tempfile.mkdtemp(prefix="persist_rnn_measure_")
         self._futures: dict[tuple, cf.Future] = {}
 
@@ -128,7 +137,7 @@ def build_many(spec: CellSpec, configs: list[Config], target: tvm.target.Target,
     """Compiled modules of `configs`, in order; compiled `workers` at a time, each in a process
     of its own (build_worker). With `skip_failures`, a config that does not compile gives None
     instead of raising."""
-    workers = workers or max(1, min(len(configs), (os.cpu_count() or 2) - 1))
+    workers = workers or max(1, min(len(configs), usable_cores() - 1))
     if workers == 1 or len(configs) == 1:
         return [build_kernel(persistent_kernel(spec, c), target) for c in configs]
     done = []

@@ -195,8 +195,12 @@ def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, 
 
 
 def waves(spec: CellSpec, cfg: Config, gpu, batch: int) -> int:
-    """Rounds of CTAs the GPU runs one launch in: batch tiles add CTAs as the batch grows."""
+    """Rounds the GPU runs one launch in: batch tiles add CTAs (or clusters, of which fewer run at
+    once than the SMs would hold: `GPUModel.clusters_at_once`) as the batch grows."""
     tiles = math.ceil(batch / cfg.batch_tile) if cfg.batch_tile else 1
+    per_direction = cfg.ctas_per_direction(spec)
+    if cfg.cluster and per_direction > 1:
+        return math.ceil(spec.num_directions * tiles / gpu.clusters_at_once(per_direction))
     return math.ceil(cfg.num_ctas(spec) * tiles / gpu.num_sms)
 
 

@@ -93,16 +93,21 @@ def most_common_problem(spec: CellSpec, gpu: GPUModel, batch: int | None) -> str
 
 def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUModel) -> list[int]:
     """Batch tiles worth trying when one CTA or one cluster holds a direction: powers of two
-    below the batch, as long as every CTA of every tile gets an SM of its own. For a batch
-    unknown until run time, ANY_BATCH_TILES (tiles never wait for each other, so a grid larger
-    than the SMs runs in waves, slower but correct)."""
+    below the batch, as long as every tile runs at once: every CTA gets an SM of its own and
+    every cluster fits beside the others (`GPUModel.clusters_at_once`: a cluster must fit one
+    GPC, so the H100 runs 7 clusters of 16 CTAs at once, not 8; on the H200 a GRU H=384 B=64
+    TF32 layer in 8 tiles of such clusters took 8.3 us a step, against the 3.1 predicted for
+    one wave: docs/data/offgrid-h200.jsonl). For a batch unknown until run time,
+    ANY_BATCH_TILES (tiles never wait for each other, so a grid larger than the GPU runs in
+    waves, slower but correct; the planner weighs the waves)."""
     per_direction = spec.hidden_size // tile_units
     if per_direction > gpu.max_cluster_ctas and per_direction > 1:
         return []
-    if batch is None:  # the grid grows with the batch at run time; the planner weighs the waves
+    if batch is None:
         return list(ANY_BATCH_TILES)
     tiles = [1 << k for k in range(8) if (1 << k) < batch]
-    return [t for t in tiles if spec.num_directions * math.ceil(batch / t) * per_direction <= gpu.num_sms]
+    at_once = gpu.clusters_at_once(per_direction) if per_direction > 1 else gpu.num_sms
+    return [t for t in tiles if spec.num_directions * math.ceil(batch / t) <= at_once]
 
 
 def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
