@@ -101,13 +101,27 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
         best_us, best = timed[0]
         plan = Plan(None, best, "measured", time_us=best_us)
         how = timing(spec, dev)
-    else:  # a tensor-core config on the model's word only where the calibration prices them
-        priced = prices_tensor_cores(gpu)
-        plan = Plan(None, next((c for _, c in ranked if priced or not c.tensor_cores()), ranked[0][1]), "cost_model")
+    else:
+        plan = Plan(None, model_pick(ranked, gpu, batch), "cost_model")
         how = "warm"
     if tuning_log_path:
         tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source, timing=how))
     return plan
+
+
+def model_pick(ranked: list[tuple[float, Config]], gpu, batch: int | None) -> Config:
+    """The cost model's choice without measurements: its first, but a tensor-core config only
+    where the calibration prices them, and at batch 1 only where no FMA-unit config fits. At B=1
+    the mma's 8 columns carry one batch row, and the model prices that right (GRU H=2048 fp16:
+    4.17 predicted, 4.19 us a step measured) but overprices the FMA units' shared-memory weights
+    there: on the H200 the FMA-unit config was 1.23-1.41x faster on each of the three layers
+    where both fit (LSTM H=1536 fp16 and bf16, GRU H=2048 fp16), and at B=2 the two were within
+    4% (docs/data/tc-registers-h200.jsonl)."""
+    priced = prices_tensor_cores(gpu)
+    usable = [c for _, c in ranked if priced or not c.tensor_cores()]
+    if batch == 1 and any(not c.tensor_cores() for c in usable):
+        usable = [c for c in usable if not c.tensor_cores()]
+    return usable[0] if usable else ranked[0][1]
 
 
 def _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision):

@@ -224,10 +224,32 @@ def test_tensor_cores_are_measured_never_trusted():
     assert len(measured) == 7 and sum(c.tensor_cores() for c in measured) == 2
     gru = CellSpec("gru", 1024, 1024, linear_before_reset=True)
     configs = candidate_configs(gru, H100, 20)
-    padded = [c for c in configs if c.tensor_cores()]
-    assert padded and all(c.row_gates(gru) * c.tile_units % 16 for c in padded)
+    padded = [c for c in configs if c.tensor_cores() and c.row_gates(gru) * c.tile_units % 16]
+    assert padded
     assert not any(unverified_reason(gru, c) for c in configs)
     assert any(c.tensor_cores() for c in to_measure(rank(gru, configs, H100, 20), 5))
+
+
+def test_tensor_core_threads_keep_only_their_fragments_in_registers():
+    """A tensor-core thread must hold its A and C fragments all sequence; the rest ptxas may spill.
+    On the H200 (docs/data/tc-registers-h200.jsonl) GRU H=1536 B=8 fp16 ran 3.95 us a step in
+    a config the full estimate put past the register file, against 7.90 for the FMA units' pick;
+    at B=1 the FMA units' config was faster wherever one fits, and bf16 GRU H=2048, which no
+    FMA-unit config fits, is persistent now (it streamed)."""
+    from persist_rnn.schedule.planner import model_pick
+    from persist_rnn.targets import as_target
+
+    gru = CellSpec("gru", 1536, 1536, linear_before_reset=True, dtype="float16")
+    ran = Config(16, 32, 16, 8, "float16", mma_k_split=4)
+    assert ran.live_registers(gru) < ran.registers(gru) and not problems_on(gru, ran, H100)
+    assert model_pick(rank(gru, candidate_configs(gru, H100, 8), H100, 8), H100, 8).tensor_cores()
+    for dtype, tensor_cores in (("float16", False), ("bfloat16", True)):
+        big = CellSpec("gru", 2048, 2048, linear_before_reset=True, dtype=dtype)
+        ranked = rank(big, candidate_configs(big, H100, 1), H100, 1)
+        assert ranked[0][1].tensor_cores()  # the model alone would take the tensor cores ...
+        assert model_pick(ranked, H100, 1).tensor_cores() == tensor_cores  # ... but not at B=1 beside FMA configs
+        plan = plan_layer(big, as_target("cuda"), batch=1, measure=False)
+        assert plan.config is not None and plan.config.tensor_cores() == tensor_cores
 
 
 def test_forced_config_is_checked():
