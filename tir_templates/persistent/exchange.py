@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ..gemm_staging import CP_ASYNC, commit_copies, wait_copies
 from ..signature import BARRIER_FLAG_WORD, batch_row
 from .cell_state import keep_cell_state
 from .stamped_exchange import flat_words, load_stamped_h, publish, stamped_value
@@ -106,50 +105,17 @@ def init_state(L, a, t):
 
 
 @T.macro
-def async_load_h(L, a, t, hs, slot, ch):
-    """`load_h` through cp.async.cg (L2, the point of coherence, to shared memory, no registers):
-    every vector in flight at once, then this thread waits for its own (the caller's
-    __syncthreads makes them everyone's). Rows past the batch are zero-filled. ncu on an LSTM
-    H=768 B=32 fp16 step (docs/data/ncu-tc-step-h200.txt) found 28% of the warps' stall samples
-    on the plain copy's shared stores, each waiting on its own global load."""
-    for e in range((L.BC * L.H // L.VEC + L.NT - 1) // L.NT):
-        if (e * L.NT + t.tx) * L.VEC < L.BC * L.H:  # the vector is in the chunk's tile (static)
-            T.cuda.func_call(
-                "prnn_cp_async16", T.address_of(hs[(e * L.NT + t.tx) * L.VEC // L.H, (e * L.NT + t.tx) * L.VEC % L.H]),
-                T.address_of(a.hb[slot, L.dir_of(t.cta),
-                                  T.if_then_else(T.Cast("int64", (e * L.NT + t.tx) * L.VEC)
-                                                 < T.min(a.n_b - ch * L.BC, T.int64(L.BC)) * L.H,
-                                                 ch * L.BC + (e * L.NT + t.tx) * L.VEC // L.H, 0),
-                                  (e * L.NT + t.tx) * L.VEC % L.H]),
-                T.if_then_else(T.Cast("int64", (e * L.NT + t.tx) * L.VEC) < T.min(a.n_b - ch * L.BC, T.int64(L.BC)) * L.H,
-                               16, 0),
-                source_code=CP_ASYNC)
-    T.evaluate(commit_copies())
-    T.evaluate(wait_copies(0))
-
-
-@T.macro
-def plain_load_h(L, a, t, hs, slot, ch):
-    """`load_h` through registers: a global load, then a shared store, per vector."""
+def load_h(L, a, t, hs, slot, ch):
+    """Exchange-buffer `slot` (h(t-1), or r * h(t-1)) of batch rows ch*BC .. ch*BC+BC-1 (all H
+    units) into shared memory, VEC-wide. Through `hb` itself, never a second view of it: nvcc
+    turns loads through a pointer the kernel never stores to into non-coherent (ld.global.nc)
+    loads, which may return what another thread or CTA overwrote earlier in the launch."""
     for e in range((L.BC * L.H // L.VEC + L.NT - 1) // L.NT):
         if T.Cast("int64", (e * L.NT + t.tx) * L.VEC) < T.min(a.n_b - ch * L.BC, T.int64(L.BC)) * L.H:
             for v in T.vectorized(L.VEC):
                 hs[(e * L.NT + t.tx) * L.VEC // L.H, (e * L.NT + t.tx) * L.VEC % L.H + v] = a.hb[
                     slot, L.dir_of(t.cta), ch * L.BC + (e * L.NT + t.tx) * L.VEC // L.H,
                     (e * L.NT + t.tx) * L.VEC % L.H + v]
-
-
-@T.macro
-def load_h(L, a, t, hs, slot, ch):
-    """Exchange-buffer `slot` (h(t-1), or r * h(t-1)) of batch rows ch*BC .. ch*BC+BC-1 (all H
-    units) into shared memory, VEC-wide. Through `hb` itself, never a second view of it: nvcc
-    turns loads through a pointer the kernel never stores to into non-coherent (ld.global.nc)
-    loads, which may return what another thread or CTA overwrote earlier in the launch.
-    With `L.ASYNC_H` the vectors go by cp.async (`async_load_h`)."""
-    if L.ASYNC_H:
-        async_load_h(L, a, t, hs, slot, ch)
-    else:
-        plain_load_h(L, a, t, hs, slot, ch)
 
 
 @T.macro

@@ -71,8 +71,6 @@ class Layout:
         self.stamped = bool(cfg.stamped)  # ... only once: then h(t-1) comes as stamped words (stamped_exchange.py)
         self.WORDS = cfg.stamped_words(spec)
         self.VEC = 4 if self.H % 4 == 0 else 1
-        # tensor cores: h(t-1) copied into shared memory by cp.async, every vector in flight at once
-        self.ASYNC_H = cfg.tensor_cores() and self.VEC == 4 and not emulate
         self.resident = cfg.resident(spec)  # one CTA holds the direction: h stays in shared memory
         self.dsmem = bool(cfg.h_on_chip(spec) and self.cluster)  # ... or a cluster's CTAs send it to each other
         self.h_on_chip = cfg.h_on_chip(spec)
