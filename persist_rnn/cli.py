@@ -449,13 +449,20 @@ def log_list(path):
         stacks = stack_log.read(path)
     except PersistRNNError as err:
         _fail(err)
+    from .schedule.cost_model import MODEL_VERSION
+
+    def source(rec):  # an unmeasured pick names its cost model's version, and whether this build takes it
+        if rec.source != "cost_model":
+            return rec.source
+        return f"cost_model v{rec.model_version}" + ("" if rec.model_version == MODEL_VERSION else ": not used by this build")
+
     for rec in records:
         w = rec.workload
         t = f"{rec.time_us:.2f} us/step" if rec.time_us is not None else "not measured"
         t += " (cold: L2 flushed before each launch)" if rec.timing == "cold" else ""
         allowed = f" precision={w['precision']}" if "precision" in w else ""  # a build that allowed less than fp32
         click.echo(f"{w['cell']} I={w['input_size']} H={w['hidden_size']} B={w['batch']} D={w['directions']} "
-                   f"{w['dtype']}{allowed} {w['arch']} v{w['template_version']}: {rec.config.as_dict()} {t} [{rec.source}]")
+                   f"{w['dtype']}{allowed} {w['arch']} v{w['template_version']}: {rec.config.as_dict()} {t} [{source(rec)}]")
     for rec in stacks:
         click.echo(stack_log.describe(rec))
 

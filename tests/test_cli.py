@@ -60,7 +60,10 @@ def test_log_list_and_merge(tmp_path):
     log = str(tmp_path / "a.jsonl")
     assert _run("compile", f"{FIX}/torch_rnn_relu.onnx", "-o", str(tmp_path / "m.so"), "--tuning-log", log).exit_code == 0
     res = _run("log", "list", log)
-    source = "[measured]" if present_device() is not None else "[cost_model]"  # compile times its top 5 on a GPU
+    from persist_rnn.schedule.cost_model import MODEL_VERSION
+
+    # compile times its top 5 on a GPU; an unmeasured pick names the model's version
+    source = "[measured]" if present_device() is not None else f"[cost_model v{MODEL_VERSION}]"
     assert "rnn I=10 H=8" in res.output and source in res.output and "precision=" not in res.output
     assert _run("compile", f"{FIX}/torch_rnn_relu.onnx", "-o", str(tmp_path / "m.so"), "--tuning-log", log,
                 "--precision", "tf32").exit_code == 0

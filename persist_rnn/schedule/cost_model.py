@@ -29,6 +29,11 @@ UPDATE_INSTR = {"lstm": 110, "gru": 90, "rnn": 40}
 MMA_ISSUE_SLOTS = 8
 FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_wavefronts", "lds_issue",
             "shuffle_issue", "update_issue", "mma_issue", "mma_chain")
+#: the version of the model and of the planner's rules for a pick without measurements: a tuning
+#: log's unmeasured picks ("cost_model" records) made by another version are not used
+#: (`tuning_log.lookup`). 1: records without the field; 2: clusters that run at once, tensor-core
+#: configs held to their fragments in registers, FMA units at batch 1 (docs/cost-model.md)
+MODEL_VERSION = 2
 #: the tensor-core terms: an mma's issue cost and its accumulation chain (judged, and refittable, on a
 #: side-by-side sweep: `fit.tensor_core_report`)
 MMA_FEATURES = ("mma_issue", "mma_chain")

@@ -4,7 +4,9 @@ A record is {"workload": {...}, "config": {...}, "time_us": float | null, "sourc
 "created": str}, and "timing": "cold" for a kernel timed with L2 flushed before each launch
 (`measure.timing`; absent: back-to-back launches). The workload names everything the best config
 depends on, including the GPU arch and the template version; records of another arch or version
-are ignored with a warning. Cold and warm times do not compare: a workload's best record is the
+are ignored with a warning. A "cost_model" record (the model's pick, nothing timed) also carries
+"model_version" (`cost_model.MODEL_VERSION`; absent: 1), and one made by another version of the
+model is ignored with a warning too: measured records hold whatever the model becomes. Cold and warm times do not compare: a workload's best record is the
 fastest of those timed as its newest measured record was (a re-tune by a later method wins).
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tir_templates.config import TEMPLATE_VERSION, Config
 from tir_templates.spec import CellSpec
 
 from ..errors import PersistRNNError
+from .cost_model import MODEL_VERSION
 
 WORKLOAD_KEYS = ("cell", "input_size", "hidden_size", "batch", "directions", "dtype",
                  "linear_before_reset", "arch", "template_version")
@@ -51,12 +54,20 @@ class Record:
     source: str
     created: str = ""
     timing: str = "warm"
+    #: the cost model's version that made a "cost_model" record (None for a measured one)
+    model_version: int | None = None
+
+    def __post_init__(self):
+        if self.source == "cost_model" and self.model_version is None:
+            self.model_version = MODEL_VERSION
 
     def to_json(self) -> str:
         d = {"workload": self.workload, "config": self.config.as_dict(), "time_us": self.time_us,
              "source": self.source, "created": self.created}
         if self.timing != "warm":
             d["timing"] = self.timing
+        if self.source == "cost_model":
+            d["model_version"] = self.model_version
         return json.dumps(d, sort_keys=True)
 
 
@@ -88,7 +99,10 @@ def _parse(line: str, where: str) -> Record:
     how = d.get("timing", "warm")
     if how not in TIMINGS:
         raise PersistRNNError(f"{where}: timing {how!r}, expected one of {TIMINGS}")
-    return Record(wl, config, None if t is None else float(t), d["source"], str(d.get("created", "")), how)
+    version = d.get("model_version", 1) if d["source"] == "cost_model" else None
+    if version is not None and not isinstance(version, int):
+        raise PersistRNNError(f"{where}: model_version must be an integer")
+    return Record(wl, config, None if t is None else float(t), d["source"], str(d.get("created", "")), how, version)
 
 
 def _lines(path: str) -> list[tuple[str, str]]:
@@ -130,7 +144,7 @@ def stack_lines(path: str) -> list[tuple[dict, str]]:
 
 def lookup(path: str, wl: dict) -> Record | None:
     """The best (fastest measured, else newest) record for workload `wl`."""
-    hits, stale = [], set()
+    hits, stale, outdated = [], set(), set()
     for rec in read(path):
         same_shape = all(rec.workload.get(k) == wl[k] for k in WORKLOAD_KEYS if k not in ("arch", "template_version"))
         if not same_shape or rec.workload.get("precision", "fp32") != wl.get("precision", "fp32"):
@@ -140,10 +154,17 @@ def lookup(path: str, wl: dict) -> Record | None:
         if rec.workload["arch"] != wl["arch"] or rec.workload["template_version"] != wl["template_version"]:
             stale.add(f"{rec.workload['arch']}, v{rec.workload['template_version']}")
             continue
+        if rec.source == "cost_model" and rec.model_version != MODEL_VERSION:
+            outdated.add(rec.model_version)
+            continue
         hits.append(rec)
     if stale and not hits:
         warnings.warn(f"{path}: the records for this workload were made for {'; '.join(sorted(stale))} (this build: "
                       f"{wl['arch']}, template v{wl['template_version']}) and are not used")
+    if outdated and not hits:
+        versions = ", ".join(f"v{v}" for v in sorted(outdated))
+        warnings.warn(f"{path}: the record for this workload is a pick of cost model {versions}, nothing measured "
+                      f"(this build's model: v{MODEL_VERSION}), and is not used; `persist-rnn tune` measures one")
     return best(hits)
 
 

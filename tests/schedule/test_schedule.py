@@ -286,6 +286,28 @@ def test_tuning_log_written_by_a_search(tmp_path):
     assert len(tuning_log.read(log)) == 1
 
 
+def test_picks_of_another_cost_model_are_not_used(tmp_path):
+    """A "cost_model" record carries the model's version; one of another version (or none: v1) is
+    not used, with a warning naming both, while a measured record of any age is."""
+    from persist_rnn.schedule.cost_model import MODEL_VERSION
+
+    log = str(tmp_path / "tune.jsonl")
+    spec = CellSpec("lstm", 256, 256)
+    wl = tuning_log.workload(spec, 10, "sm_90")
+    old_pick = json.loads(_record(spec, cfg=Config(8, 8, 1, 10), time_us=None, source="cost_model").to_json())
+    assert old_pick.pop("model_version") == MODEL_VERSION  # written with this build's version
+    with open(log, "w") as f:
+        f.write(json.dumps(old_pick) + "\n")  # as an older build wrote it: no version
+    with pytest.warns(UserWarning, match=f"pick of cost model v1, nothing measured .this build's model: v{MODEL_VERSION}"):
+        assert tuning_log.lookup(log, wl) is None
+    with pytest.warns(UserWarning, match="cost model v1"):
+        plan = plan_layer(spec, TARGET, batch=10, tuning_log_path=log, measure=False)
+    assert plan.source == "cost_model"  # the model's own pick, appended with this version
+    assert tuning_log.lookup(log, wl).model_version == MODEL_VERSION
+    tuning_log.append(log, _record(spec, cfg=Config(4, 16, 2, 10), time_us=3.0))
+    assert tuning_log.lookup(log, wl).config == Config(4, 16, 2, 10)
+
+
 def test_a_quantized_layers_records_are_its_own(tmp_path):
     """A quantized layer's record may hold its weights in fp16: the float layer of the same shape
     never takes it (nor the other way round), and fp16 weights are a problem for a float fp32 layer."""
