@@ -432,7 +432,9 @@ def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
     if cfg.smem_runs or cfg.batch_tile or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
         out.append("tensor cores: weights all in registers, no batch tiles, group_size 32 and rows_per_group 16")
     k = cfg.mma_k()
-    if spec.hidden_size % k or (spec.hidden_size // k) % cfg.mma_k_split:
+    if spec.hidden_size % k:
+        out.append(f"tensor cores: hidden_size {spec.hidden_size} is not a multiple of the mma's k ({k})")
+    elif (spec.hidden_size // k) % cfg.mma_k_split:
         out.append(f"tensor cores: {spec.hidden_size // k} k-tiles of {k} columns do not split over "
                    f"{cfg.mma_k_split} warps")
     return out

@@ -27,7 +27,7 @@ from .cost_model import prices_tensor_cores, rank, step_us
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
-from .space import candidate_configs, most_common_problem, problems_on
+from .space import candidate_configs, most_common_problem, no_tensor_cores, problems_on
 
 
 #: the batch buckets of a layer whose batch is known only at run time
@@ -39,7 +39,7 @@ class Plan:
     kernel: tvm.tirx.PrimFunc | None
     config: Config | None = None
     source: str = ""  # "tuning_log" | "cost_model" | "measured"
-    reason: str = ""  # why not persistent
+    reason: str = ""  # why not persistent; for a persistent plan, why its step has no tensor cores where it might
     time_us: float | None = None
     #: a batch known only at run time: one dict per bucket (max_batch, None for the last; config;
     #: source; time_us), each bucket's kernel inside `kernel`
@@ -73,7 +73,22 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
                             measure=bool(measure), progress=progress, unverified=unverified, precision=precision)
     plan = choose(spec, target, batch, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
                   progress=progress, unverified=unverified, precision=precision)
-    return plan if plan.config is None else _kernel(spec, plan.config, plan.source, plan.time_us)
+    if plan.config is None:
+        return plan
+    built = _kernel(spec, plan.config, plan.source, plan.time_us)
+    if built.kernel is not None:
+        built.reason = tensor_core_note(spec, gpu, batch, precision, [plan.config])
+    return built
+
+
+def tensor_core_note(spec: CellSpec, gpu, batch: int | None, precision: str, configs: list[Config]) -> str:
+    """For a layer whose step could want the tensor cores (16-bit, or a build at TF32) but got the
+    FMA units because no tensor-core config runs it: the FMA units, and why (space.no_tensor_cores)."""
+    wants = spec.dtype in ("float16", "bfloat16") or precision == "tf32"
+    if not wants or any(c.tensor_cores() for c in configs):
+        return ""
+    why = no_tensor_cores(spec, gpu, batch, precision)
+    return f"FMA units: no tensor-core config runs this layer ({why})" if why else ""
 
 
 def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuning_log_path=None, top_k: int = 5,
@@ -205,7 +220,8 @@ def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, 
     except UnsupportedLayer as err:
         return Plan(None, reason=str(err))
     sources = {p.source for _, p in merged}
-    return Plan(kernel, merged[0][1].config, sources.pop() if len(sources) == 1 else "mixed", buckets=rows)
+    note = tensor_core_note(spec, gpu_model(target_arch(target)), max(buckets), precision, [p.config for _, p in merged])
+    return Plan(kernel, merged[0][1].config, sources.pop() if len(sources) == 1 else "mixed", buckets=rows, reason=note)
 
 
 def waves(spec: CellSpec, cfg: Config, gpu, batch: int) -> int:

@@ -91,6 +91,18 @@ def most_common_problem(spec: CellSpec, gpu: GPUModel, batch: int | None) -> str
     return counts.most_common(1)[0][0] if counts else f"no tiling of hidden_size {spec.hidden_size} exists"
 
 
+def no_tensor_cores(spec: CellSpec, gpu: GPUModel, batch: int | None, precision: str = "fp32") -> str:
+    """Why the space holds no tensor-core config for `spec`: the problem that pruned the most of
+    them (empty when it holds one)."""
+    kinds = mma_precisions(spec, precision)
+    configs = [c for groups in (GROUP_SIZES,) for c in _configs(spec, gpu, batch, groups, _weight_dtypes(spec)[:1], kinds)
+               if c.tensor_cores()]
+    if any(not problems_on(spec, c, gpu) for c in configs):
+        return ""
+    counts = collections.Counter(p for c in configs for p in problems_on(spec, c, gpu))
+    return counts.most_common(1)[0][0] if counts else "no tiling of the hidden size takes a 16-row tile"
+
+
 def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUModel) -> list[int]:
     """Batch tiles worth trying when one CTA or one cluster holds a direction: powers of two
     below the batch, as long as every tile runs at once: every CTA gets an SM of its own and

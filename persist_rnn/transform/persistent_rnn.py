@@ -287,6 +287,8 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                        .with_attr(SOURCE_ATTR, plan.source))
                 if plan.buckets:
                     new = new.with_attr(BUCKETS_ATTR, json.dumps(plan.buckets))
+                if plan.reason:  # why a 16-bit (or TF32) layer's step is on the FMA units
+                    new = new.with_attr(REASON_ATTR, plan.reason)
                 need = max(cfg.exchange_slots(spec) for cfg in kernel_configs(new))
                 if need != EXCHANGE_SLOTS:
                     slots[gv.name_hint] = need

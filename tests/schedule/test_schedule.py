@@ -252,6 +252,23 @@ def test_tensor_core_threads_keep_only_their_fragments_in_registers():
         assert plan.config is not None and plan.config.tensor_cores() == tensor_cores
 
 
+def test_a_16_bit_layer_without_tensor_cores_says_why():
+    """A 16-bit layer the tensor-core step cannot take (H not a multiple of the mma's k) gets the
+    FMA units' best config, and the plan says which and why, for a static and a run-time batch;
+    one whose FMA pick beat tensor-core configs that could run says nothing."""
+    from persist_rnn.targets import as_target
+
+    odd = CellSpec("lstm", 100, 100, dtype="float16")
+    for batch in (32, None):
+        plan = plan_layer(odd, as_target("cuda"), batch=batch, measure=False)
+        assert plan.kernel is not None and not plan.config.tensor_cores()
+        assert plan.reason == ("FMA units: no tensor-core config runs this layer (tensor cores: hidden_size 100 is not "
+                               "a multiple of the mma's k (16))")
+    small = CellSpec("gru", 96, 96, linear_before_reset=True, dtype="float16")
+    plan = plan_layer(small, as_target("cuda"), batch=8, measure=False)
+    assert not plan.config.tensor_cores() and plan.reason == ""
+
+
 def test_forced_config_is_checked():
     spec = CellSpec("rnn", 64, 64)
     assert plan_layer(spec, TARGET, batch=1, config={"tile_units": 64, "group_size": 8, "rows_per_group": 2,
