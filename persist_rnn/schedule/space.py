@@ -95,8 +95,7 @@ def no_tensor_cores(spec: CellSpec, gpu: GPUModel, batch: int | None, precision:
     """Why the space holds no tensor-core config for `spec`: the problem that pruned the most of
     them (empty when it holds one)."""
     kinds = mma_precisions(spec, precision)
-    configs = [c for groups in (GROUP_SIZES,) for c in _configs(spec, gpu, batch, groups, _weight_dtypes(spec)[:1], kinds)
-               if c.tensor_cores()]
+    configs = [c for c in _configs(spec, gpu, batch, GROUP_SIZES, _weight_dtypes(spec)[:1], kinds) if c.tensor_cores()]
     if any(not problems_on(spec, c, gpu) for c in configs):
         return ""
     counts = collections.Counter(p for c in configs for p in problems_on(spec, c, gpu))

@@ -6,8 +6,9 @@ A record is {"workload": {...}, "config": {...}, "time_us": float | null, "sourc
 depends on, including the GPU arch and the template version; records of another arch or version
 are ignored with a warning. A "cost_model" record (the model's pick, nothing timed) also carries
 "model_version" (`cost_model.MODEL_VERSION`; absent: 1), and one made by another version of the
-model is ignored with a warning too: measured records hold whatever the model becomes. Cold and warm times do not compare: a workload's best record is the
-fastest of those timed as its newest measured record was (a re-tune by a later method wins).
+model is ignored with a warning too: measured records hold whatever the model becomes. Cold and
+warm times do not compare: a workload's best record is the fastest of those timed as its newest
+measured record was (a re-tune by a later method wins).
 """
 from __future__ import annotations
 
