@@ -23,3 +23,4 @@ def test_the_summary_holds_the_floors_numbers():
     summary = offgrid_summary(rows)
     assert summary["measure_off_least"] == 0.5 and abs(summary["measure_off_geomean"] - 1.0) < 1e-12
     assert summary["top5_least"] == 1.25
+    assert summary["pick_regret_worst"] == 2.5 and summary["pick_within_1_15"] == 1  # 1.25 / 0.5: the pick 2.5x slower

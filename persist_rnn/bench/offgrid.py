@@ -36,9 +36,13 @@ def offgrid_set() -> list[tuple[str, int, int, str]]:
 
 def offgrid_summary(rows: list[dict]) -> dict:
     """The floors' numbers over the part's rows (issue 52: measure off, least >= 1.0x and geomean
-    >= 1.5x; top 5 measured, least >= 1.1x)."""
+    >= 1.5x; top 5 measured, least >= 1.1x), and the cost model's regret against the compile that
+    timed its top 5 and two tensor-core configs (the measure-off pick's time over that compile's:
+    the worst, and how many within 1.15x)."""
     off = np.array([r["best_cudnn_over_ours"] for r in rows])
     measured = np.array([r["best_cudnn_over_measured"] for r in rows])
+    regret = measured / off  # = ours_ms / measured_ms
     return {"part": "offgrid_summary", "layers": len(rows), "measure_off_least": float(off.min()),
             "measure_off_geomean": float(np.exp(np.log(off).mean())), "top5_least": float(measured.min()),
-            "top5_geomean": float(np.exp(np.log(measured).mean()))}
+            "top5_geomean": float(np.exp(np.log(measured).mean())), "pick_regret_worst": float(regret.max()),
+            "pick_within_1_15": int((regret <= 1.15).sum())}
