@@ -140,8 +140,8 @@ def test_batch_tiles_of_clusters_run_at_once():
     """A cluster must fit one GPC: the H100 and H200 run 7 clusters of 16 CTAs at once (and no more
     of 12), not the 8 that 132 SMs would hold. GRU H=384 B=64 TF32 in 8 tiles of 16-CTA clusters
     took 8.3 us a step on the H200, the model's 3.1 for one wave (docs/data/offgrid-h200.jsonl):
-    the space offers only tiles whose clusters all run at once, and the model's pick is then the
-    tensor-core config measured 1.34x faster than cuDNN's best there."""
+    the space offers only tiles whose clusters all run at once, and the model's pick is then a
+    tensor-core config, which ran 1.25x faster than cuDNN's best there (run B)."""
     assert H100.clusters_at_once(16) == 7 and H100.clusters_at_once(12) == 7 and H100.clusters_at_once(8) == 15
     spec = CellSpec("gru", 384, 384, linear_before_reset=True)
     space = candidate_configs(spec, H100, 64, "tf32")
