@@ -10,6 +10,8 @@ import os
 
 import numpy as np
 
+from persist_rnn.bench.offgrid import offgrid_summary
+
 #: the layers of GRNN's grid at each precision against cuDNN at that precision (`persist-rnn bench
 #: --precision ...` rows); a later file's row replaces an earlier one's for the same layer
 GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h100.jsonl",
@@ -133,9 +135,7 @@ def offgrid_part_lines(rows: list) -> list[str]:
     for r in kept:
         latest[(r["cell"], r["hidden"], r["batch"])] = r
     first = {(r["cell"], r["hidden"], r["batch"]): r for r in kept if r["run"] == "A"}
-    off = [r["best_cudnn_over_ours"] for r in latest.values()]
-    top5 = [r["best_cudnn_over_measured"] for r in latest.values()]
-    regret = [r["ours_ms"] / r["measured_ms"] for r in latest.values()]  # the model's pick against the timed compile
+    floors = offgrid_summary(list(latest.values()))
     out = ["", "## The off-grid set (`bench --parts offgrid`), H200", "",
            "The part's 20 layers (T=100, input = hidden; both cells, every hidden size of 96-2048, every batch of 1-128 "
            "and every precision appear), compiled as users compile them: no tuning log, measure off (the cost model "
@@ -143,8 +143,10 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "cuDNN's best algorithm at the same precision in the same run (torch's layer in a CUDA graph and the four "
            "algorithms called directly, each checked against torch). Run A measured the whole set; runs B and C "
            "re-measured the layers that two planner changes move (B: batch tiles of clusters only where every cluster "
-           "runs at once; C: tensor-core configs held to their A and C fragments in registers); run D, a kernel variant (h(t-1) copied by cp.async) that was slower on each of its three layers and not kept, is in the file but not in the table. Error: against torch's "
-           "strict fp32 layer, over the output scale. Command: `persist-rnn bench --parts offgrid [--layer ...]` "
+           "runs at once; C: tensor-core configs held to their A and C fragments in registers); run D, a kernel "
+           "variant (h(t-1) copied by cp.async) that was slower on each of its three layers and not kept, is in the "
+           "file but not in the table. Error: against torch's strict fp32 layer, over the output scale. Command: "
+           "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",
            "| layer | precision | run | ours ms (measure off) | pick | best cuDNN ms | best | best ÷ ours | best ÷ top-5 compile | run A: best ÷ ours | error |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -153,11 +155,12 @@ def offgrid_part_lines(rows: list) -> list[str]:
         out.append(f"| {_layer(r)} | {r['precision']} | {r['run']} | {r['ours_ms']:.4f} | {kind} | {r['best_cudnn_ms']:.4f} | "
                    f"{r['best_cudnn']} | {r['best_cudnn_over_ours']:.2f}x | {r['best_cudnn_over_measured']:.2f}x | "
                    f"{first[key]['best_cudnn_over_ours']:.2f}x | {r['ours_err']:.1e} |")
-    out += ["", f"Over the latest rows: measure off, least {min(off):.2f}x and geomean {geomean(off):.2f}x "
-                f"({sum(x >= 1.0 for x in off)} of {len(off)} at 1.0x or more); the top-5 compile, least {min(top5):.2f}x and "
-                f"geomean {geomean(top5):.2f}x. The cost model's pick against the compile that timed its top 5 "
-                f"and two tensor-core configs: {sum(x <= 1.15 for x in regret)} of {len(regret)} within 1.15x, the "
-                f"worst {max(regret):.3f}x (a bound on its regret over those configs only, not the whole space)."]
+    out += ["", f"Over the latest rows (`offgrid_summary`): measure off, least {floors['measure_off_least']:.2f}x and "
+                f"geomean {floors['measure_off_geomean']:.2f}x ({floors['measure_off_at_1x']} of {floors['layers']} at 1.0x "
+                f"or more); the top-5 compile, least {floors['top5_least']:.2f}x and geomean {floors['top5_geomean']:.2f}x. "
+                "The cost model's pick against the compile that timed its top 5 and two tensor-core configs: "
+                f"{floors['pick_within_1_15']} of {floors['layers']} within 1.15x, the worst {floors['pick_regret_worst']:.3f}x "
+                "(a bound on its regret over those configs only, not the whole space)."]
     return out
 
 

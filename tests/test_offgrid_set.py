@@ -22,5 +22,5 @@ def test_the_summary_holds_the_floors_numbers():
             {"best_cudnn_over_ours": 0.5, "best_cudnn_over_measured": 1.25}]
     summary = offgrid_summary(rows)
     assert summary["measure_off_least"] == 0.5 and abs(summary["measure_off_geomean"] - 1.0) < 1e-12
-    assert summary["top5_least"] == 1.25
+    assert summary["top5_least"] == 1.25 and summary["measure_off_at_1x"] == 1
     assert summary["pick_regret_worst"] == 2.5 and summary["pick_within_1_15"] == 1  # 1.25 / 0.5: the pick 2.5x slower

@@ -13,7 +13,7 @@ import math
 
 import tvm
 
-from tir_templates.config import Config
+from tir_templates.config import HALF_DTYPES, Config
 from tir_templates.persistent import (
     UnsupportedLayer,
     persistent_kernel,
@@ -84,7 +84,7 @@ def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None =
 def tensor_core_note(spec: CellSpec, gpu, batch: int | None, precision: str, configs: list[Config]) -> str:
     """For a layer whose step could want the tensor cores (16-bit, or a build at TF32) but got the
     FMA units because no tensor-core config runs it: the FMA units, and why (space.no_tensor_cores)."""
-    wants = spec.dtype in ("float16", "bfloat16") or precision == "tf32"
+    wants = spec.dtype in HALF_DTYPES or precision == "tf32"
     if not wants or any(c.tensor_cores() for c in configs):
         return ""
     why = no_tensor_cores(spec, gpu, batch, precision)
