@@ -1,7 +1,11 @@
-"""Layers whose fp32 weights fit on no chip (H = 2048 and 4096, LSTM and GRU), run by the streamed
-scan (tir_templates/streamed.py), against cuDNN's four algorithms called directly with strict fp32
-math and torch's cuDNN layer in a CUDA graph (TF32 off), in the same run. T=100, input = hidden.
-Each output is checked against torch's first. One JSON line per layer.
+"""Layers whose fp32 weights fit on no chip (H = 2048 and 4096, LSTM and GRU), compiled as a user
+compiles them (measure off, no tuning log): the persistent kernel reading the weights that do not
+fit from global memory each step (`Config.global_runs`), or the streamed scan
+(tir_templates/streamed.py) where the planner predicts it faster. Against, in the same run: the
+other of the two (`alt_*`: the streamed scan as the planner builds it where no config fits, or the
+model's best persistent config), cuDNN's four algorithms called directly with strict fp32 math, and
+torch's cuDNN layer in a CUDA graph (TF32 off). T=100, input = hidden. Each output is checked
+against torch's first. One JSON line per layer.
 
     python benchmarks/streamed_layers.py --out streamed.jsonl [--layers LSTM:2048:1 GRU:4096:16]
 """
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from unittest import mock
 
 import numpy as np
 
@@ -29,13 +34,15 @@ def layer_row(cell, hidden, batch, seq_len=100):
     from persist_rnn.bench.cudnn_direct import algorithm_rows
 
     layer, x, want, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len)
-    compiled = persist_rnn.compile(model, "cuda", measure=False)
-    [report] = compiled.report()
-    got = compiled.run(feeds)[0][:, 0]
-    row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len, "lowering": report.lowering,
-           "ours_err": float(np.abs(got - want.cpu().numpy()).max() / max(1.0, float(want.abs().max()))),
-           "ours_ms": cuda_ms(vm_call(compiled, feeds), calls=3, repeats=5)}
-    del compiled
+    row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len}
+    row.update(_ours(model, feeds, want, "ours"))
+    # the other lowering: the streamed scan (no config offered), or the model's best persistent config
+    if row["ours_lowering"] == "persistent":
+        with mock.patch("persist_rnn.schedule.planner.candidate_configs", return_value=[]):
+            row.update(_ours(model, feeds, want, "alt"))
+    else:
+        with mock.patch("persist_rnn.schedule.planner.streamed_scan_note", return_value=""):
+            row.update(_ours(model, feeds, want, "alt"))
     row["cudnn_fp32_graph_ms"] = cudnn_ms(layer, x)[1]
     with torch.no_grad():
         direct = algorithm_rows(layer, x, want, lambda call: cuda_ms(call, calls=3, repeats=5))
@@ -46,6 +53,18 @@ def layer_row(cell, hidden, batch, seq_len=100):
         row["cudnn_best_ms"] = timed[row["cudnn_best_algo"]]
         row["cudnn_best_over_ours"] = row["cudnn_best_ms"] / row["ours_ms"]
     return row
+
+
+def _ours(model, feeds, want, key):
+    """{key_lowering, key_config, key_reason, key_err, key_ms} of one build of `model`."""
+    compiled = persist_rnn.compile(model, "cuda", measure=False)
+    [report] = compiled.report()
+    got = compiled.run(feeds)[0][:, 0]
+    out = {f"{key}_lowering": report.lowering, f"{key}_config": report.config, f"{key}_reason": report.reason,
+           f"{key}_err": float(np.abs(got - want.cpu().numpy()).max() / max(1.0, float(want.abs().max()))),
+           f"{key}_ms": cuda_ms(vm_call(compiled, feeds), calls=3, repeats=5)}
+    del compiled
+    return out
 
 
 def main():

@@ -4,7 +4,9 @@ Each CTA owns `tile_units` hidden units of one direction and *all* gate rows of 
 gate math and the state update stay inside the CTA. Inside a CTA, work groups of `group_size`
 lanes each own `rows_per_group` gate rows; every lane keeps its strided slice of those rows in
 registers for the whole sequence (the last `smem_runs` runs of its columns in shared memory, when
-the registers cannot hold them all). Batch rows are processed `batch_chunk` at a time.
+the registers cannot hold them all, and, where shared memory cannot hold the rest either, the
+last `global_runs` read from global memory each step: L2 keeps them when they fit it, as the
+weight-streaming thesis in the seeds has it). Batch rows are processed `batch_chunk` at a time.
 
 The batch can also be split into tiles of `batch_tile` rows, each with a direction's CTAs of
 its own: batch rows never interact, so tiles never wait for each other and each runs at the
@@ -79,6 +81,7 @@ class Config:
     cluster: bool = False  # a direction's CTAs form one thread-block cluster (Hopper; at most MAX_CLUSTER)
     batch_tile: int = 0  # > 0: each tile of this many batch rows gets a direction's CTA (or cluster) of its own
     smem_runs: int = 0  # of each lane's runs of columns (column_run wide), how many live in shared memory
+    global_runs: int = 0  # ... and how many, after those, are read from global memory (L2, HBM) each step
     mma_k_split: int = 0  # > 0: tensor-core dot products, this many warps splitting the columns of a row tile
     dsmem: bool = False  # a cluster's CTAs send h(t) into each other's shared memory (no cluster barrier)
     mma_precision: str = "3xtf32"  # tensor cores: "3xtf32" (fp32 accuracy) or "tf32" (one mma of rounded operands)
@@ -218,10 +221,12 @@ class Config:
     def weight_regs(self, spec: CellSpec) -> int:
         """32-bit registers per thread holding weights: one per weight, fp16 too (ptxas gives each
         half of a local array a register of its own: with two per register the fp16 configs the
-        planner picked spilled); the last `smem_runs` runs of each row are in shared memory."""
+        planner picked spilled); the last `smem_runs` runs of each row are in shared memory, and
+        the `global_runs` after them in global memory."""
         if self.tensor_cores():
             return 4 * self.k_tiles_per_warp(spec)  # an A fragment (4 registers) per k-tile
-        return self.rows_per_group * (self.cols_per_lane(spec) - self.smem_runs * self.column_run(spec))
+        return self.rows_per_group * (self.cols_per_lane(spec)
+                                      - (self.smem_runs + self.global_runs) * self.column_run(spec))
 
     def stamped_words(self, spec: CellSpec) -> int:
         """Stamped words of h(t-1) each thread loads a step (0 without `stamped`)."""
@@ -232,7 +237,7 @@ class Config:
         biases, ~40 of overhead."""
         updates = self.updates_per_thread(spec)
         partial = self.partial_rows(spec) * self.tile_units
-        staged = self.rows_per_group * self.column_run(spec) if self.smem_runs else 0  # a run from shared memory
+        staged = self.rows_per_group * self.column_run(spec) if self.smem_runs or self.global_runs else 0  # a run off registers
         if self.tensor_cores():  # C fragments, and the split A and B fragments of one k-tile
             return self.weight_regs(spec) + 4 * self.n_tiles() + 16 + updates * (2 * spec.num_gates + 2) + 40
         return (self.weight_regs(spec) + partial + staged + self.rows_per_group * self.batch_chunk
@@ -256,6 +261,12 @@ class Config:
     def smem_weight_bytes(self, spec: CellSpec) -> int:
         """Bytes of the weights moved to shared memory (`smem_runs` runs of every lane's rows)."""
         return self.threads(spec) * self.rows_per_group * self.smem_runs * self.column_run(spec) * self.weight_bytes()
+
+    def global_weight_bytes(self, spec: CellSpec) -> int:
+        """Bytes of the CTA's weights read from global memory each pass over them (`global_runs`),
+        in the layer's own dtype (R as the kernel receives it)."""
+        r_bytes = 2 if spec.dtype in HALF_DTYPES else 4
+        return self.threads(spec) * self.rows_per_group * self.global_runs * self.column_run(spec) * r_bytes
 
     def static_shared_bytes(self, spec: CellSpec) -> int:
         """Shared memory outside the dynamic allocation: a resident CTA's copies of h (kept apart so
@@ -357,8 +368,10 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
                    "model's, which fp16 holds to within an eighth of their step) may lose fp32's precision")
     if cfg.weight_dtype == "bfloat16" and not cfg.tensor_cores():
         out.append("weight_dtype 'bfloat16': on the tensor cores only (the FMA units take bf16 layers' fp32 weights)")
-    if not cfg.tensor_cores() and not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):
-        out.append(f"smem_runs {cfg.smem_runs}: a lane has {cfg.cols_per_lane(spec) // cfg.column_run(spec)} runs of columns")
+    runs = cfg.cols_per_lane(spec) // cfg.column_run(spec)
+    if not cfg.tensor_cores() and not (0 <= cfg.smem_runs and 0 <= cfg.global_runs
+                                       and cfg.smem_runs + cfg.global_runs <= runs):
+        out.append(f"smem_runs {cfg.smem_runs} and global_runs {cfg.global_runs}: a lane has {runs} runs of columns")
     if cfg.batch_tile and (cfg.barrier(spec) == "grid" or cfg.batch_tile != cfg.batch_chunk or two_phase(spec)):
         out.append(f"batch_tile {cfg.batch_tile}: batch tiles need one CTA or one cluster per direction, batch_chunk "
                    "equal to the tile, and a cell with one phase a step (not GRU with linear_before_reset=0)")
@@ -429,7 +442,7 @@ def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
     if cfg.f16_mma() and cfg.mma_precision != "3xtf32":
         out.append(f"tensor cores: mma_precision {cfg.mma_precision!r} is for fp32 layers (a 16-bit layer's mma is "
                    "at its own dtype)")
-    if cfg.smem_runs or cfg.batch_tile or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
+    if cfg.smem_runs or cfg.global_runs or cfg.batch_tile or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
         out.append("tensor cores: weights all in registers, no batch tiles, group_size 32 and rows_per_group 16")
     k = cfg.mma_k()
     if spec.hidden_size % k:

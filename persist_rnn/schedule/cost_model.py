@@ -117,7 +117,22 @@ def step_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> float:
     """Predicted microseconds of one time step."""
     f, w = features(spec, cfg, gpu, batch), weights_of(gpu)
     cycles = sum(w.get(k, 0.0) * v for k, v in f.items() if k != "barrier_us")
-    return w.get("barrier_us", 1.0) * f["barrier_us"] + cycles / (gpu.clock_ghz * 1e3)
+    return w.get("barrier_us", 1.0) * f["barrier_us"] + cycles / (gpu.clock_ghz * 1e3) + streamed_weights_us(
+        spec, cfg, gpu, batch)
+
+
+def streamed_weights_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> float:
+    """Microseconds a step spends reading the weights of `Config.global_runs` from global memory:
+    every CTA reads its share once per pass over the batch chunks, all CTAs at once, at L2's
+    bandwidth when all of it stays in L2 (`GPUModel.l2_holds`), else at HBM's. Not a fitted term:
+    the sweeps hold no such config; the bandwidths are the GPU's (gpu.py)."""
+    if not cfg.global_runs:
+        return 0.0
+    tile = min(batch, cfg.batch_tile) if cfg.batch_tile else batch
+    passes = math.ceil(tile / cfg.batch_chunk) * (2 if two_phase(spec) and not cfg.partial_sums(spec) else 1)
+    total = cfg.num_ctas(spec) * cfg.global_weight_bytes(spec)
+    per_us = gpu.l2_bytes_per_us if gpu.l2_holds(total) else gpu.hbm_bytes_per_us
+    return passes * total / per_us
 
 
 def rank(spec: CellSpec, configs: list[Config], gpu: GPUModel, batch: int) -> list[tuple[float, Config]]:

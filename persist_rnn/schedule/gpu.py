@@ -34,6 +34,17 @@ class GPUModel:
     #: cluster size -> clusters of one CTA an SM resident at once (cudaOccupancyMaxActiveClusters:
     #: a cluster must fit one GPC, so 16-CTA clusters fill 112 of the H100's 132 SMs)
     resident_clusters: dict = dataclasses.field(default_factory=dict)
+    #: global memory: L2's size and the bandwidths a kernel reads weights at from L2 and from HBM
+    #: (bytes per microsecond; defaults: the H100 SXM's 50 MiB of L2 and 3.35 TB/s of HBM3,
+    #: its L2 about twice that). What `Config.global_runs` streams each step costs at these.
+    l2_bytes: int = 50 * 2**20
+    l2_bytes_per_us: float = 6.5e6
+    hbm_bytes_per_us: float = 3.0e6
+
+    def l2_holds(self, streamed_bytes: int) -> bool:
+        """Whether weights streamed every step stay in L2 between steps: half of it, as the H100's
+        L2 is two partitions and an SM's reads of the far one may keep a copy in its near one."""
+        return streamed_bytes <= self.l2_bytes // 2
 
     def clusters_at_once(self, cluster: int) -> int:
         """Clusters of `cluster` CTAs (one an SM) that run at once: measured; else as many as of the

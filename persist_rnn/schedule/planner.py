@@ -28,6 +28,7 @@ from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
 from .space import candidate_configs, most_common_problem, no_tensor_cores, problems_on
+from .streamed_cost import streamed_scan_us
 
 
 #: the batch buckets of a layer whose batch is known only at run time
@@ -110,6 +111,9 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
         return Plan(None, reason=f"no persistent config fits {gpu.name} ({kib} KiB of recurrent weights, at most "
                                  f"{gpu.num_sms} co-resident CTAs): every config of the space is pruned, most often "
                                  f"because {most_common_problem(spec, gpu, batch)}")
+    scan = streamed_scan_note(spec, ranked, batch)
+    if scan:
+        return Plan(None, reason=scan)
     dev = present_device() if measure is None or measure else None
     if dev is not None and batch is not None:
         timed = measure_configs(spec, to_measure(ranked, top_k), target, dev, batch, progress=progress)
@@ -122,6 +126,23 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
     if tuning_log_path:
         tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source, timing=how))
     return plan
+
+
+def streamed_scan_note(spec: CellSpec, ranked: list[tuple[float, Config]], batch: int | None) -> str:
+    """Why the streamed scan (a kernel a step) runs the layer instead: where no config holds its
+    weights on chip, so that even the model's best reads some from global memory each step
+    (`Config.global_runs`), and the scan's step is predicted shorter (streamed_cost.py). Empty
+    otherwise. The model decides this before any measurement: the measured top-K are persistent
+    configs only."""
+    if batch is None or not ranked or not ranked[0][1].global_runs:
+        return ""
+    best_us, best = ranked[0]
+    scan_us = streamed_scan_us(spec, batch)
+    if scan_us >= best_us:
+        return ""
+    return (f"the streamed scan's step ({scan_us:.1f} us predicted) is shorter than the best persistent config's "
+            f"({best_us:.1f} us), which reads {best.global_runs} of each lane's runs of weights from global memory "
+            "each step: no config holds the weights on chip")
 
 
 def model_pick(ranked: list[tuple[float, Config]], gpu, batch: int | None) -> Config:

@@ -5,7 +5,9 @@ cluster (Hopper), and each cluster config also exchanging h through distributed 
 (`Config.dsmem`) where the cell allows; each grid config also reading h(t-1) as stamped words
 (`Config.stamped`, no barrier a step) where the cell and batch allow; each whose direction is one CTA or one cluster also comes with the batch split
 into tiles, one CTA or cluster each (`batch_tiles`). A config that only lacks registers comes
-with the fewest runs of weight columns moved to shared memory that make it fit (`_smem_weights`).
+with the fewest runs of weight columns moved to shared memory that make it fit (`_smem_weights`);
+where no config holds all of a layer's weights on chip, the runs that shared memory cannot take
+are read from global memory each step instead (`Config.global_runs`: L2 keeps them when they fit).
 Tensor-core configs (`Config.mma_k_split`, one-phase cells) split each row tile's columns over 1
 to 16 warps: an fp32 layer's at 3xTF32 and, in a build at precision "tf32", at TF32 too; an fp16
 layer's on its fp16 weights, a bf16 layer's on its bf16 weights. Pruning beyond `problems` (what cannot run): batch chunks are only the
@@ -50,6 +52,8 @@ def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None, precisio
     """Every config that passes `problems` for `spec` on `gpu` at batch size `batch`
     (None: unknown at compile time, chunks of 8), in a build at `precision` (precision.py)."""
     wide, narrow = (_fitting(spec, gpu, batch, groups, precision) for groups in (GROUP_SIZES, NARROW_GROUPS))
+    if not wide and not narrow:  # no config holds the weights on chip: stream the rest from global memory
+        wide = _fitting(spec, gpu, batch, GROUP_SIZES, precision, stream=True)
     if not wide:
         return narrow
     # a resident CTA's step is all latency, and one shuffle level fewer pays there: on the H100
@@ -58,12 +62,14 @@ def candidate_configs(spec: CellSpec, gpu: GPUModel, batch: int | None, precisio
     return wide + [c for c in narrow if c.group_size == 2 and c.resident(spec) and c.lane_updates(spec) and not c.smem_runs]
 
 
-def _fitting(spec: CellSpec, gpu: GPUModel, batch: int | None, groups, precision: str = "fp32") -> list[Config]:
+def _fitting(spec: CellSpec, gpu: GPUModel, batch: int | None, groups, precision: str = "fp32",
+             stream: bool = False) -> list[Config]:
     """The configs with work groups of `groups` lanes that fit, weights moved to shared memory
-    where registers alone cannot hold them."""
+    where registers alone cannot hold them (and, with `stream`, to global memory where shared
+    memory cannot either)."""
     out = []
     for cfg in _configs(spec, gpu, batch, groups, _weight_dtypes(spec), mma_precisions(spec, precision)):
-        fit = cfg if not problems_on(spec, cfg, gpu) else _smem_weights(spec, cfg, gpu)
+        fit = cfg if not problems_on(spec, cfg, gpu) else _smem_weights(spec, cfg, gpu, stream)
         if fit is not None:
             out.append(fit)
     return out
@@ -121,9 +127,10 @@ def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUMode
     return [t for t in tiles if spec.num_directions * math.ceil(batch / t) <= at_once]
 
 
-def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
+def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel, stream: bool = False) -> Config | None:
     """`cfg` with the fewest runs of weight columns moved to shared memory that make it fit, if
-    the registers were what it lacked (None otherwise)."""
+    the registers were what it lacked (None otherwise); with `stream`, where shared memory cannot
+    take them all, as many as it can take there and the rest in global memory."""
     problems = problems_on(spec, cfg, gpu)
     if not any(_REGISTERS in p for p in problems) or any(not _movable(p) for p in problems):
         return None  # moving weights out cannot mend what is not registers (or dynamic memory)
@@ -143,6 +150,22 @@ def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
         if not problems:
             return moved
         if any(_SHARED_LIMIT in p for p in problems):
+            return _streamed_weights(spec, moved, gpu, low) if stream else None
+    return None
+
+
+def _streamed_weights(spec: CellSpec, cfg: Config, gpu: GPUModel, off_registers: int) -> Config | None:
+    """`cfg` with `off_registers` runs of each lane's columns out of the registers: as many in
+    shared memory as it holds, the rest read from global memory each step (None if it still
+    cannot run). Tensor-core configs hold their fragments in registers: none."""
+    if cfg.tensor_cores():
+        return None
+    for smem in range(min(cfg.smem_runs, off_registers), -1, -1):
+        moved = dataclasses.replace(cfg, smem_runs=smem, global_runs=off_registers - smem)
+        problems = problems_on(spec, moved, gpu)
+        if not problems:
+            return moved
+        if not any(_SHARED_LIMIT in p or _DYNAMIC in p for p in problems):
             return None
     return None
 

@@ -183,6 +183,36 @@ def test_shared_memory_weights_match_onnxruntime(op, hidden, direction, dtype):
     assert not failures, f"{cfg}: " + ", ".join(failures)
 
 
+@pytest.mark.parametrize("op,direction,cfg", [
+    ("LSTM", "forward", Config(16, 8, 4, 2, smem_runs=2, global_runs=3)),  # 16 CTAs, three homes of weights
+    ("GRU", "bidirectional", Config(32, 8, 3, 5, global_runs=4)),
+    ("RNN", "reverse", Config(64, 16, 4, 4, smem_runs=1, global_runs=2)),
+    ("GRU0", "forward", Config(32, 8, 4, 5, global_runs=2)),  # two phases a step
+    ("GRU0", "forward", Config(32, 16, 2, 5, gru_barriers=1, smem_runs=1, global_runs=2)),  # partial sums
+], ids=str)
+def test_global_weights_match_onnxruntime(op, direction, cfg):
+    """The last runs of each lane's weights read from global memory each step (`global_runs`),
+    forced at H=256, each (B, T) of the matrix three times."""
+    case = _layer_case(op.rstrip("0"), 256, direction, lbr=0 if op == "GRU0" else None)
+    _matches_three_times(case, cfg, TOLERANCE["float32"])
+
+
+@pytest.mark.parametrize("op,hidden,direction,lbr", [("LSTM", 2048, "forward", None), ("GRU", 2048, "forward", None),
+                                                     ("GRU", 2048, "bidirectional", 0), ("LSTM", 4096, "forward", None)])
+def test_layers_too_large_for_the_chip_match_onnxruntime(op, hidden, direction, lbr):
+    """fp32 layers whose weights no config holds on chip, compiled as a user compiles them
+    (symbolic batch, measure off): a persistent kernel per batch bucket that reads what does not
+    fit from global memory each step."""
+    case = _layer_case(op, hidden, direction, lbr=lbr)
+    compiled = persist_rnn.compile(reference(case)[0], "cuda", measure=False)
+    layer = compiled.report()[0]
+    assert layer.lowering == "persistent" and any(b["config"]["global_runs"] for b in layer.buckets), layer
+    for batch, steps in [(1, 100), (20, 7), (5, 1)]:
+        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
+        err = max_rel_error(compiled.run(feeds), want)
+        assert err <= TOLERANCE["float32"], f"B={batch} T={steps}: {err:.2e}"
+
+
 def _whole_tiles(spec, c):
     return c.row_gates(spec) * c.tile_units % 16 == 0
 

@@ -46,6 +46,13 @@ CASES = [
     ("lstm", "bidirectional", 3, Config(4, 1, 2, 3, smem_runs=2), {}),  # 4 float4 runs, 2 in shared memory
     ("gru", "forward", 5, Config(8, 4, 3, 2, "float16", smem_runs=1), {}),
     ("gru0", "forward", 3, Config(4, 4, 2, 3, gru_barriers=1, smem_runs=1), {}),
+    # ... and the last runs read from R in global memory each step (what neither holds)
+    ("lstm", "bidirectional", 3, Config(4, 1, 2, 3, smem_runs=1, global_runs=2), dict(peepholes=True)),
+    ("lstm", "forward", 5, Config(16, 4, 4, 2, global_runs=1), {}),  # one resident CTA, lane updates, 3 chunks
+    ("gru", "forward", 5, Config(8, 4, 3, 2, "float16", global_runs=1), {}),
+    ("gru0", "forward", 3, Config(4, 1, 2, 3, gru_barriers=1, smem_runs=1, global_runs=2), {}),
+    ("gru0", "bidirectional", 3, Config(4, 4, 2, 2, global_runs=1), {}),  # two phases, groups skip one
+    ("rnn", "reverse", 3, Config(4, 4, 1, 3, global_runs=1), {}),  # 4 groups of 4 lanes: 16 padding lanes
     # batch tiles: one CTA per direction and tile of batch rows, no barrier between them
     ("lstm", "bidirectional", 5, Config(16, 4, 4, 2, batch_tile=2), dict(peepholes=True)),  # ragged last tile
     ("rnn", "reverse", 3, Config(16, 4, 2, 1, batch_tile=1), {}),

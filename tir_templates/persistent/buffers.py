@@ -115,7 +115,7 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     wreg = _alloc("wreg", (1, max(L.cfg.weight_regs(L.spec), 1)), "uint32" if L.F16 else L.WDT, "local")
     wsm = _alloc("wsm", (1, L.SR * L.RPG * L.DV, L.NT) if L.SR > 0 else (1, 1, 1), L.WDT,
                  L.SMEM if L.SR > 0 else "local")
-    wt = _alloc("wt", (L.RPG * L.DV if L.SR > 0 else 1,), L.WDT, "local")
+    wt = _alloc("wt", (L.RPG * L.DV if L.SR > 0 or L.GR > 0 else 1,), L.WDT, "local")
     acc = _alloc("acc", (max(L.RPG * L.BC, L.NTL * 4),), "float32", "local")
     hv = _alloc("hv", (L.DV,), "float32", "local")
     bv = _alloc("bv", (2,), "float32", "local")

@@ -38,5 +38,6 @@ def check(spec: CellSpec, cfg: Config) -> None:
         raise UnsupportedLayer(f"config {cfg.as_dict()} does not tile hidden_size {spec.hidden_size}")
     if (cfg.row_gates(spec) * cfg.tile_units) % cfg.rows_per_group or cfg.gru_barriers not in (1, 2):
         raise UnsupportedLayer(f"config {cfg.as_dict()} does not map the CTA's gate rows onto work groups")
-    if not 0 <= cfg.smem_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec):
-        raise UnsupportedLayer(f"config {cfg.as_dict()}: smem_runs exceeds a lane's runs of columns")
+    if not (0 <= cfg.smem_runs and 0 <= cfg.global_runs
+            and cfg.smem_runs + cfg.global_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec)):
+        raise UnsupportedLayer(f"config {cfg.as_dict()}: smem_runs and global_runs exceed a lane's runs of columns")

@@ -1,7 +1,8 @@
 """The recurrent dot products on the FMA units: each work group of WS lanes owns RPG gate rows;
-every lane keeps its strided runs of columns in registers for the whole sequence (the last SR
-runs in shared memory when registers cannot hold them), multiplies them with its columns of
-h(t-1), and a warp shuffle sums the group's lanes. `emulated_dot` is the CPU twin's version.
+every lane keeps its strided runs of columns in registers for the whole sequence (the next SR
+runs in shared memory when registers cannot hold them, and the last GR read from R in global
+memory each step when shared memory cannot hold them either), multiplies them with its columns
+of h(t-1), and a warp shuffle sums the group's lanes. `emulated_dot` is the CPU twin's version.
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ def load_weights(L, a, t):
 
 
 @T.macro
-def dot_and_reduce(L, t, hs, gs, phase):
-    """Partial dot products of the lane's weights (registers, then shared memory) with its
-    columns of h(t-1) (float4 shared loads), then a shuffle-sum over the work group's lanes
+def dot_and_reduce(L, a, t, hs, gs, phase):
+    """Partial dot products of the lane's weights (registers, then shared memory, then global
+    memory) with its columns of h(t-1) (float4 shared loads), then a shuffle-sum over the work group's lanes
     (outside any branch: every lane reaches it; every lane gets the sums), into `gs` unless the
     lanes update their units themselves."""
     for a in T.unroll(L.RPG * L.BC):
@@ -56,6 +57,18 @@ def dot_and_reduce(L, t, hs, gs, phase):
                     for q in T.unroll(L.RPG):
                         for v in T.unroll(L.DV):
                             t.acc[q * L.BC + bi] = t.acc[q * L.BC + bi] + T.Cast("float32", t.wt[q * L.DV + v]) * t.hv[v]
+        if L.GR > 0 and t.tx // L.WS < L.NG:  # padding lanes have no rows of R to read
+            for i in T.unroll(L.GR):
+                for q in T.unroll(L.RPG):
+                    for v in T.vectorized(L.DV):
+                        t.wt[q * L.DV + v] = T.Cast(L.WDT, a.r[L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q),
+                                                               L.col(t.tx % L.WS, L.RR + L.SR + i, v)])
+                for bi in T.unroll(L.BC):
+                    for v in T.vectorized(L.DV):
+                        t.hv[v] = hs[bi, L.col(t.tx % L.WS, L.RR + L.SR + i, v)]
+                    for q in T.unroll(L.RPG):
+                        for v in T.unroll(L.DV):
+                            t.acc[q * L.BC + bi] = t.acc[q * L.BC + bi] + T.Cast("float32", t.wt[q * L.DV + v]) * t.hv[v]
     for q in T.unroll(L.RPG):
         for bi in T.unroll(L.BC):
             if L.WS > 1:
@@ -65,10 +78,10 @@ def dot_and_reduce(L, t, hs, gs, phase):
 
 
 @T.macro
-def emulated_dot(L, regs, hs, gs, cta, phase):
+def emulated_dot(L, a, regs, hs, gs, cta, phase):
     """The work groups' dot products as the shuffle would sum them, lane by lane, from the
-    lanes' weights where `load_weights` put them; a group that skips this phase leaves NaN,
-    so reading its rows would show."""
+    lanes' weights where `load_weights` put them (the global runs from R); a group that skips
+    this phase leaves NaN, so reading its rows would show."""
     for grp, q, bi in T.grid(L.NG, L.RPG, L.BC):
         gs[bi, grp * L.RPG + q] = T.float32(float("nan"))
         if L.group_active(grp * L.RPG, phase):
@@ -80,3 +93,8 @@ def emulated_dot(L, regs, hs, gs, cta, phase):
                 for lane, i, v in T.grid(L.WS, L.SR, L.DV):
                     gs[bi, grp * L.RPG + q] = gs[bi, grp * L.RPG + q] + T.Cast(
                         "float32", regs.wsm[cta, (i * L.RPG + q) * L.DV + v, grp * L.WS + lane]) * hs[bi, L.col(lane, L.RR + i, v)]
+            if L.GR > 0:
+                for lane, i, v in T.grid(L.WS, L.GR, L.DV):
+                    gs[bi, grp * L.RPG + q] = gs[bi, grp * L.RPG + q] + T.Cast("float32", T.Cast(
+                        L.WDT, a.r[L.dir_of(cta), L.weight_row(cta, grp * L.WS + lane, q),
+                                   L.col(lane, L.RR + L.SR + i, v)])) * hs[bi, L.col(lane, L.RR + L.SR + i, v)]

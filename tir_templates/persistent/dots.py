@@ -19,18 +19,18 @@ def weights_in(L, a, t):
 
 
 @T.macro
-def dot_products(L, t, hs, gs, phase):
+def dot_products(L, a, t, hs, gs, phase):
     """The CTA's gate rows times h(t-1) into `gs` (or, with lane updates, the lanes' registers)."""
     if L.MMA:
         mma_dot(L, t, hs, gs)
     else:
-        dot_and_reduce(L, t, hs, gs, phase)
+        dot_and_reduce(L, a, t, hs, gs, phase)
 
 
 @T.macro
-def emulated_dot_products(L, regs, hs, gs, cta, phase):
+def emulated_dot_products(L, a, regs, hs, gs, cta, phase):
     """`dot_products` of one CTA in the CPU twin."""
     if L.MMA:
         emulated_mma_dot(L, regs, hs, gs, cta)
     else:
-        emulated_dot(L, regs, hs, gs, cta, phase)
+        emulated_dot(L, a, regs, hs, gs, cta, phase)

@@ -30,7 +30,7 @@ from .update import update
 def emulated_step(L, a, regs, hs, hs_next, cta, s):
     """`kernel.one_step` of one CTA (the one-chunk path), h(t-1) already in `hs`."""
     gs = T.alloc_buffer((L.KS * L.BC, L.GTW), "float32")
-    emulated_dot_products(L, regs, hs, gs, cta, 0)
+    emulated_dot_products(L, a, regs, hs, gs, cta, 0)
     for tx in range(L.NT):
         t = T.meta_var(emulated_thread(L, regs, cta, tx))
         if hs_next is None:
@@ -51,7 +51,7 @@ def emulated_phase(L, a, regs, s, phase):
             gs = T.alloc_buffer((L.KS * L.BC, L.GTW), "float32")
             for tx in range(L.NT):
                 chunk_inputs(L, a, emulated_thread(L, regs, cta, tx), hs, s, ch, L.phase_slot(phase, s), phase == 0)
-            emulated_dot_products(L, regs, hs, gs, cta, phase)
+            emulated_dot_products(L, a, regs, hs, gs, cta, phase)
             for tx in range(L.NT):
                 t = T.meta_var(emulated_thread(L, regs, cta, tx))
                 if phase == 0:
@@ -76,7 +76,7 @@ def emulated_partial_sum_steps(L, a, regs):
                     chunk_inputs(L, a, emulated_thread(L, regs, cta, tx), hs, s, ch, s % 2, False)
                 for tx in range(L.NT):
                     reset_from_partials(L, a, emulated_thread(L, regs, cta, tx), hs, rs, s, ch)
-                emulated_dot(L, regs, rs, gs, cta, 0)
+                emulated_dot(L, a, regs, rs, gs, cta, 0)
                 for tx in range(L.NT):
                     partial_update(L, a, emulated_thread(L, regs, cta, tx), hs, gs, hm, s, ch)
                 for tx in range(L.NT):

@@ -47,7 +47,7 @@ def one_step(L, a, t, sm, hs, hs_next, s):
         T.tvm_storage_sync("shared")
     else:
         fetch_valid(L, a, t, t.xn, s + 1)
-    dot_products(L, t, hs, sm.gs, 0)
+    dot_products(L, a, t, hs, sm.gs, 0)
     if not L.LANE:
         T.tvm_storage_sync("shared")
     update(L, a, t, hs, sm.gs, s, L.first_chunk(t.cta), hs_next)
@@ -88,7 +88,7 @@ def chunked_phase(L, a, t, sm, s, phase):
     for ch in range(L.chunks(a.n_b)):
         chunk_inputs(L, a, t, sm.hs, s, ch, L.phase_slot(phase, s), phase == 0)
         T.tvm_storage_sync("shared")
-        dot_products(L, t, sm.hs, sm.gs, phase)
+        dot_products(L, a, t, sm.hs, sm.gs, phase)
         if not L.LANE:
             T.tvm_storage_sync("shared")
         if phase == 0:
@@ -111,7 +111,7 @@ def partial_sum_steps(L, a, t, sm):
             T.tvm_storage_sync("shared")
             reset_from_partials(L, a, t, sm.hs, sm.rs, s, ch)
             T.tvm_storage_sync("shared")
-            dot_and_reduce(L, t, sm.rs, sm.gs, 0)
+            dot_and_reduce(L, a, t, sm.rs, sm.gs, 0)
             T.tvm_storage_sync("shared")
             partial_update(L, a, t, sm.hs, sm.gs, sm.hm, s, ch)
             T.tvm_storage_sync("shared")

@@ -61,7 +61,8 @@ class Layout:
         self.KPL = self.H // self.WS
         self.DV = cfg.column_run(spec)
         self.SR = cfg.smem_runs
-        self.RR = self.KPL // self.DV - self.SR
+        self.GR = cfg.global_runs  # runs read from R in global memory each step, after the SR runs
+        self.RR = self.KPL // self.DV - self.SR - self.GR
         self.KR = self.RR * self.DV
         self.WDT = cfg.weight_dtype
         self.lstm = spec.cell == "lstm"
