@@ -224,12 +224,15 @@ def _layer_specs(model) -> list[CellSpec]:
 @pytest.mark.parametrize("hidden", [1024, 2048])
 def test_int8_weights_may_be_held_in_fp16(hidden):
     """fp16 joins the weight dtypes of a quantized fp32 layer: at H=2048, where fp32 weights (64 MiB)
-    fit on no chip, fp16's (32 MiB) do, and the layer is persistent instead of streamed."""
+    fit on no chip (every fp32 config reads some from global memory each step), fp16's (32 MiB) do,
+    and the layer's weights stay on chip."""
     gpu = gpu_model("sm_90")
-    plain = {c.weight_dtype for c in candidate_configs(CellSpec("lstm", hidden, hidden), gpu, 1)}
-    int8 = {c.weight_dtype for c in candidate_configs(CellSpec("lstm", hidden, hidden, int8_weights=True), gpu, 1)}
-    assert plain == ({"float32"} if hidden == 1024 else set())
-    assert int8 == ({"float32", "float16"} if hidden == 1024 else {"float16"})
+    plain = candidate_configs(CellSpec("lstm", hidden, hidden), gpu, 1)
+    int8 = candidate_configs(CellSpec("lstm", hidden, hidden, int8_weights=True), gpu, 1)
+    assert {c.weight_dtype for c in plain} == {"float32"}
+    assert all(bool(c.global_runs) == (hidden == 2048) for c in plain)
+    assert {c.weight_dtype for c in int8} == ({"float32", "float16"} if hidden == 1024 else {"float16"})
+    assert not any(c.global_runs for c in int8)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

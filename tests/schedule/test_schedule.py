@@ -128,7 +128,7 @@ def test_cluster_tiles_rank_first_and_beat_the_rest_of_the_space():
         # the H100 than the cluster barrier: docs/data/batch1-h100.jsonl); the sweep predates it
         assert ranked[0].batch_tile and ranked[0].cluster and ranked[0].dsmem
         top1 = next(c for c in ranked if not c.dsmem)
-        later = ("dsmem", "mma_precision", "stamped")  # fields added after the sweep
+        later = ("dsmem", "mma_precision", "stamped", "global_runs")  # fields added after the sweep
         measured = {json.dumps({k: v for k, v in r["config"].items() if k not in later}, sort_keys=True): r["measured_us"]
                     for r in rows if (r["cell"], r["batch"]) == (q["cell"], q["batch"])}
         assert top1.batch_tile and top1.cluster

@@ -1,0 +1,87 @@
+"""Weights read from global memory each step (`Config.global_runs`): offered only where no config
+holds a layer's weights on chip, priced by the bandwidth they are read at, weighed against the
+streamed scan, and picked by default only where they have matched on a GPU."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+import tvm
+
+from persist_rnn.schedule.cost_model import step_us, streamed_weights_us
+from persist_rnn.schedule.gpu import gpu_model
+from persist_rnn.schedule.planner import plan_layer, streamed_scan_note
+from persist_rnn.schedule.space import candidate_configs, problems_on
+from tir_templates.config import Config, problems
+from tir_templates.spec import CellSpec
+
+H100 = gpu_model("sm_90")
+CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+
+
+@pytest.mark.parametrize("hidden,streams", [(1024, False), (2048, True)])
+def test_weights_stream_only_where_no_config_holds_them_on_chip(hidden, streams):
+    spec = CellSpec("lstm", hidden, hidden)
+    configs = candidate_configs(spec, H100, 1)
+    assert configs and all(bool(c.global_runs) == streams for c in configs)
+    for c in configs:
+        assert not problems_on(spec, c, H100)
+        if streams:  # as many runs in shared memory as it holds: one more would not fit
+            more = dataclasses.replace(c, smem_runs=c.smem_runs + 1, global_runs=c.global_runs - 1)
+            assert problems_on(spec, more, H100)
+
+
+def test_runs_of_three_homes_never_exceed_a_lanes_columns():
+    spec = CellSpec("lstm", 256, 256)
+    runs = Config(16, 8, 4, 2).cols_per_lane(spec) // 4
+    assert not problems(spec, Config(16, 8, 4, 2, smem_runs=2, global_runs=runs - 2), 132, 232448)
+    too_many = problems(spec, Config(16, 8, 4, 2, smem_runs=2, global_runs=runs - 1), 132, 232448)
+    assert any("global_runs" in p for p in too_many)
+    mma = problems(spec, Config(16, 32, 16, 2, mma_k_split=2, global_runs=1), 132, 232448)
+    assert any("weights all in registers" in p for p in mma)
+
+
+def test_streamed_weights_cost_what_their_bytes_take_at_l2_or_hbm():
+    spec = CellSpec("lstm", 2048, 2048)
+    cfg = plan_layer(spec, CUDA, batch=1, measure=False).config
+    total = cfg.num_ctas(spec) * cfg.global_weight_bytes(spec)
+    per_us = H100.l2_bytes_per_us if H100.l2_holds(total) else H100.hbm_bytes_per_us
+    assert streamed_weights_us(spec, cfg, H100, 1) == pytest.approx(total / per_us)
+    assert streamed_weights_us(spec, dataclasses.replace(cfg, global_runs=0), H100, 1) == 0.0
+    # two passes over the batch chunks read the streamed weights twice
+    two = dataclasses.replace(cfg, batch_chunk=1)
+    assert streamed_weights_us(spec, two, H100, 2) == pytest.approx(2 * streamed_weights_us(spec, two, H100, 1))
+    assert not H100.l2_holds(H100.l2_bytes) and H100.l2_holds(H100.l2_bytes // 4)
+
+
+def test_the_streamed_scan_wins_only_where_it_is_predicted_shorter():
+    spec = CellSpec("lstm", 2048, 2048)
+    cfg = plan_layer(spec, CUDA, batch=1, measure=False).config
+    assert cfg.global_runs and step_us(spec, cfg, H100, 1) < 1e3
+    assert streamed_scan_note(spec, [(step_us(spec, cfg, H100, 1), cfg)], 1) == ""
+    note = streamed_scan_note(spec, [(1e4, cfg)], 1)
+    assert "streamed scan's step" in note and "global memory" in note
+    on_chip = dataclasses.replace(cfg, global_runs=0)
+    assert streamed_scan_note(spec, [(1e4, on_chip)], 1) == ""  # weights on chip: never the scan
+
+
+@pytest.mark.parametrize("spec", [CellSpec("lstm", 2048, 2048, "bidirectional"),
+                                  CellSpec("gru", 2048, 2048, linear_before_reset=False),
+                                  CellSpec("lstm", 4096, 4096, dtype="float16")], ids=str)
+def test_layers_whose_streamed_form_has_not_matched_on_a_gpu_keep_the_streamed_scan(spec):
+    plan = plan_layer(spec, CUDA, batch=1, measure=False)
+    assert plan.kernel is None and "global_runs" in plan.reason, plan.reason
+    forced = plan_layer(spec, CUDA, batch=1, measure=False, unverified=True)
+    assert forced.config is None or forced.config.global_runs or forced.config.tensor_cores()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_a_streaming_kernel_compiles_for_sm_90(tmp_path):
+    from templates.test_cuda_codegen import cuda_source, nvcc_stats
+
+    plan = plan_layer(CellSpec("gru", 2048, 2048, linear_before_reset=True), CUDA, batch=1, measure=False)
+    assert plan.kernel is not None and plan.config.global_runs > 0, plan.reason
+    source = cuda_source(plan.kernel, "sm_90")
+    assert "float4*)(r_ptr" in source.replace(" ", "")  # the streamed runs: 16-byte loads of R
+    assert max(nvcc_stats(source, "sm_90", tmp_path)) <= 64
