@@ -237,7 +237,8 @@ class Config:
         biases, ~40 of overhead."""
         updates = self.updates_per_thread(spec)
         partial = self.partial_rows(spec) * self.tile_units
-        staged = self.rows_per_group * self.column_run(spec) if self.smem_runs or self.global_runs else 0  # a run off registers
+        # a run staged from shared or global memory
+        staged = self.rows_per_group * self.column_run(spec) if self.smem_runs or self.global_runs else 0
         if self.tensor_cores():  # C fragments, and the split A and B fragments of one k-tile
             return self.weight_regs(spec) + 4 * self.n_tiles() + 16 + updates * (2 * spec.num_gates + 2) + 40
         return (self.weight_regs(spec) + partial + staged + self.rows_per_group * self.batch_chunk

@@ -103,7 +103,8 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
     fitting, ranked = _ranked(spec, gpu, batch, unverified, precision)
     if not ranked:
         kib = spec.num_gates * spec.hidden_size ** 2 * spec.num_directions * spec.dtype_bytes // 1024
-        why = f"{kib} KiB of recurrent weights over at most {gpu.num_sms} co-resident CTAs exceed the registers"
+        why = (f"{kib} KiB of recurrent weights over at most {gpu.num_sms} co-resident CTAs do not fit their registers "
+               "and shared memory")
         if fitting:  # only with a variant not yet run on a GPU
             example = next((c for c in fitting if c.smem_runs), fitting[0])
             return Plan(None, reason=f"no verified persistent config fits {gpu.name}: {why}; "

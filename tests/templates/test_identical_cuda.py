@@ -4,7 +4,7 @@ The template was restructured (issue 19) without changing what it emits, so that
 of template v4 still hold. Each config below covers a variant (each cell, grid / cluster /
 resident / batch tiles, chunked batches, shared-memory weights, 3xTF32 tensor cores, the two GRU
 linear_before_reset=0 kernels, fp16 weights, h through distributed shared memory and as stamped
-words, each recorded from code whose kernels ran on the H100); the md5 of its CUDA source (sm_90) and of its CPU
+words, weights read from global memory, each recorded from code whose kernels ran on the H100); the md5 of its CUDA source (sm_90) and of its CPU
 twin's TVMScript must equal the values recorded in `fixtures/template_v4_md5.json`.
 
 A deliberate kernel change re-records them: `python tests/templates/test_identical_cuda.py`
@@ -56,6 +56,10 @@ CASES = {
     "gru0-h16-partial-sums": ("gru0", 16, "bidirectional", Config(4, 4, 2, 2, gru_barriers=1), dict(clip=2.0)),
     "gru0-h16-partial-sums-fp16-smem": ("gru0", 16, "forward", Config(4, 4, 2, 3, "float16", gru_barriers=1,
                                                                        smem_runs=1), {}),
+    # weights in three homes: registers, shared memory and global memory (both configs ran on the H200)
+    "lstm-h256-global-weights": ("lstm", 256, "forward", Config(16, 8, 4, 2, smem_runs=2, global_runs=3), {}),
+    "gru-h2048-global-weights-stamped": ("gru", 2048, "forward", Config(16, 16, 3, 1, smem_runs=18, global_runs=2,
+                                                                        stamped=True), {}),
     "rnn-h128-cta-batch-tiles": ("rnn", 128, "bidirectional", Config(128, 4, 4, 1, batch_tile=1), {}),
     "rnn-h16-clip-lane-groups": ("rnn", 16, "reverse", Config(16, 2, 4, 4), dict(clip=1.0)),
     "rnn-h16-tensor-cores-resident": ("rnn", 16, "reverse", Config(16, 32, 16, 3, mma_k_split=2), dict(clip=1.0)),
@@ -92,6 +96,7 @@ def test_cases_cover_every_variant():
     assert any(c.partial_sums(s) for s, c in specs.values())
     assert any(c.smem_runs and c.weight_dtype == "float16" for _, c in specs.values())
     assert any(c.smem_runs and c.weight_dtype == "float32" for _, c in specs.values())
+    assert any(c.global_runs for _, c in specs.values())
     assert any(c.tensor_cores() and (c.row_gates(s) * c.tile_units) % 16 for s, c in specs.values())
     assert any(c.lane_updates(s) for s, c in specs.values()) and any(not c.lane_updates(s) for s, c in specs.values())
     assert any(c.resident(s) for s, c in specs.values())
