@@ -35,8 +35,8 @@ def dot_and_reduce(L, a, t, hs, gs, phase):
     memory) with its columns of h(t-1) (float4 shared loads), then a shuffle-sum over the work group's lanes
     (outside any branch: every lane reaches it; every lane gets the sums), into `gs` unless the
     lanes update their units themselves."""
-    for a in T.unroll(L.RPG * L.BC):
-        t.acc[a] = T.float32(0)
+    for e in T.unroll(L.RPG * L.BC):
+        t.acc[e] = T.float32(0)
     if L.group_active((t.tx // L.WS) * L.RPG, phase):
         for i in T.unroll(L.RR):
             for bi in T.unroll(L.BC):
