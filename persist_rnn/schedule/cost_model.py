@@ -52,13 +52,12 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     bc = cfg.batch_chunk
     partial = cfg.partial_sums(spec)
     phases = 2 if two_phase(spec) and not partial else 1
-    split = phases == 1 or cfg.tile_units % cfg.rows_per_group == 0  # groups skip the phase not theirs
     chunks = math.ceil(batch / bc)
     # h stays in shared memory all sequence: a resident CTA, or a dsmem cluster (one chunk only)
     resident = cfg.h_on_chip(spec) and chunks == 1 and phases == 1 and not partial
     barrier = "dsmem" if resident and cfg.barrier(spec) == "cluster" else cfg.barrier(spec)
     barrier = "stamped" if cfg.stamped and barrier == "grid" else barrier
-    dots = chunks * (1 if split else phases)  # passes of the dot products over all rows
+    dots = weight_passes(spec, cfg, batch)  # passes of the dot products over all rows
     vec = 4 if H % 4 == 0 and not cfg.stamped else 1  # stamped words: one 8-byte load a unit
     unique_bytes = 4 * dv * min(32, cfg.group_size)  # distinct h bytes one warp-wide shared load touches
     smem_w = cfg.smem_runs * dv * cfg.rows_per_group  # weights a thread reads from shared memory per chunk
@@ -97,6 +96,16 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     }
 
 
+def weight_passes(spec: CellSpec, cfg: Config, batch: int) -> int:
+    """Passes of a step's dot products over all the CTA's weight rows: one a batch chunk (of the
+    CTA's tile), twice in the two-phase GRU unless each work group's rows lie in one gate (then a
+    group skips the phase not its own)."""
+    tile = min(batch, cfg.batch_tile) if cfg.batch_tile else batch
+    phases = 2 if two_phase(spec) and not cfg.partial_sums(spec) else 1
+    split = phases == 1 or cfg.tile_units % cfg.rows_per_group == 0
+    return math.ceil(tile / cfg.batch_chunk) * (1 if split else phases)
+
+
 def weights_of(gpu: GPUModel) -> dict:
     """The GPU's weights; where its calibration does not carry the tensor-core terms, an mma
     costs MMA_ISSUE_SLOTS FMA issue slots and its chain nothing extra."""
@@ -123,16 +132,14 @@ def step_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> float:
 
 def streamed_weights_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> float:
     """Microseconds a step spends reading the weights of `Config.global_runs` from global memory:
-    every CTA reads its share once per pass over the batch chunks, all CTAs at once, at L2's
-    bandwidth when all of it stays in L2 (`GPUModel.l2_holds`), else at HBM's. Not a fitted term:
-    the sweeps hold no such config; the bandwidths are the GPU's (gpu.py)."""
+    every CTA reads its share once per pass over its rows (`weight_passes`), all CTAs at once, at
+    L2's bandwidth when all of it stays in L2 (`GPUModel.l2_holds`), else at HBM's. Not a fitted
+    term: the sweeps hold no such config; the bandwidths are the GPU's (gpu.py)."""
     if not cfg.global_runs:
         return 0.0
-    tile = min(batch, cfg.batch_tile) if cfg.batch_tile else batch
-    passes = math.ceil(tile / cfg.batch_chunk) * (2 if two_phase(spec) and not cfg.partial_sums(spec) else 1)
     total = cfg.num_ctas(spec) * cfg.global_weight_bytes(spec)
     per_us = gpu.l2_bytes_per_us if gpu.l2_holds(total) else gpu.hbm_bytes_per_us
-    return passes * total / per_us
+    return weight_passes(spec, cfg, batch) * total / per_us
 
 
 def rank(spec: CellSpec, configs: list[Config], gpu: GPUModel, batch: int) -> list[tuple[float, Config]]:

@@ -160,7 +160,7 @@ def _streamed_weights(spec: CellSpec, cfg: Config, gpu: GPUModel, off_registers:
     cannot run). Tensor-core configs hold their fragments in registers: none."""
     if cfg.tensor_cores():
         return None
-    for smem in range(min(cfg.smem_runs, off_registers), -1, -1):
+    for smem in range(off_registers, -1, -1):
         moved = dataclasses.replace(cfg, smem_runs=smem, global_runs=off_registers - smem)
         problems = problems_on(spec, moved, gpu)
         if not problems:

@@ -30,6 +30,18 @@ def load_weights(L, a, t):
 
 
 @T.macro
+def staged_run_dot(L, t, hs, run):
+    """The lane's sums += its RPG rows of columns run `run`, staged in `t.wt` (from shared or
+    global memory), times h(t-1)'s columns of that run for each batch row of the chunk."""
+    for bi in T.unroll(L.BC):
+        for v in T.vectorized(L.DV):
+            t.hv[v] = hs[bi, L.col(t.tx % L.WS, run, v)]
+        for q in T.unroll(L.RPG):
+            for v in T.unroll(L.DV):
+                t.acc[q * L.BC + bi] = t.acc[q * L.BC + bi] + T.Cast("float32", t.wt[q * L.DV + v]) * t.hv[v]
+
+
+@T.macro
 def dot_and_reduce(L, a, t, hs, gs, phase):
     """Partial dot products of the lane's weights (registers, then shared memory, then global
     memory) with its columns of h(t-1) (float4 shared loads), then a shuffle-sum over the work group's lanes
@@ -51,24 +63,14 @@ def dot_and_reduce(L, a, t, hs, gs, phase):
                 for q in T.unroll(L.RPG):
                     for v in T.unroll(L.DV):
                         t.wt[q * L.DV + v] = t.wsm[0, (i * L.RPG + q) * L.DV + v, t.tx]
-                for bi in T.unroll(L.BC):
-                    for v in T.vectorized(L.DV):
-                        t.hv[v] = hs[bi, L.col(t.tx % L.WS, L.RR + i, v)]
-                    for q in T.unroll(L.RPG):
-                        for v in T.unroll(L.DV):
-                            t.acc[q * L.BC + bi] = t.acc[q * L.BC + bi] + T.Cast("float32", t.wt[q * L.DV + v]) * t.hv[v]
+                staged_run_dot(L, t, hs, L.RR + i)
         if L.GR > 0 and t.tx // L.WS < L.NG:  # padding lanes have no rows of R to read
             for i in T.unroll(L.GR):
                 for q in T.unroll(L.RPG):
                     for v in T.vectorized(L.DV):
                         t.wt[q * L.DV + v] = T.Cast(L.WDT, a.r[L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q),
                                                                L.col(t.tx % L.WS, L.RR + L.SR + i, v)])
-                for bi in T.unroll(L.BC):
-                    for v in T.vectorized(L.DV):
-                        t.hv[v] = hs[bi, L.col(t.tx % L.WS, L.RR + L.SR + i, v)]
-                    for q in T.unroll(L.RPG):
-                        for v in T.unroll(L.DV):
-                            t.acc[q * L.BC + bi] = t.acc[q * L.BC + bi] + T.Cast("float32", t.wt[q * L.DV + v]) * t.hv[v]
+                staged_run_dot(L, t, hs, L.RR + L.SR + i)
     for q in T.unroll(L.RPG):
         for bi in T.unroll(L.BC):
             if L.WS > 1:
