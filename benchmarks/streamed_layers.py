@@ -7,7 +7,9 @@ model's best persistent config), cuDNN's four algorithms called directly with st
 torch's cuDNN layer in a CUDA graph (TF32 off). T=100, input = hidden. Each output is checked
 against torch's first. One JSON line per layer.
 
-    python benchmarks/streamed_layers.py --out streamed.jsonl [--layers LSTM:2048:1 GRU:4096:16]
+    python benchmarks/streamed_layers.py --out streamed.jsonl [--layers LSTM:2048:1 GRU:4096:16] [--no-alt]
+
+`--no-alt` skips the other lowering (an H=4096 B=16 row builds each in minutes).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from persist_rnn.bench.torch_layers import cudnn_ms, strict_fp32_case  # noqa: E
 LAYERS = [(cell, h, b) for cell in ("LSTM", "GRU") for h in (2048, 4096) for b in (1, 16)]
 
 
-def layer_row(cell, hidden, batch, seq_len=100):
+def layer_row(cell, hidden, batch, seq_len=100, alt=True):
     import torch
 
     from persist_rnn.bench.cudnn_direct import algorithm_rows
@@ -37,10 +39,10 @@ def layer_row(cell, hidden, batch, seq_len=100):
     row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len}
     row.update(_ours(model, feeds, want, "ours"))
     # the other lowering: the streamed scan (no config offered), or the model's best persistent config
-    if row["ours_lowering"] == "persistent":
+    if alt and row["ours_lowering"] == "persistent":
         with mock.patch("persist_rnn.schedule.planner.candidate_configs", return_value=[]):
             row.update(_ours(model, feeds, want, "alt"))
-    else:
+    elif alt:
         with mock.patch("persist_rnn.schedule.planner.streamed_scan_note", return_value=""):
             row.update(_ours(model, feeds, want, "alt"))
     row["cudnn_fp32_graph_ms"] = cudnn_ms(layer, x)[1]
@@ -68,7 +70,9 @@ def _ours(model, feeds, want, key):
 
 
 def main():
-    run_layer_rows(__doc__.split("\n")[0], LAYERS, layer_row, hidden=("cudnn_direct",))
+    run_layer_rows(__doc__.split("\n")[0], LAYERS, layer_row, hidden=("cudnn_direct",),
+                   options=[(("--no-alt",), {"dest": "alt", "action": "store_false",
+                                             "help": "time only the planner's lowering"})])
 
 
 if __name__ == "__main__":

@@ -134,9 +134,15 @@ class Config:
         return self.n_tiles() * MMA_N if self.tensor_cores() else self.batch_chunk
 
     def h_stride(self, spec: CellSpec) -> int:
-        """Row stride of the shared copy of h: with tensor cores 4 floats of padding, so that the
-        8 batch rows a B fragment reads fall into different banks."""
-        return spec.hidden_size + (4 if self.tensor_cores() else 0)
+        """Row stride of the shared copy of h: with tensor cores padded so that the batch rows a
+        B fragment reads fall into different banks. TF32 reads one float a row and lane (8 rows
+        of 4 floats: a stride of 4 mod 8 floats); the 16-bit mma two adjacent floats (LDS.64,
+        served per half warp: 4 rows of 8 floats, a stride of 8 or 24 mod 32 floats)."""
+        if not self.tensor_cores():
+            return spec.hidden_size
+        if self.f16_mma():
+            return spec.hidden_size + (8 - spec.hidden_size) % 16
+        return spec.hidden_size + 4
 
     def partial_sums(self, spec: CellSpec) -> bool:
         """GRNN's one-barrier GRU (see the module docstring)."""

@@ -189,6 +189,8 @@ def test_shared_memory_weights_match_onnxruntime(op, hidden, direction, dtype):
     ("RNN", "reverse", Config(64, 16, 4, 4, smem_runs=1, global_runs=2)),
     ("GRU0", "forward", Config(32, 8, 4, 5, global_runs=2)),  # two phases a step
     ("GRU0", "forward", Config(32, 16, 2, 5, gru_barriers=1, smem_runs=1, global_runs=2)),  # partial sums
+    ("GRU0", "bidirectional", Config(32, 8, 4, 5, global_runs=8)),  # no weights in registers
+    ("LSTM", "forward", Config(32, 8, 4, 2, smem_runs=1, global_runs=7)),
 ], ids=str)
 def test_global_weights_match_onnxruntime(op, direction, cfg):
     """The last runs of each lane's weights read from global memory each step (`global_runs`),
@@ -197,13 +199,15 @@ def test_global_weights_match_onnxruntime(op, direction, cfg):
     _matches_three_times(case, cfg, TOLERANCE["float32"])
 
 
-@pytest.mark.parametrize("op,hidden", [("LSTM", 2048), ("GRU", 2048)])
-def test_layers_too_large_for_the_chip_match_onnxruntime(op, hidden):
-    """Forward fp32 layers whose weights no config holds on chip, compiled as a user compiles them
+@pytest.mark.parametrize("op,hidden,direction,lbr", [("LSTM", 2048, "forward", None), ("GRU", 2048, "forward", None),
+                                                     ("GRU", 2048, "bidirectional", 0)])
+def test_layers_too_large_for_the_chip_match_onnxruntime(op, hidden, direction, lbr):
+    """fp32 layers whose weights no config holds on chip, compiled as a user compiles them
     (symbolic batch, measure off): a persistent kernel per batch bucket that reads what does not
-    fit from global memory each step. (H=4096 is checked against torch by
-    benchmarks/streamed_layers.py; its bucketed build is too slow for this suite.)"""
-    case = _layer_case(op, hidden, "forward")
+    fit from global memory each step (bidirectional with two phases a step: about 8 minutes of
+    builds on the H200). (H=4096 is checked against torch by benchmarks/streamed_layers.py; its
+    bucketed build is too slow for this suite.)"""
+    case = _layer_case(op, hidden, direction, lbr=lbr)
     compiled = persist_rnn.compile(reference(case)[0], "cuda", measure=False)
     layer = compiled.report()[0]
     assert layer.lowering == "persistent" and any(b["config"]["global_runs"] for b in layer.buckets), layer

@@ -78,10 +78,16 @@ def test_hidden_sizes_past_the_chip_read_the_rest_from_global_memory(hidden):
     assert max_rel_error(got, want) <= 1e-4
 
 
+@pytest.mark.parametrize("lowering", ["persistent", "streamed"])
 @pytest.mark.parametrize("op,direction,batch", [("LSTM", "bidirectional", 6), ("GRU", "forward", 5)])
-def test_streamed_layers_with_lengths_and_initial_states_match(op, direction, batch):
-    """The streamed scan past one batch tile, ragged lengths (one empty), initial states, both
-    directions, and GRU's two phases (linear_before_reset=0), against ONNX Runtime."""
+def test_layers_past_the_chip_with_lengths_and_initial_states_match(op, direction, batch, lowering):
+    """H=2048 past one batch tile, ragged lengths (one empty), initial states, both directions,
+    and GRU's two phases (linear_before_reset=0), against ONNX Runtime: the persistent kernel
+    reading weights from global memory (the default) and the streamed scan (forced: no config
+    offered)."""
+    import contextlib
+    from unittest import mock
+
     from persist_rnn.bench.layer_models import LayerCase, reference
 
     case = LayerCase(op=op, hidden_size=2048, input_size=32, batch=batch, seq_len=7, direction=direction,
@@ -89,6 +95,8 @@ def test_streamed_layers_with_lengths_and_initial_states_match(op, direction, ba
                      peepholes=op == "LSTM", linear_before_reset=0 if op == "GRU" else None,
                      weight_scale=1.0 / 2048 ** 0.5)
     model, feeds, want = reference(case)
-    built = persist_rnn.compile(model, "cuda", measure=False)
-    assert [r.lowering for r in built.report()] == ["streamed"]
+    offered = mock.patch("persist_rnn.schedule.planner.candidate_configs", return_value=[])
+    with offered if lowering == "streamed" else contextlib.nullcontext():
+        built = persist_rnn.compile(model, "cuda", measure=False)
+    assert [r.lowering for r in built.report()] == [lowering]
     assert max_rel_error(built.run(feeds), want) <= 1e-4

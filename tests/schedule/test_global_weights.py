@@ -67,9 +67,17 @@ def test_the_streamed_scan_wins_only_where_it_is_predicted_shorter():
 
 
 @pytest.mark.parametrize("spec", [CellSpec("lstm", 2048, 2048, "bidirectional"),
-                                  CellSpec("gru", 2048, 2048, linear_before_reset=False),
-                                  CellSpec("lstm", 4096, 4096, dtype="float16")], ids=str)
-def test_layers_whose_streamed_form_has_not_matched_on_a_gpu_keep_the_streamed_scan(spec):
+                                  CellSpec("gru", 2048, 2048, "bidirectional", linear_before_reset=False),
+                                  CellSpec("gru", 2048, 2048, linear_before_reset=True)], ids=str)
+def test_fp32_layers_too_large_for_the_chip_run_persistent_by_default(spec):
+    """Forward, bidirectional and two-phase fp32 layers: the forms that matched ONNX Runtime on
+    the H200 (docs/data/gpu-global-weights-h200.log)."""
+    plan = plan_layer(spec, CUDA, batch=1, measure=False)
+    assert plan.kernel is not None and plan.config.global_runs, plan.reason
+
+
+def test_16_bit_layers_whose_streamed_form_has_not_run_on_a_gpu_keep_the_streamed_scan():
+    spec = CellSpec("lstm", 4096, 4096, dtype="float16")
     plan = plan_layer(spec, CUDA, batch=1, measure=False)
     assert plan.kernel is None and "global_runs" in plan.reason, plan.reason
     forced = plan_layer(spec, CUDA, batch=1, measure=False, unverified=True)
@@ -85,3 +93,22 @@ def test_a_streaming_kernel_compiles_for_sm_90(tmp_path):
     source = cuda_source(plan.kernel, "sm_90")
     assert "float4*)(r_ptr" in source.replace(" ", "")  # the streamed runs: 16-byte loads of R
     assert max(nvcc_stats(source, "sm_90", tmp_path)) <= 64
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("spec,cfg", [
+    (CellSpec("gru", 256, 256, "bidirectional", linear_before_reset=False), Config(32, 8, 4, 5, global_runs=8)),
+    (CellSpec("gru", 256, 256, linear_before_reset=False), Config(32, 8, 1, 5, smem_runs=1, global_runs=7)),
+    (CellSpec("lstm", 256, 256), Config(32, 8, 4, 2, smem_runs=1, global_runs=7)),
+], ids=["two-phase-all-global", "two-phase-shared-and-global", "lstm-shared-and-global"])
+def test_kernels_with_no_weights_in_registers_compile_for_sm_90(spec, cfg):
+    """Every run of a lane's columns off the registers: the kernel holds no register array (TVM
+    compacts one that nothing reads to zero elements, which its CUDA codegen refused for the
+    two-phase GRU: GRU H=2048 bidirectional linear_before_reset=0 picked such a bucket)."""
+    from templates.test_cuda_codegen import cuda_source
+
+    from tir_templates.persistent import persistent_kernel
+
+    assert cfg.weight_regs(spec) == 0 and not problems(spec, cfg, 132, 232448)
+    source = cuda_source(persistent_kernel(spec, cfg), "sm_90")
+    assert "wreg" not in source and "r_ptr" in source

@@ -42,6 +42,8 @@ CASES = {
                                         dict(peepholes=True)),
     "lstm-h16-tensor-cores-grid": ("lstm", 16, "bidirectional", Config(4, 32, 16, 3, mma_k_split=2), dict(peepholes=True)),
     "lstm-h1024-tensor-cores": ("lstm", 1024, "forward", Config(8, 32, 16, 20, mma_k_split=2), {}),
+    # fp16 mma (m16n8k16), h(t-1)'s shared rows padded to 8 mod 16 floats (ran on the H200)
+    "lstm-h768-fp16-tensor-cores": ("lstm", 768, "forward", Config(8, 32, 16, 32, "float16", mma_k_split=4), {}),
     "gru-h256-cluster": ("gru", 256, "forward", Config(32, 8, 4, 1, cluster=True), {}),
     "gru-h256-dsmem-cluster-of-16": ("gru", 256, "forward", Config(16, 16, 6, 1, cluster=True, dsmem=True), {}),
     "lstm-h1024-stamped-words": ("lstm", 1024, "forward", Config(8, 32, 2, 1, stamped=True), {}),
@@ -60,6 +62,8 @@ CASES = {
     "lstm-h256-global-weights": ("lstm", 256, "forward", Config(16, 8, 4, 2, smem_runs=2, global_runs=3), {}),
     "gru-h2048-global-weights-stamped": ("gru", 2048, "forward", Config(16, 16, 3, 1, smem_runs=18, global_runs=2,
                                                                         stamped=True), {}),
+    # every run of a lane's columns in global memory: no register array (two phases a step)
+    "gru0-h256-weights-off-registers": ("gru0", 256, "bidirectional", Config(32, 8, 4, 5, global_runs=8), {}),
     "rnn-h128-cta-batch-tiles": ("rnn", 128, "bidirectional", Config(128, 4, 4, 1, batch_tile=1), {}),
     "rnn-h16-clip-lane-groups": ("rnn", 16, "reverse", Config(16, 2, 4, 4), dict(clip=1.0)),
     "rnn-h16-tensor-cores-resident": ("rnn", 16, "reverse", Config(16, 32, 16, 3, mma_k_split=2), dict(clip=1.0)),
@@ -97,6 +101,8 @@ def test_cases_cover_every_variant():
     assert any(c.smem_runs and c.weight_dtype == "float16" for _, c in specs.values())
     assert any(c.smem_runs and c.weight_dtype == "float32" for _, c in specs.values())
     assert any(c.global_runs for _, c in specs.values())
+    assert any(c.global_runs and not c.weight_regs(s) and two_phase(s) for s, c in specs.values())
+    assert any(c.f16_mma() for _, c in specs.values())
     assert any(c.tensor_cores() and (c.row_gates(s) * c.tile_units) % 16 for s, c in specs.values())
     assert any(c.lane_updates(s) for s, c in specs.values()) and any(not c.lane_updates(s) for s, c in specs.values())
     assert any(c.resident(s) for s, c in specs.values())

@@ -112,7 +112,10 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     hs = _alloc("hs", L.HS_SHAPE, "float32", "shared" if L.h_on_chip else L.SMEM)
     hs2 = _alloc("hs2", L.HS_SHAPE if L.h_on_chip else (1, 1), "float32", "shared")
     gs = _alloc("gs", (1, 1) if L.LANE else (L.KS * L.BC, L.GTW), "float32", "shared")
-    wreg = _alloc("wreg", (1, max(L.cfg.weight_regs(L.spec), 1)), "uint32" if L.F16 else L.WDT, "local")
+    # no register array where every weight lives off registers: TVM compacts an array nothing
+    # reads to zero elements, which its CUDA codegen cannot allocate
+    wreg = _alloc("wreg", (1, L.cfg.weight_regs(L.spec)), "uint32" if L.F16 else L.WDT,
+                  "local") if L.cfg.weight_regs(L.spec) else None
     wsm = _alloc("wsm", (1, L.SR * L.RPG * L.DV, L.NT) if L.SR > 0 else (1, 1, 1), L.WDT,
                  L.SMEM if L.SR > 0 else "local")
     wt = _alloc("wt", (L.RPG * L.DV if L.SR > 0 or L.GR > 0 else 1,), L.WDT, "local")

@@ -23,13 +23,11 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     h(t-1) as stamped words between a grid direction's CTAs (docs/data/gpu-v28-stamped-rounds.log,
     an H200), and tensor cores with a padded row tile at 3xTF32, TF32, fp16 and bf16 (GRU H=1024:
     24 gate rows a CTA; docs/data/gpu-v34-padded-tiles.log), and weights read from global memory
-    (`global_runs`) in forward fp32 LSTM and GRU layers (docs/data/gpu-global-weights-h200.log). A
-    new variant starts here, named."""
-    if cfg.global_runs and (spec.num_directions > 1 or two_phase(spec) or spec.dtype != "float32"
-                            or cfg.weight_dtype != "float32"):
-        return ("weights read from global memory each step (global_runs) have run on a GPU at full size only in "
-                "forward fp32 layers with one phase a step: a bidirectional GRU with linear_before_reset=0 at "
-                "H=2048 did not match ONNX Runtime on the H200 (docs/data/gpu-global-weights-h200.log)")
+    (`global_runs`) in fp32 LSTM and GRU layers, forward, bidirectional and with two phases a step
+    (docs/data/gpu-global-weights-h200.log). A new variant starts here, named."""
+    if cfg.global_runs and (spec.dtype != "float32" or cfg.weight_dtype != "float32"):
+        return ("weights read from global memory each step (global_runs) have run on a GPU only in fp32 layers "
+                "holding fp32 weights (docs/data/gpu-global-weights-h200.log)")
     return ""
 
 

@@ -15,11 +15,12 @@ def load_weights(L, a, t):
     runs of columns into registers (`wreg` row `t.row`), the last SR into shared memory (`wsm`
     block `t.block`, thread-contiguous so that a warp's loads hit distinct banks)."""
     for q in T.unroll(L.RPG):
-        for i in T.unroll(L.RR):
-            for v in (T.vectorized if L.SR == 0 else T.unroll)(L.DV):  # a run: one 16-byte load (spilled with SR)
-                t.wreg[t.row, q * L.KR + i * L.DV + v] = T.Cast(L.WDT, T.if_then_else(
-                    t.tx // L.WS < L.NG, a.r[L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q), L.col(t.tx % L.WS, i, v)],
-                    T.float32(0)))
+        if L.RR > 0:
+            for i in T.unroll(L.RR):
+                for v in (T.vectorized if L.SR == 0 else T.unroll)(L.DV):  # a run: one 16-byte load (spilled with SR)
+                    t.wreg[t.row, q * L.KR + i * L.DV + v] = T.Cast(L.WDT, T.if_then_else(
+                        t.tx // L.WS < L.NG,
+                        a.r[L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q), L.col(t.tx % L.WS, i, v)], T.float32(0)))
         if L.SR > 0:
             for i in T.unroll(L.SR):
                 for v in T.unroll(L.DV):
@@ -50,14 +51,15 @@ def dot_and_reduce(L, a, t, hs, gs, phase):
     for e in T.unroll(L.RPG * L.BC):
         t.acc[e] = T.float32(0)
     if L.group_active((t.tx // L.WS) * L.RPG, phase):
-        for i in T.unroll(L.RR):
-            for bi in T.unroll(L.BC):
-                for v in T.vectorized(L.DV):
-                    t.hv[v] = hs[bi, L.col(t.tx % L.WS, i, v)]
-                for q in T.unroll(L.RPG):
-                    for v in T.unroll(L.DV):
-                        t.acc[q * L.BC + bi] = t.acc[q * L.BC + bi] + T.Cast(
-                            "float32", t.wreg[0, q * L.KR + i * L.DV + v]) * t.hv[v]
+        if L.RR > 0:
+            for i in T.unroll(L.RR):
+                for bi in T.unroll(L.BC):
+                    for v in T.vectorized(L.DV):
+                        t.hv[v] = hs[bi, L.col(t.tx % L.WS, i, v)]
+                    for q in T.unroll(L.RPG):
+                        for v in T.unroll(L.DV):
+                            t.acc[q * L.BC + bi] = t.acc[q * L.BC + bi] + T.Cast(
+                                "float32", t.wreg[0, q * L.KR + i * L.DV + v]) * t.hv[v]
         if L.SR > 0:
             for i in T.unroll(L.SR):
                 for q in T.unroll(L.RPG):
