@@ -21,7 +21,7 @@ GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h
 STACKS_FILE = "wavefront-stacks-h100.jsonl"  # `persist-rnn bench --parts stacks`
 CORPUS_FILE = "corpus-latency-h100.jsonl"  # `python benchmarks/corpus_latency.py`
 OFFGRID_FILE = "offgrid-picks-h100.jsonl"  # `python benchmarks/offgrid_picks.py`
-OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-D)
+OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-E)
 CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE, OFFGRID_PART_FILE]
 #: sections of docs/benchmarks.md written by hand (each names its data file and command), which a
 #: regeneration keeps as they stand, in this order after the generated ones
@@ -128,7 +128,8 @@ def offgrid_lines(rows: list) -> list[str]:
 
 def offgrid_part_lines(rows: list) -> list[str]:
     """`bench --parts offgrid` on the H200: each layer's latest run (A: the set as it was; B, C:
-    after planner changes, only the layers they move; D: a kernel variant measured and not kept),
+    after planner changes, only the layers they move; E: after a kernel change, the layers below
+    or nearest 1.0x; D: a kernel variant measured and not kept),
     with run A's ratio beside it, and the floors' numbers over the latest rows."""
     kept = [r for r in rows if r.get("part") == "offgrid" and r.get("run") != "D"]
     latest = {}
@@ -143,9 +144,10 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "cuDNN's best algorithm at the same precision in the same run (torch's layer in a CUDA graph and the four "
            "algorithms called directly, each checked against torch). Run A measured the whole set; runs B and C "
            "re-measured the layers that two planner changes move (B: batch tiles of clusters only where every cluster "
-           "runs at once; C: tensor-core configs held to their A and C fragments in registers); run D, a kernel "
-           "variant (h(t-1) copied by cp.async) that was slower on each of its three layers and not kept, is in the "
-           "file but not in the table. Error: against torch's strict fp32 layer, over the output scale. Command: "
+           "runs at once; C: tensor-core configs held to their A and C fragments in registers), and run E the five "
+           "layers below or nearest 1.0x after a kernel change (the 16-bit mma's shared rows of h(t-1) padded to 8 mod "
+           "16 floats: no bank conflicts in its B fragments' loads); run D, a kernel variant (h(t-1) copied by "
+           "cp.async) that was slower on each of its three layers and not kept, is in the file but not in the table. Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",
            "| layer | precision | run | ours ms (measure off) | pick | best cuDNN ms | best | best ÷ ours | best ÷ top-5 compile | run A: best ÷ ours | error |",
