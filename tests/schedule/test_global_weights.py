@@ -112,3 +112,17 @@ def test_kernels_with_no_weights_in_registers_compile_for_sm_90(spec, cfg):
     assert cfg.weight_regs(spec) == 0 and not problems(spec, cfg, 132, 232448)
     source = cuda_source(persistent_kernel(spec, cfg), "sm_90")
     assert "wreg" not in source and "r_ptr" in source
+
+
+def test_many_global_runs_are_read_in_a_loop_of_unrolled_turns():
+    """Up to GLOBAL_UNROLL_FMAS the global runs are unrolled whole (every layer timed so far);
+    past it, turns of GLOBAL_TURN_FMAS: LSTM H=4096 B=16's 59 runs of 256 FMAs in 4 turns of 16."""
+    from tir_templates.persistent.layout import Layout, global_runs_unrolled
+
+    assert global_runs_unrolled(21, 256) == 21 and global_runs_unrolled(106, 16) == 106
+    assert global_runs_unrolled(59, 256) == 16 and global_runs_unrolled(3, 8192) == 1
+    spec = CellSpec("lstm", 4096, 4096)
+    cfg = plan_layer(spec, CUDA, batch=16, measure=False).config
+    assert Layout(spec, cfg).GU < cfg.global_runs, cfg
+    assert Layout(CellSpec("lstm", 2048, 2048), plan_layer(CellSpec("lstm", 2048, 2048), CUDA, batch=16,
+                                                             measure=False).config).GU == 21

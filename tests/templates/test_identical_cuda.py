@@ -62,6 +62,9 @@ CASES = {
     "lstm-h256-global-weights": ("lstm", 256, "forward", Config(16, 8, 4, 2, smem_runs=2, global_runs=3), {}),
     "gru-h2048-global-weights-stamped": ("gru", 2048, "forward", Config(16, 16, 3, 1, smem_runs=18, global_runs=2,
                                                                         stamped=True), {}),
+    # 59 global runs read in turns of 16 (ran on the H200 in benchmarks/streamed_layers.py)
+    "lstm-h4096-global-weights-in-turns": ("lstm", 4096, "forward", Config(32, 16, 8, 8, smem_runs=3, global_runs=59),
+                                           {}),
     # every run of a lane's columns in global memory: no register array (two phases a step)
     "gru0-h256-weights-off-registers": ("gru0", 256, "bidirectional", Config(32, 8, 4, 5, global_runs=8), {}),
     "rnn-h128-cta-batch-tiles": ("rnn", 128, "bidirectional", Config(128, 4, 4, 1, batch_tile=1), {}),

@@ -43,6 +43,16 @@ def staged_run_dot(L, t, hs, run):
 
 
 @T.macro
+def global_run_dot(L, a, t, hs, run):
+    """`staged_run_dot` of run `run`, read from R in global memory (16-byte loads)."""
+    for q in T.unroll(L.RPG):
+        for v in T.vectorized(L.DV):
+            t.wt[q * L.DV + v] = T.Cast(L.WDT, a.r[L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q),
+                                                   L.col(t.tx % L.WS, run, v)])
+    staged_run_dot(L, t, hs, run)
+
+
+@T.macro
 def dot_and_reduce(L, a, t, hs, gs, phase):
     """Partial dot products of the lane's weights (registers, then shared memory, then global
     memory) with its columns of h(t-1) (float4 shared loads), then a shuffle-sum over the work group's lanes
@@ -67,12 +77,14 @@ def dot_and_reduce(L, a, t, hs, gs, phase):
                         t.wt[q * L.DV + v] = t.wsm[0, (i * L.RPG + q) * L.DV + v, t.tx]
                 staged_run_dot(L, t, hs, L.RR + i)
         if L.GR > 0 and t.tx // L.WS < L.NG:  # padding lanes have no rows of R to read
-            for i in T.unroll(L.GR):
-                for q in T.unroll(L.RPG):
-                    for v in T.vectorized(L.DV):
-                        t.wt[q * L.DV + v] = T.Cast(L.WDT, a.r[L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q),
-                                                               L.col(t.tx % L.WS, L.RR + L.SR + i, v)])
-                staged_run_dot(L, t, hs, L.RR + L.SR + i)
+            if L.GU == L.GR:
+                for i in T.unroll(L.GR):
+                    global_run_dot(L, a, t, hs, L.RR + L.SR + i)
+            else:  # GU runs a turn: a kernel unrolling them all would take nvcc minutes
+                for turn in T.serial((L.GR + L.GU - 1) // L.GU):
+                    for i in T.unroll(L.GU):
+                        if turn * L.GU + i < L.GR:
+                            global_run_dot(L, a, t, hs, L.RR + L.SR + turn * L.GU + i)
     for q in T.unroll(L.RPG):
         for bi in T.unroll(L.BC):
             if L.WS > 1:

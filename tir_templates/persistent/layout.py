@@ -14,6 +14,7 @@ BLOCK_M):
     GTW       gate rows per CTA in the work groups    GATE0 the first of them (2: partial sums)
     KPL       columns per lane                        DV   a lane's columns come in runs of DV
     SR, RR    runs in shared memory, in registers     KR   register-held columns per row
+    GR, GU    runs read from global memory; how many of them a loop turn unrolls (GU = GR: all)
     UG        units per work group (lane updates)     UPT  (batch row, unit) pairs per thread
     XR        registers per pair: G inputs, C(t-1)    VEC  width of h's vector copies
     KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
@@ -29,6 +30,20 @@ import tvm
 
 from ..config import STATIC_SHARED_BYTES, Config, two_phase
 from ..spec import CellSpec
+
+
+#: FMAs of the global runs a kernel unrolls whole; past it, a loop over turns of GLOBAL_TURN_FMAS
+#: (an LSTM H=4096 B=16 step unrolled all 59 of its runs: 15,104 FMAs, which nvcc took longer than
+#: 5 minutes to compile, where every layer measured so far unrolls at most 5,376)
+GLOBAL_UNROLL_FMAS, GLOBAL_TURN_FMAS = 8192, 4096
+
+
+def global_runs_unrolled(global_runs: int, run_fmas: int) -> int:
+    """Global runs per turn of their loop: all of them within GLOBAL_UNROLL_FMAS, else as many as
+    GLOBAL_TURN_FMAS holds (at least one); each turn's loads stay in flight together."""
+    if global_runs * run_fmas <= GLOBAL_UNROLL_FMAS:
+        return global_runs
+    return max(1, GLOBAL_TURN_FMAS // run_fmas)
 
 
 def both(a, b):
@@ -63,6 +78,7 @@ class Layout:
         self.SR = cfg.smem_runs
         self.GR = cfg.global_runs  # runs read from R in global memory each step, after the SR runs
         self.RR = self.KPL // self.DV - self.SR - self.GR
+        self.GU = global_runs_unrolled(self.GR, self.RPG * cfg.batch_chunk * self.DV)
         self.KR = self.RR * self.DV
         self.WDT = cfg.weight_dtype
         self.lstm = spec.cell == "lstm"
