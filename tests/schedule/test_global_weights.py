@@ -126,3 +126,19 @@ def test_many_global_runs_are_read_in_a_loop_of_unrolled_turns():
     assert Layout(spec, cfg).GU < cfg.global_runs, cfg
     assert Layout(CellSpec("lstm", 2048, 2048), plan_layer(CellSpec("lstm", 2048, 2048), CUDA, batch=16,
                                                              measure=False).config).GU == 21
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("spec", [CellSpec("lstm", 2048, 2048, "bidirectional"),
+                                  CellSpec("gru", 2048, 2048, "bidirectional", linear_before_reset=False),
+                                  CellSpec("gru", 4096, 4096, linear_before_reset=True)], ids=str)
+def test_every_bucket_of_a_layer_past_the_chip_builds_for_sm_90(spec):
+    """A symbolic batch plans a kernel per bucket (batch 1 to 64 and past it), each layer past the
+    chip with weights in global memory: the CUDA of the whole bucketed kernel generates (what the
+    GRU H=2048 bidirectional linear_before_reset=0 layer's did not, its last bucket holding no
+    weight in registers)."""
+    from templates.test_cuda_codegen import cuda_source
+
+    plan = plan_layer(spec, CUDA, batch=None, measure=False)
+    assert plan.kernel is not None and all(b["config"]["global_runs"] for b in plan.buckets), plan.reason
+    assert "r_ptr" in cuda_source(plan.kernel, "sm_90")
