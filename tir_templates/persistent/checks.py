@@ -1,7 +1,7 @@
 """Which (spec, config) pairs the persistent template builds, and which the planner may pick."""
 from __future__ import annotations
 
-from ..config import Config, tensor_core_problems, two_phase
+from ..config import Config, tensor_core_problems
 from ..spec import CellSpec
 
 
