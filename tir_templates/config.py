@@ -307,6 +307,9 @@ class Config:
 
 #: the tensor cores' mma shape (m16n8k8, TF32 operands, fp32 accumulators)
 MMA_M, MMA_N, MMA_K = 16, 8, 8
+#: (batch row, unit) pairs a tensor-core config's thread may update a chunk (the FMA units' configs: 1);
+#: a wide tile of batch rows over few warps needs several
+MAX_TC_UPDATES = 4
 #: ... and its K with fp16 operands (m16n8k16)
 MMA_K_F16 = 16
 #: weight dtypes held two to a register
@@ -348,8 +351,11 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
     if not cfg.tensor_cores() and (nt - cfg.groups(spec) * cfg.group_size >= 32
                                    or nt > 2 * cfg.groups(spec) * cfg.group_size):
         out.append(f"{cfg.groups(spec) * cfg.group_size} busy lanes waste most of {nt} threads")
-    if cfg.batch_chunk * cfg.tile_units > nt:
-        out.append(f"batch_chunk x tile_units = {cfg.batch_chunk * cfg.tile_units} exceeds {nt} threads")
+    pairs = cfg.batch_chunk * cfg.tile_units
+    if cfg.tensor_cores() and pairs > MAX_TC_UPDATES * nt:
+        out.append(f"batch_chunk x tile_units = {pairs} exceeds {MAX_TC_UPDATES} pairs for each of {nt} threads")
+    elif not cfg.tensor_cores() and pairs > nt:
+        out.append(f"batch_chunk x tile_units = {pairs} exceeds {nt} threads")
     regs = cfg.registers(spec)
     if regs > 224:
         out.append(f"~{regs} registers per thread (weights, accumulators, prefetch; at most 255)")
@@ -449,8 +455,8 @@ def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
     if cfg.f16_mma() and cfg.mma_precision != "3xtf32":
         out.append(f"tensor cores: mma_precision {cfg.mma_precision!r} is for fp32 layers (a 16-bit layer's mma is "
                    "at its own dtype)")
-    if cfg.smem_runs or cfg.global_runs or cfg.batch_tile or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
-        out.append("tensor cores: weights all in registers, no batch tiles, group_size 32 and rows_per_group 16")
+    if cfg.smem_runs or cfg.global_runs or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
+        out.append("tensor cores: weights all in registers, group_size 32 and rows_per_group 16")
     k = cfg.mma_k()
     if spec.hidden_size % k:
         out.append(f"tensor cores: hidden_size {spec.hidden_size} is not a multiple of the mma's k ({k})")

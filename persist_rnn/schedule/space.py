@@ -10,7 +10,8 @@ where no config holds all of a layer's weights on chip, the runs that shared mem
 are read from global memory each step instead (`Config.global_runs`: L2 keeps them when they fit).
 Tensor-core configs (`Config.mma_k_split`, one-phase cells) split each row tile's columns over 1
 to 16 warps: an fp32 layer's at 3xTF32 and, in a build at precision "tf32", at TF32 too; an fp16
-layer's on its fp16 weights, a bf16 layer's on its bf16 weights. Pruning beyond `problems` (what cannot run): batch chunks are only the
+layer's on its fp16 weights, a bf16 layer's on its bf16 weights; they too come in batch tiles
+where one CTA or cluster holds a direction. Pruning beyond `problems` (what cannot run): batch chunks are only the
 smallest chunk for 1 to 4 passes over the weights (a smaller chunk with the same pass count only
 wastes lanes; more passes multiply the per-chunk latencies), and groups of 1 or 2 lanes only when
 nothing wider fits (and groups of 2 for a resident CTA whose lanes update their units from weights
@@ -229,3 +230,7 @@ def _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds, weight_dtype
         yield cfg
         if 1 < spec.hidden_size // tw <= gpu.max_cluster_ctas:
             yield dataclasses.replace(cfg, cluster=True)
+    for ks, tile, kind in itertools.product(TENSOR_CORE_SPLITS, batch_tiles(spec, tw, batch, gpu), mma_kinds):
+        # one CTA or cluster per tile of batch rows, each reading only its tile's rows of h(t-1)
+        yield Config(tw, 32, 16, tile, weight_dtype, barriers, cluster=spec.hidden_size // tw > 1, batch_tile=tile,
+                     mma_k_split=ks, mma_precision=kind)

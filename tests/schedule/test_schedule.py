@@ -686,11 +686,12 @@ def test_bf16_layers_get_bf16_tensor_core_configs():
     mma = [c for c in configs if c.tensor_cores()]
     assert mma and all(c.f16_mma() and c.weight_dtype == "bfloat16" and c.mma_k() == 16 for c in mma)
     assert all(c.weight_dtype == "float32" for c in configs if not c.tensor_cores())
-    assert not any(unverified_reason(spec, c) for c in mma if (c.row_gates(spec) * c.tile_units) % 16 == 0)
+    assert not any(unverified_reason(spec, c) for c in mma if (c.row_gates(spec) * c.tile_units) % 16 == 0
+                   and not c.batch_tile and c.updates_per_thread(spec) == 1)  # those two: test_tensor_core_tiles.py
     fma = next(c for c in configs if not c.tensor_cores())
     assert any("on the tensor cores only" in p for p in problems_on(spec, dataclasses.replace(fma, weight_dtype="bfloat16"), H100))
-    assert (plan_layer(spec, TARGET, batch=20, measure=False).config
-            == plan_layer(spec, TARGET, batch=20, measure=False, unverified=True).config)
+    pick = plan_layer(spec, TARGET, batch=20, measure=False).config
+    assert pick.f16_mma() and pick.weight_dtype == "bfloat16", pick
 
 
 def test_the_shipped_model_picks_tensor_core_configs_where_they_win_off_the_grid():

@@ -85,6 +85,11 @@ CASES = [
     ("rnn", "reverse", 3, Config(16, 32, 16, 3, mma_k_split=2), dict(clip=1.0)),  # one resident CTA
     ("gru", "bidirectional", 3, Config(8, 32, 16, 3, mma_k_split=2), {}),  # 24 rows: the second tile padded
     ("rnn", "forward", 10, Config(4, 32, 16, 10, mma_k_split=2), {}),  # 4 rows in a 16-row tile, two n-tiles
+    # ... in batch tiles (a cluster or a CTA each), and with several (batch row, unit) pairs a thread
+    ("lstm", "bidirectional", 5, Config(4, 32, 16, 2, cluster=True, batch_tile=2, mma_k_split=2), {}),  # ragged
+    ("gru", "forward", 10, Config(16, 32, 16, 8, batch_tile=8, mma_k_split=1), {}),  # 2 pairs a thread
+    ("lstm", "forward", 20, Config(8, 32, 16, 16, cluster=True, batch_tile=16, mma_k_split=1), {}),  # 2 pairs
+    ("gru", "bidirectional", 10, Config(16, 32, 16, 10, mma_k_split=1), {}),  # no tiles, 2 pairs a thread
     # a cluster's CTAs sending h(t) into each other's shared memory (dsmem), h and C on chip
     ("lstm", "bidirectional", 2, Config(4, 8, 4, 2, cluster=True, dsmem=True), dict(peepholes=True)),
     ("lstm", "bidirectional", 5, Config(8, 4, 4, 2, cluster=True, batch_tile=2, dsmem=True), {}),  # ragged tile

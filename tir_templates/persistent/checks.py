@@ -28,6 +28,9 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     if cfg.global_runs and (spec.dtype != "float32" or cfg.weight_dtype != "float32"):
         return ("weights read from global memory each step (global_runs) have run on a GPU only in fp32 layers "
                 "holding fp32 weights (docs/data/gpu-global-weights-h200.log)")
+    if cfg.tensor_cores() and (cfg.batch_tile or cfg.updates_per_thread(spec) > 1):
+        return ("tensor cores with batch tiles, or with more than one (batch row, unit) pair a thread to update, "
+                "match the reference in the CPU twin only (tests/templates/test_persistent_emulated.py)")
     return ""
 
 

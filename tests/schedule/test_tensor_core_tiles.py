@@ -1,0 +1,58 @@
+"""Tensor-core configs in batch tiles: where one CTA or cluster holds a direction, each tile of
+batch rows gets its own and reads only its rows of h(t-1). Offered by the space, priced by the
+model, and held back from the default compile until they have run on a GPU."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import tvm
+
+from persist_rnn.schedule.cost_model import rank
+from persist_rnn.schedule.gpu import gpu_model
+from persist_rnn.schedule.planner import plan_layer
+from persist_rnn.schedule.space import candidate_configs
+from tir_templates.config import Config, problems
+from tir_templates.persistent.checks import unverified_reason
+from tir_templates.spec import CellSpec
+
+H100 = gpu_model("sm_90")
+CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+GRU640 = CellSpec("gru", 640, 640, dtype="float16", linear_before_reset=True)
+
+
+def test_tiles_are_offered_where_a_cluster_holds_a_direction():
+    tiled = [c for c in candidate_configs(GRU640, H100, 128) if c.tensor_cores() and c.batch_tile]
+    assert tiled and all(c.cluster and c.ctas_per_direction(GRU640) <= 16 for c in tiled)
+    # every tile's cluster runs at once: 128 / 32 = 4 clusters of 16 CTAs (7 fit the H100)
+    assert {c.batch_tile for c in tiled} == {32}
+
+
+def test_tiles_wait_for_a_gpu_before_the_default_compile_picks_them():
+    tiled = [c for c in candidate_configs(GRU640, H100, 128) if c.tensor_cores() and c.batch_tile]
+    assert all("CPU twin only" in unverified_reason(GRU640, c) for c in tiled)
+    assert not plan_layer(GRU640, CUDA, batch=128, measure=False).config.batch_tile
+    forced = plan_layer(GRU640, CUDA, batch=128, measure=False, unverified=True)
+    assert forced.config.batch_tile and forced.config.tensor_cores(), forced.config
+    best, _ = rank(GRU640, tiled, H100, 128)[0]
+    assert best > 0
+
+
+def test_several_pairs_a_thread_only_with_tensor_cores():
+    spec = CellSpec("gru", 16, 16, linear_before_reset=True)
+    tc = Config(16, 32, 16, 8, batch_tile=8, mma_k_split=1)  # 96 threads, 128 pairs
+    assert tc.updates_per_thread(spec) == 2 and not problems(spec, tc, 132, 232448, 16)
+    assert unverified_reason(spec, tc)
+    too_many = Config(16, 32, 16, 64, mma_k_split=1)  # 1024 pairs, 96 threads
+    assert any("pairs for each of 96 threads" in p for p in problems(spec, too_many, 132, 232448, 16))
+    fma = Config(4, 4, 2, 16)  # 64 pairs, 32 threads
+    assert any("exceeds 32 threads" in p for p in problems(CellSpec("lstm", 16, 16), fma, 132, 232448, 16))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_a_tensor_core_tile_compiles_for_sm_90(tmp_path):
+    from templates.test_cuda_codegen import cuda_source, nvcc_stats
+
+    plan = plan_layer(GRU640, CUDA, batch=128, measure=False, unverified=True)
+    assert plan.config.batch_tile and plan.config.updates_per_thread(GRU640) > 1
+    nvcc_stats(cuda_source(plan.kernel, "sm_90"), "sm_90", tmp_path)
