@@ -76,9 +76,13 @@ def _matches_three_times(case, cfg, tolerance):
 
 
 def _model_best(spec, keep):
-    """The cost model's best config for B=20 among those `keep` accepts."""
+    """The cost model's best config for B=20 among the verified ones `keep` accepts
+    (`checks.unverified_reason`: the tests of a variant not yet run name its configs)."""
+    from tir_templates.persistent import unverified_reason
+
     gpu = gpu_model("sm_90")
-    return next(c for _, c in rank(spec, candidate_configs(spec, gpu, BATCHES[-1]), gpu, BATCHES[-1]) if keep(c))
+    return next(c for _, c in rank(spec, candidate_configs(spec, gpu, BATCHES[-1]), gpu, BATCHES[-1])
+                if keep(c) and not unverified_reason(spec, c))
 
 
 @pytest.mark.parametrize("op,hidden,direction,dtype", list(itertools.product(CELLS, HIDDEN, DIRECTIONS, DTYPES)))
@@ -197,6 +201,21 @@ def test_global_weights_match_onnxruntime(op, direction, cfg):
     forced at H=256, each (B, T) of the matrix three times."""
     case = _layer_case(op.rstrip("0"), 256, direction, lbr=0 if op == "GRU0" else None)
     _matches_three_times(case, cfg, TOLERANCE["float32"])
+
+
+@pytest.mark.parametrize("op,direction,dtype,cfg", [
+    ("GRU", "forward", "float32", Config(16, 32, 16, 16, cluster=True, batch_tile=16, mma_k_split=2)),  # 2 pairs
+    ("LSTM", "bidirectional", "float32", Config(32, 32, 16, 8, cluster=True, batch_tile=8, mma_k_split=1)),
+    ("GRU", "forward", "float16", Config(16, 32, 16, 16, "float16", cluster=True, batch_tile=16, mma_k_split=2)),
+    ("GRU", "forward", "float32", Config(16, 32, 16, 10, mma_k_split=1)),  # no tiles, 2 pairs a thread
+], ids=str)
+def test_tensor_core_batch_tiles_match_onnxruntime(op, direction, dtype, cfg):
+    """Tensor-core steps in batch tiles (a cluster of 16 or 8 CTAs per tile of batch rows), and
+    with two (batch row, unit) pairs a thread, forced at H=256, each (B, T) of the matrix three
+    times (ragged last tiles at B=5 and 20). Until these pass on a GPU, checks.unverified_reason
+    keeps such configs from the default compile."""
+    case = _layer_case(op, 256, direction, dtype)
+    _matches_three_times(case, cfg, TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("op,hidden,direction,lbr", [("LSTM", 2048, "forward", None), ("GRU", 2048, "forward", None),
