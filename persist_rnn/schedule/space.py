@@ -25,6 +25,7 @@ import itertools
 import math
 
 from tir_templates.config import HALF_DTYPES, Config, dsmem_problems, problems, stamped_problems, two_phase
+from tir_templates.persistent.checks import unverified_reason
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel
@@ -99,12 +100,15 @@ def most_common_problem(spec: CellSpec, gpu: GPUModel, batch: int | None) -> str
 
 
 def no_tensor_cores(spec: CellSpec, gpu: GPUModel, batch: int | None, precision: str = "fp32") -> str:
-    """Why the space holds no tensor-core config for `spec`: the problem that pruned the most of
-    them (empty when it holds one)."""
+    """Why the space holds no tensor-core config for `spec` that the planner may pick: the problem
+    that pruned the most of them, or why those that fit wait for a GPU (empty when it holds one)."""
     kinds = mma_precisions(spec, precision)
     configs = [c for c in _configs(spec, gpu, batch, GROUP_SIZES, _weight_dtypes(spec)[:1], kinds) if c.tensor_cores()]
-    if any(not problems_on(spec, c, gpu) for c in configs):
+    fitting = [c for c in configs if not problems_on(spec, c, gpu)]
+    if any(not unverified_reason(spec, c) for c in fitting):
         return ""
+    if fitting:  # only variants that have not run on a GPU
+        return unverified_reason(spec, fitting[0])
     counts = collections.Counter(p for c in configs for p in problems_on(spec, c, gpu))
     return counts.most_common(1)[0][0] if counts else "no tiling of the hidden size takes a 16-row tile"
 
