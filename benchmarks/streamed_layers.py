@@ -39,11 +39,11 @@ def layer_row(cell, hidden, batch, seq_len=100, alt=True):
     row = {"cell": cell, "hidden": hidden, "batch": batch, "seq_len": seq_len}
     row.update(_ours(model, feeds, want, "ours"))
     # the other lowering: the streamed scan (no config offered), or the model's best persistent config
-    if alt and row["ours_lowering"] == "persistent":
-        with mock.patch("persist_rnn.schedule.planner.candidate_configs", return_value=[]):
-            row.update(_ours(model, feeds, want, "alt"))
-    elif alt:
-        with mock.patch("persist_rnn.schedule.planner.streamed_scan_note", return_value=""):
+    if alt:
+        other = (mock.patch("persist_rnn.schedule.planner.candidate_configs", return_value=[])
+                 if row["ours_lowering"] == "persistent"
+                 else mock.patch("persist_rnn.schedule.planner.streamed_scan_note", return_value=""))
+        with other:
             row.update(_ours(model, feeds, want, "alt"))
     row["cudnn_fp32_graph_ms"] = cudnn_ms(layer, x)[1]
     with torch.no_grad():

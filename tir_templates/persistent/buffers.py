@@ -114,8 +114,8 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     gs = _alloc("gs", (1, 1) if L.LANE else (L.KS * L.BC, L.GTW), "float32", "shared")
     # no register array where every weight lives off registers: TVM compacts an array nothing
     # reads to zero elements, which its CUDA codegen cannot allocate
-    wreg = _alloc("wreg", (1, L.cfg.weight_regs(L.spec)), "uint32" if L.F16 else L.WDT,
-                  "local") if L.cfg.weight_regs(L.spec) else None
+    weight_regs = L.cfg.weight_regs(L.spec)
+    wreg = _alloc("wreg", (1, weight_regs), "uint32" if L.F16 else L.WDT, "local") if weight_regs else None
     wsm = _alloc("wsm", (1, L.SR * L.RPG * L.DV, L.NT) if L.SR > 0 else (1, 1, 1), L.WDT,
                  L.SMEM if L.SR > 0 else "local")
     wt = _alloc("wt", (L.RPG * L.DV if L.SR > 0 or L.GR > 0 else 1,), L.WDT, "local")
