@@ -21,7 +21,7 @@ GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h
 STACKS_FILE = "wavefront-stacks-h100.jsonl"  # `persist-rnn bench --parts stacks`
 CORPUS_FILE = "corpus-latency-h100.jsonl"  # `python benchmarks/corpus_latency.py`
 OFFGRID_FILE = "offgrid-picks-h100.jsonl"  # `python benchmarks/offgrid_picks.py`
-OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-E)
+OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-F)
 CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE, OFFGRID_PART_FILE]
 #: sections of docs/benchmarks.md written by hand (each names its data file and command), which a
 #: regeneration keeps as they stand, in this order after the generated ones
@@ -129,7 +129,8 @@ def offgrid_lines(rows: list) -> list[str]:
 def offgrid_part_lines(rows: list) -> list[str]:
     """`bench --parts offgrid` on the H200: each layer's latest run (A: the set as it was; B, C:
     after planner changes, only the layers they move; E: after a kernel change, the layers below
-    or nearest 1.0x; D: a kernel variant measured and not kept),
+    or nearest 1.0x; F: the layers the tensor-core batch tiles move, and LSTM H=1280 B=128 fp32;
+    D: a kernel variant measured and not kept),
     with run A's ratio beside it, and the floors' numbers over the latest rows."""
     kept = [r for r in rows if r.get("part") == "offgrid" and r.get("run") != "D"]
     latest = {}
@@ -146,7 +147,9 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "re-measured the layers that two planner changes move (B: batch tiles of clusters only where every cluster "
            "runs at once; C: tensor-core configs held to their A and C fragments in registers), and run E the five "
            "layers below or nearest 1.0x after a kernel change (the 16-bit mma's shared rows of h(t-1) padded to 8 mod "
-           "16 floats: no bank conflicts in its B fragments' loads); run D, a kernel variant (h(t-1) copied by "
+           "16 floats: no bank conflicts in its B fragments' loads), run F the two layers whose pick the tensor-core "
+           "batch tiles move (a cluster per tile of batch rows) and LSTM H=1280 B=128 fp32 (on a GPU of its own: its "
+           "builds outlast a shared job); run D, a kernel variant (h(t-1) copied by "
            "cp.async) that was slower on each of its three layers and not kept, is in the file but not in the table. Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",

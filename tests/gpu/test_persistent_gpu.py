@@ -204,6 +204,19 @@ def test_global_weights_match_onnxruntime(op, direction, cfg):
 
 
 @pytest.mark.parametrize("op,direction,dtype,cfg", [
+    ("LSTM", "forward", "float16", Config(16, 8, 4, 2, "float16", smem_runs=2, global_runs=3)),
+    ("GRU", "bidirectional", "bfloat16", Config(32, 8, 3, 5, global_runs=4)),  # bf16 layers hold fp32 weights
+    ("GRU0", "forward", "float16", Config(32, 8, 4, 5, "float16", global_runs=2)),  # two phases a step
+    ("LSTM", "reverse", "float16", Config(32, 8, 4, 2, "float16", global_runs=8)),  # no weights in registers
+], ids=str)
+def test_global_weights_of_16_bit_layers_match_onnxruntime(op, direction, dtype, cfg):
+    """16-bit layers whose last runs of weights are read from global memory each step (how an
+    fp16 or bf16 layer past the chip runs: H=4096), forced at H=256, each (B, T) three times."""
+    case = _layer_case(op.rstrip("0"), 256, direction, dtype, lbr=0 if op == "GRU0" else None)
+    _matches_three_times(case, cfg, TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("op,direction,dtype,cfg", [
     ("GRU", "forward", "float32", Config(16, 32, 16, 16, cluster=True, batch_tile=16, mma_k_split=2)),  # 2 pairs
     ("LSTM", "bidirectional", "float32", Config(32, 32, 16, 8, cluster=True, batch_tile=8, mma_k_split=1)),
     ("GRU", "forward", "float16", Config(16, 32, 16, 16, "float16", cluster=True, batch_tile=16, mma_k_split=2)),
@@ -212,8 +225,7 @@ def test_global_weights_match_onnxruntime(op, direction, cfg):
 def test_tensor_core_batch_tiles_match_onnxruntime(op, direction, dtype, cfg):
     """Tensor-core steps in batch tiles (a cluster of 16 or 8 CTAs per tile of batch rows), and
     with two (batch row, unit) pairs a thread, forced at H=256, each (B, T) of the matrix three
-    times (ragged last tiles at B=5 and 20). Until these pass on a GPU, checks.unverified_reason
-    keeps such configs from the default compile."""
+    times (ragged last tiles at B=5 and 20) (docs/data/gpu-tc-batch-tiles-h200.log)."""
     case = _layer_case(op, 256, direction, dtype)
     _matches_three_times(case, cfg, TOLERANCE[dtype])
 

@@ -24,13 +24,13 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     an H200), and tensor cores with a padded row tile at 3xTF32, TF32, fp16 and bf16 (GRU H=1024:
     24 gate rows a CTA; docs/data/gpu-v34-padded-tiles.log), and weights read from global memory
     (`global_runs`) in fp32 LSTM and GRU layers, forward, bidirectional and with two phases a step
-    (docs/data/gpu-global-weights-h200.log). A new variant starts here, named."""
-    if cfg.global_runs and (spec.dtype != "float32" or cfg.weight_dtype != "float32"):
-        return ("weights read from global memory each step (global_runs) have run on a GPU only in fp32 layers "
-                "holding fp32 weights (docs/data/gpu-global-weights-h200.log)")
-    if cfg.tensor_cores() and (cfg.batch_tile or cfg.updates_per_thread(spec) > 1):
-        return ("tensor cores with batch tiles, or with more than one (batch row, unit) pair a thread to update, "
-                "match the reference in the CPU twin only (tests/templates/test_persistent_emulated.py)")
+    (docs/data/gpu-global-weights-h200.log) and in fp16 and bf16 layers
+    (docs/data/gpu-global16-h200.log), and tensor cores in batch tiles, in clusters, with up to
+    four (batch row, unit) pairs a thread (docs/data/gpu-tc-batch-tiles-h200.log). A new variant
+    starts here, named."""
+    if cfg.global_runs and spec.dtype == "float32" and cfg.weight_dtype != "float32":
+        return ("weights read from global memory each step (global_runs) have run on a GPU in fp32 layers holding "
+                "fp32 weights and in 16-bit layers, not yet in fp32 layers holding fp16 weights (int8 layers)")
     return ""
 
 
