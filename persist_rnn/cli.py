@@ -13,8 +13,8 @@ import numpy as np
 from .errors import PersistRNNError
 from .schedule.precision import PRECISIONS, TOLERANCE
 
-UNVERIFIED_HELP = ("also use kernel variants not yet run on a GPU (today: int8 layers' fp16-held weights read from "
-                   "global memory; tir_templates/persistent/checks.py)")
+UNVERIFIED_HELP = ("also use kernel variants not yet run on a GPU (today none: every variant has; "
+                   "tir_templates/persistent/checks.py)")
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(int64)": "int64",
                "tensor(int32)": "int32", "tensor(float16)": "float16", "tensor(bool)": "bool"}
 #: compile, run and tune: what an fp32 layer's recurrent step may run at (schedule/precision.py)

@@ -264,6 +264,25 @@ def test_a_quantized_lstm_runs_persistent_on_the_gpu(tmp_path, hidden, per_chann
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+def test_int8_weights_held_in_fp16_read_from_global_memory_on_the_gpu(tmp_path, per_channel):
+    """How an int8 layer past the chip (H=4096) would hold its weights: in fp16, the last runs read
+    from global memory each step; forced at H=256 (docs/data/gpu-int8-global-h200.log)."""
+    from tir_templates.config import Config
+
+    model, feeds = _float_lstm(256, steps=20)
+    quantized = _quantized(model, tmp_path, per_channel)
+    cfg = Config(16, 8, 4, 1, "float16", smem_runs=2, global_runs=3)
+    compiled = persist_rnn.compile(quantized, "cuda", config=cfg)
+    [layer] = compiled.report()
+    assert layer.lowering == "persistent" and layer.config == cfg.as_dict(), layer.line()
+    got = compiled.run(feeds)
+    want = ort.InferenceSession(_as_qdq(quantized).SerializeToString()).run(None, feeds)
+    assert max_rel_error(got, want) <= INT8_WEIGHTS_TOLERANCE
+    _within_ort_rounding(got, quantized, feeds, INT8_WEIGHTS_TOLERANCE)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name,per_channel", [("char_rnn", False), ("text_classifier", True)])
 def test_shipped_examples_quantized_run_on_the_gpu(tmp_path, name, per_channel):
     """The shipped examples quantized by ONNX Runtime, as compile builds them for the GPU (the

@@ -105,7 +105,8 @@ def test_tensor_core_configs_compile(cell, hidden, batch, arches, tmp_path):
 def test_too_large_for_the_chip_says_why(tmp_path):
     """fp32 LSTM H=1024 needs 128 CTAs of 8 units in registers: the A100's 108 SMs cannot hold
     them; with part of the weights in shared memory 64 CTAs can. fp16 bidirectional H=1024 fits
-    the A100 in no way, and the reason names what pruned its configs."""
+    the A100's registers and shared memory in no way: it reads the rest from global memory, and
+    the report names what pruned the tensor-core configs."""
     spec = CellSpec("lstm", 1024, 1024)
     a100 = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
     plan = plan_layer(spec, a100, batch=10, measure=False)
@@ -115,8 +116,8 @@ def test_too_large_for_the_chip_says_why(tmp_path):
     assert plan.kernel is not None and plan.config.smem_runs == 0
     fp16 = CellSpec("lstm", 1024, 1024, "bidirectional", dtype="float16")
     plan = plan_layer(fp16, a100, batch=10, measure=False)
-    assert plan.kernel is None and "no verified persistent config fits NVIDIA A100" in plan.reason
-    assert "16384 KiB of recurrent weights" in plan.reason and "global_runs" in plan.reason
+    assert plan.kernel is not None and plan.config.global_runs > 0, plan.reason
+    assert "no tensor-core config runs this layer" in plan.reason
 
 
 def test_reference_scan_compiles_for_cuda(tmp_path):

@@ -12,7 +12,7 @@ class UnsupportedLayer(Exception):
 def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     """Why the planner does not pick this config for `spec` on its own (empty when it may): a
     variant that passes the CPU emulation and nvcc but has not run on a GPU. `unverified=True` or
-    a config forced by the caller still builds it. Today every variant has run on the H100: batch
+    a config forced by the caller still builds it. Today every variant has run on a GPU: batch
     tiles, clusters, both GRU linear_before_reset=0 kernels and fp32 shared-memory weights
     (docs/data/gpu_variants.log), tensor cores with whole row tiles (docs/data/gpu-v4-tensor-cores.log),
     fp16 weights in shared memory (H=1024 bidirectional, H=2048; docs/data/gpu-v22-fp16-shared-weights.log;
@@ -24,13 +24,11 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     an H200), and tensor cores with a padded row tile at 3xTF32, TF32, fp16 and bf16 (GRU H=1024:
     24 gate rows a CTA; docs/data/gpu-v34-padded-tiles.log), and weights read from global memory
     (`global_runs`) in fp32 LSTM and GRU layers, forward, bidirectional and with two phases a step
-    (docs/data/gpu-global-weights-h200.log) and in fp16 and bf16 layers
-    (docs/data/gpu-global16-h200.log), and tensor cores in batch tiles, in clusters, with up to
+    (docs/data/gpu-global-weights-h200.log), in fp16 and bf16 layers
+    (docs/data/gpu-global16-h200.log) and in int8 layers holding fp16 weights
+    (docs/data/gpu-int8-global-h200.log), and tensor cores in batch tiles, in clusters, with up to
     four (batch row, unit) pairs a thread (docs/data/gpu-tc-batch-tiles-h200.log). A new variant
     starts here, named."""
-    if cfg.global_runs and spec.dtype == "float32" and cfg.weight_dtype != "float32":
-        return ("weights read from global memory each step (global_runs) have run on a GPU in fp32 layers holding "
-                "fp32 weights and in 16-bit layers, not yet in fp32 layers holding fp16 weights (int8 layers)")
     return ""
 
 
