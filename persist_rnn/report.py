@@ -78,6 +78,9 @@ class LayerReport:
     module: str = ""
     #: its weights are int8 values (a quantized model's) held in fp16 by its kernel (some bucket's, at least)
     int8_weights_in_fp16: bool = False
+    #: its kernel reads part of its weights from global memory each step, as none fit on chip
+    #: (`Config.global_runs`; some bucket's, at least)
+    weights_from_global_memory: bool = False
 
     def __getitem__(self, key):
         return getattr(self, key)
@@ -101,9 +104,10 @@ class LayerReport:
         elif self.lowering == "wavefront" and self.stack_reason:  # one wavefront kernel: whose choice
             stacked += f" ({self.stack_reason})"
         int8 = ", int8 weights held in fp16" if self.int8_weights_in_fp16 else ""
+        streams = ", part of its weights read from global memory each step" if self.weights_from_global_memory else ""
         name = f"{self.module} ({self.node})" if self.module else self.node
         return (f"{name}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
-                f"{dirs}: {self.lowering}{tf32}{int8}{folded}{early}{buckets}{stacked}{why}")
+                f"{dirs}: {self.lowering}{tf32}{int8}{streams}{folded}{early}{buckets}{stacked}{why}")
 
     def bucket_lines(self) -> list[str]:
         """One line per batch bucket: the batches it takes, its config and where it came from; and
@@ -165,6 +169,8 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
                               tf32_step=lowering == "persistent" and any(c.tf32() for c in kernel_configs(func)),
                               int8_weights_in_fp16=spec.int8_weights and lowering == "persistent" and any(
                                   c.weight_dtype == "float16" for c in kernel_configs(func)),
+                              weights_from_global_memory=lowering == "persistent" and any(
+                                  c.global_runs for c in kernel_configs(func)),
                               buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]")),
                               stack=json.loads(_attr(func, STACK_ATTR, "{}")).get("stack", []),
                               stack_reason=_attr(func, STACK_REASON_ATTR),

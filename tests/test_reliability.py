@@ -106,6 +106,7 @@ def test_hidden_sizes_past_the_chip_are_streamed_with_the_reason():
                                         direction=direction, dtype=dtype))
         [layer] = compile_model(model, cuda, measure=False).report()
         assert layer.lowering == "persistent" and layer.config["global_runs"] > 0, layer.line()
+        assert "part of its weights read from global memory each step" in layer.line()
     model, _ = make_model(LayerCase(op="LSTM", hidden_size=4096, input_size=16, batch=64, seq_len=3))
     [layer] = compile_model(model, cuda, measure=False).report()
     assert layer.lowering == "streamed" and "no persistent config fits" in layer.reason, layer.line()
