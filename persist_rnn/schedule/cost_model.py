@@ -32,8 +32,10 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 #: the version of the model and of the planner's rules for a pick without measurements: a tuning
 #: log's unmeasured picks ("cost_model" records) made by another version are not used
 #: (`tuning_log.lookup`). 1: records without the field; 2: clusters that run at once, tensor-core
-#: configs held to their fragments in registers, FMA units at batch 1 (docs/cost-model.md)
-MODEL_VERSION = 2
+#: configs held to their fragments in registers, FMA units at batch 1; 3: tensor-core configs in
+#: batch tiles, several pairs a thread only in them, 16-bit and int8 layers' weights read from
+#: global memory (docs/cost-model.md)
+MODEL_VERSION = 3
 #: the tensor-core terms: an mma's issue cost and its accumulation chain (judged, and refittable, on a
 #: side-by-side sweep: `fit.tensor_core_report`)
 MMA_FEATURES = ("mma_issue", "mma_chain")
