@@ -162,15 +162,14 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
             spec = CellSpec.from_json(str(func.attrs[ATTR_KEY]))
             launch = func.attrs.get(EARLY_LAUNCH[0], [])
             lowering = _attr(func, LOWERING_ATTR, "reference")
+            configs = kernel_configs(func) if lowering == "persistent" else []  # every bucket's
             out.append(_entry(spec, lowering, reason=_attr(func, REASON_ATTR),
                               config=json.loads(_attr(func, CONFIG_ATTR, "{}")), source=_attr(func, SOURCE_ATTR),
                               early_launch=EARLY_LAUNCH[1][0] in list(launch),
                               cooperative_launch=COOPERATIVE_LAUNCH[1][0] in list(launch),
-                              tf32_step=lowering == "persistent" and any(c.tf32() for c in kernel_configs(func)),
-                              int8_weights_in_fp16=spec.int8_weights and lowering == "persistent" and any(
-                                  c.weight_dtype == "float16" for c in kernel_configs(func)),
-                              weights_from_global_memory=lowering == "persistent" and any(
-                                  c.global_runs for c in kernel_configs(func)),
+                              tf32_step=any(c.tf32() for c in configs),
+                              int8_weights_in_fp16=spec.int8_weights and any(c.weight_dtype == "float16" for c in configs),
+                              weights_from_global_memory=any(c.global_runs for c in configs),
                               buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]")),
                               stack=json.loads(_attr(func, STACK_ATTR, "{}")).get("stack", []),
                               stack_reason=_attr(func, STACK_REASON_ATTR),

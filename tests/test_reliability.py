@@ -92,7 +92,7 @@ def size_model_llvm():
     return model, compile_model(model, "llvm")
 
 
-def test_hidden_sizes_past_the_chip_are_streamed_with_the_reason():
+def test_hidden_sizes_past_the_chip_run_persistent_or_streamed_with_the_reason():
     """What the H100 cannot hold on chip never gets the reference scan's CTA per batch row: fp32
     LSTM H=2048 (forward and bidirectional), GRU H=4096 and fp16 LSTM H=4096 run the persistent
     kernel reading what does not fit from global memory each step; where no config fits even so
