@@ -5,7 +5,8 @@ in the same run (T=100, input = hidden):
   tensor ops, each checked against torch's fp16 output (cuDNN has no int8 recurrent path);
 - our fp16 build of the same layer (its ONNX export in fp16);
 - the same layer with its dequantized weights held in fp32 (the fp32 LSTM they stand for, not
-  named int8: at H=2048 the streamed scan).
+  named int8: at H=2048 the streamed scan);
+- where the cost model did not hold the weights as int8, its best config that does, forced.
 Ours is checked against ONNX Runtime (CPU) on the QDQ form of the same int8 weights (fp32
 activations). One JSON line per layer.
 
@@ -60,6 +61,16 @@ def qdq_reference(quantized: onnx.ModelProto, feeds: dict) -> list:
     return session.run(None, feeds)
 
 
+def int8_pick(hidden, batch):
+    """The cost model's best config holding the layer's weights as int8 at `batch` (None if none fits)."""
+    from persist_rnn.schedule.planner import choose
+    from persist_rnn.targets import as_target
+    from tir_templates.spec import CellSpec
+
+    spec = CellSpec("lstm", hidden, hidden, int8_weights=True, int8_rows=True)
+    return choose(spec, as_target("cuda"), batch, measure=False, int8=True).config
+
+
 def layer_row(torch, hidden, batch, per_channel, seq_len=100):
     from persist_rnn.bench.cudnn_direct import algorithm_rows
 
@@ -79,11 +90,18 @@ def layer_row(torch, hidden, batch, per_channel, seq_len=100):
     fp16_feeds = {"X": feeds["X"].astype("float16")}
     ours_fp16 = persist_rnn.compile(fp16_model, "cuda", measure=False)
     row["fp16_build_config"] = ours_fp16.report()[0].config
+    calls = {"ours_ms": vm_call(ours, feeds), "fp32_held_ms": vm_call(as_fp32, feeds),
+             "ours_fp16_build_ms": vm_call(ours_fp16, fp16_feeds)}
+    if report.config.get("weight_dtype") != "int8":  # the model's best int8 config, forced: was its other pick right?
+        int8 = int8_pick(hidden, batch)
+        if int8 is not None:
+            forced = persist_rnn.compile(quantized, "cuda", config=int8)
+            row["int8_forced_config"] = int8.as_dict()
+            row["int8_forced_err_vs_qdq"] = max_rel_error(forced.run(feeds), qdq_reference(quantized, feeds))
+            calls["int8_forced_ms"] = vm_call(forced, feeds)
     theirs, tx, want, bound = at_precision(layer, x, "fp16")
     with torch.no_grad():
-        times = interleaved_ms({"ours_ms": vm_call(ours, feeds), "fp32_held_ms": vm_call(as_fp32, feeds),
-                                "ours_fp16_build_ms": vm_call(ours_fp16, fp16_feeds),
-                                "cudnn_fp16_graph_ms": graph_replay(lambda: theirs(tx))})
+        times = interleaved_ms({**calls, "cudnn_fp16_graph_ms": graph_replay(lambda: theirs(tx))})
         direct = algorithm_rows(theirs, tx, want, cuda_ms, math=PRECISIONS["fp16"][2])
     row.update(times)
     timed = {"torch_graph": times["cudnn_fp16_graph_ms"], **matched_ms(direct, bound)}

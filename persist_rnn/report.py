@@ -78,6 +78,8 @@ class LayerReport:
     module: str = ""
     #: its weights are int8 values (a quantized model's) held in fp16 by its kernel (some bucket's, at least)
     int8_weights_in_fp16: bool = False
+    #: ... held as int8 in registers, four to a register, by its kernel (every bucket's: int8_rows.py)
+    int8_weights_as_int8: bool = False
     #: its kernel reads part of its weights from global memory each step, as none fit on chip
     #: (`Config.global_runs`; some bucket's, at least)
     weights_from_global_memory: bool = False
@@ -103,7 +105,8 @@ class LayerReport:
             stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
         elif self.lowering == "wavefront" and self.stack_reason:  # one wavefront kernel: whose choice
             stacked += f" ({self.stack_reason})"
-        int8 = ", int8 weights held in fp16" if self.int8_weights_in_fp16 else ""
+        int8 = (", int8 weights held as int8" if self.int8_weights_as_int8
+                else ", int8 weights held in fp16" if self.int8_weights_in_fp16 else "")
         streams = ", part of its weights read from global memory each step" if self.weights_from_global_memory else ""
         name = f"{self.module} ({self.node})" if self.module else self.node
         return (f"{name}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
@@ -169,6 +172,7 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
                               cooperative_launch=COOPERATIVE_LAUNCH[1][0] in list(launch),
                               tf32_step=any(c.tf32() for c in configs),
                               int8_weights_in_fp16=spec.int8_weights and any(c.weight_dtype == "float16" for c in configs),
+                              int8_weights_as_int8=any(c.int8_weights() for c in configs),
                               weights_from_global_memory=any(c.global_runs for c in configs),
                               buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]")),
                               stack=json.loads(_attr(func, STACK_ATTR, "{}")).get("stack", []),

@@ -76,7 +76,7 @@ class Config:
     group_size: int  # WS: lanes per work group (a power of two <= 32, inside one warp)
     rows_per_group: int  # gate rows each work group owns
     batch_chunk: int  # batch rows per pass over the CTA's weights
-    weight_dtype: str = "float32"  # "float32" | "float16" | "bfloat16" (tensor cores only; fp32 accumulation always)
+    weight_dtype: str = "float32"  # "float32" | "float16" | "bfloat16" (tensor cores only) | "int8"; fp32 accumulation
     gru_barriers: int = 2  # GRU linear_before_reset=0 only: 2 (two phases) or 1 (partial sums)
     cluster: bool = False  # a direction's CTAs form one thread-block cluster (Hopper; at most MAX_CLUSTER)
     batch_tile: int = 0  # > 0: each tile of this many batch rows gets a direction's CTA (or cluster) of its own
@@ -97,6 +97,10 @@ class Config:
     def half_weights(self) -> bool:
         """Weights held in 16 bits (fp16 or bf16), two to a 32-bit register."""
         return self.weight_dtype in HALF_DTYPES
+
+    def int8_weights(self) -> bool:
+        """Weights held as int8, four to a 32-bit register, R packed (int8_rows.py)."""
+        return self.weight_dtype == INT8
 
     def f16_mma(self) -> bool:
         """Tensor cores on a 16-bit layer's own weights (mma m16n8k16 on fp16 or bf16 operands,
@@ -222,7 +226,7 @@ class Config:
         return 4 if self.cols_per_lane(spec) % 4 == 0 else 1
 
     def weight_bytes(self) -> int:
-        return 2 if self.half_weights() else 4
+        return 1 if self.int8_weights() else 2 if self.half_weights() else 4
 
     def weight_regs(self, spec: CellSpec) -> int:
         """32-bit registers per thread holding weights: one per weight, fp16 too (ptxas gives each
@@ -231,6 +235,8 @@ class Config:
         the `global_runs` after them in global memory."""
         if self.tensor_cores():
             return 4 * self.k_tiles_per_warp(spec)  # an A fragment (4 registers) per k-tile
+        if self.int8_weights():  # a run of four columns a register, and the row's scale
+            return self.rows_per_group * (self.cols_per_lane(spec) // 4 + 1)
         return self.rows_per_group * (self.cols_per_lane(spec)
                                       - (self.smem_runs + self.global_runs) * self.column_run(spec))
 
@@ -314,6 +320,8 @@ MAX_TC_UPDATES = 4
 MMA_K_F16 = 16
 #: weight dtypes held two to a register
 HALF_DTYPES = ("float16", "bfloat16")
+#: ... and the one held four to a register (a quantized layer's, `CellSpec.int8_rows`)
+INT8 = "int8"
 
 #: shared memory a CTA may use without opting in to more (dynamic shared memory beyond it)
 STATIC_SHARED_BYTES = 48 * 1024
@@ -374,8 +382,10 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
                    f"(at most {STATIC_SHARED_BYTES // 1024} KiB)")
     if cfg.num_ctas(spec) > num_sms:
         out.append(f"{cfg.num_ctas(spec)} CTAs cannot all be resident on {num_sms} SMs (one CTA per SM)")
-    if cfg.weight_dtype not in ("float32", *HALF_DTYPES):
-        out.append(f"weight_dtype {cfg.weight_dtype!r} (float32, float16, or bfloat16 on the tensor cores)")
+    if cfg.weight_dtype not in ("float32", *HALF_DTYPES, INT8):
+        out.append(f"weight_dtype {cfg.weight_dtype!r} (float32, float16, bfloat16 on the tensor cores, or int8)")
+    if cfg.int8_weights():
+        out += int8_problems(spec, cfg)
     if cfg.weight_dtype == "float16" and spec.dtype == "float32" and not spec.int8_weights:
         out.append("weight_dtype 'float16' for an fp32 layer: only one whose weights are int8 values (a quantized "
                    "model's, which fp16 holds to within an eighth of their step) may lose fp32's precision")
@@ -400,6 +410,20 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
     if cfg.gru_barriers not in (1, 2) or (cfg.gru_barriers == 1 and not cfg.partial_sums(spec)):
         out.append(f"gru_barriers {cfg.gru_barriers}: 1 (partial sums) is for GRU with linear_before_reset=0 only; "
                    "else 2")
+    return out
+
+
+def int8_problems(spec: CellSpec, cfg: Config) -> list[str]:
+    """What weights held as int8 need: a layer whose R the pass packs (`CellSpec.int8_rows`), the
+    FMA units, every weight in registers in runs of four columns, and one dot product per row
+    (GRNN's partial sums read R_z, R_r as floats)."""
+    out = []
+    if not spec.int8_rows:
+        out.append("weight_dtype 'int8': only for a layer whose R is int8 values times a scale per row at every "
+                   "call site (a quantized model's constant weights)")
+    if cfg.tensor_cores() or cfg.smem_runs or cfg.global_runs or cfg.cols_per_lane(spec) % 4 or cfg.partial_sums(spec):
+        out.append("weight_dtype 'int8': FMA units, every weight in registers (no smem_runs, no global_runs), runs of "
+                   "four columns a lane, and no partial sums")
     return out
 
 

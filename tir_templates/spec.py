@@ -67,6 +67,9 @@ class CellSpec:
     #: the weights are int8 values times their scales (a quantized model's): fp16 holds them to
     #: within an eighth of the int8 step, a rounding below the quantization's own half step
     int8_weights: bool = False
+    #: ... and at every call site R is a constant whose rows are int8 values times one scale each,
+    #: exactly: a kernel may hold them as int8, R packed by the pass (int8_rows.py)
+    int8_rows: bool = False
 
     def __post_init__(self):
         if not self.activations:
@@ -99,6 +102,8 @@ class CellSpec:
             del d["batch_broadcast"]  # what a spec's JSON was before the field: unchanged where unused
         if not d["int8_weights"]:
             del d["int8_weights"]  # (the same)
+        if not d["int8_rows"]:
+            del d["int8_rows"]
         return json.dumps(d, sort_keys=True)
 
     @classmethod

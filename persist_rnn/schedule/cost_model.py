@@ -23,6 +23,8 @@ from .gpu import GPUModel
 
 #: instructions of one (batch row, unit) gate update, per cell (transcendentals included)
 UPDATE_INSTR = {"lstm": 110, "gru": 90, "rnn": 40}
+#: instructions that turn one int8 weight into a float (a byte permute, a subtraction), priced as FMAs
+INT8_DEQUANT_INSTR = 2
 #: FMA-issue slots one warp's mma is priced at: the default `mma_issue` weight (`weights_of`);
 #: where a calibration does not carry it, the planner measures tensor-core configs rather than
 #: trusting the price
@@ -67,6 +69,8 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     updates = math.ceil(bc * cfg.tile_units / nt)
     fp16 = 1.25 if cfg.weight_dtype == "float16" else 1.0
     fma = kpl * cfg.rows_per_group * bc * fp16
+    if cfg.int8_weights():  # each weight a byte permute and a subtraction, once a chunk (int8_rows.py)
+        fma = kpl * cfg.rows_per_group * (bc + INT8_DEQUANT_INSTR)
     # partial sums: per thread, the summed partials of r (all units) and z, and its rows of R_z, R_r
     partial_loads = math.ceil(bc * (H + cfg.tile_units) / nt) * cfg.ctas_per_direction(spec) if partial else 0
     partial_fma = cfg.partial_rows(spec) * cfg.tile_units * bc * fp16

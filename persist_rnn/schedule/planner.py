@@ -93,14 +93,17 @@ def tensor_core_note(spec: CellSpec, gpu, batch: int | None, precision: str, con
 
 
 def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuning_log_path=None, top_k: int = 5,
-           measure=None, progress=None, unverified: bool = False, precision: str = "fp32") -> Plan:
-    """`plan_layer`'s choice of config for one batch, without building the kernel."""
+           measure=None, progress=None, unverified: bool = False, precision: str = "fp32", int8: bool | None = None) -> Plan:
+    """`plan_layer`'s choice of config for one batch, without building the kernel; `int8`: only
+    configs that hold the weights as int8 (True) or only others (False)."""
     gpu = gpu_model(target_arch(target))
     wl = tuning_log.workload(spec, batch, gpu.arch, precision)
     rec = _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision)
-    if rec is not None:
+    if rec is not None and int8 in (None, rec.config.int8_weights()):
         return Plan(None, rec.config, "tuning_log", time_us=rec.time_us)
     fitting, ranked = _ranked(spec, gpu, batch, unverified, precision)
+    if int8 is not None:
+        ranked = [(t, c) for t, c in ranked if c.int8_weights() == int8]
     if not ranked:
         kib = spec.num_gates * spec.hidden_size ** 2 * spec.num_directions * spec.dtype_bytes // 1024
         why = (f"{kib} KiB of recurrent weights over at most {gpu.num_sms} co-resident CTAs do not fit their registers "
@@ -219,12 +222,20 @@ def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, 
                  precision: str = "fp32") -> Plan:
     """One config per batch bucket (batch <= its bound; the last takes every larger batch too),
     each chosen as for a static build of its bound; neighbours with one config share a kernel. A
-    bucket with no config of its own is served by its neighbour's (every config runs every batch)."""
+    bucket with no config of its own is served by its neighbour's (every config runs every batch).
+    Weights held as int8 are in every bucket or in none (their R is packed, `int8_rows.py`)."""
     if measure and present_device() is not None:
         prefetch_builds(spec, target, sorted(buckets), tuning_log_path=tuning_log_path, top_k=top_k,
                         unverified=unverified, precision=precision)
     chosen = [(b, choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
                          progress=progress, unverified=unverified, precision=precision)) for b in sorted(buckets)]
+    int8 = [p.config.int8_weights() for _, p in chosen if p.config is not None]
+    if any(int8) and not all(int8):  # R is packed for every bucket or none: the kind most buckets chose
+        kind = 2 * sum(int8) > len(int8)
+        chosen = [(b, p if p.config is None or p.config.int8_weights() == kind else
+                   choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
+                          progress=progress, unverified=unverified, precision=precision, int8=kind))
+                  for b, p in chosen]
     usable = [(b, p) for b, p in chosen if p.config is not None]
     if not usable:
         return chosen[0][1]

@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 import math
 
-from tir_templates.config import HALF_DTYPES, Config, dsmem_problems, problems, stamped_problems, two_phase
+from tir_templates.config import HALF_DTYPES, INT8, Config, dsmem_problems, problems, stamped_problems, two_phase
 from tir_templates.persistent.checks import unverified_reason
 from tir_templates.spec import CellSpec
 
@@ -83,9 +83,13 @@ def _weight_dtypes(spec: CellSpec) -> tuple[str, ...]:
     shorter: on the H100 an fp16 LSTM H=64 B=1 took 52 us with fp16 weights, the fp32 layer 36),
     fp16 for an fp16 layer, bf16 for a bf16 layer (its tensor-core configs only: `problems`), and
     fp16 for an fp32 layer whose weights are int8 values (`CellSpec.int8_weights`: fp16 rounds
-    them by at most an eighth of their int8 step; the FMA units' configs only, with fp32 h)."""
+    them by at most an eighth of their int8 step; the FMA units' configs only, with fp32 h), and
+    int8 where R is exactly int8 values times a scale a row (`CellSpec.int8_rows`: a quarter of
+    fp32's registers, every weight in them)."""
     if spec.dtype in HALF_DTYPES:
         return (spec.dtype, "float32")
+    if spec.int8_rows:
+        return ("float32", "float16", INT8)
     return ("float32", "float16") if spec.int8_weights else ("float32",)
 
 

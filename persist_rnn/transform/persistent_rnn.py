@@ -42,6 +42,7 @@ from ..schedule.precision import checked as checked_precision
 from ..targets import as_target
 from .batch_invariants import broadcast_batch_invariants
 from .embedding_projection import fold_embedding_projections
+from .int8_weights import int8_layers, pack_int8_weights
 from .call_sites import call_args, call_site_batches, call_site_rows, call_tir_sites
 from .layer_stacks import mark_stacks
 from .layer_wavefront import fuse_stacks, wavefront_mode
@@ -214,6 +215,18 @@ def early_launch_safe(mod: tvm.IRModule, callees) -> set:
 EARLY_LAUNCH_BARRIERS = ("cta", "cluster")
 
 
+def _holds_int8(func) -> bool:
+    """Whether `func` is a persistent kernel whose buckets hold their weights as int8 (all of them
+    or none: `planner.plan_buckets`), so that its call sites take R packed."""
+    if str(func.attrs.get(LOWERING_ATTR, "")) != "persistent":
+        return False
+    kinds = {cfg.int8_weights() for cfg in kernel_configs(func)}
+    if len(kinds) > 1:
+        raise PersistRNNError(f"{func.attrs.get('global_symbol', 'a layer')}: buckets with and without int8 weights "
+                              "share one R")
+    return kinds == {True}
+
+
 def _may_launch_early(func, spec: CellSpec) -> bool:
     """Whether `func` is a persistent kernel whose CTAs meet at most inside a cluster. Kernels with
     a grid barrier were slower launched early on the H100 (GRU H=256 B=20: 0.32 -> 0.60 ms),
@@ -268,10 +281,14 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         mod = broadcast_batch_invariants(mod, target.kind.name)  # a symbolic batch's default operands
         mod, embedded = fold_embedding_projections(mod)
         batches = call_site_batches(mod, layers)
+        quantized = {gv.name_hint for gv, _, spec in recurrences(mod) if spec.int8_weights}
+        int8 = int8_layers(mod, quantized) if target.kind.name == "cuda" and quantized else {}
         slots, plans = {}, {}
         for gv, func, spec in list(recurrences(mod)):
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":
                 continue  # already lowered
+            if gv.name_hint in int8:  # R is int8 values times a scale a row: the kernel may hold them so
+                spec = dataclasses.replace(spec, int8_rows=True)
             same = (dataclasses.replace(spec, node=""), batches.get(gv.name_hint))  # stacked twins plan once
             if same not in plans:
                 plans[same] = plan_layer(spec, target, batch=same[1], tuning_log_path=tuning_log, config=config,
@@ -302,6 +319,8 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         mod = fuse_stacks(mod, target.kind.name, num_sms, mode=wavefront, arch=arch, tuning_log_path=tuning_log,
                           precision=precision)  # a stack as one kernel, or why not
         layers = {gv.name_hint for gv, _, _ in recurrences(mod)}
+        mod = pack_int8_weights(mod, {gv.name_hint: int8[gv.name_hint] for gv, func, _ in recurrences(mod)
+                                      if gv.name_hint in int8 and _holds_int8(func)})
         if cuda:
             # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM
             todo = list(projections(mod))

@@ -32,7 +32,13 @@ from persist_rnn.frontend.front_door import prepare
 from persist_rnn.frontend.quantized import int8_weight_nodes
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.precision import INT8_WEIGHTS_TOLERANCE
-from persist_rnn.schedule.space import candidate_configs
+from persist_rnn.report import kernel_configs
+from persist_rnn.schedule.planner import choose, plan_layer
+from persist_rnn.schedule.space import candidate_configs, problems_on
+from persist_rnn.transform import PersistentRNN
+from persist_rnn.transform.call_sites import call_args, call_tir_sites
+from tir_templates.config import Config
+from tir_templates.int8_rows import unpack
 from tir_templates.spec import ATTR_KEY, CellSpec
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
@@ -237,11 +243,73 @@ def test_int8_weights_may_be_held_in_fp16(hidden):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_a_quantized_h2048_lstm_builds_persistent_for_cuda(tmp_path):
+    """Its weights held as int8, every one in registers (in fp16 some would be read from global
+    memory each step: `test_int8_weights_may_be_held_in_fp16`)."""
     model, _ = _float_lstm(2048, steps=5)
     compiled = persist_rnn.compile(_quantized(model, tmp_path, per_channel=True), CUDA, measure=False)
     [layer] = compiled.report()
-    assert (layer.lowering, layer.config["weight_dtype"]) == ("persistent", "float16"), layer.reason
-    assert layer.int8_weights_in_fp16 and "persistent, int8 weights held in fp16" in layer.line()
+    assert (layer.lowering, layer.config["weight_dtype"]) == ("persistent", "int8"), layer.reason
+    assert {b["config"]["weight_dtype"] for b in layer.buckets} == {"int8"}
+    assert layer.int8_weights_as_int8 and "persistent, int8 weights held as int8" in layer.line()
+    assert not layer.weights_from_global_memory
+
+
+def _recurrences(mod):
+    """(CellSpec, kernel, R argument) of each recurrence's call site."""
+    out = []
+    for _, call in call_tir_sites(mod):
+        func = mod[call.args[0]]
+        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
+            out.append((CellSpec.from_json(str(func.attrs[ATTR_KEY])), func, call_args(call)[1]))
+    return out
+
+
+def _dequantized_r(prepared) -> np.ndarray:
+    [r] = [numpy_helper.to_array(t) for t in prepared.graph.initializer if t.name.endswith("R_dequantized")]
+    return r
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+def test_int8_kernels_take_r_packed(tmp_path, per_channel):
+    """ONNX Runtime's int8 weights (symmetric, per tensor or per channel) are int8 values times a
+    scale a row: the pass hands the int8 kernel R packed, standing for exactly the weights."""
+    model, _ = _float_lstm(2048, steps=5)
+    prepared, _ = prepare(_quantized(model, tmp_path, per_channel))
+    mod = PersistentRNN(CUDA, measure=False)(persist_rnn.from_onnx(prepared))
+    [(spec, kernel, r)] = _recurrences(mod)
+    assert spec.int8_rows and {c.weight_dtype for c in kernel_configs(kernel)} == {"int8"}
+    np.testing.assert_array_equal(unpack(r.value.numpy()), _dequantized_r(prepared))
+
+
+def test_weights_not_int8_values_times_a_scale_a_row_keep_r_as_it_is():
+    """A zero point of 3 puts some q - zero_point past int8: no int8 kernel, R untouched."""
+    rng = np.random.default_rng(3)
+    hidden, g = 256, 4 * 256
+    q = rng.integers(-127, 128, (1, g, hidden)).astype(np.int8)
+    q[..., 0] = -127
+    nodes = [helper.make_node("DequantizeLinear", ["R_q", "R_s", "R_z"], ["R"]),
+             helper.make_node("LSTM", ["X", "W", "R"], ["Y"], name="lstm", hidden_size=hidden)]
+    inits = [numpy_helper.from_array(q, "R_q"), numpy_helper.from_array(np.array(0.004, np.float32), "R_s"),
+             numpy_helper.from_array(np.array(3, np.int8), "R_z"),
+             numpy_helper.from_array((rng.standard_normal((1, g, 8)) * 0.2).astype(np.float32), "W")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "qdq_lstm", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [6, 4, 8])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits), opset_imports=[helper.make_opsetid("", 14)])
+    mod = PersistentRNN(CUDA, measure=False)(persist_rnn.from_onnx(prepare(model)[0]))
+    [(spec, kernel, r)] = _recurrences(mod)
+    assert spec.int8_weights and not spec.int8_rows
+    assert "int8" not in {c.weight_dtype for c in kernel_configs(kernel)}
+    np.testing.assert_array_equal(r.value.numpy(), ((q.astype(np.float32) - 3) * np.float32(0.004)).astype(np.float32))
+
+
+def test_int8_weights_are_in_every_bucket_or_in_none():
+    """R is packed for all of a layer's buckets or for none: where the model's picks differ by
+    bucket (LSTM H=1024: fp32 at B=1, int8 at B=4), the kind most buckets chose serves them all."""
+    spec = CellSpec("lstm", 1024, 1024, int8_weights=True, int8_rows=True)
+    picks = {b: choose(spec, CUDA, b, measure=False).config.int8_weights() for b in (1, 4)}
+    assert picks == {1: False, 4: True}, picks
+    plan = plan_layer(spec, CUDA, measure=False)
+    assert len({Config.from_dict(b["config"]).int8_weights() for b in plan.buckets}) == 1
 
 
 @pytest.mark.gpu
@@ -292,3 +360,56 @@ def test_shipped_examples_quantized_run_on_the_gpu(tmp_path, name, per_channel):
     compiled = persist_rnn.compile(quantized, "cuda", measure=False)
     assert {r.lowering for r in compiled.report()} == {"persistent"}
     _within_ort_rounding(compiled.run(feeds), quantized, feeds, INT8_WEIGHTS_TOLERANCE)
+
+
+def _qdq_layer(cell, hidden, linear_before_reset=0, steps=20, batch=5, seed=0):
+    """A GRU or RNN (or LSTM) whose W and R are DequantizeLinear of int8 constants, symmetric (zero
+    point 0, one scale), R at a trained layer's scale; and its feeds."""
+    rng = np.random.default_rng(seed)
+    g = {"lstm": 4, "gru": 3, "rnn": 1}[cell] * hidden
+    nodes, inits = [], [numpy_helper.from_array((rng.standard_normal((1, 2 * g)) * 0.1).astype(np.float32), "B")]
+    for name, k, scale in (("W", hidden, 0.2 / 127), ("R", hidden, 2 / np.sqrt(hidden) / 127)):
+        q = rng.integers(-127, 128, (1, g, k)).astype(np.int8)
+        inits += [numpy_helper.from_array(q, f"{name}_q"), numpy_helper.from_array(np.array(scale, np.float32), f"{name}_s"),
+                  numpy_helper.from_array(np.array(0, np.int8), f"{name}_z")]
+        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [name]))
+    attrs = dict(linear_before_reset=linear_before_reset) if cell == "gru" else {}
+    nodes.append(helper.make_node(cell.upper(), ["X", "W", "R", "B"], ["Y"], name=cell, hidden_size=hidden, **attrs))
+    model = helper.make_model(helper.make_graph(
+        nodes, f"qdq_{cell}", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, "batch", hidden])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits), opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model, {"X": rng.standard_normal((steps, batch, hidden)).astype(np.float32)}
+
+
+#: int8 kernels on the GPU, one of each way a kernel meets and walks the batch (H=256, B=5)
+INT8_GPU_CASES = [
+    ("lstm", 0, Config(16, 8, 4, 2, "int8")),  # grid barrier, three chunks of the batch
+    ("lstm", 0, Config(16, 8, 4, 8, "int8", stamped=True)),  # stamped words, one chunk
+    ("lstm", 0, Config(16, 8, 4, 4, "int8", cluster=True, dsmem=True)),  # a cluster of 16, two chunks
+    ("lstm", 0, Config(64, 8, 8, 2, "int8", cluster=True, batch_tile=2, dsmem=True)),  # clusters of 4 per batch tile
+    ("gru", 1, Config(16, 8, 6, 2, "int8")),
+    ("gru", 0, Config(16, 8, 4, 2, "int8")),  # two phases a step
+    ("rnn", 0, Config(256, 8, 8, 1, "int8", batch_tile=1)),  # one resident CTA per batch row
+]
+
+
+def test_int8_gpu_cases_can_run():
+    """Each config the GPU test forces passes the planner's checks on an H100 (else it would fall back)."""
+    gpu = gpu_model("sm_90")
+    for cell, lbr, cfg in INT8_GPU_CASES:
+        spec = CellSpec(cell, 256, 256, linear_before_reset=bool(lbr), int8_weights=True, int8_rows=True)
+        assert not problems_on(spec, cfg, gpu), (cell, cfg, problems_on(spec, cfg, gpu))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cell,lbr,cfg", INT8_GPU_CASES, ids=str)
+def test_int8_weights_held_as_int8_match_onnxruntime_on_the_gpu(cell, lbr, cfg):
+    """Weights held as int8 stand for exactly the dequantized ones: the fp32 bound against ONNX
+    Runtime on the QDQ model (which dequantizes them)."""
+    model, feeds = _qdq_layer(cell, 256, lbr)
+    compiled = persist_rnn.compile(model, "cuda", config=cfg)
+    [layer] = compiled.report()
+    assert layer.lowering == "persistent" and layer.int8_weights_as_int8, layer.line()
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    assert max_rel_error(compiled.run(feeds), want) <= 1e-4

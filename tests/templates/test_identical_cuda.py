@@ -8,7 +8,8 @@ words, weights read from global memory, each recorded from code whose kernels ra
 twin's TVMScript must equal the values recorded in `fixtures/template_v4_md5.json`.
 
 A deliberate kernel change re-records them: `python tests/templates/test_identical_cuda.py`
-(and says so in its commit, with the GPU tests that ran since).
+(and says so in its commit, with the GPU tests that ran since); a new variant adds its cases alone:
+`python tests/templates/test_identical_cuda.py --add NAME ...`.
 """
 from __future__ import annotations
 
@@ -67,6 +68,9 @@ CASES = {
                                            {}),
     # every run of a lane's columns in global memory: no register array (two phases a step)
     "gru0-h256-weights-off-registers": ("gru0", 256, "bidirectional", Config(32, 8, 4, 5, global_runs=8), {}),
+    # weights held as int8, four to a register (int8_rows.py; ran on the H200)
+    "lstm-h2048-int8-stamped": ("lstm", 2048, "forward", Config(16, 32, 8, 1, "int8", stamped=True), {}),
+    "gru-h256-int8-chunks": ("gru", 256, "forward", Config(16, 8, 6, 2, "int8"), {}),
     "rnn-h128-cta-batch-tiles": ("rnn", 128, "bidirectional", Config(128, 4, 4, 1, batch_tile=1), {}),
     "rnn-h16-clip-lane-groups": ("rnn", 16, "reverse", Config(16, 2, 4, 4), dict(clip=1.0)),
     "rnn-h16-tensor-cores-resident": ("rnn", 16, "reverse", Config(16, 32, 16, 3, mma_k_split=2), dict(clip=1.0)),
@@ -75,8 +79,9 @@ CASES = {
 
 def _spec(cell, hidden, direction, cfg, flags):
     dtype = "float16" if cfg.weight_dtype == "float16" else "float32"
+    int8 = cfg.weight_dtype == "int8"
     return CellSpec(cell.rstrip("0"), hidden, hidden, direction, dtype=dtype, linear_before_reset=(cell == "gru"),
-                    **flags)
+                    int8_weights=int8, int8_rows=int8, **flags)
 
 
 def _md5(text: str) -> str:
@@ -106,6 +111,7 @@ def test_cases_cover_every_variant():
     assert any(c.global_runs for _, c in specs.values())
     assert any(c.global_runs and not c.weight_regs(s) and two_phase(s) for s, c in specs.values())
     assert any(c.f16_mma() for _, c in specs.values())
+    assert any(c.int8_weights() and c.batch_chunk > 1 for _, c in specs.values())
     assert any(c.tensor_cores() and (c.row_gates(s) * c.tile_units) % 16 for s, c in specs.values())
     assert any(c.lane_updates(s) for s, c in specs.values()) and any(not c.lane_updates(s) for s, c in specs.values())
     assert any(c.resident(s) for s, c in specs.values())
@@ -122,6 +128,12 @@ def test_generated_code_is_unchanged(name):
 
 
 if __name__ == "__main__":
+    if "--add" in sys.argv:  # record new cases, leaving every recorded one as it is
+        recorded = json.loads(RECORD.read_text())
+        names = sys.argv[sys.argv.index("--add") + 1:]
+        assert not set(names) & set(recorded), "already recorded: re-recording one needs --force"
+        RECORD.write_text(json.dumps({**recorded, **{n: generated(n) for n in names}}, indent=1, sort_keys=True) + "\n")
+        sys.exit(f"recorded {names} in {RECORD}")
     if RECORD.exists() and "--force" not in sys.argv:
         sys.exit(f"{RECORD} exists; pass --force to re-record it (only for a deliberate kernel change)")
     RECORD.write_text(json.dumps({n: generated(n) for n in sorted(CASES)}, indent=1) + "\n")

@@ -43,8 +43,8 @@ class Args:
 
 @dataclasses.dataclass(frozen=True)
 class Registers:
-    """What a thread keeps in registers: its weights (`wreg`; the runs that did not fit live in
-    shared memory, `wsm`), each pair's inputs (`xr`, and step s+1's in `xn`), recurrent biases,
+    """What a thread keeps in registers: its weights (`wreg`, int8 ones as packed words and each
+    row's scale; the runs that did not fit live in shared memory, `wsm`), each pair's inputs (`xr`, and step s+1's in `xn`), recurrent biases,
     sequence lengths and h(t); the partial-sum GRU's rows of R_z, R_r (`wp`); scratch for the dot
     products. On the GPU each is the thread's own (row 0); in the CPU twin one row per (CTA, thread)."""
     wreg: Any
@@ -60,6 +60,8 @@ class Registers:
     acc: Any = None
     hv: Any = None
     bv: Any = None
+    wq: Any = None
+    hq: Any = None
 
     def swapped(self) -> Registers:
         """The two input register sets exchanged (a resident CTA alternates them by step parity)."""
@@ -115,7 +117,7 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     # no register array where every weight lives off registers: TVM compacts an array nothing
     # reads to zero elements, which its CUDA codegen cannot allocate
     weight_regs = L.cfg.weight_regs(L.spec)
-    wreg = _alloc("wreg", (1, weight_regs), "uint32" if L.F16 else L.WDT, "local") if weight_regs else None
+    wreg = _alloc("wreg", (1, weight_regs), "uint32" if L.F16 or L.INT8 else L.WDT, "local") if weight_regs else None
     wsm = _alloc("wsm", (1, L.SR * L.RPG * L.DV, L.NT) if L.SR > 0 else (1, 1, 1), L.WDT,
                  L.SMEM if L.SR > 0 else "local")
     wt = _alloc("wt", (L.RPG * L.DV if L.SR > 0 or L.GR > 0 else 1,), L.WDT, "local")
@@ -132,7 +134,10 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     wp = _alloc("wp", (1, max(L.PR * L.TW, 1)), L.WDT, "local")
     sacc = _alloc("sacc", (1, 1), "float32", "local")
     bar = _alloc("bar", (2,), "uint64", "shared") if L.dsmem else None
-    regs = Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, wt, acc, hv, bv)
+    # int8 weights: a packed word's four floats, and h(t-1)'s columns of a run for each batch row
+    wq = _alloc("wq", (4,), "uint32", "local") if L.INT8 else None
+    hq = _alloc("hq", (L.BC * L.DV,), "float32", "local") if L.INT8 else None
+    regs = Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, wt, acc, hv, bv, wq, hq)
     return Thread(regs, cta, tx), Shared(hs, hs2, gs, rs, hm, bar)
 
 
@@ -146,7 +151,7 @@ def emulated_registers(L: Layout, n_b) -> Registers:
     wp = _alloc("wp", (rows, max(L.PR * L.TW, 1)), L.WDT)
     sacc = _alloc("sacc", (rows, 1), "float32")
     rbr = _alloc("rbr", (rows, L.UPT * L.G), "float32")
-    wreg = _alloc("wreg", (rows, max(L.cfg.weight_regs(L.spec), 1)), "uint32" if L.F16 else L.WDT)
+    wreg = _alloc("wreg", (rows, max(L.cfg.weight_regs(L.spec), 1)), "uint32" if L.F16 or L.INT8 else L.WDT)
     wsm = _alloc("wsm", (L.grid_size(n_b), max(L.SR * L.RPG * L.DV, 1), L.NT), L.WDT)
     return Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc)
 

@@ -1,7 +1,7 @@
 """Which (spec, config) pairs the persistent template builds, and which the planner may pick."""
 from __future__ import annotations
 
-from ..config import Config, tensor_core_problems
+from ..config import Config, int8_problems, tensor_core_problems
 from ..spec import CellSpec
 
 
@@ -47,3 +47,5 @@ def check(spec: CellSpec, cfg: Config) -> None:
     if not (0 <= cfg.smem_runs and 0 <= cfg.global_runs
             and cfg.smem_runs + cfg.global_runs <= cfg.cols_per_lane(spec) // cfg.column_run(spec)):
         raise UnsupportedLayer(f"config {cfg.as_dict()}: smem_runs and global_runs exceed a lane's runs of columns")
+    if cfg.int8_weights() and int8_problems(spec, cfg):
+        raise UnsupportedLayer(f"config {cfg.as_dict()}: " + "; ".join(int8_problems(spec, cfg)))

@@ -2,11 +2,48 @@
 every lane keeps its strided runs of columns in registers for the whole sequence (the next SR
 runs in shared memory when registers cannot hold them, and the last GR read from R in global
 memory each step when shared memory cannot hold them either), multiplies them with its columns
-of h(t-1), and a warp shuffle sums the group's lanes. `emulated_dot` is the CPU twin's version.
+of h(t-1), and a warp shuffle sums the group's lanes. A quantized layer's lane may instead hold
+its runs as int8, four to a register, and scale each row's sum once (`int8_rows.py`).
+`emulated_dot` is the CPU twin's version.
 """
 from __future__ import annotations
 
 from tvm.script import tirx as T
+
+from ..int8_rows import OFFSET, int8_floats, int8_value, scale, word
+
+
+@T.macro
+def load_int8_row(L, a, t, q):
+    """Register row q of an int8 lane: each of its RR runs one packed word of R, then the row's
+    scale (padding lanes: zero weights, q + 128 = 0x80 in every byte, and scale 0)."""
+    for i in T.unroll(L.RR):
+        t.wreg[t.row, q * L.WPR + i] = T.if_then_else(
+            t.tx // L.WS < L.NG, word(a.r, L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q), t.tx % L.WS + L.WS * i),
+            T.uint32(0x80808080))
+    t.wreg[t.row, q * L.WPR + L.RR] = T.if_then_else(
+        t.tx // L.WS < L.NG, T.reinterpret("uint32", scale(a.r, L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q), L.H)),
+        T.uint32(0))
+
+
+@T.macro
+def int8_dot(L, t, hs):
+    """The lane's sums of its int8 runs times h(t-1): each run's columns of h for every batch row
+    of the chunk (float4 shared loads), then each weight dequantized once (`int8_floats`) and
+    multiplied with them; each row's sum times its scale."""
+    for i in T.unroll(L.RR):
+        for bi in T.unroll(L.BC):
+            for v in T.vectorized(L.DV):
+                t.hq[bi * L.DV + v] = hs[bi, L.col(t.tx % L.WS, i, v)]
+        for q in T.unroll(L.RPG):
+            int8_floats(t.wq, t.wreg[0, q * L.WPR + i])
+            for v in T.unroll(L.DV):
+                for bi in T.unroll(L.BC):
+                    t.acc[q * L.BC + bi] = t.acc[q * L.BC + bi] + (
+                        T.reinterpret("float32", t.wq[v]) - T.float32(OFFSET)) * t.hq[bi * L.DV + v]
+    for q in T.unroll(L.RPG):
+        for bi in T.unroll(L.BC):
+            t.acc[q * L.BC + bi] = t.acc[q * L.BC + bi] * T.reinterpret("float32", t.wreg[0, q * L.WPR + L.RR])
 
 
 @T.macro
@@ -15,7 +52,9 @@ def load_weights(L, a, t):
     runs of columns into registers (`wreg` row `t.row`), the last SR into shared memory (`wsm`
     block `t.block`, thread-contiguous so that a warp's loads hit distinct banks)."""
     for q in T.unroll(L.RPG):
-        if L.RR > 0:
+        if L.INT8:
+            load_int8_row(L, a, t, q)
+        elif L.RR > 0:
             for i in T.unroll(L.RR):
                 for v in (T.vectorized if L.SR == 0 else T.unroll)(L.DV):  # a run: one 16-byte load (spilled with SR)
                     t.wreg[t.row, q * L.KR + i * L.DV + v] = T.Cast(L.WDT, T.if_then_else(
@@ -61,7 +100,9 @@ def dot_and_reduce(L, a, t, hs, gs, phase):
     for e in T.unroll(L.RPG * L.BC):
         t.acc[e] = T.float32(0)
     if L.group_active((t.tx // L.WS) * L.RPG, phase):
-        if L.RR > 0:
+        if L.INT8:
+            int8_dot(L, t, hs)
+        elif L.RR > 0:
             for i in T.unroll(L.RR):
                 for bi in T.unroll(L.BC):
                     for v in T.vectorized(L.DV):
@@ -102,9 +143,15 @@ def emulated_dot(L, a, regs, hs, gs, cta, phase):
         gs[bi, grp * L.RPG + q] = T.float32(float("nan"))
         if L.group_active(grp * L.RPG, phase):
             gs[bi, grp * L.RPG + q] = T.float32(0)
-            for lane, i, v in T.grid(L.WS, L.RR, L.DV):
-                gs[bi, grp * L.RPG + q] = gs[bi, grp * L.RPG + q] + T.Cast(
-                    "float32", regs.wreg[cta * L.NT + grp * L.WS + lane, q * L.KR + i * L.DV + v]) * hs[bi, L.col(lane, i, v)]
+            if L.INT8:  # each lane's int8 weight times its row's scale
+                for lane, i, v in T.grid(L.WS, L.RR, L.DV):
+                    gs[bi, grp * L.RPG + q] = gs[bi, grp * L.RPG + q] + int8_value(
+                        regs.wreg[cta * L.NT + grp * L.WS + lane, q * L.WPR + i], v) * hs[bi, L.col(lane, i, v)] * (
+                        T.reinterpret("float32", regs.wreg[cta * L.NT + grp * L.WS + lane, q * L.WPR + L.RR]))
+            else:
+                for lane, i, v in T.grid(L.WS, L.RR, L.DV):
+                    gs[bi, grp * L.RPG + q] = gs[bi, grp * L.RPG + q] + T.Cast(
+                        "float32", regs.wreg[cta * L.NT + grp * L.WS + lane, q * L.KR + i * L.DV + v]) * hs[bi, L.col(lane, i, v)]
             if L.SR > 0:
                 for lane, i, v in T.grid(L.WS, L.SR, L.DV):
                     gs[bi, grp * L.RPG + q] = gs[bi, grp * L.RPG + q] + T.Cast(

@@ -20,6 +20,7 @@ BLOCK_M):
     KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
     TF32              tensor cores at TF32 precision: one mma of rounded operands (else 3xTF32)
     F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
+    INT8, WPR         weights held as int8 (int8_rows.py): a run of 4 a register; words a row holds (RR + scale)
     BF16              ... those weights bf16 (else fp16)
     SENDS, RECV_BYTES  dsmem: 16-byte stores a CTA sends a step, bytes each CTA receives
     WORDS             stamped: words of h(t-1) a thread loads a step
@@ -81,6 +82,8 @@ class Layout:
         self.GU = global_runs_unrolled(self.GR, self.RPG * cfg.batch_chunk * self.DV)
         self.KR = self.RR * self.DV
         self.WDT = cfg.weight_dtype
+        self.INT8 = cfg.int8_weights()
+        self.WPR = self.RR + 1 if self.INT8 else 0
         self.lstm = spec.cell == "lstm"
         self.phases = 2 if two_phase(spec) and not self.partial_sums else 1
         self.grid = cfg.barrier(spec) == "grid"  # a direction's CTAs meet at a counter in global memory
