@@ -281,7 +281,8 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         mod = broadcast_batch_invariants(mod, target.kind.name)  # a symbolic batch's default operands
         mod, embedded = fold_embedding_projections(mod)
         batches = call_site_batches(mod, layers)
-        quantized = {gv.name_hint for gv, _, spec in recurrences(mod) if spec.int8_weights}
+        quantized = {gv.name_hint for gv, func, spec in recurrences(mod)
+                     if spec.int8_weights and str(func.attrs.get(LOWERING_ATTR, "reference")) == "reference"}
         int8 = int8_layers(mod, quantized) if target.kind.name == "cuda" and quantized else {}
         slots, plans = {}, {}
         for gv, func, spec in list(recurrences(mod)):

@@ -27,8 +27,8 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     (docs/data/gpu-global-weights-h200.log), in fp16 and bf16 layers
     (docs/data/gpu-global16-h200.log) and in int8 layers holding fp16 weights
     (docs/data/gpu-int8-global-h200.log), and tensor cores in batch tiles, in clusters, with up to
-    four (batch row, unit) pairs a thread (docs/data/gpu-tc-batch-tiles-h200.log). A new variant
-    starts here, named."""
+    four (batch row, unit) pairs a thread (docs/data/gpu-tc-batch-tiles-h200.log), and weights held
+    as int8 (docs/data/gpu-int8-registers-h200.log). A new variant starts here, named."""
     return ""
 
 
