@@ -6,6 +6,8 @@ in the same run (T=100, input = hidden):
 - our fp16 build of the same layer (its ONNX export in fp16);
 - the same layer with its dequantized weights held in fp32 (the fp32 LSTM they stand for, not
   named int8: at H=2048 the streamed scan);
+- where the cost model held the weights as int8, its pick were R not packable (fp16 or fp32
+  weights), forced;
 - where the cost model did not hold the weights as int8, its best config that does, forced (with
   --int8-top N, its best N int8 configs: the regret of its int8 pick).
 Ours is checked against ONNX Runtime (CPU) on the QDQ form of the same int8 weights (fp32
@@ -74,7 +76,16 @@ def int8_ranked(hidden, batch, top):
     return [c for _, c in ranked if c.int8_weights()][:top]
 
 
-def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1):
+def not_int8_pick(hidden, batch):
+    """The cost model's pick for the layer were its R not packable (its weights in fp32 or fp16)."""
+    from persist_rnn.schedule.planner import choose
+    from persist_rnn.targets import as_target
+    from tir_templates.spec import CellSpec
+
+    return choose(CellSpec("lstm", hidden, hidden, int8_weights=True), as_target("cuda"), batch, measure=False).config
+
+
+def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_held=True):
     from persist_rnn.bench.cudnn_direct import algorithm_rows
 
     layer = torch_layer("LSTM", hidden, seed=hidden + batch)
@@ -87,14 +98,22 @@ def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1):
     row = {"cell": "LSTM", "hidden": hidden, "batch": batch, "seq_len": seq_len,
            "scales": "per channel" if per_channel else "per tensor", "lowering": report.lowering,
            "config": report.config, "ours_err_vs_qdq": max_rel_error(ours.run(feeds), qdq_reference(quantized, feeds))}
-    as_fp32 = persist_rnn.compile(dequantized(quantized), "cuda", measure=False)
-    row["fp32_held_lowering"] = as_fp32.report()[0].lowering
+    calls = {"ours_ms": vm_call(ours, feeds)}
+    if fp32_held:
+        as_fp32 = persist_rnn.compile(dequantized(quantized), "cuda", measure=False)
+        row["fp32_held_lowering"] = as_fp32.report()[0].lowering
+        calls["fp32_held_ms"] = vm_call(as_fp32, feeds)
+    if report.config.get("weight_dtype") == "int8":  # the pick without int8 weights (fp16 or fp32), forced
+        other = not_int8_pick(hidden, batch)
+        without = persist_rnn.compile(quantized, "cuda", config=other)
+        row["without_int8_config"] = other.as_dict()
+        row["without_int8_err_vs_qdq"] = max_rel_error(without.run(feeds), qdq_reference(quantized, feeds))
+        calls["without_int8_ms"] = vm_call(without, feeds)
     fp16_model = onnx_from_torch("LSTM", layer, seq_len, batch, dtype="float16")
     fp16_feeds = {"X": feeds["X"].astype("float16")}
     ours_fp16 = persist_rnn.compile(fp16_model, "cuda", measure=False)
     row["fp16_build_config"] = ours_fp16.report()[0].config
-    calls = {"ours_ms": vm_call(ours, feeds), "fp32_held_ms": vm_call(as_fp32, feeds),
-             "ours_fp16_build_ms": vm_call(ours_fp16, fp16_feeds)}
+    calls["ours_fp16_build_ms"] = vm_call(ours_fp16, fp16_feeds)
     # the model's best int8 configs, forced: how far its pick is from the best of them, and (where
     # it held the weights otherwise) whether that was right
     top = int8_ranked(hidden, batch, int8_top if report.config.get("weight_dtype") != "int8" or int8_top > 1 else 0)
@@ -112,8 +131,10 @@ def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1):
     best = min(timed, key=timed.get)
     row.update(cudnn_direct=direct, best_cudnn_fp16=best, best_cudnn_fp16_ms=timed[best],
                best_cudnn_fp16_over_ours=timed[best] / times["ours_ms"],
-               fp16_build_over_ours=times["ours_fp16_build_ms"] / times["ours_ms"],
-               fp32_held_over_ours=times["fp32_held_ms"] / times["ours_ms"])
+               fp16_build_over_ours=times["ours_fp16_build_ms"] / times["ours_ms"])
+    for name in ("fp32_held", "without_int8"):
+        if f"{name}_ms" in times:
+            row[f"{name}_over_ours"] = times[f"{name}_ms"] / times["ours_ms"]
     return row
 
 
@@ -127,11 +148,13 @@ def main():
     ap.add_argument("--scales", nargs="+", choices=["tensor", "channel"], default=["tensor", "channel"])
     ap.add_argument("--int8-top", type=int, default=1,
                     help="time the cost model's best N int8 configs, forced (1: only where it held the weights otherwise)")
+    ap.add_argument("--no-fp32-held", action="store_true", help="skip the build holding the weights in fp32")
     args = ap.parse_args()
     for hidden in args.hidden:
         for batch in args.batch:
             for scales in args.scales:
-                row = layer_row(torch, hidden, batch, scales == "channel", int8_top=args.int8_top)
+                row = layer_row(torch, hidden, batch, scales == "channel", int8_top=args.int8_top,
+                                fp32_held=not args.no_fp32_held)
                 print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}), flush=True)
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")

@@ -9,8 +9,9 @@ columns is then one 32-bit word: the kernel holds a quarter of the registers fp3
 
 The kernel turns byte k of a word into q exactly with one byte permute and one subtraction: the
 byte placed under the exponent of 2^23 reads as the float 2^23 + (q + 128) (`int8_floats`;
-`int8_value` in the CPU twin), and it multiplies the row's dot product by s once, after the sum. Against the fp32
-weights q * s (each rounded to fp32) the dot product differs only by fp32 rounding.
+`int8_value` in the CPU twin), and it multiplies the row's dot product by s once, after the sum.
+Against the fp32 weights q * s (each rounded to fp32) the dot product differs only by fp32
+rounding.
 """
 from __future__ import annotations
 

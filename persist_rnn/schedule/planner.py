@@ -93,7 +93,8 @@ def tensor_core_note(spec: CellSpec, gpu, batch: int | None, precision: str, con
 
 
 def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuning_log_path=None, top_k: int = 5,
-           measure=None, progress=None, unverified: bool = False, precision: str = "fp32", int8: bool | None = None) -> Plan:
+           measure=None, progress=None, unverified: bool = False, precision: str = "fp32",
+           int8: bool | None = None) -> Plan:
     """`plan_layer`'s choice of config for one batch, without building the kernel; `int8`: only
     configs that hold the weights as int8 (True) or only others (False)."""
     gpu = gpu_model(target_arch(target))
