@@ -9,12 +9,12 @@ fp32 or fp16 weights, which take R as it is.
 """
 from __future__ import annotations
 
-import numpy as np
 import tvm
 from tvm import relax
 
 from tir_templates.int8_rows import pack
 
+from ..errors import PersistRNNError
 from .call_sites import call_args, call_tir_sites
 
 
@@ -60,13 +60,14 @@ class _PackR(relax.PyExprMutator):
         if arrays is None:
             return call
         args = call_args(call)
-        r = next(p for const, p in arrays.items() if const.same_as(args[1]) or _same_data(const, args[1]))
-        args[1] = relax.const(r, "float32")
+        packed = next((p for const, p in arrays.items() if const.same_as(args[1])), None)
+        if packed is None:  # a call site made after `int8_layers` looked: pack what it passes
+            packed = pack(args[1].value.numpy()) if isinstance(args[1], tvm.ir.expr.Constant) else None
+        if packed is None:
+            raise PersistRNNError(f"{call.args[0].name_hint}: its kernel holds int8 weights, but a call site passes "
+                                  "an R that is not int8 values times a scale a row")
+        args[1] = relax.const(packed, "float32")
         return relax.Call(call.op, [call.args[0], relax.Tuple(args), *call.args[2:]], call.attrs, call.ty_args)
-
-
-def _same_data(a, b) -> bool:
-    return isinstance(b, tvm.ir.expr.Constant) and np.array_equal(a.value.numpy(), b.value.numpy())
 
 
 def pack_int8_weights(mod: tvm.IRModule, packed: dict) -> tvm.IRModule:
