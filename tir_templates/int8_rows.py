@@ -52,13 +52,18 @@ def _exact(rows: np.ndarray, s: np.ndarray) -> np.ndarray:
     return (s > 0) & same & (q.min(axis=1) >= -128) & (q.max(axis=1) <= 127)
 
 
+def packable(r: np.ndarray) -> bool:
+    """Whether `pack` takes R: whole words a row (H a multiple of 4) and a scale for every row."""
+    return np.shape(r)[-1] % 4 == 0 and row_scales(r) is not None
+
+
 def pack(r: np.ndarray) -> np.ndarray | None:
-    """R (D, G*H, H) fp32 packed for an int8 kernel (see the module docstring), or None where its
-    rows are not int8 values times a scale each (`row_scales`)."""
+    """R (D, G*H, H) fp32 packed for an int8 kernel (see the module docstring), or None where
+    `packable` says no."""
     r = np.asarray(r, dtype=np.float32)
     hidden = r.shape[-1]
-    scales = row_scales(r)
-    if scales is None or hidden % 4:
+    scales = row_scales(r) if hidden % 4 == 0 else None
+    if scales is None:
         return None
     q = np.rint(r / scales[..., None]).astype(np.int32)
     words = (q + 128).astype(np.uint8).reshape(*r.shape[:-1], hidden // 4, 4).copy().view("<u4")[..., 0]

@@ -283,7 +283,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         batches = call_site_batches(mod, layers)
         quantized = {gv.name_hint for gv, func, spec in recurrences(mod)
                      if spec.int8_weights and str(func.attrs.get(LOWERING_ATTR, "reference")) == "reference"}
-        int8 = int8_layers(mod, quantized) if target.kind.name == "cuda" and quantized else {}
+        int8 = int8_layers(mod, quantized) if target.kind.name == "cuda" and quantized else set()
         slots, plans = {}, {}
         for gv, func, spec in list(recurrences(mod)):
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":
@@ -320,7 +320,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         mod = fuse_stacks(mod, target.kind.name, num_sms, mode=wavefront, arch=arch, tuning_log_path=tuning_log,
                           precision=precision)  # a stack as one kernel, or why not
         layers = {gv.name_hint for gv, _, _ in recurrences(mod)}
-        mod = pack_int8_weights(mod, {gv.name_hint: int8[gv.name_hint] for gv, func, _ in recurrences(mod)
+        mod = pack_int8_weights(mod, {gv.name_hint for gv, func, _ in recurrences(mod)
                                       if gv.name_hint in int8 and _holds_int8(func)})
         if cuda:
             # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM
