@@ -144,9 +144,25 @@ class Config:
         served per half warp: 4 rows of 8 floats, a stride of 8 or 24 mod 32 floats)."""
         if not self.tensor_cores():
             return spec.hidden_size
+        if self.h16_exchange(spec):  # uint32 words of two halves, LDS.32: 8 rows of 4 words, 4 mod 8 words
+            return spec.hidden_size // 2 + (4 - spec.hidden_size // 2) % 8
         if self.f16_mma():
             return spec.hidden_size + (8 - spec.hidden_size) % 16
         return spec.hidden_size + 4
+
+    def h16_exchange(self, spec: CellSpec) -> bool:
+        """A 16-bit mma step whose CTAs exchange h(t-1) in the layer's 16 bits: each owner rounds
+        its unit of h(t) once and publishes it beside the fp32 value, and every CTA copies the
+        16-bit slot into shared memory as the B fragments' pairs (half the bytes; no rounding in
+        the dot, which read the same rounded values before). The fp32 h(t) stays the final state
+        and the owner's own h(t-1). Not with stamped words, h on chip or two phases."""
+        return (self.f16_mma() and not self.stamped and not self.h_on_chip(spec) and not two_phase(spec)
+                and spec.hidden_size % 8 == 0)
+
+    def h16_slot(self, spec: CellSpec) -> int | None:
+        """The exchange slot of 16-bit h (`h16_exchange`): one fp32 row holds both step parities'
+        halves; None without it."""
+        return self._h_slots(spec) + (self.cell_state_slot(spec) is not None) if self.h16_exchange(spec) else None
 
     def partial_sums(self, spec: CellSpec) -> bool:
         """GRNN's one-barrier GRU (see the module docstring)."""
@@ -188,8 +204,9 @@ class Config:
     def exchange_slots(self, spec: CellSpec) -> int:
         """Leading extent of the exchange buffer: h by step parity and a spare slot, plus, with
         partial sums, one slot per (parity, gate z/r, CTA of a direction); stamped words take two
-        slots each, by step parity. A 16-bit LSTM adds its cell state's slot (`cell_state_slot`)."""
-        return self._h_slots(spec) + (self.cell_state_slot(spec) is not None)
+        slots each, by step parity. A 16-bit LSTM adds its cell state's slot (`cell_state_slot`), a
+        16-bit mma step its 16-bit h's (`h16_slot`)."""
+        return self._h_slots(spec) + (self.cell_state_slot(spec) is not None) + self.h16_exchange(spec)
 
     def _h_slots(self, spec: CellSpec) -> int:
         if self.stamped:

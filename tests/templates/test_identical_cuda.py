@@ -8,8 +8,8 @@ words, weights read from global memory, each recorded from code whose kernels ra
 twin's TVMScript must equal the values recorded in `fixtures/template_v4_md5.json`.
 
 A deliberate kernel change re-records them: `python tests/templates/test_identical_cuda.py`
-(and says so in its commit, with the GPU tests that ran since); a new variant adds its cases alone:
-`python tests/templates/test_identical_cuda.py --add NAME ...`.
+(and says so in its commit, with the GPU tests that ran since), or only the cases whose kernels it
+changed: `--replace NAME ...`; a new variant adds its cases alone: `--add NAME ...`.
 """
 from __future__ import annotations
 
@@ -43,8 +43,13 @@ CASES = {
                                         dict(peepholes=True)),
     "lstm-h16-tensor-cores-grid": ("lstm", 16, "bidirectional", Config(4, 32, 16, 3, mma_k_split=2), dict(peepholes=True)),
     "lstm-h1024-tensor-cores": ("lstm", 1024, "forward", Config(8, 32, 16, 20, mma_k_split=2), {}),
-    # fp16 mma (m16n8k16), h(t-1)'s shared rows padded to 8 mod 16 floats (ran on the H200)
+    # fp16 mma (m16n8k16), h(t-1) exchanged in 16 bits and held as pairs (h16_exchange.py); a bf16
+    # GRU's cluster batch tiles so too; a resident CTA's fp16 mma keeps h in fp32, packing pairs itself
     "lstm-h768-fp16-tensor-cores": ("lstm", 768, "forward", Config(8, 32, 16, 32, "float16", mma_k_split=4), {}),
+    "gru-h256-bf16-tensor-cores-cluster-tiles": ("gru", 256, "bidirectional",
+                                                 Config(32, 32, 16, 16, "bfloat16", cluster=True, batch_tile=16,
+                                                        mma_k_split=2), {}),
+    "rnn-h32-fp16-tensor-cores-resident": ("rnn", 32, "forward", Config(32, 32, 16, 8, "float16", mma_k_split=1), {}),
     "gru-h256-cluster": ("gru", 256, "forward", Config(32, 8, 4, 1, cluster=True), {}),
     "gru-h256-dsmem-cluster-of-16": ("gru", 256, "forward", Config(16, 16, 6, 1, cluster=True, dsmem=True), {}),
     "lstm-h1024-stamped-words": ("lstm", 1024, "forward", Config(8, 32, 2, 1, stamped=True), {}),
@@ -78,7 +83,7 @@ CASES = {
 
 
 def _spec(cell, hidden, direction, cfg, flags):
-    dtype = "float16" if cfg.weight_dtype == "float16" else "float32"
+    dtype = cfg.weight_dtype if cfg.weight_dtype in ("float16", "bfloat16") else "float32"
     int8 = cfg.weight_dtype == "int8"
     return CellSpec(cell.rstrip("0"), hidden, hidden, direction, dtype=dtype, linear_before_reset=(cell == "gru"),
                     int8_weights=int8, int8_rows=int8, **flags)
@@ -110,7 +115,9 @@ def test_cases_cover_every_variant():
     assert any(c.smem_runs and c.weight_dtype == "float32" for _, c in specs.values())
     assert any(c.global_runs for _, c in specs.values())
     assert any(c.global_runs and not c.weight_regs(s) and two_phase(s) for s, c in specs.values())
-    assert any(c.f16_mma() for _, c in specs.values())
+    assert any(c.h16_exchange(s) for s, c in specs.values())
+    assert any(c.h16_exchange(s) and c.batch_tile for s, c in specs.values())
+    assert any(c.f16_mma() and not c.h16_exchange(s) for s, c in specs.values())
     assert any(c.int8_weights() and c.batch_chunk > 1 for _, c in specs.values())
     assert any(c.tensor_cores() and (c.row_gates(s) * c.tile_units) % 16 for s, c in specs.values())
     assert any(c.lane_updates(s) for s, c in specs.values()) and any(not c.lane_updates(s) for s, c in specs.values())
@@ -134,6 +141,12 @@ if __name__ == "__main__":
         assert not set(names) & set(recorded), "already recorded: re-recording one needs --force"
         RECORD.write_text(json.dumps({**recorded, **{n: generated(n) for n in names}}, indent=1, sort_keys=True) + "\n")
         sys.exit(f"recorded {names} in {RECORD}")
+    if "--replace" in sys.argv:  # re-record these cases after a deliberate change of their kernels
+        recorded = json.loads(RECORD.read_text())
+        names = sys.argv[sys.argv.index("--replace") + 1:]
+        assert set(names) <= set(recorded), "not recorded yet: record a new case with --add"
+        RECORD.write_text(json.dumps({**recorded, **{n: generated(n) for n in names}}, indent=1, sort_keys=True) + "\n")
+        sys.exit(f"re-recorded {names} in {RECORD}")
     if RECORD.exists() and "--force" not in sys.argv:
         sys.exit(f"{RECORD} exists; pass --force to re-record it (only for a deliberate kernel change)")
     RECORD.write_text(json.dumps({n: generated(n) for n in sorted(CASES)}, indent=1) + "\n")

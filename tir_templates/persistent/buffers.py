@@ -45,7 +45,7 @@ class Args:
 class Registers:
     """What a thread keeps in registers: its weights (`wreg`, int8 ones as packed words and each
     row's scale; the runs that did not fit live in shared memory, `wsm`), each pair's inputs (`xr`, and step s+1's in `xn`), recurrent biases,
-    sequence lengths and h(t); the partial-sum GRU's rows of R_z, R_r (`wp`); scratch for the dot
+    sequence lengths and h(t) (with 16-bit exchange also the fp32 h(t-1), `hp`); the partial-sum GRU's rows of R_z, R_r (`wp`); scratch for the dot
     products. On the GPU each is the thread's own (row 0); in the CPU twin one row per (CTA, thread)."""
     wreg: Any
     wsm: Any
@@ -62,6 +62,7 @@ class Registers:
     bv: Any = None
     wq: Any = None
     hq: Any = None
+    hp: Any = None
 
     def swapped(self) -> Registers:
         """The two input register sets exchanged (a resident CTA alternates them by step parity)."""
@@ -111,7 +112,7 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     # the two copies of h of a resident CTA (or a dsmem cluster) stay in static shared memory: TVM
     # merges dynamic shared allocations into one buffer, and its sync planner would then see the
     # copies overlap
-    hs = _alloc("hs", L.HS_SHAPE, "float32", "shared" if L.h_on_chip else L.SMEM)
+    hs = _alloc("hs", L.HS_SHAPE, L.HS_DTYPE, "shared" if L.h_on_chip else L.SMEM)
     hs2 = _alloc("hs2", L.HS_SHAPE if L.h_on_chip else (1, 1), "float32", "shared")
     gs = _alloc("gs", (1, 1) if L.LANE else (L.KS * L.BC, L.GTW), "float32", "shared")
     # no register array where every weight lives off registers: TVM compacts an array nothing
@@ -137,7 +138,8 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     # int8 weights: a packed word's four floats, and h(t-1)'s columns of a run for each batch row
     wq = _alloc("wq", (4,), "uint32", "local") if L.INT8 else None
     hq = _alloc("hq", (L.BC * L.DV,), "float32", "local") if L.INT8 else None
-    regs = Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, wt, acc, hv, bv, wq, hq)
+    hp = _alloc("hp", (1, L.UPT), "float32", "local") if L.H16 else None
+    regs = Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, wt, acc, hv, bv, wq, hq, hp)
     return Thread(regs, cta, tx), Shared(hs, hs2, gs, rs, hm, bar)
 
 
@@ -153,7 +155,8 @@ def emulated_registers(L: Layout, n_b) -> Registers:
     rbr = _alloc("rbr", (rows, L.UPT * L.G), "float32")
     wreg = _alloc("wreg", (rows, max(L.cfg.weight_regs(L.spec), 1)), "uint32" if L.F16 or L.INT8 else L.WDT)
     wsm = _alloc("wsm", (L.grid_size(n_b), max(L.SR * L.RPG * L.DV, 1), L.NT), L.WDT)
-    return Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc)
+    hp = _alloc("hp", (rows, L.UPT), "float32") if L.H16 else None
+    return Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, hp=hp)
 
 
 def emulated_thread(L: Layout, regs: Registers, cta, tx) -> Thread:

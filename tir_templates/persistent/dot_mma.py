@@ -124,8 +124,11 @@ def mma_dot_f16(L, t, hs):
     for i in T.unroll(L.KPW):
         for nt in T.unroll(L.NTL):
             for j in T.unroll(2):  # B fragment: batch row lane / 4, columns 2 * (lane % 4) + {0, 1} (+8);
-                pair_convert(L.BF16)(bh[j], hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 1)],
-                                     hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 0)])
+                if L.H16:  # the pair as exchanged (h16_exchange.py)
+                    bh[j] = hs[(nt * 8 + t.tx % 32 // 4) * L.HSW + L.mma_col_f16(t.tx, i, 2 * j, 0) // 2]
+                else:
+                    pair_convert(L.BF16)(bh[j], hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 1)],
+                                         hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 0)])
             T.ptx[MMA_BF16 if L.BF16 else MMA_F16](t.acc[nt * 4], t.acc[nt * 4 + 1], t.acc[nt * 4 + 2], t.acc[nt * 4 + 3],
                            *[t.wreg[0, i * 4 + j] for j in range(4)], bh[0], bh[1],
                            t.acc[nt * 4], t.acc[nt * 4 + 1], t.acc[nt * 4 + 2], t.acc[nt * 4 + 3])
@@ -185,6 +188,14 @@ def mma_dot(L, t, hs, gs):
                    (t.tx // 32 % L.RT) * 16 + t.tx % 32 // 4 + 8 * (j // 2)] = t.acc[nt * 4 + j]
 
 
+def h_operand_f16(L, hs, row, col):
+    """h(t-1)[row, col] as the 16-bit mma reads it: its half of the pair `hs` holds with 16-bit
+    exchange, else the fp32 copy rounded."""
+    if L.H16:
+        return f16_half(hs[row * L.HSW + col // 2], col % 2, L.BF16)
+    return b_operand(L, hs[row, col])
+
+
 @T.macro
 def emulated_mma_dot_f16(L, regs, hs, gs, cta):
     """`emulated_mma_dot` for the 16-bit mma (m16n8k16): element (m, k) of a warp's 16 x 16 tile
@@ -197,7 +208,7 @@ def emulated_mma_dot_f16(L, regs, hs, gs, cta):
                     gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m]
                     + f16_half(regs.wreg[cta * L.NT + w * 32 + 4 * (m % 8) + k % 8 // 2, i * 4 + m // 8 + 2 * (k // 8)],
                                k % 2, L.BF16)
-                    * b_operand(L, hs[nt * 8 + nn, ((w // L.RT) * L.KPW + i) * 16 + k]))
+                    * h_operand_f16(L, hs, nt * 8 + nn, ((w // L.RT) * L.KPW + i) * 16 + k))
 
 
 @T.macro

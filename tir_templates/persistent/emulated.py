@@ -47,7 +47,7 @@ def emulated_phase(L, a, regs, s, phase):
     the phase's update (0: the cell's only phase; 1, 2: the two-phase GRU's)."""
     for cta in range(L.grid_size(a.n_b)):
         for ch in range(L.chunks(a.n_b)):
-            hs = T.alloc_buffer((L.BC, L.H), "float32")
+            hs = T.alloc_buffer(L.TWIN_HS_SHAPE, L.HS_DTYPE)
             gs = T.alloc_buffer((L.KS * L.BC, L.GTW), "float32")
             for tx in range(L.NT):
                 chunk_inputs(L, a, emulated_thread(L, regs, cta, tx), hs, s, ch, L.phase_slot(phase, s), phase == 0)
@@ -135,7 +135,7 @@ def emulated_one_chunk_steps(L, a, regs):
     else:
         for s in range(a.n_t):
             for cta in range(L.grid_size(a.n_b)):
-                hs = T.alloc_buffer((L.BC, L.H), "float32")
+                hs = T.alloc_buffer(L.TWIN_HS_SHAPE, L.HS_DTYPE)
                 for tx in range(L.NT):
                     h_into_shared(L, a, emulated_thread(L, regs, cta, tx), hs, s, s % 2, L.first_chunk(cta))
                 emulated_step(L, a, regs, hs, None, cta, s)

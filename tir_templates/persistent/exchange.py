@@ -15,6 +15,7 @@ from tvm.script import tirx as T
 
 from ..signature import BARRIER_FLAG_WORD, batch_row
 from .cell_state import keep_cell_state
+from .h16_exchange import load_h16, own_h_prev, publish_h16
 from .stamped_exchange import flat_words, load_stamped_h, publish, stamped_value
 
 GRID_BARRIER = r"""
@@ -99,6 +100,10 @@ def init_state(L, a, t):
             else:
                 a.hb[0, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)] = a.h0[
                     L.dir_of(t.cta), batch_row(L.spec, "h0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)]
+                if L.H16:
+                    publish_h16(L, a, 0, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e),
+                                a.h0[L.dir_of(t.cta), batch_row(L.spec, "h0", L.state_row(t.cta, t.tx, e)),
+                                     L.state_unit(t.cta, t.tx, e)])
             if L.lstm:
                 keep_cell_state(L, a, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e), a.c0[
                     L.dir_of(t.cta), batch_row(L.spec, "c0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)])
@@ -121,9 +126,13 @@ def load_h(L, a, t, hs, slot, ch):
 @T.macro
 def h_into_shared(L, a, t, hs, s, slot, ch):
     """Step s's exchange `slot` (h(t-1), or r * h(t-1)) of chunk ch into `hs`: from the stamped
-    words when the direction's CTAs exchange them (`stamped_exchange.py`), else `load_h`."""
+    words when the direction's CTAs exchange them (`stamped_exchange.py`), from the 16-bit
+    halves with the owners' fp32 h(t-1) into their registers (`h16_exchange.py`), else `load_h`."""
     if L.stamped:
         load_stamped_h(L, a, t, hs, s, ch)
+    elif L.H16:
+        load_h16(L, a, t, hs, slot, ch)
+        own_h_prev(L, a, t, slot, ch)
     else:
         load_h(L, a, t, hs, slot, ch)
 

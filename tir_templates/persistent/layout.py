@@ -22,6 +22,7 @@ BLOCK_M):
     F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
     INT8, WPR         weights held as int8 (int8_rows.py): a run of 4 a register; words a row holds (RR + scale)
     BF16              ... those weights bf16 (else fp16)
+    H16, H16_SLOT     16-bit mma: h(t-1) exchanged in 16 bits (`hs` holds pairs); the exchange slot of them
     SENDS, RECV_BYTES  dsmem: 16-byte stores a CTA sends a step, bytes each CTA receives
     WORDS             stamped: words of h(t-1) a thread loads a step
 """
@@ -113,6 +114,14 @@ class Layout:
         self.KPW = cfg.k_tiles_per_warp(spec) if self.MMA else 0
         self.NTL = cfg.n_tiles() if self.MMA else 0
         self.HS_SHAPE = (cfg.h_rows(), cfg.h_stride(spec))  # the shared copy of h (padded with tensor cores)
+        self.H16 = cfg.h16_exchange(spec)  # h(t-1) exchanged in 16 bits, held in `hs` as pairs (h16_exchange.py)
+        self.H16_SLOT = cfg.h16_slot(spec)
+        self.HSW = cfg.h_stride(spec)
+        self.HS_DTYPE = "uint32" if self.H16 else "float32"
+        # ... flat, rows HSW words apart (TVM compacts a 2-d buffer to the columns it sees read)
+        self.TWIN_HS_SHAPE = (self.BC * self.HSW,) if self.H16 else (self.BC, self.H)  # the CPU twin's
+        if self.H16:
+            self.HS_SHAPE = (cfg.h_rows() * self.HSW,)
 
     # --- the launch: CTAs, directions, batch tiles ---------------------------------------------
 

@@ -12,7 +12,14 @@ from tvm.script import tirx as T
 from .. import cells
 from .cell_state import keep_cell_state
 from .inputs import time_index
+from .h16_exchange import publish_h16
 from .stamped_exchange import publish
+
+
+def h_prev(L, t, hs, e, bi, j):
+    """The pair's fp32 h(t-1): the owner's register with 16-bit exchange (`hs` holds halves),
+    else the shared copy."""
+    return t.hp[t.row, e] if L.H16 else hs[bi, j]
 
 
 def recurrent_parts(L, t, gs, e, bi, jl):
@@ -54,6 +61,8 @@ def h_out(L, a, t, e, b, j, bi, d, s, hs_next):
         publish(L, a, (s + 1) % 2, d, b, j, t.hn[t.row, e], s + 2)
     elif hs_next is None:
         a.hb[(s + 1) % 2, d, b, j] = t.hn[t.row, e]
+        if L.H16:
+            publish_h16(L, a, (s + 1) % 2, d, b, j, t.hn[t.row, e])
     else:
         hs_next[bi, j] = t.hn[t.row, e]
 
@@ -71,11 +80,11 @@ def update_pair(L, a, t, e, b, j, bi, d, hs, gs, s, hs_next):
                 keep_cell_state(L, a, d, b, j, t.xr[t.row, e * L.XR + L.G])
         t.hn[t.row, e] = cells.hidden(
             L.spec, d, cells.gate_slice(t.xr, (t.row,), e * L.XR, 1, L.G),
-            recurrent_parts(L, t, gs, e, bi, j % L.TW), hs[bi, j], t.xr[t.row, e * L.XR + L.G],
+            recurrent_parts(L, t, gs, e, bi, j % L.TW), h_prev(L, t, hs, e, bi, j), t.xr[t.row, e * L.XR + L.G],
             cells.gate_slice(a.p, (d,), j, L.H, 3), L.FAST)
         a.y[time_index(L, d, s, t.nv[t.row, e]), d, b, j] = t.hn[t.row, e]
     else:  # past this sequence's end: state carried, output zero
-        t.hn[t.row, e] = hs[bi, j]
+        t.hn[t.row, e] = h_prev(L, t, hs, e, bi, j)
         a.y[s, d, b, j] = T.float32(0)
     h_out(L, a, t, e, b, j, bi, d, s, hs_next)
 

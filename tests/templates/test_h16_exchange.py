@@ -1,0 +1,68 @@
+"""h(t-1) exchanged in 16 bits by the 16-bit mma step (`Config.h16_exchange`), on the CPU twin.
+
+The mma reads h(t-1) rounded to the layer's 16 bits either way. Whether the owner rounds h(t)
+once and publishes the halves, or every CTA rounds the fp32 copy as it packs B fragments, the
+outputs must be the same bits. The cases below also cover batches that span chunks, cluster
+batch tiles, both directions, bf16, and ragged and empty sequences (a finished sequence carries
+the owner's fp32 h(t-1))."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from persist_rnn.schedule.measure import kernel_arrays
+from tir_templates.config import Config
+from tir_templates.persistent import BARRIER_FLAG_WORD, emulated_persistent_kernel
+from tir_templates.persistent.layout import Layout
+from tir_templates.spec import CellSpec
+from templates.llvm_runs import run_on_llvm
+
+H, I, STEPS = 16, 8, 5
+
+CASES = [
+    # (cell, direction, batch, config, extra spec flags)
+    ("lstm", "bidirectional", 3, Config(4, 32, 16, 3, "float16", mma_k_split=1), dict(peepholes=True)),
+    ("gru", "bidirectional", 10, Config(8, 32, 16, 10, "float16", mma_k_split=1), {}),  # two n-tiles
+    ("lstm", "forward", 7, Config(4, 32, 16, 3, "float16", mma_k_split=1), {}),  # three chunks, the last ragged
+    ("gru", "reverse", 7, Config(8, 32, 16, 2, "bfloat16", mma_k_split=1), {}),  # bf16, four chunks
+    ("lstm", "bidirectional", 5, Config(4, 32, 16, 2, "float16", cluster=True, batch_tile=2, mma_k_split=1), {}),
+    ("rnn", "forward", 4, Config(4, 32, 16, 4, "bfloat16", mma_k_split=1), dict(clip=1.0)),
+]
+
+
+def _run(spec, cfg, batch, monkeypatch, h16):
+    """The twin's outputs with the 16-bit exchange on or off (built afresh, past the cache)."""
+    with monkeypatch.context() as m:
+        if not h16:
+            m.setattr(Config, "h16_exchange", lambda self, spec: False)
+        assert Layout(spec, cfg, emulate=True).H16 == h16
+        arrays = kernel_arrays(spec, batch, STEPS, seed=3, slots=cfg.exchange_slots(spec))
+        arrays[3] = np.random.default_rng(batch).integers(0, STEPS + 1, batch).astype("int32")  # ragged, some empty
+        return run_on_llvm(emulated_persistent_kernel.__wrapped__(spec, cfg), arrays)
+
+
+@pytest.mark.parametrize("cell,direction,batch,cfg,flags", CASES, ids=lambda v: str(v))
+def test_16_bit_exchange_gives_the_same_bits(cell, direction, batch, cfg, flags, monkeypatch):
+    spec = CellSpec(cell, I, H, direction, linear_before_reset=(cell == "gru"), dtype=cfg.weight_dtype, **flags)
+    want = _run(spec, cfg, batch, monkeypatch, h16=False)
+    got = _run(spec, cfg, batch, monkeypatch, h16=True)
+    assert got[11][BARRIER_FLAG_WORD] == 0, "a barrier's arrivals would not match on the GPU"
+    for name, g, w in zip(("Y", "Y_h", "Y_c"), got[7:10], want[7:10]):
+        np.testing.assert_array_equal(g.astype("float32"), w.astype("float32"), err_msg=name)
+    assert np.abs(got[7].astype("float32")).max() > 0.05  # the layer did compute
+
+
+def test_16_bit_exchange_only_where_the_mma_reads_16_bits():
+    """On for the 16-bit mma's grid and cluster steps; off for fp32 and TF32 mma, the FMA units,
+    stamped words, a resident CTA and H not a multiple of 8; its slot follows the others."""
+    lstm16 = CellSpec("lstm", I, H, "forward", dtype="float16")
+    on = Config(4, 32, 16, 3, "float16", mma_k_split=1)
+    assert on.h16_exchange(lstm16)
+    assert on.h16_slot(lstm16) == on.exchange_slots(lstm16) - 1 == on.cell_state_slot(lstm16) + 1
+    assert on.h_stride(lstm16) % 8 == 4 and on.h_stride(lstm16) >= H // 2
+    assert not Config(4, 32, 16, 3, mma_k_split=1).h16_exchange(CellSpec("lstm", I, H, "forward"))
+    assert not Config(4, 32, 16, 3, mma_k_split=1, mma_precision="tf32").h16_exchange(CellSpec("lstm", I, H, "forward"))
+    assert not Config(4, 4, 4, 3, "float16").h16_exchange(lstm16)
+    assert not Config(4, 32, 16, 3, "float16", mma_k_split=1, stamped=True).h16_exchange(lstm16)
+    assert not Config(16, 32, 16, 3, "float16", mma_k_split=1).h16_exchange(lstm16)  # one resident CTA
+    assert Config(4, 4, 4, 3, "float16").h16_slot(lstm16) is None

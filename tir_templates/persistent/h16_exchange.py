@@ -1,0 +1,73 @@
+"""h(t-1) in 16 bits between the CTAs of a 16-bit mma step (`Config.h16_exchange`).
+
+The mma reads h(t-1) rounded to the layer's fp16 or bf16. So each owner rounds its unit of h(t)
+once and publishes the 16 bits beside the fp32 value, and every CTA copies the 16-bit slot into
+shared memory as it stands: uint32 words of two halves, which are the B fragments' registers
+(one LDS.32 each, no conversion). That is half the bytes of the fp32 copy, on the step's
+critical path. The dot products are the same as when each CTA rounded the fp32 copy itself.
+
+The fp32 h(t) is still published: it is the final state, and the owner's own h(t-1) (GRU's
+z * h(t-1), a finished sequence's carried state), which it loads into a register (`hp`) while
+the dot runs.
+
+The halves sit in exchange slot `H16_SLOT`: the fp32 row of (direction d, batch row b) holds both
+step parities' pairs, parity p in words p * H / 2 .. p * H / 2 + H / 2 - 1, unit j in half j % 2
+of word j // 2. `hs` is flat: batch row r's pairs at r * HSW (a stride of 4 mod 8 words: the
+eight rows a B fragment reads fall into different banks).
+"""
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from .dot_mma import half_bits
+
+
+STORE_HALF = r"""
+__device__ __forceinline__ void prnn_store_half(float* word, unsigned int half, unsigned int bits) {
+  // the low 16 bits of `bits` into half `half` (0: low) of the 32-bit word at `word`
+  reinterpret_cast<unsigned short*>(word)[half] = (unsigned short)bits;
+}
+"""
+
+
+def pair_word(L, parity, j):
+    """Column of the 16-bit slot's row that holds unit j's half, at `parity`."""
+    return parity * (L.H // 2) + j // 2
+
+
+@T.macro
+def publish_h16(L, a, parity, d, b, j, value):
+    """h[b, j] of direction d = value, rounded to the layer's 16 bits, into `parity`'s pairs (the
+    CPU twin: the word's other half kept by integer arithmetic, its threads run one at a time)."""
+    if L.emulate:
+        a.hb[L.H16_SLOT, d, b, pair_word(L, parity, j)] = T.reinterpret("float32", (
+            T.reinterpret("uint32", a.hb[L.H16_SLOT, d, b, pair_word(L, parity, j)])
+            & T.shift_left(T.uint32(0xFFFF), T.Cast("uint32", 16 * (1 - j % 2))))
+            | T.shift_left(half_bits(value, L.BF16), T.Cast("uint32", 16 * (j % 2))))
+    else:
+        T.cuda.func_call("prnn_store_half", T.address_of(a.hb[L.H16_SLOT, d, b, pair_word(L, parity, j)]),
+                         T.Cast("uint32", j % 2), half_bits(value, L.BF16), source_code=STORE_HALF)
+
+
+@T.macro
+def load_h16(L, a, t, hs, parity, ch):
+    """`parity`'s halves of batch rows ch*BC .. ch*BC+BC-1 (all H units) into `hs`, 16 bytes
+    (4 words) a thread and turn."""
+    cta = t.cta  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
+    d = L.dir_of(cta)
+    for e in range((L.BC * L.H // 8 + L.NT - 1) // L.NT):  # a row's H / 2 words, 4 a turn
+        if T.Cast("int64", (e * L.NT + t.tx) * 4) < T.min(a.n_b - ch * L.BC, T.int64(L.BC)) * (L.H // 2):
+            for v in T.vectorized(4):
+                hs[(e * L.NT + t.tx) * 4 // (L.H // 2) * L.HSW + (e * L.NT + t.tx) * 4 % (L.H // 2) + v] = T.reinterpret(
+                    "uint32", a.hb[L.H16_SLOT, d, ch * L.BC + (e * L.NT + t.tx) * 4 // (L.H // 2),
+                                   pair_word(L, parity, (e * L.NT + t.tx) * 4 % (L.H // 2) * 2) + v])
+
+
+@T.macro
+def own_h_prev(L, a, t, slot, ch):
+    """Each owned pair's fp32 h(t-1) from exchange `slot` into `hp` (in flight during the dot)."""
+    cta, tx = t.cta, t.tx  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
+    for e in T.unroll(L.UPT):
+        if L.owns(cta, tx, e, ch, a.n_b):
+            b, j = L.pair(cta, tx, e, ch)
+            t.hp[t.row, e] = a.hb[slot, L.dir_of(cta), b, j]
