@@ -477,3 +477,40 @@ def test_narrow_dense_matches_numpy_on_gpu():
             got = vm["main"](*(tvm.runtime.tensor(a, dev) for a in (x, w, b))).numpy()
             want = x.astype("float64") @ w + b
             assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), (M, K, N)
+
+
+@pytest.mark.parametrize("cell,direction,dtype,batch,cfg", [
+    ("lstm", "forward", "float16", 32, Config(8, 32, 16, 32, "float16", mma_k_split=4)),  # grid, one chunk
+    ("lstm", "bidirectional", "bfloat16", 37, Config(8, 32, 16, 16, "bfloat16", mma_k_split=4)),  # 3 chunks
+    ("gru", "forward", "float16", 40, Config(16, 32, 16, 16, "float16", cluster=True, batch_tile=16, mma_k_split=2)),
+    ("gru", "bidirectional", "bfloat16", 9, Config(16, 32, 16, 16, "bfloat16", mma_k_split=4)),
+    ("rnn", "reverse", "float16", 5, Config(16, 32, 16, 8, "float16", mma_k_split=2)),
+], ids=str)
+def test_16_bit_exchange_matches_the_fp32_exchange_bit_for_bit(cell, direction, dtype, batch, cfg, monkeypatch):
+    """The 16-bit mma step with h(t-1) exchanged in 16 bits (`Config.h16_exchange`) against the
+    same config exchanging fp32 and rounding as it packs B fragments, on the GPU at H=256 with
+    ragged and empty sequences: Y, Y_h and Y_c the same bits (the CPU twin's check, on the
+    hardware's cvt, grid barrier and cluster)."""
+    from persist_rnn.schedule.measure import as_params, build_kernel, kernel_arrays
+    from tir_templates.persistent import persistent_kernel
+
+    spec = CellSpec(cell, 256, 256, direction, linear_before_reset=cell == "gru", dtype=dtype)
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    dev = tvm.cuda(0)
+    outputs = {}
+    for h16 in (True, False):
+        with monkeypatch.context() as m:
+            if not h16:
+                m.setattr(Config, "h16_exchange", lambda self, spec: False)
+            assert cfg.h16_exchange(spec) == h16
+            func = persistent_kernel.__wrapped__(spec, cfg)
+            arrays = kernel_arrays(spec, batch, 50, seed=5, slots=cfg.exchange_slots(spec))
+            arrays[3] = np.random.default_rng(batch).integers(0, 51, batch).astype("int32")
+            arrays[3][0] = 50
+            tensors = [tvm.runtime.tensor(a, dev) for a in as_params(func, arrays)]
+            build_kernel(func, target)["main"](*tensors)
+            dev.sync()
+            outputs[h16] = [t.numpy().astype("float32") for t in tensors[7:10]]
+    for name, got, want in zip(("Y", "Y_h", "Y_c"), outputs[True], outputs[False]):
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    assert np.abs(outputs[True][0]).max() > 0.05
