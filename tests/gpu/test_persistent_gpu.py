@@ -480,7 +480,7 @@ def test_narrow_dense_matches_numpy_on_gpu():
 
 
 @pytest.mark.parametrize("cell,direction,dtype,batch,cfg", [
-    ("lstm", "forward", "float16", 32, Config(8, 32, 16, 32, "float16", mma_k_split=4)),  # grid, one chunk
+    ("lstm", "forward", "float16", 16, Config(8, 32, 16, 16, "float16", mma_k_split=4)),  # grid, one chunk
     ("lstm", "bidirectional", "bfloat16", 37, Config(8, 32, 16, 16, "bfloat16", mma_k_split=4)),  # 3 chunks
     ("gru", "forward", "float16", 40, Config(16, 32, 16, 16, "float16", cluster=True, batch_tile=16, mma_k_split=2)),
     ("gru", "bidirectional", "bfloat16", 9, Config(16, 32, 16, 16, "bfloat16", mma_k_split=4)),
@@ -492,6 +492,7 @@ def test_16_bit_exchange_matches_the_fp32_exchange_bit_for_bit(cell, direction, 
     ragged and empty sequences: Y, Y_h and Y_c the same bits (the CPU twin's check, on the
     hardware's cvt, grid barrier and cluster)."""
     from persist_rnn.schedule.measure import as_params, build_kernel, kernel_arrays
+    from tir_templates.config import problems
     from tir_templates.persistent import persistent_kernel
 
     spec = CellSpec(cell, 256, 256, direction, linear_before_reset=cell == "gru", dtype=dtype)
@@ -503,6 +504,7 @@ def test_16_bit_exchange_matches_the_fp32_exchange_bit_for_bit(cell, direction, 
             if not h16:
                 m.setattr(Config, "h16_exchange", lambda self, spec: False)
             assert cfg.h16_exchange(spec) == h16
+            assert not problems(spec, cfg, 132, 228 * 1024, 16), "both variants must launch"
             func = persistent_kernel.__wrapped__(spec, cfg)
             arrays = kernel_arrays(spec, batch, 50, seed=5, slots=cfg.exchange_slots(spec))
             arrays[3] = np.random.default_rng(batch).integers(0, 51, batch).astype("int32")
