@@ -49,18 +49,47 @@ def publish_h16(L, a, parity, d, b, j, value):
                          T.Cast("uint32", j % 2), half_bits(value, L.BF16), source_code=STORE_HALF)
 
 
+#: 16-byte loads of h a thread keeps in flight before it stores them into shared memory (64
+#: registers): issued together they cost one trip to L2, where a loop that stores each as it
+#: arrives pays one trip per load (nvcc unrolled it by 4 and branched around each load)
+LOADS_IN_FLIGHT = 16
+
+
+def h16_vectors(L):
+    """16-byte vectors (4 words) of a chunk's halves each thread copies, at most."""
+    return (L.BC * L.H // 8 + L.NT - 1) // L.NT
+
+
+def vectors_in_flight(L):
+    """Vectors a thread loads before it stores them (a turn of `load_h16`)."""
+    return min(h16_vectors(L), LOADS_IN_FLIGHT)
+
+
+def vector_of(L, a, t, e, ch):
+    """Whether thread t's e-th vector of chunk ch exists, and its (row in the chunk, first word)."""
+    q = (e * L.NT + t.tx) * 4
+    return T.Cast("int64", q) < T.min(a.n_b - ch * L.BC, T.int64(L.BC)) * (L.H // 2), q // (L.H // 2), q % (L.H // 2)
+
+
 @T.macro
 def load_h16(L, a, t, hs, parity, ch):
     """`parity`'s halves of batch rows ch*BC .. ch*BC+BC-1 (all H units) into `hs`, 16 bytes
-    (4 words) a thread and turn."""
+    (4 words) a vector: up to LOADS_IN_FLIGHT vectors loaded into registers together, then stored."""
     cta = t.cta  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
     d = L.dir_of(cta)
-    for e in range((L.BC * L.H // 8 + L.NT - 1) // L.NT):  # a row's H / 2 words, 4 a turn
-        if T.Cast("int64", (e * L.NT + t.tx) * 4) < T.min(a.n_b - ch * L.BC, T.int64(L.BC)) * (L.H // 2):
-            for v in T.vectorized(4):
-                hs[(e * L.NT + t.tx) * 4 // (L.H // 2) * L.HSW + (e * L.NT + t.tx) * 4 % (L.H // 2) + v] = T.reinterpret(
-                    "uint32", a.hb[L.H16_SLOT, d, ch * L.BC + (e * L.NT + t.tx) * 4 // (L.H // 2),
-                                   pair_word(L, parity, (e * L.NT + t.tx) * 4 % (L.H // 2) * 2) + v])
+    held = T.alloc_buffer((4 * vectors_in_flight(L),), "uint32", scope="local")
+    for g in range((h16_vectors(L) + vectors_in_flight(L) - 1) // vectors_in_flight(L)):
+        for i in T.unroll(vectors_in_flight(L)):
+            mine, row, word = T.meta_var(vector_of(L, a, t, g * vectors_in_flight(L) + i, ch))
+            if mine:
+                for v in T.vectorized(4):
+                    held[4 * i + v] = T.reinterpret("uint32", a.hb[L.H16_SLOT, d, ch * L.BC + row,
+                                                                   pair_word(L, parity, word * 2) + v])
+        for i in T.unroll(vectors_in_flight(L)):
+            mine, row, word = T.meta_var(vector_of(L, a, t, g * vectors_in_flight(L) + i, ch))
+            if mine:
+                for v in T.vectorized(4):
+                    hs[row * L.HSW + word + v] = held[4 * i + v]
 
 
 @T.macro
