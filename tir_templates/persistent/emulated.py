@@ -19,6 +19,7 @@ from .dot_fma import emulated_dot
 from .dots import emulated_dot_products, weights_in
 from .exchange import (emulated_barrier, emulated_dsmem_exchange, emulated_end_of_step, final_state, h_into_shared, init_state,
                        load_h, resident_states_out)
+from .h16_exchange import keep_h_prev, own_h_prev
 from .gru_partial_sums import load_partial_weights, partial_update, publish_partials, reset_from_partials, tile_state
 from .gru_two_phase import candidate_phase, reset_phase
 from .inputs import advance, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
@@ -35,6 +36,8 @@ def emulated_step(L, a, regs, hs, hs_next, cta, s):
         t = T.meta_var(emulated_thread(L, regs, cta, tx))
         if hs_next is None:
             fetch(L, a, t, t.xn, s + 1, L.first_chunk(cta), False)
+            if L.H16:
+                keep_h_prev(L, t)
         else:
             fetch_valid(L, a, t, t.xn, s + 1)
         update(L, a, t, hs, gs, s, L.first_chunk(cta), hs_next)
@@ -133,6 +136,10 @@ def emulated_one_chunk_steps(L, a, regs):
     elif L.dsmem:
         emulated_dsmem_steps(L, a, regs)
     else:
+        if L.H16:
+            for cta, tx in T.grid(L.grid_size(a.n_b), L.NT):
+                t = T.meta_var(emulated_thread(L, regs, cta, tx))
+                own_h_prev(L, a, t, t.hn, 0, L.first_chunk(cta))
         for s in range(a.n_t):
             for cta in range(L.grid_size(a.n_b)):
                 hs = T.alloc_buffer(L.TWIN_HS_SHAPE, L.HS_DTYPE)

@@ -15,7 +15,7 @@ from tvm.script import tirx as T
 
 from ..signature import BARRIER_FLAG_WORD, batch_row
 from .cell_state import keep_cell_state
-from .h16_exchange import load_h16, own_h_prev, publish_h16
+from .h16_exchange import load_h16, publish_h16
 from .stamped_exchange import flat_words, load_stamped_h, publish, stamped_value
 
 GRID_BARRIER = r"""
@@ -127,12 +127,11 @@ def load_h(L, a, t, hs, slot, ch):
 def h_into_shared(L, a, t, hs, s, slot, ch):
     """Step s's exchange `slot` (h(t-1), or r * h(t-1)) of chunk ch into `hs`: from the stamped
     words when the direction's CTAs exchange them (`stamped_exchange.py`), from the 16-bit
-    halves with the owners' fp32 h(t-1) into their registers (`h16_exchange.py`), else `load_h`."""
+    halves (`h16_exchange.py`), else `load_h`."""
     if L.stamped:
         load_stamped_h(L, a, t, hs, s, ch)
     elif L.H16:
         load_h16(L, a, t, hs, slot, ch)
-        own_h_prev(L, a, t, slot, ch)
     else:
         load_h(L, a, t, hs, slot, ch)
 

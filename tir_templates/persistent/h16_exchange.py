@@ -7,8 +7,8 @@ shared memory as it stands: uint32 words of two halves, which are the B fragment
 critical path. The dot products are the same as when each CTA rounded the fp32 copy itself.
 
 The fp32 h(t) is still published: it is the final state, and the owner's own h(t-1) (GRU's
-z * h(t-1), a finished sequence's carried state), which it loads into a register (`hp`) while
-the dot runs.
+z * h(t-1), a finished sequence's carried state) in a register (`hp`): the h(t) it computed a step
+before where its CTA's batch rows are one chunk, else loaded while the dot runs.
 
 The halves sit in exchange slot `H16_SLOT`: the fp32 row of (direction d, batch row b) holds both
 step parities' pairs, parity p in words p * H / 2 .. p * H / 2 + H / 2 - 1, unit j in half j % 2
@@ -52,7 +52,7 @@ def publish_h16(L, a, parity, d, b, j, value):
 #: 16-byte loads of h a thread keeps in flight before it stores them into shared memory (64
 #: registers): issued together they cost one trip to L2, where a loop that stores each as it
 #: arrives pays one trip per load (nvcc unrolled it by 4 and branched around each load)
-LOADS_IN_FLIGHT = 16
+LOADS_IN_FLIGHT = 8
 
 
 def h16_vectors(L):
@@ -93,10 +93,19 @@ def load_h16(L, a, t, hs, parity, ch):
 
 
 @T.macro
-def own_h_prev(L, a, t, slot, ch):
-    """Each owned pair's fp32 h(t-1) from exchange `slot` into `hp` (in flight during the dot)."""
+def own_h_prev(L, a, t, into, slot, ch):
+    """Each owned pair's fp32 h(t-1) from exchange `slot` into register buffer `into` (a chunked
+    step's `hp`, in flight during the dot; a one-chunk CTA's `hn` once, before its first step)."""
     cta, tx = t.cta, t.tx  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
     for e in T.unroll(L.UPT):
         if L.owns(cta, tx, e, ch, a.n_b):
             b, j = L.pair(cta, tx, e, ch)
-            t.hp[t.row, e] = a.hb[slot, L.dir_of(cta), b, j]
+            into[t.row, e] = a.hb[slot, L.dir_of(cta), b, j]
+
+
+@T.macro
+def keep_h_prev(L, t):
+    """A one-chunk CTA's pairs keep their owners: h(t-1) is the h(t) each owner wrote to `hn` a
+    step before (no load)."""
+    for e in T.unroll(L.UPT):
+        t.hp[t.row, e] = t.hn[t.row, e]

@@ -10,6 +10,7 @@ from tvm.script import tirx as T
 from .. import signature
 from .cell_state import cell_state
 from .exchange import h_into_shared
+from .h16_exchange import own_h_prev
 
 
 def time_index(L, d, s, n_valid):
@@ -72,10 +73,13 @@ def fetch_valid(L, a, t, xr, s):
 
 @T.macro
 def chunk_inputs(L, a, t, hs, s, ch, slot, with_c):
-    """A chunk's lengths and step-s inputs into registers, exchange `slot` into `hs`."""
+    """A chunk's lengths and step-s inputs into registers, exchange `slot` into `hs` (with the
+    16-bit exchange, each owned pair's fp32 h(t-1) into its register)."""
     load_lengths(L, a, t, ch)
     fetch(L, a, t, t.xr, s, ch, with_c)
     h_into_shared(L, a, t, hs, s, slot, ch)
+    if L.H16:
+        own_h_prev(L, a, t, t.hp, slot, ch)
 
 
 @T.macro

@@ -28,6 +28,7 @@ from .dot_fma import dot_and_reduce
 from .dots import dot_products, weights_in
 from .exchange import (dsmem_exchange, dsmem_init, end_of_step, final_state, h_into_shared, init_state, load_h,
                        resident_states_out, step_barrier)
+from .h16_exchange import keep_h_prev, own_h_prev
 from .gru_partial_sums import load_partial_weights, partial_update, publish_partials, reset_from_partials, tile_state
 from .gru_two_phase import candidate_phase, reset_phase
 from .inputs import advance, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
@@ -44,6 +45,8 @@ def one_step(L, a, t, sm, hs, hs_next, s):
     if hs_next is None:
         fetch(L, a, t, t.xn, s + 1, L.first_chunk(t.cta), False)
         h_into_shared(L, a, t, hs, s, s % 2, L.first_chunk(t.cta))
+        if L.H16:
+            keep_h_prev(L, t)
         T.tvm_storage_sync("shared")
     else:
         fetch_valid(L, a, t, t.xn, s + 1)
@@ -76,6 +79,8 @@ def one_chunk_steps(L, a, t, sm):
         resident_states_out(L, a, t)
         T.tvm_storage_sync("shared")  # final_state reads other threads' states
     else:
+        if L.H16:  # the owners' h0, which `keep_h_prev` carries from step to step
+            own_h_prev(L, a, t, t.hn, 0, L.first_chunk(t.cta))
         for s in range(a.n_t):
             one_step(L, a, t, sm, sm.hs, None, s)
 

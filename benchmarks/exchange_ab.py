@@ -1,0 +1,86 @@
+"""The 16-bit mma step's exchange of h(t-1), kernel alone, on each layer's measure-off pick: fp32
+(every CTA packs the B fragments' pairs itself) against 16 bits (`Config.h16_exchange`) with N of
+a thread's 16-byte loads in flight (`h16_exchange.LOADS_IN_FLIGHT`), timed in turn (needs a GPU).
+
+    python benchmarks/exchange_ab.py --out rows.jsonl --loads 16 8 4 LSTM:768:32:fp16 GRU:640:128:fp16
+
+The variants are built in parallel worker processes (each sets its variant before it builds),
+then timed in rounds, every variant once a round. One JSON line a layer: microseconds a step of
+each variant (median of the rounds) and the pick.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import statistics
+import tempfile
+
+import tvm
+
+from persist_rnn.bench.torch_layers import PRECISIONS
+from persist_rnn.schedule.measure import build_kernel, kernel_arrays, time_kernel, timing
+from persist_rnn.schedule.planner import choose
+from persist_rnn.targets import as_target
+from tir_templates.config import Config
+from tir_templates.persistent import h16_exchange, persistent_kernel
+from tir_templates.spec import CellSpec
+
+STEPS = 100
+H16_EXCHANGE = Config.h16_exchange  # the product's rule, restored before each build (workers are reused)
+
+
+def layer(text: str) -> tuple[CellSpec, int, str]:
+    cell, hidden, batch, precision = text.split(":")
+    _, dtype, _ = PRECISIONS[precision]
+    return CellSpec(cell.lower(), int(hidden), int(hidden), linear_before_reset=cell.upper() == "GRU",
+                    dtype=dtype), int(batch), precision
+
+
+def build(spec: CellSpec, cfg: Config, variant: str, path: str) -> int:
+    """Build `variant` ("fp32" or "h16/N") of the kernel into `path`; its exchange slots."""
+    Config.h16_exchange = (lambda self, spec: False) if variant == "fp32" else H16_EXCHANGE
+    if variant != "fp32":
+        h16_exchange.LOADS_IN_FLIGHT = int(variant.split("/")[1])
+    build_kernel(persistent_kernel.__wrapped__(spec, cfg), as_target("cuda")).export_library(path)
+    return cfg.exchange_slots(spec)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("layers", nargs="+", help="CELL:HIDDEN:BATCH:PRECISION")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--loads", nargs="+", type=int, default=[16, 8, 4])
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    variants = ["fp32"] + [f"h16/{n}" for n in args.loads]
+    tmp = tempfile.mkdtemp()
+    jobs = {}
+    with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count(),
+                                                mp_context=multiprocessing.get_context("fork")) as pool:
+        for text in args.layers:
+            spec, batch, precision = layer(text)
+            cfg = choose(spec, as_target("cuda"), batch, measure=False, precision=PRECISIONS[precision][0]).config
+            for v in variants:
+                path = os.path.join(tmp, f"{text.replace(':', '_')}_{v.replace('/', '_')}.so")
+                jobs[text, v] = (spec, batch, cfg, path, pool.submit(build, spec, cfg, v, path))
+    dev = tvm.cuda(0)
+    times = {key: [] for key in jobs}
+    for _ in range(args.rounds):
+        for (text, v), (spec, batch, cfg, path, slots) in jobs.items():
+            lib = tvm.runtime.load_module(path)
+            arrays = kernel_arrays(spec, batch, STEPS, slots=slots.result())
+            times[text, v].append(time_kernel(lib, dev, arrays, cold=timing(spec, dev) == "cold") / STEPS)
+    with open(args.out, "a") as f:
+        for text in args.layers:
+            cfg = next(j[2] for (t, _), j in jobs.items() if t == text)
+            row = {"part": "exchange_ab", "layer": text, "config": cfg.as_dict(),
+                   "us_per_step": {v: statistics.median(times[text, v]) for v in variants}}
+            print(json.dumps(row), flush=True)
+            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
