@@ -22,7 +22,7 @@ import tvm
 
 from persist_rnn.bench.torch_layers import PRECISIONS
 from persist_rnn.schedule.measure import build_kernel, kernel_arrays, time_kernel, timing
-from persist_rnn.schedule.planner import choose
+from persist_rnn.schedule.planner import choose, target_arch
 from persist_rnn.targets import as_target
 from tir_templates.config import Config
 from tir_templates.persistent import h16_exchange, persistent_kernel
@@ -39,12 +39,13 @@ def layer(text: str) -> tuple[CellSpec, int, str]:
                     dtype=dtype), int(batch), precision
 
 
-def build(spec: CellSpec, cfg: Config, variant: str, path: str) -> int:
-    """Build `variant` ("fp32" or "h16/N") of the kernel into `path`; its exchange slots."""
+def build(spec: CellSpec, cfg: Config, variant: str, path: str, arch: str) -> int:
+    """Build `variant` ("fp32" or "h16/N") of the kernel for `arch` into `path`; its exchange slots."""
     Config.h16_exchange = (lambda self, spec: False) if variant == "fp32" else H16_EXCHANGE
     if variant != "fp32":
         h16_exchange.LOADS_IN_FLIGHT = int(variant.split("/")[1])
-    build_kernel(persistent_kernel.__wrapped__(spec, cfg), as_target("cuda")).export_library(path)
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+    build_kernel(persistent_kernel.__wrapped__(spec, cfg), target).export_library(path)
     return cfg.exchange_slots(spec)
 
 
@@ -57,15 +58,20 @@ def main():
     args = ap.parse_args()
     variants = ["fp32"] + [f"h16/{n}" for n in args.loads]
     tmp = tempfile.mkdtemp()
+    target = as_target("cuda")
+    arch = target_arch(target)
     jobs = {}
+    # fresh interpreters: a forked child of a process that has touched the GPU cannot build
     with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count(),
-                                                mp_context=multiprocessing.get_context("fork")) as pool:
+                                                mp_context=multiprocessing.get_context("spawn")) as pool:
         for text in args.layers:
             spec, batch, precision = layer(text)
-            cfg = choose(spec, as_target("cuda"), batch, measure=False, precision=PRECISIONS[precision][0]).config
+            cfg = choose(spec, target, batch, measure=False, precision=PRECISIONS[precision][0]).config
             for v in variants:
                 path = os.path.join(tmp, f"{text.replace(':', '_')}_{v.replace('/', '_')}.so")
-                jobs[text, v] = (spec, batch, cfg, path, pool.submit(build, spec, cfg, v, path))
+                jobs[text, v] = (spec, batch, cfg, path, pool.submit(build, spec, cfg, v, path, arch))
+        for *_, built in jobs.values():
+            built.result()  # a failed build raises here, naming its error
     dev = tvm.cuda(0)
     times = {key: [] for key in jobs}
     for _ in range(args.rounds):
