@@ -78,12 +78,16 @@ def main():
         for (text, v), (spec, batch, cfg, path, slots) in jobs.items():
             lib = tvm.runtime.load_module(path)
             arrays = kernel_arrays(spec, batch, STEPS, slots=slots.result())
-            times[text, v].append(time_kernel(lib, dev, arrays, cold=timing(spec, dev) == "cold") / STEPS)
+            try:
+                times[text, v].append(time_kernel(lib, dev, arrays, cold=timing(spec, dev) == "cold") / STEPS)
+            except RuntimeError as err:  # the fp32 variant of a pick that fits only with 16-bit h
+                print(f"{text} {v}: {str(err).strip().splitlines()[-1]}", flush=True)
     with open(args.out, "a") as f:
         for text in args.layers:
             cfg = next(j[2] for (t, _), j in jobs.items() if t == text)
             row = {"part": "exchange_ab", "layer": text, "config": cfg.as_dict(),
-                   "us_per_step": {v: statistics.median(times[text, v]) for v in variants}}
+                   "us_per_step": {v: statistics.median(times[text, v]) if times[text, v] else None
+                                   for v in variants}}
             print(json.dumps(row), flush=True)
             f.write(json.dumps(row) + "\n")
 
