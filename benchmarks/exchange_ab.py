@@ -1,8 +1,9 @@
 """The 16-bit mma step's exchange of h(t-1), kernel alone, on each layer's measure-off pick: fp32
-(every CTA packs the B fragments' pairs itself) against 16 bits (`Config.h16_exchange`) with N of
-a thread's 16-byte loads in flight (`h16_exchange.LOADS_IN_FLIGHT`), timed in turn (needs a GPU).
+(every CTA packs the B fragments' pairs itself) against 16 bits (`Config.h16_exchange`) with as
+many of a thread's 16-byte loads in flight as `h16_exchange.loads_in_flight` allows ("h16"), and
+with N forced ("h16/N"), timed in turn (needs a GPU).
 
-    python benchmarks/exchange_ab.py --out rows.jsonl --loads 16 8 4 LSTM:768:32:fp16 GRU:640:128:fp16
+    python benchmarks/exchange_ab.py LSTM:768:32:fp16 GRU:640:128:fp16 --out rows.jsonl --loads 16 8 4
 
 The variants are built in parallel worker processes (each sets its variant before it builds),
 then timed in rounds, every variant once a round. One JSON line a layer: microseconds a step of
@@ -40,10 +41,9 @@ def layer(text: str) -> tuple[CellSpec, int, str]:
 
 
 def build(spec: CellSpec, cfg: Config, variant: str, path: str, arch: str) -> int:
-    """Build `variant` ("fp32" or "h16/N") of the kernel for `arch` into `path`; its exchange slots."""
+    """Build `variant` ("fp32", "h16" or "h16/N") of the kernel for `arch` into `path`; its exchange slots."""
     Config.h16_exchange = (lambda self, spec: False) if variant == "fp32" else H16_EXCHANGE
-    if variant != "fp32":
-        h16_exchange.LOADS_IN_FLIGHT = int(variant.split("/")[1])
+    h16_exchange.FORCED_LOADS = int(variant.split("/")[1]) if "/" in variant else None
     target = tvm.target.Target({"kind": "cuda", "arch": arch})
     build_kernel(persistent_kernel.__wrapped__(spec, cfg), target).export_library(path)
     return cfg.exchange_slots(spec)
@@ -56,7 +56,7 @@ def main():
     ap.add_argument("--loads", nargs="+", type=int, default=[16, 8, 4])
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    variants = ["fp32"] + [f"h16/{n}" for n in args.loads]
+    variants = ["fp32", "h16"] + [f"h16/{n}" for n in args.loads]
     tmp = tempfile.mkdtemp()
     target = as_target("cuda")
     arch = target_arch(target)

@@ -49,10 +49,28 @@ def publish_h16(L, a, parity, d, b, j, value):
                          T.Cast("uint32", j % 2), half_bits(value, L.BF16), source_code=STORE_HALF)
 
 
-#: 16-byte loads of h a thread keeps in flight before it stores them into shared memory (64
-#: registers): issued together they cost one trip to L2, where a loop that stores each as it
-#: arrives pays one trip per load (nvcc unrolled it by 4 and branched around each load)
-LOADS_IN_FLIGHT = 8
+#: 16-byte loads of h a thread keeps in flight before it stores them into shared memory, at most
+#: and at least. Issued together they cost one trip to L2, where a loop that stores each as it
+#: arrives pays one trip per load (nvcc unrolled such a loop by 4 and branched around each load:
+#: 1.19x slower than the fp32 exchange on LSTM H=768 B=32). Each takes 4 registers: past the
+#: register file they spill, and GRU H=2048 B=16 bf16 (128 registers of weights of 168) ran 7.66 us
+#: a step with 16, 4.75 with 4; LSTM H=768 B=32 fp16, 3.74 with all 12, 5.49 with 8
+#: (docs/data/exchange-ab-h200.jsonl).
+MOST_LOADS_IN_FLIGHT, LEAST_LOADS_IN_FLIGHT = 16, 4
+#: registers a thread needs besides its live ones (`Config.live_registers`) around the copy
+REGISTER_SLACK = 16
+#: a number of loads in flight that overrides the rule (benchmarks/exchange_ab.py's variants)
+FORCED_LOADS = None
+
+
+def loads_in_flight(L) -> int:
+    """16-byte loads a thread issues together: as many as the registers its live ones leave
+    (ptxas gives a thread at most 65536 / threads, in steps of 8, and 255), within the bounds."""
+    if FORCED_LOADS:
+        return FORCED_LOADS
+    limit = min(255, 65536 // L.NT // 8 * 8)
+    spare = (limit - L.cfg.live_registers(L.spec) - REGISTER_SLACK) // 4
+    return max(LEAST_LOADS_IN_FLIGHT, min(MOST_LOADS_IN_FLIGHT, spare))
 
 
 def h16_vectors(L):
@@ -62,7 +80,7 @@ def h16_vectors(L):
 
 def vectors_in_flight(L):
     """Vectors a thread loads before it stores them (a turn of `load_h16`)."""
-    return min(h16_vectors(L), LOADS_IN_FLIGHT)
+    return min(h16_vectors(L), loads_in_flight(L))
 
 
 def vector_of(L, a, t, e, ch):
@@ -74,7 +92,7 @@ def vector_of(L, a, t, e, ch):
 @T.macro
 def load_h16(L, a, t, hs, parity, ch):
     """`parity`'s halves of batch rows ch*BC .. ch*BC+BC-1 (all H units) into `hs`, 16 bytes
-    (4 words) a vector: up to LOADS_IN_FLIGHT vectors loaded into registers together, then stored."""
+    (4 words) a vector: up to `loads_in_flight` vectors loaded into registers together, then stored."""
     cta = t.cta  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
     d = L.dir_of(cta)
     held = T.alloc_buffer((4 * vectors_in_flight(L),), "uint32", scope="local")
