@@ -53,7 +53,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("layers", nargs="+", help="CELL:HIDDEN:BATCH:PRECISION")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--loads", nargs="+", type=int, default=[16, 8, 4])
+    ap.add_argument("--loads", nargs="*", type=int, default=[16, 8, 4])
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     variants = ["fp32", "h16"] + [f"h16/{n}" for n in args.loads]
