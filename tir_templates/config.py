@@ -145,10 +145,25 @@ class Config:
         if not self.tensor_cores():
             return spec.hidden_size
         if self.h16_exchange(spec):  # uint32 words of two halves, LDS.32: 8 rows of 4 words, 4 mod 8 words
-            return spec.hidden_size // 2 + (4 - spec.hidden_size // 2) % 8
+            return self._h16_stride(spec)
         if self.f16_mma():
             return spec.hidden_size + (8 - spec.hidden_size) % 16
         return spec.hidden_size + 4
+
+    def _h16_stride(self, spec: CellSpec) -> int:
+        """`h_stride` with 16-bit exchange: H / 2 words, padded to 4 mod 8. Where the halved copy of
+        h would leave between 0 and 48 KiB of dynamic shared memory beside static memory past 48
+        KiB in all (a launch TVM's runtime fails, `problems`), the rows are spread further apart,
+        so that the configs the fp32 copy allowed stay allowed."""
+        words = spec.hidden_size // 2 + (4 - spec.hidden_size // 2) % 8
+        rows, smem_w = self.h_rows(), self.smem_weight_bytes(spec)
+        static = 4 * self.batch_chunk * self.row_gates(spec) * self.k_splits() * self.tile_units
+        if static + 4 * rows * words + smem_w > STATIC_SHARED_BYTES > 4 * rows * words + smem_w and rows > 1:
+            # TVM keeps the copy up to its last row's last word: (rows - 1) strides and H / 2 words
+            need = (STATIC_SHARED_BYTES - smem_w) // 4 - spec.hidden_size // 2
+            words = -(-need // (rows - 1))
+            words += (4 - words) % 8
+        return words
 
     def h16_exchange(self, spec: CellSpec) -> bool:
         """A 16-bit mma step whose CTAs exchange h(t-1) in the layer's 16 bits: each owner rounds
@@ -288,6 +303,16 @@ class Config:
         return (4 * (h_vectors * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile * self.tile_units)
                 + self.smem_weight_bytes(spec))
 
+    def fp32_copy_shared_bytes(self, spec: CellSpec) -> int:
+        """`shared_bytes` with h(t-1) held in fp32. The planner offers the configs whose fp32 copy
+        fits: chunks that fit only in 16 bits ran slower where timed (LSTM H=896 B=64 bf16, 64 rows
+        a chunk on 16 warps: 13.99 us a step against 8.35 for 32 rows on 8 warps; GRU H=1536 B=32
+        fp16 7.66 against 6.28; docs/data/exchange-ab-h200.jsonl)."""
+        if not self.h16_exchange(spec):
+            return self.shared_bytes(spec)
+        stride = spec.hidden_size + (8 - spec.hidden_size) % 16
+        return self.shared_bytes(spec) - 4 * self.h_rows() * (self.h_stride(spec) - stride)
+
     def smem_weight_bytes(self, spec: CellSpec) -> int:
         """Bytes of the weights moved to shared memory (`smem_runs` runs of every lane's rows)."""
         return self.threads(spec) * self.rows_per_group * self.smem_runs * self.column_run(spec) * self.weight_bytes()
@@ -387,8 +412,9 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
     held = cfg.live_registers(spec) if cfg.tensor_cores() else regs  # what must not spill
     if nt * (held + 8) > 65536:  # 8 registers of slack: ptxas spills rather than fail
         out.append(f"{nt} threads x ~{held} registers (+8 slack) exceed the 64K register file")
-    if cfg.shared_bytes(spec) > shared_limit:
-        out.append(f"{cfg.shared_bytes(spec)} bytes of shared memory (at most {shared_limit // 1024} KiB)")
+    if max(cfg.shared_bytes(spec), cfg.fp32_copy_shared_bytes(spec)) > shared_limit:
+        out.append(f"{max(cfg.shared_bytes(spec), cfg.fp32_copy_shared_bytes(spec))} bytes of shared memory "
+                   f"(at most {shared_limit // 1024} KiB)")
     dynamic = cfg.dynamic_shared_bytes(spec)
     if 0 < dynamic < STATIC_SHARED_BYTES:
         out.append(f"{dynamic} bytes of dynamic shared memory beside {cfg.shared_bytes(spec) - dynamic} static: TVM's "
