@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from persist_rnn.schedule.measure import kernel_arrays
-from tir_templates.config import Config
+from tir_templates.config import Config, problems
 from tir_templates.persistent import BARRIER_FLAG_WORD, emulated_persistent_kernel
 from tir_templates.persistent.layout import Layout
 from tir_templates.spec import CellSpec
@@ -66,3 +66,37 @@ def test_16_bit_exchange_only_where_the_mma_reads_16_bits():
     assert not Config(4, 32, 16, 3, "float16", mma_k_split=1, stamped=True).h16_exchange(lstm16)
     assert not Config(16, 32, 16, 3, "float16", mma_k_split=1).h16_exchange(lstm16)  # one resident CTA
     assert Config(4, 4, 4, 3, "float16").h16_slot(lstm16) is None
+
+
+#: 16-bit mma picks whose halved copy of h would leave 0-48 KiB of dynamic shared memory beside
+#: static memory past 48 KiB (GRU H=640 B=128's cluster tiles; LSTM H=1280 B=16)
+WINDOW_CASES = [
+    ("gru", 640, Config(40, 32, 16, 32, "float16", cluster=True, batch_tile=32, mma_k_split=2)),
+    ("lstm", 1280, Config(10, 32, 16, 16, "float16", mma_k_split=4)),
+]
+
+
+@pytest.mark.parametrize("cell,hidden,cfg", WINDOW_CASES, ids=str)
+def test_the_16_bit_copy_stays_out_of_tvms_dynamic_shared_memory_window(cell, hidden, cfg):
+    """TVM's runtime raises a kernel's shared memory limit only for 48 KiB or more of dynamic
+    memory: the rows are spread apart so that what TVM keeps of the copy (up to the last row's
+    last word) reaches it, the stride stays 4 mod 8 words, and the config launches."""
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=cell == "gru", dtype="float16")
+    assert cfg.h16_exchange(spec)
+    stride = cfg.h_stride(spec)
+    assert stride % 8 == 4 and stride > hidden // 2 + 4
+    assert 4 * ((cfg.h_rows() - 1) * stride + hidden // 2) >= 48 * 1024
+    assert cfg.dynamic_shared_bytes(spec) >= 48 * 1024
+    assert not problems(spec, cfg, 132, 228 * 1024, 16)
+
+
+def test_the_planner_offers_the_configs_whose_fp32_copy_fits():
+    """A chunk that fits shared memory only as 16-bit h is refused (such chunks ran slower where
+    timed); the pick beside it, whose fp32 copy fits, is not."""
+    spec = CellSpec("lstm", 896, 896, dtype="bfloat16")
+    only_16_bit = Config(8, 32, 16, 64, "bfloat16", mma_k_split=8)
+    assert only_16_bit.shared_bytes(spec) <= 228 * 1024 < only_16_bit.fp32_copy_shared_bytes(spec)
+    assert any("shared memory" in p for p in problems(spec, only_16_bit, 132, 228 * 1024, 16))
+    pick = Config(8, 32, 16, 32, "bfloat16", mma_k_split=4)
+    assert pick.fp32_copy_shared_bytes(spec) == 4 * (32 * (896 + 8) + 32 * 4 * 4 * 8)
+    assert not problems(spec, pick, 132, 228 * 1024, 16)
