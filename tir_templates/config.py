@@ -147,8 +147,12 @@ class Config:
         if self.h16_exchange(spec):  # uint32 words of two halves, LDS.32: 8 rows of 4 words, 4 mod 8 words
             return self._h16_stride(spec)
         if self.f16_mma():
-            return spec.hidden_size + (8 - spec.hidden_size) % 16
+            return self._f16_stride(spec)
         return spec.hidden_size + 4
+
+    def _f16_stride(self, spec: CellSpec) -> int:
+        """`h_stride` of the 16-bit mma's fp32 copy of h: H floats, padded to 8 mod 16."""
+        return spec.hidden_size + (8 - spec.hidden_size) % 16
 
     def _h16_stride(self, spec: CellSpec) -> int:
         """`h_stride` with 16-bit exchange: H / 2 words, padded to 4 mod 8. Where the halved copy of
@@ -157,8 +161,8 @@ class Config:
         so that the configs the fp32 copy allowed stay allowed."""
         words = spec.hidden_size // 2 + (4 - spec.hidden_size // 2) % 8
         rows, smem_w = self.h_rows(), self.smem_weight_bytes(spec)
-        static = 4 * self.batch_chunk * self.row_gates(spec) * self.k_splits() * self.tile_units
-        if static + 4 * rows * words + smem_w > STATIC_SHARED_BYTES > 4 * rows * words + smem_w and rows > 1:
+        dynamic = 4 * rows * words + smem_w
+        if self.dot_result_bytes(spec) + dynamic > STATIC_SHARED_BYTES > dynamic and rows > 1:
             # TVM keeps the copy up to its last row's last word: (rows - 1) strides and H / 2 words
             need = (STATIC_SHARED_BYTES - smem_w) // 4 - spec.hidden_size // 2
             words = -(-need // (rows - 1))
@@ -298,10 +302,15 @@ class Config:
 
     def shared_bytes(self, spec: CellSpec) -> int:
         h_vectors = 2 if self.partial_sums(spec) or self.h_on_chip(spec) else 1  # h(t-1), and r * h(t-1) or h(t)
+        return (4 * h_vectors * self.h_rows() * self.h_stride(spec) + self.dot_result_bytes(spec)
+                + self.smem_weight_bytes(spec))
+
+    def dot_result_bytes(self, spec: CellSpec) -> int:
+        """Static shared memory of a chunk's dot results (`gs`; with partial sums also z and h(t)
+        of the tile); none with lane updates."""
         tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.k_splits()  # dot results
         tile += 2 if self.partial_sums(spec) else 0  # z and h(t) of the tile
-        return (4 * (h_vectors * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile * self.tile_units)
-                + self.smem_weight_bytes(spec))
+        return 4 * self.batch_chunk * tile * self.tile_units
 
     def fp32_copy_shared_bytes(self, spec: CellSpec) -> int:
         """`shared_bytes` with h(t-1) held in fp32. The planner offers the configs whose fp32 copy
@@ -310,8 +319,7 @@ class Config:
         fp16 7.66 against 6.28; docs/data/exchange-ab-h200.jsonl)."""
         if not self.h16_exchange(spec):
             return self.shared_bytes(spec)
-        stride = spec.hidden_size + (8 - spec.hidden_size) % 16
-        return self.shared_bytes(spec) - 4 * self.h_rows() * (self.h_stride(spec) - stride)
+        return self.shared_bytes(spec) - 4 * self.h_rows() * (self.h_stride(spec) - self._f16_stride(spec))
 
     def smem_weight_bytes(self, spec: CellSpec) -> int:
         """Bytes of the weights moved to shared memory (`smem_runs` runs of every lane's rows)."""
@@ -326,8 +334,9 @@ class Config:
     def static_shared_bytes(self, spec: CellSpec) -> int:
         """Shared memory outside the dynamic allocation: a resident CTA's copies of h (kept apart so
         that TVM's sync planner sees them as two buffers) and the dot results."""
-        tile = 0 if self.lane_updates(spec) else self.row_gates(spec) * self.tile_units * self.k_splits()
-        return 4 * (2 * self.h_rows() * self.h_stride(spec) + self.batch_chunk * tile) if self.h_on_chip(spec) else 0
+        if not self.h_on_chip(spec):
+            return 0
+        return 4 * 2 * self.h_rows() * self.h_stride(spec) + self.dot_result_bytes(spec)  # no partial sums on chip
 
     def dynamic_shared_bytes(self, spec: CellSpec) -> int:
         """Shared memory in the kernel's dynamic allocation: once `shared_bytes` passes 48 KiB,
@@ -412,9 +421,9 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
     held = cfg.live_registers(spec) if cfg.tensor_cores() else regs  # what must not spill
     if nt * (held + 8) > 65536:  # 8 registers of slack: ptxas spills rather than fail
         out.append(f"{nt} threads x ~{held} registers (+8 slack) exceed the 64K register file")
-    if max(cfg.shared_bytes(spec), cfg.fp32_copy_shared_bytes(spec)) > shared_limit:
-        out.append(f"{max(cfg.shared_bytes(spec), cfg.fp32_copy_shared_bytes(spec))} bytes of shared memory "
-                   f"(at most {shared_limit // 1024} KiB)")
+    shared = max(cfg.shared_bytes(spec), cfg.fp32_copy_shared_bytes(spec))
+    if shared > shared_limit:
+        out.append(f"{shared} bytes of shared memory (at most {shared_limit // 1024} KiB)")
     dynamic = cfg.dynamic_shared_bytes(spec)
     if 0 < dynamic < STATIC_SHARED_BYTES:
         out.append(f"{dynamic} bytes of dynamic shared memory beside {cfg.shared_bytes(spec) - dynamic} static: TVM's "

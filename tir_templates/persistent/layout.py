@@ -113,15 +113,14 @@ class Layout:
         self.RT = cfg.row_tiles(spec) if self.MMA else 0
         self.KPW = cfg.k_tiles_per_warp(spec) if self.MMA else 0
         self.NTL = cfg.n_tiles() if self.MMA else 0
-        self.HS_SHAPE = (cfg.h_rows(), cfg.h_stride(spec))  # the shared copy of h (padded with tensor cores)
         self.H16 = cfg.h16_exchange(spec)  # h(t-1) exchanged in 16 bits, held in `hs` as pairs (h16_exchange.py)
         self.H16_SLOT = cfg.h16_slot(spec)
         self.HSW = cfg.h_stride(spec)
         self.HS_DTYPE = "uint32" if self.H16 else "float32"
-        # ... flat, rows HSW words apart (TVM compacts a 2-d buffer to the columns it sees read)
+        # the shared copy of h (rows padded with tensor cores); with 16-bit pairs flat, rows HSW words
+        # apart (TVM compacts a 2-d buffer to the columns it sees read, padding and all)
+        self.HS_SHAPE = (cfg.h_rows() * self.HSW,) if self.H16 else (cfg.h_rows(), self.HSW)
         self.TWIN_HS_SHAPE = (self.BC * self.HSW,) if self.H16 else (self.BC, self.H)  # the CPU twin's
-        if self.H16:
-            self.HS_SHAPE = (cfg.h_rows() * self.HSW,)
 
     # --- the launch: CTAs, directions, batch tiles ---------------------------------------------
 
