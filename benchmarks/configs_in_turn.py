@@ -63,7 +63,7 @@ def parse_config(text: str) -> Config:
 def parse_gemm(text: str, precision: str = "fp32") -> dict:
     """`64/2/0` as projection_mma_kernel's bk, k_groups and stages, checked against the kernel's
     own limits at the GEMM precision the pass gives a layer at `precision`."""
-    from persist_rnn.transform.persistent_rnn import projection_precision
+    from persist_rnn.transform.projection_gemms import projection_precision
     from tir_templates.projection_mma import projection_mma_kernel
 
     try:

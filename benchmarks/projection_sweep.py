@@ -9,7 +9,9 @@ schedule; else the tile, BM x BN x thread tile [x k-slice], or "mma": the tensor
 3xTF32; "mma_f16", "mma_bf16", "mma_tf32": at that precision, on fp32 operands, so
 the 16-bit ones show their rounding in the error; a part "_bk64" or "_bk128": that many columns of
 x a k-tile; "_g2": the k-tile's slices split between 2 groups of 4 warps; "_s3": 3 k-tiles in flight by cp.async;
-"_unpaired": 16-bit operands staged as fp32 values, rounded where each fragment takes them, not as pairs), the kernel's own median duration in a CUPTI
+"_unpaired": 16-bit operands staged as fp32 values, rounded where each fragment takes them, not as pairs;
+"_t128x128": a CTA per 128 x 128 tile of out, projection_mma.CTA_TILES; "_wp": x in 16 bits and
+w_t packed as pairs, copied as they lie, with "_s3" its k-tiles in flight), the kernel's own median duration in a CUPTI
 trace (key + "_gpu"; a short GEMM's VM call is bound by the VM's dispatch) and each one's max
 error relative to a float64 numpy product. Needs
 torch (CUDA events) and a GPU.
@@ -21,6 +23,7 @@ import json
 import os
 import sys
 
+import ml_dtypes
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -28,6 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from persist_rnn.bench.gpu_timing import cuda_ms, kernel_trace
 from persist_rnn.bench.layer_models import projection_module
 from tir_templates.projection import TILES, projection_kernel, projection_reference
+from tir_templates.gemm_staging import pack_pairs
 from tir_templates.projection_mma import projection_mma_kernel
 
 SHAPES = [(100, 64, 256), (1000, 64, 256), (2000, 64, 256), (1000, 64, 192), (100, 256, 1024), (1000, 256, 1024),
@@ -46,10 +50,16 @@ def mma_variant(name: str) -> dict:
             args["k_groups"] = int(part[1:])
         elif part.startswith("s") and part[1:].isdigit():
             args["stages"] = int(part[1:])
+        elif part.startswith("t") and part[1:2].isdigit():
+            args["tile"] = part[1:]
+        elif part == "wp":
+            args["w_pairs"] = True
         elif part == "unpaired":
             args["pairs"] = False
         else:
             args["precision"] = part
+    if args.get("w_pairs"):
+        args["x_dtype"] = {"f16": "float16", "bf16": "bfloat16"}[args["precision"]]
     return args
 
 
@@ -61,12 +71,16 @@ def time_variant(M, K, N, tile, operands):
     func = (projection_reference(K, N) if tile is None
             else projection_mma_kernel(K, N, **mma_variant(tile)) if str(tile).startswith("mma")
             else projection_kernel(K, N, tile))
+    want = operands[0].astype("float64") @ operands[1] + operands[2]
+    if str(tile).startswith("mma") and mma_variant(tile).get("w_pairs"):  # the operands as the 16-bit GEMM takes them
+        bf16 = mma_variant(tile)["precision"] == "bf16"
+        x16 = operands[0].astype(ml_dtypes.bfloat16 if bf16 else np.float16)
+        operands = [x16, pack_pairs(operands[1], bf16), operands[2]]
     with tvm.transform.PassContext(opt_level=3):
         ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
     dev = tvm.cuda(0)
     vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(a, dev) for a in operands]
-    want = operands[0].astype("float64") @ operands[1] + operands[2]
     err = float(np.abs(vm["main"](*args).numpy() - want).max() / np.abs(want).max())
     call = lambda: vm["main"](*args)
     gpu_us = float(np.median([e["dur"] for e in kernel_trace(call, 20, dev.sync)]))

@@ -14,6 +14,9 @@ The tiles are flat buffers indexed by `x_word` and `w_word`: TVM compacts a 2-D 
 the region it accesses, which would drop padding columns that nothing reads.
 `copy_async` brings the same vectors into the same words without registers (cp.async, sm_80 on),
 for the tensor-core GEMM's ring of k-tiles in flight; its CPU twin copies them in place.
+`copy_pairs` does so for 16-bit operands already laid out as the pair tiles hold them: an fp16 or
+bf16 layer's x, whose neighbours along k are a pair, and w_t packed as pairs along k once, when the
+model is built (`pack_pairs`): no registers, no conversions, half the bytes of fp32 operands.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from .persistent.dot_mma import f16_pair, pair_convert
 X_ROW_PAD, W_ROW_PAD = 4, 8
 
 CP_ASYNC = r"""
-__device__ __forceinline__ void prnn_cp_async16(float* dst, const float* src, int bytes) {
+__device__ __forceinline__ void prnn_cp_async16(void* dst, const void* src, int bytes) {
   // 16 bytes global -> shared through L2 only (.cg), no registers; the bytes past `bytes` are zeros
   unsigned int to = (unsigned int)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(to), "l"(src), "r"(bytes) : "memory");
@@ -63,6 +66,23 @@ def packs_pairs(K: int, N: int, BK: int, BN: int, NT: int) -> bool:
     return K % 4 == 0 and N % 4 == 0 and BK * BN // (NT * 4) % 2 == 0
 
 
+def pack_pairs(w_t, bf16: bool):
+    """w_t (K, N) of 16-bit values (numpy, K even) as (K / 2, N) uint32 words, rows 2i and 2i + 1
+    in the low and high halves of row i: the pairs along k an m16n8k16 B fragment register holds.
+    Rounded to nearest even, as `cvt.rn` rounds them at staging (exact for 16-bit values)."""
+    import ml_dtypes
+    import numpy as np
+
+    bits = np.asarray(w_t, "float32").astype(ml_dtypes.bfloat16 if bf16 else np.float16).view(np.uint16).astype(np.uint32)
+    return bits[0::2] | (bits[1::2] << np.uint32(16))
+
+
+def copies_pairs(K: int, N: int, BM: int, BN: int, BK: int, NT: int) -> bool:
+    """Whether a tile's 16-bit operands can be copied as they lie in global memory (`copy_pairs`):
+    rows of x and of the packed w_t that are whole 16-byte vectors, as many a thread."""
+    return K % 8 == 0 and N % 4 == 0 and BM * BK // 8 % NT == 0 and BK // 2 * BN // 4 % NT == 0
+
+
 def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: bool = False,
                  pack: str | None = None, emulate: bool = False) -> types.SimpleNamespace:
     """The staging of a BM x BN CTA tile by NT threads, BK columns of x a round: `fetch(x, w, ra,
@@ -78,12 +98,14 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
     x_word(row, kp) and w_word(kp, column) then index k-pairs kp = k // 2, each word value k in
     its low half and k + 1 in its high half; a thread's w_t vectors come two rows (k, k + 1) at
     the same columns, which it packs: on the GPU one `cvt.rn.{f16,bf16}x2.f32` a pair, in the CPU
-    twin (`emulate`) the same rounding in integer arithmetic (`f16_pair`)."""
+    twin (`emulate`) the same rounding in integer arithmetic (`f16_pair`). `copy_pairs(x, wp, ...)`
+    copies 16-bit x and the packed w_t into those tiles (`copies_pairs`)."""
     VK = 4 if K % 4 == 0 else 1  # x loads along K, float4 when rows stay 16-byte aligned
     VN = 4 if N % 4 == 0 else 1  # w_t loads and out stores along N
     A_LOADS = BM * BK // (NT * VK)  # x vectors a thread fetches per k-tile
     B_LOADS = BK * BN // (NT * VN)
-    assert pack is None or (mma_tiles and packs_pairs(K, N, BK, BN, NT)), "16-bit pairs need tensor-core tiles and packs_pairs"
+    assert pack is None or (mma_tiles and (packs_pairs(K, N, BK, BN, NT) or copies_pairs(K, N, BM, BN, BK, NT))), \
+        "16-bit pairs need tensor-core tiles, and packs_pairs or copies_pairs"
     pairs = pack is not None  # (a bool: TVMScript's `if` takes no None)
     convert = pair_convert(pack == "bf16")
     k_vectors = BK // VK  # a row's vectors of x per k-tile: consecutive threads take them
@@ -206,6 +228,55 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
         copy_vectors(x, a_s, a_off, A_LOADS, x_vector, x_word, by * BM, kt * BK, n_m, K, t, emulate)
         copy_vectors(w, b_s, b_off, B_LOADS, w_vector, w_word, kt * BK, bx * BN, K, N, t, emulate)
 
-    return types.SimpleNamespace(fetch=fetch, stage=stage, copy_async=copy_async, x_words=x_words, w_words=w_words, x_word=x_word,
+    #: 16-byte copies a thread makes per k-tile of 16-bit x (8 values of a row) and of the packed
+    #: w_t (4 columns of a row of pairs), where `copies_pairs`
+    X_PAIR_COPIES, W_PAIR_COPIES = BM * BK // 8 // NT, BK // 2 * BN // 4 // NT
+
+    def x_pair_vector(e, t):
+        """(row, k) within the tile of thread t's e-th copy of 16-bit x: 8 values from k."""
+        return (e * NT + t) // (BK // 8), (e * NT + t) % (BK // 8) * 8
+
+    def w_pair_vector(e, t):
+        """(pair row, column) within the tile of thread t's e-th copy of the packed w_t: 4 words."""
+        return (e * NT + t) // (BN // 4), (e * NT + t) % (BN // 4) * 4
+
+    @T.macro
+    def copy_pairs(x, wp, a_s, b_s, a_off, b_off, by, bx, t, kt, n_m, emulate):
+        """Thread t's share of k-tile kt straight into the pair tiles at word offsets a_off and
+        b_off: x (M, K) in 16 bits, whose consecutive values along k already are the pairs, and
+        w_t packed as pairs along k (`wp`, (K / 2, N) words); zeros outside. Serially in place
+        (`emulate`): each pair of x packed as the mma reads it."""
+        for e in T.unroll(X_PAIR_COPIES):
+            inside = T.And(by * BM + x_pair_vector(e, t)[0] < n_m, kt * BK + x_pair_vector(e, t)[1] < K)
+            if emulate:
+                for v in range(4):
+                    if inside:
+                        a_s[a_off + x_word(x_pair_vector(e, t)[0], x_pair_vector(e, t)[1] // 2) + v] = f16_pair(
+                            T.Cast("float32", x[by * BM + x_pair_vector(e, t)[0], kt * BK + x_pair_vector(e, t)[1] + 2 * v]),
+                            T.Cast("float32", x[by * BM + x_pair_vector(e, t)[0], kt * BK + x_pair_vector(e, t)[1] + 2 * v + 1]),
+                            pack == "bf16")
+                    else:
+                        a_s[a_off + x_word(x_pair_vector(e, t)[0], x_pair_vector(e, t)[1] // 2) + v] = T.uint32(0)
+            else:
+                T.cuda.func_call("prnn_cp_async16", T.address_of(a_s[a_off + x_word(x_pair_vector(e, t)[0], x_pair_vector(e, t)[1] // 2)]),
+                                 T.address_of(x[T.if_then_else(inside, by * BM + x_pair_vector(e, t)[0], 0),
+                                                T.if_then_else(inside, kt * BK + x_pair_vector(e, t)[1], 0)]),
+                                 T.if_then_else(inside, 16, 0), source_code=CP_ASYNC)
+        for e in T.unroll(W_PAIR_COPIES):
+            inside = T.And(kt * BK // 2 + w_pair_vector(e, t)[0] < K // 2, bx * BN + w_pair_vector(e, t)[1] < N)
+            if emulate:
+                for v in range(4):
+                    if inside:
+                        b_s[b_off + w_word(w_pair_vector(e, t)[0], w_pair_vector(e, t)[1]) + v] = wp[
+                            kt * BK // 2 + w_pair_vector(e, t)[0], bx * BN + w_pair_vector(e, t)[1] + v]
+                    else:
+                        b_s[b_off + w_word(w_pair_vector(e, t)[0], w_pair_vector(e, t)[1]) + v] = T.uint32(0)
+            else:
+                T.cuda.func_call("prnn_cp_async16", T.address_of(b_s[b_off + w_word(w_pair_vector(e, t)[0], w_pair_vector(e, t)[1])]),
+                                 T.address_of(wp[T.if_then_else(inside, kt * BK // 2 + w_pair_vector(e, t)[0], 0),
+                                                 T.if_then_else(inside, bx * BN + w_pair_vector(e, t)[1], 0)]),
+                                 T.if_then_else(inside, 16, 0), source_code=CP_ASYNC)
+
+    return types.SimpleNamespace(fetch=fetch, stage=stage, copy_async=copy_async, copy_pairs=copy_pairs, x_words=x_words, w_words=w_words, x_word=x_word,
                                  w_word=w_word, x_vector=x_vector, w_vector=w_vector, VK=VK, VN=VN,
                                  A_LOADS=A_LOADS, B_LOADS=B_LOADS, BK=BK, NT=NT)

@@ -10,14 +10,16 @@ mma: a build at precision "tf32"), or "f16" / "bf16" (an fp16 or bf16 layer, who
     per k-tile: registers -> shared memory (x row-major, rows of both padded so that the 16-byte
     stores and a fragment's lanes hit 32 banks; 16-bit operands as pairs along k, one word a
     fragment register: `gemm_staging`), sync, next tile's global loads issued,
-    each warp's 32 x 32 of the CTA's 64 x 64 tile as 2 x 4 mma tiles (`warp_products`, 16-bit:
+    each warp's 32 x 32 (or 64 x 32) of the CTA's 64 x 64 (or 128 x 128) tile as 2 x 4 (4 x 4) mma tiles (`warp_products`, 16-bit:
     `warp_products_16`), sync
     then out = acc + b from the C fragments.
 Where the grid fits one wave (`gemm_plan`), G groups of four warps share the CTA's tile, each taking
 1/G of a k-tile's slices; groups 1.. hand their sums to group 0 through shared memory
-(`sum_groups`) before it stores. With STAGES > 0 (no plan's since the pairs: a kernel option for
-measurements) k-tiles are in flight: cp.async copies them into a ring of shared tiles
-(`block_program_async`), no registers between.
+(`sum_groups`) before it stores. With STAGES > 0 k-tiles are in flight: cp.async copies them into
+a ring of shared tiles (`block_program_async`), no registers between. A 16-bit layer's GEMM whose
+weights are constants does so (`w_pairs`): its x is already in 16 bits and w_t is packed as pairs
+along k when the model is built, so both are copied as the pair tiles hold them (`copy_pairs`);
+where the grid is large, a CTA takes a 128 x 128 tile of out, 8 warps of 64 x 32 (`CTA_TILES`).
 `emulated_projection_mma_kernel` runs the same staging serially on the CPU and takes each
 product as the mma defines it (operands rounded or split as the GPU's are); the fragments' lane
 and register maps are checked against the PTX ISA's figures on plain ints (`a_fragment`,
@@ -34,7 +36,7 @@ from .built_once import built_once
 from .config import MMA_K, MMA_K_F16, STATIC_SHARED_BYTES
 from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
-from .gemm_staging import commit_copies, gemm_staging, packs_pairs, wait_copies
+from .gemm_staging import commit_copies, copies_pairs, gemm_staging, packs_pairs, wait_copies
 from .projection import few_ctas, one_small_wave
 from .persistent.dot_mma import MMA_BF16, MMA_F16, f16_half, half_bits, mma, pair_convert, tf32_rounded, tf32_split
 
@@ -42,9 +44,10 @@ BM, BN, BK = 64, 64, 32  # the CTA's tile of out, and the k-slice per shared-mem
 #: the k-slices a kernel may be built with (more columns a round: fewer global-load latencies a tile)
 K_SLICES = (32, 64, 128)
 WM, WN = 32, 32  # a warp's tile of out
-WARPS_N = BN // WN
-NT = (BM // WM) * WARPS_N * 32  # threads: 4 warps
-MT, NTL = WM // 16, WN // 8  # mma tiles of a warp's tile along M and N
+NT = (BM // WM) * (BN // WN) * 32  # threads of the 64 x 64 tile: 4 warps
+#: the CTA tiles of out a kernel may be built with, as BM x BN x WM (a warp's rows; its columns
+#: are WN): a larger tile reads each operand from L2 fewer times (`cta_tile`)
+CTA_TILES = {"64x64": (64, 64, 32), "128x64": (128, 64, 32), "128x128": (128, 128, 32), "128x128x64": (128, 128, 64)}
 #: "3xtf32", "tf32": fp32 operands, three or one m16n8k8 mma; "f16", "bf16": operands that are
 #: exactly 16-bit values (an fp16 or bf16 model's x and W, cast to fp32 by the importer), one
 #: m16n8k16 mma, exact products, fp32 accumulation
@@ -71,8 +74,10 @@ def tensor_cores_pay(M: int | None, K: int, N: int, num_sms: int) -> bool:
     return M is not None and not one_small_wave(M, N, num_sms) and (few_ctas(M, N, num_sms) or K >= 512)
 
 
-def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str) -> dict:
-    """The k-tile (`bk`), `k_groups` and `stages` of a GEMM of M rows, as measured on the H100
+def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str, pairs_copied: bool = False) -> dict:
+    """The k-tile (`bk`), `k_groups` and `stages` of a GEMM of M rows (`pairs_copied`: x in the
+    16 bits of a 16-bit precision and w_t a constant that may be packed as pairs: `_pairs_plan`,
+    which adds `tile` and `w_pairs`, where its copies take K and N), as measured on the H100
     (kernel alone, docs/data/projection-kgroups-h100.jsonl, pairs-gemm-h100.jsonl).
     - Where its 64 x 64 grid fills at most one wave, a CTA is alone on its SM with one warp a
       scheduler: ncu on (100, 1024) x (1024, 4096) at 3xTF32 found 0.38 instructions issued a
@@ -84,12 +89,33 @@ def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str) -> dict:
       (2000, 1024) x (1024, 4096) from 198 us (3 k-tiles in flight by cp.async, the fp32 values
       rounded at each use) to 132, (1000, 1024) x (1024, 4096) from 104 to 68; at 3xTF32 the
       copies had changed nothing (316 -> 317 us) and at TF32 they were mixed (192 -> 188 us,
-      (1000, 1024) x (1024, 3072) 77 -> 84), so no plan keeps k-tiles in flight (`stages`
-      stays a kernel option for measurements). TF32's one-wave grid: 19.6 -> 15.4 us with 2
+      (1000, 1024) x (1024, 3072) 77 -> 84), so no plan of operands staged through registers
+      keeps k-tiles in flight; 16-bit operands copied as they lie do (`_pairs_plan`). TF32's one-wave grid: 19.6 -> 15.4 us with 2
       groups."""
-    if (M + BM - 1) // BM * ((N + BN - 1) // BN) <= num_sms:
+    one_wave = (M + BM - 1) // BM * ((N + BN - 1) // BN) <= num_sms
+    if pairs_copied and precision in HALF_PRECISIONS:
+        plan = _pairs_plan(M, N, num_sms, one_wave)
+        if copies_pairs(K, N, *warp_grid(plan.get("tile", "64x64"))[:2], plan["bk"],
+                        warp_grid(plan.get("tile", "64x64"))[3] * plan["k_groups"]):
+            return plan
+    if one_wave:
         return {"bk": 64, "k_groups": 4 if precision in HALF_PRECISIONS else 2, "stages": 0}
     return {"bk": BK, "k_groups": 1, "stages": 0}
+
+
+def _pairs_plan(M: int, N: int, num_sms: int, one_wave: bool) -> dict:
+    """The plan of a 16-bit GEMM whose x and packed w_t are copied as they lie (`w_pairs`), as
+    measured on the H200 (kernel alone, docs/data/projection-pairs-h200.jsonl), against the plan
+    through registers: 3 k-tiles in flight everywhere; one wave of 64 x 64 tiles keeps its 4 groups
+    of warps ((100, 1024) x (1024, 4096) 11.9 -> 9.5 us); a grid of 128 x 128 tiles that fills the
+    GPU at 2 CTAs an SM takes those tiles, 8 warps of 64 x 32, 64 columns a k-tile ((2000, 1024) x
+    (1024, 4096) 133 -> 74 us, (6400, 896) x (896, 3584) 318 -> 178); between, 64 x 64 tiles
+    ((800, 768) x (768, 3072) 35.6 -> 27.3, where 128 x 128 tiles took 32-36)."""
+    if one_wave:
+        return {"bk": 64, "k_groups": 4, "stages": 3, "w_pairs": True}
+    if (M + 127) // 128 * ((N + 127) // 128) >= 2 * num_sms:
+        return {"bk": 64, "k_groups": 1, "stages": 3, "tile": "128x128x64", "w_pairs": True}
+    return {"bk": BK, "k_groups": 1, "stages": 3, "w_pairs": True}
 
 
 def a_fragment(lane, reg):
@@ -117,20 +143,35 @@ def c_fragment(lane, reg):
     return lane // 4 + 8 * (reg // 2), 2 * (lane % 4) + reg % 2
 
 
-def pairs_staged(K: int, N: int, precision: str, bk: int, k_groups: int, stages: int) -> bool:
+def pairs_staged(K: int, N: int, precision: str, bk: int, k_groups: int, stages: int, tile: str = "64x64") -> bool:
     """Whether the kernel stages 16-bit operands as pairs (`gemm_staging`'s `pack`): at f16 and
     bf16 through registers (stages 0; cp.async copies bytes as they are), where the tile allows.
     TF32 and 3xTF32 operands staged as the mma reads them (TF32 bits; the high parts and the
     remainders) were slower on the H100: (100, 1024) x (1024, 4096) 3xTF32 24.0 -> 26.3 us,
     (2000, 1024) x (1024, 4096) 321 -> 357, TF32 15.2 -> 16.1 (docs/data/staged-gemm-h100.jsonl)."""
-    return precision in HALF_PRECISIONS and not stages and packs_pairs(K, N, bk, BN, NT * k_groups)
+    bm, bn, wm, nt = warp_grid(tile)
+    return precision in HALF_PRECISIONS and not stages and packs_pairs(K, N, bk, bn, nt * k_groups)
 
 
-def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAGES: int, PAIRS: bool):
+def warp_grid(tile: str) -> tuple[int, int, int, int]:
+    """(BM, BN, WM, NT) of a CTA tile's name (`CTA_TILES`): NT threads, a warp per WM x WN of out."""
+    if tile not in CTA_TILES:
+        raise ValueError(f"CTA tile {tile!r}: one of {sorted(CTA_TILES)}")
+    bm, bn, wm = CTA_TILES[tile]
+    return bm, bn, wm, bm // wm * (bn // WN) * 32
+
+
+def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAGES: int, PAIRS: bool, tile: str,
+            W_PAIRS: bool = False):
     """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`),
-    BK columns of x a k-tile, its k-slices shared by G groups of four warps (G > 1: summed at
-    the end through shared memory); STAGES > 0: that many k-tiles in flight by cp.async, else
-    one, through registers; PAIRS: 16-bit operands staged as pairs (`pairs_staged`)."""
+    a CTA per `tile` of out, BK columns of x a k-tile, its k-slices shared by G groups of its warps
+    (G > 1: summed at the end through shared memory); STAGES > 0: that many k-tiles in flight by
+    cp.async, else one, through registers; PAIRS: 16-bit operands staged as pairs (`pairs_staged`);
+    W_PAIRS: x in 16 bits and w_t packed as pairs, both copied as they lie (`copy_pairs`; PAIRS,
+    STAGES >= 2)."""
+    BM, BN, WM, NT = warp_grid(tile)
+    WARPS_N = BN // WN
+    MT, NTL = WM // 16, WN // 8  # mma tiles of a warp's tile along M and N
     SLICES = BK // slice_k(precision) // G  # k-slices a group takes of a k-tile
     TILE_NT = NT  # a group's threads, one warp tile each of the CTA's tile
     ACC = MT * NTL * 4  # accumulators a thread holds
@@ -140,7 +181,8 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     fits = 4 * (max(1, STAGES) * (staging.x_words + staging.w_words) + red_words) <= STATIC_SHARED_BYTES
     scope = "shared" if fits else "shared.dyn"
     x_word, w_word = staging.x_word, staging.w_word
-    fetch, stage, copy_async, VN = staging.fetch, staging.stage, staging.copy_async, staging.VN
+    fetch, stage, VN = staging.fetch, staging.stage, staging.VN
+    copy_async = staging.copy_pairs if W_PAIRS else staging.copy_async
     A_LOADS, B_LOADS, VK = staging.A_LOADS, staging.B_LOADS, staging.VK
     KT = (K + BK - 1) // BK
     passes = 1 if precision == "tf32" else 3
@@ -304,6 +346,17 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
                 out[by * BM + i, bx * BN + j] = acc[i, j] + b[bx * BN + j]
 
     @T.macro
+    def emulated_products(a_s, b_s, ao, bo, acc):
+        """acc += the k-tile's products from the shared tiles at word offsets ao and bo, each as the
+        mma defines it (pairs: each value from its half of the pair's word)."""
+        for i, j, k in T.grid(BM, BN, BK):
+            if PAIRS:
+                acc[i, j] = acc[i, j] + (f16_half(a_s[ao + x_word(i, k // 2)], k % 2, precision == "bf16")
+                                         * f16_half(b_s[bo + w_word(k // 2, j)], k % 2, precision == "bf16"))
+            else:
+                acc[i, j] = acc[i, j] + operand(a_s[ao + x_word(i, k)]) * operand(b_s[bo + w_word(k, j)])
+
+    @T.macro
     def emulated_blocks(x, w, b, out, n_m):
         """The CTAs one after another, threads as serial loops; each warp's products from shared
         memory as the mma defines them."""
@@ -320,12 +373,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
                     for t in range(TILE_NT * G):
                         fetch(x, w, ra, rb, t, by, bx, t, kt, n_m)
                         stage(a_s, b_s, ra, rb, t, t)
-                    for i, j, k in T.grid(BM, BN, BK):
-                        if PAIRS:  # each value from its half of the pair's word, as the mma reads it
-                            acc[i, j] = acc[i, j] + (f16_half(a_s[x_word(i, k // 2)], k % 2, precision == "bf16")
-                                                     * f16_half(b_s[w_word(k // 2, j)], k % 2, precision == "bf16"))
-                        else:
-                            acc[i, j] = acc[i, j] + operand(a_s[x_word(i, k)]) * operand(b_s[w_word(k, j)])
+                    emulated_products(a_s, b_s, 0, 0, acc)
                 emulated_store(out, b, acc, by, bx, n_m)
 
     @T.macro
@@ -333,8 +381,8 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
         """One CTA's tile with STAGES k-tiles in flight: copied by cp.async into a ring of shared
         tiles, STAGES - 1 ahead of the one whose mma runs; one sync a k-tile (it also frees the
         slot that the next copy overwrites, read the k-tile before)."""
-        a_s = T.alloc_buffer((STAGES * staging.x_words,), "float32", scope=scope)
-        b_s = T.alloc_buffer((STAGES * staging.w_words,), "float32", scope=scope)
+        a_s = T.alloc_buffer((STAGES * staging.x_words,), smem_dtype, scope=scope)
+        b_s = T.alloc_buffer((STAGES * staging.w_words,), smem_dtype, scope=scope)
         acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
         T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
         for a in T.unroll(MT * NTL * 4):
@@ -360,8 +408,8 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
         of k-tile kt from slot kt % STAGES after the copy that overwrites slot (kt - 1) % STAGES."""
         for by in range((n_m + BM - 1) // BM):
             for bx in range((N + BN - 1) // BN):
-                a_s = T.alloc_buffer((STAGES * staging.x_words,), "float32")
-                b_s = T.alloc_buffer((STAGES * staging.w_words,), "float32")
+                a_s = T.alloc_buffer((STAGES * staging.x_words,), smem_dtype)
+                b_s = T.alloc_buffer((STAGES * staging.w_words,), smem_dtype)
                 acc = T.alloc_buffer((BM, BN), "float32")
                 for i, j in T.grid(BM, BN):
                     acc[i, j] = T.float32(0)
@@ -374,9 +422,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
                         for t in range(TILE_NT * G):
                             copy_async(x, w, a_s, b_s, (kt + STAGES - 1) % STAGES * staging.x_words,
                                        (kt + STAGES - 1) % STAGES * staging.w_words, by, bx, t, kt + STAGES - 1, n_m, True)
-                    for i, j, k in T.grid(BM, BN, BK):
-                        acc[i, j] = acc[i, j] + (operand(a_s[kt % STAGES * staging.x_words + x_word(i, k)])
-                                                 * operand(b_s[kt % STAGES * staging.w_words + w_word(k, j)]))
+                    emulated_products(a_s, b_s, kt % STAGES * staging.x_words, kt % STAGES * staging.w_words, acc)
                 emulated_store(out, b, acc, by, bx, n_m)
 
     if STAGES:
@@ -384,40 +430,67 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     return tile_grid(N, BM, BN, TILE_NT * G, block_program, emulated_blocks, emulate)
 
 
+def _check_w_pairs(K, N, precision, bk, k_groups, stages, x_dtype, tile):
+    """Refuse a packed-pairs GEMM that its copies cannot run: 16-bit precision, x in those 16 bits,
+    k-tiles in flight, and rows of whole 16-byte vectors, as many a thread (`copies_pairs`)."""
+    if precision not in HALF_PRECISIONS or x_dtype != {"f16": "float16", "bf16": "bfloat16"}[precision]:
+        raise ValueError(f"w_pairs needs 16-bit operands and x in their dtype, not {precision} with x in {x_dtype}")
+    if stages < 2:
+        raise ValueError(f"w_pairs copies k-tiles in flight: stages >= 2, not {stages}")
+    bm, bn, wm, nt = warp_grid(tile)
+    if not copies_pairs(K, N, bm, bn, bk, nt * k_groups):
+        raise ValueError(f"w_pairs: K={K} (a multiple of 8) and N={N} (of 4) in whole 16-byte copies of a {tile} tile")
+
+
 def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int, stages: int,
-           pairs: bool, x_dtype: str) -> tvm.tirx.PrimFunc:
+           pairs: bool, x_dtype: str, tile: str, w_pairs: bool = False) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
     if bk not in K_SLICES:
         raise ValueError(f"k-slice {bk}: one of {K_SLICES}")
     if bk // slice_k(precision) % k_groups:
         raise ValueError(f"{k_groups} k-groups do not divide a {bk}-column k-tile's slices at {precision}")
+    if w_pairs:
+        _check_w_pairs(K, N, precision, bk, k_groups, stages, x_dtype, tile)
     if stages and (stages < 2 or K % 4 or N % 4):
         raise ValueError(f"{stages} stages: 0, or 2 or more with K and N multiples of 4 (16-byte copies)")
-    if stages and x_dtype != "float32":
+    if stages and x_dtype != "float32" and not w_pairs:
         raise ValueError(f"{stages} stages copy x as fp32 words (cp.async); x in {x_dtype} goes through registers: stages 0")
-    pairs = pairs and pairs_staged(K, N, precision, bk, k_groups, stages)
+    bm, bn, wm, nt = warp_grid(tile)
+    if nt * k_groups > 1024:
+        raise ValueError(f"{k_groups} k-groups of a {tile} tile's {nt} threads pass a CTA's 1024")
+    pairs = w_pairs or pairs and pairs_staged(K, N, precision, bk, k_groups, stages, tile)
     info = {"mma": precision, "bk": bk, "k_groups": k_groups, "stages": stages, "pairs": pairs}
-    return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups, stages, pairs), info, x_dtype)
+    if tile != "64x64":
+        info["cta_tile"] = tile
+    if w_pairs:
+        info["w_pairs"] = True
+    return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups, stages, pairs, tile, w_pairs), info,
+                     x_dtype, w_pairs)
 
 
 @built_once
 def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK, k_groups: int = 1,
-                          stages: int = 0, pairs: bool = True, x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
+                          stages: int = 0, pairs: bool = True, x_dtype: str = "float32", tile: str = "64x64",
+                          w_pairs: bool = False) -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
     accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values), `bk` columns of x a
-    k-tile, split between `k_groups` groups of four warps, `stages` k-tiles in flight by cp.async
+    k-tile, split between `k_groups` groups of the tile's warps, `stages` k-tiles in flight by cp.async
     (0: one, through registers); `pairs`: 16-bit operands staged as pairs where `pairs_staged`
     (False: as fp32 values, each rounded where a fragment takes it); x in `x_dtype` (gemm_func;
-    16-bit only through registers, `stages` 0)."""
+    16-bit only through registers, `stages` 0, unless `w_pairs`); a CTA per `tile` of out
+    (`CTA_TILES`). `w_pairs`: the 16-bit GEMM whose w comes packed as pairs along k
+    (gemm_staging.pack_pairs) and whose x is in the same 16 bits, both copied by cp.async into
+    `stages` k-tiles in flight as they lie (`_check_w_pairs`)."""
     return _build(K, N, precision, emulate=False, bk=bk, k_groups=k_groups, stages=stages, pairs=pairs,
-                  x_dtype=x_dtype)
+                  x_dtype=x_dtype, tile=tile, w_pairs=w_pairs)
 
 
 @built_once
 def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK,
                                    k_groups: int = 1, stages: int = 0, pairs: bool = True,
-                                   x_dtype: str = "float32") -> tvm.tirx.PrimFunc:
+                                   x_dtype: str = "float32", tile: str = "64x64",
+                                   w_pairs: bool = False) -> tvm.tirx.PrimFunc:
     """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""
     return _build(K, N, precision, emulate=True, bk=bk, k_groups=k_groups, stages=stages, pairs=pairs,
-                  x_dtype=x_dtype)
+                  x_dtype=x_dtype, tile=tile, w_pairs=w_pairs)

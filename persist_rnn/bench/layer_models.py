@@ -244,11 +244,15 @@ def _keras_gru_step(mk, x_t, h):
 
 
 def projection_module(func, M, K, N):
-    """A Relax function calling `func` as the importer does: out = call_tir(func, [x, w_t, b])."""
+    """A Relax function calling `func` as the importer does: out = call_tir(func, [x, w_t, b]), x
+    and w_t typed as `func` takes them (a 16-bit x; w_t packed as pairs, gemm_staging.pack_pairs)."""
     from tvm import relax  # here: the ONNX builders above need no TVM
 
     bb = relax.BlockBuilder()
-    x, w, b = (relax.Var(n, relax.TensorType(s, "float32")) for n, s in (("x", (M, K)), ("w", (K, N)), ("b", (N,))))
+    x_dtype, (w_shape, w_dtype) = func.params[0].dtype, ((K // 2, N), "uint32") if "w_pairs" in str(
+        func.attrs["persist_rnn.projection"]) else ((K, N), "float32")
+    x, w, b = (relax.Var(n, relax.TensorType(s, d)) for n, s, d in (("x", (M, K), str(x_dtype)), ("w", w_shape, w_dtype),
+                                                                     ("b", (N,), "float32")))
     with bb.function("main", [x, w, b]):
         with bb.dataflow():
             gv = bb.add_func(func, "projection")

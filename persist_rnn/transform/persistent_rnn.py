@@ -12,8 +12,8 @@ layer in that dtype (tir_templates/signature.py), which is then written into its
 What cannot be made persistent runs, on CUDA, the streamed scan where its weights are large
 (tir_templates/streamed.py: a kernel a step, weights from L2/HBM), else keeps the reference scan
 (re-targeted to the target's variant); the reason is recorded where `report()` reads it.
-On CUDA the layers' input projections (the importer's projection reference) become the tiled
-GEMM of tir_templates.projection, tiled for the call site's rows when they are static, and from
+On CUDA the layers' input projections (the importer's projection reference) become tiled GEMMs
+(projection_gemms: the tensor cores' where they pay, tiled for the call sites' rows), and from
 sm_90 on a persistent kernel whose CTAs never meet and whose weights are constants or parameters
 launches early, while the GEMM before it still runs (tir_templates.early_launch).
 """
@@ -26,8 +26,6 @@ import tvm
 from tvm import relax
 
 from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH, sm_number, supports_early_launch
-from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
-from tir_templates.projection_mma import gemm_plan, projection_mma_kernel, tensor_cores_pay
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
@@ -43,9 +41,10 @@ from ..targets import as_target
 from .batch_invariants import broadcast_batch_invariants
 from .embedding_projection import fold_embedding_projections
 from .int8_weights import int8_layers, pack_int8_weights
-from .call_sites import call_args, call_site_batches, call_site_rows, call_tir_sites
+from .call_sites import call_args, call_site_batches, call_tir_sites
 from .layer_stacks import mark_stacks
 from .layer_wavefront import fuse_stacks, wavefront_mode
+from .projection_gemms import tile_projections
 from .match_cells import MatchCells
 
 
@@ -69,23 +68,6 @@ def recurrences(mod: tvm.IRModule):
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and ATTR_KEY in func.attrs:
             yield gv, func, CellSpec.from_json(str(func.attrs[ATTR_KEY]))
-
-
-def projections(mod: tvm.IRModule):
-    """(GlobalVar, K, N, operands' dtype, x's dtype) of each input projection still in its
-    reference form (an fp16 or bf16 layer's x comes as it is, projection_reference)."""
-    for gv, func in mod.functions.items():
-        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and PROJECTION_ATTR in func.attrs:
-            shape = json.loads(str(func.attrs[PROJECTION_ATTR]))
-            if "tile" not in shape and "mma" not in shape:
-                yield gv, shape["K"], shape["N"], shape.get("operands", "float32"), str(func.params[0].dtype)
-
-
-def projection_precision(operands: str, precision: str) -> str:
-    """The tensor-core GEMM's precision for an input projection: 16-bit operands (an fp16 or bf16
-    layer's x and W) exactly on 16-bit tensor cores, fp32 operands at the build's precision
-    (3xTF32 keeps fp32's accuracy)."""
-    return {"float16": "f16", "bfloat16": "bf16"}.get(operands, "tf32" if precision == "tf32" else "3xtf32")
 
 
 #: the results a recurrence kernel may write in a dtype other than its call site's (signature.py),
@@ -323,16 +305,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         mod = pack_int8_weights(mod, {gv.name_hint for gv, func, _ in recurrences(mod)
                                       if gv.name_hint in int8 and _holds_int8(func)})
         if cuda:
-            # input projections: the tensor cores' GEMM where it pays, else the FMA GEMM
-            todo = list(projections(mod))
-            rows = call_site_rows(mod, {gv.name_hint for gv, *_ in todo})
-            for gv, K, N, operands, x_dtype in todo:
-                M = rows.get(gv.name_hint)
-                if tensor_cores_pay(M, K, N, num_sms):
-                    mma = projection_precision(operands, precision)
-                    mod[gv] = projection_mma_kernel(K, N, mma, **gemm_plan(M, K, N, num_sms, mma), x_dtype=x_dtype)
-                else:
-                    mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=x_dtype)
+            mod = tile_projections(mod, num_sms, precision)  # the tensor cores' GEMM where it pays, else FMA
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
             for gv, func, spec in list(recurrences(mod)):
                 if gv.name_hint in early and _may_launch_early(func, spec):

@@ -456,6 +456,34 @@ def test_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, stages):
         assert np.abs(got - want).max() <= bound * np.abs(want).max(), (M, K, N)
 
 
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+@pytest.mark.parametrize("bk,k_groups,tile", [(64, 4, "64x64"), (32, 1, "64x64"), (64, 1, "128x128x64")], ids=str)
+def test_pairs_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, tile):
+    """The 16-bit GEMM whose x (in its 16 bits) and packed w_t are copied as they lie, 3 k-tiles in
+    flight, with each plan of `projection_mma._pairs_plan` (one wave: 4 groups of warps; 64 x 64
+    tiles; 128 x 128 tiles of 8 warps), on ragged shapes against numpy: M and N off the tiles, K
+    off the k-tile. Exact products, fp32 sums: fp32's bound."""
+    import tvm
+    from templates.test_projection_pairs import sixteen_bit_operands
+    from tvm import relax
+
+    from persist_rnn.bench.layer_models import projection_module
+    from tir_templates.gemm_staging import pack_pairs
+    from tir_templates.projection_mma import projection_mma_kernel
+
+    dev = tvm.cuda(0)
+    x_dtype = {"f16": "float16", "bf16": "bfloat16"}[precision]
+    for M, K, N in ((100, 1024, 4096), (2000, 1024, 4096), (130, 200, 72), (37, 96, 20)):
+        func = projection_mma_kernel(K, N, precision, bk, k_groups, 3, x_dtype=x_dtype, tile=tile, w_pairs=True)
+        with tvm.transform.PassContext(opt_level=3):
+            ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+        x, w, b = sixteen_bit_operands(M, K, N, precision)
+        args = (x, pack_pairs(w, precision == "bf16"), b)
+        got = relax.VirtualMachine(ex, dev)["main"](*(tvm.runtime.tensor(a, dev) for a in args)).numpy()
+        want = x.astype("float64") @ w + b
+        assert np.abs(got - want).max() <= PRECISION_TOLERANCE["fp32"] * np.abs(want).max(), (M, K, N)
+
+
 def test_narrow_dense_matches_numpy_on_gpu():
     """The narrow dense kernel (a warp per row, N <= 32), rows symbolic, against numpy: one row,
     rows not a multiple of the CTA's 4 warps, K not a multiple of 32, N = 1 and 32."""

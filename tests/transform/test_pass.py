@@ -215,9 +215,9 @@ def test_projections_go_to_the_tensor_cores_past_one_wave_of_small_tiles():
     assert [p.get("tile") for p in projections(one_wave)] == [[32, 32, 4, 64]]
     full = LayerCase(op="LSTM", hidden_size=256, input_size=512, batch=64, seq_len=200)  # 200 x 16 CTAs of 64 x 64
     assert [(p.get("mma"), p.get("k_groups"), p.get("stages")) for p in projections(full)] == [("3xtf32", 1, 0)]
-    half_full = dataclasses.replace(full, dtype="float16")  # 16 bits past a wave: operands staged as pairs
-    assert [(p.get("mma"), p.get("k_groups"), p.get("stages"), p.get("pairs")) for p in projections(half_full)] == [
-        ("f16", 1, 0, True)]
+    half_full = dataclasses.replace(full, dtype="float16")  # 16 bits, W constant: pairs copied as they lie
+    assert [(p.get("mma"), p.get("k_groups"), p.get("stages"), p.get("w_pairs")) for p in projections(half_full)] == [
+        ("f16", 1, 3, True)]
     shallow = LayerCase(op="LSTM", hidden_size=256, input_size=256, batch=64, seq_len=200)  # ... K = 256
     assert [p.get("mma") for p in projections(shallow)] == [None]
     for dtype, mma in (("float16", "f16"), ("bfloat16", "bf16")):  # 16-bit x and W: exact on 16-bit tensor cores

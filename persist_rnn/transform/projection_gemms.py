@@ -1,0 +1,73 @@
+"""The layers' input projections on CUDA: each importer's projection reference becomes a tiled GEMM.
+
+The tensor cores' GEMM (tir_templates/projection_mma.py) where it pays (`tensor_cores_pay`), at the
+layer's operands' precision, else the FMA GEMM (tir_templates/projection.py), tiled for the call
+sites' rows where they are static. A 16-bit layer's GEMM whose x comes in its 16 bits and whose
+w_t is a constant at every call site takes w_t packed as pairs along k (gemm_staging.pack_pairs),
+replaced at the call sites, so that both operands are copied into shared memory as they lie.
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+import tvm
+from tvm import relax
+
+from tir_templates.gemm_staging import pack_pairs
+from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
+from tir_templates.projection_mma import HALF_PRECISIONS, gemm_plan, projection_mma_kernel, tensor_cores_pay
+
+from .call_sites import call_site_rows, constant_at_every_site, repack_constant_args
+
+#: w_t, the projection signature's second operand
+_W = 1
+#: the dtype a 16-bit GEMM precision's x comes in when its pairs are copied as they lie
+_HALF_DTYPE = {"f16": "float16", "bf16": "bfloat16"}
+
+
+def projections(mod: tvm.IRModule):
+    """(GlobalVar, K, N, operands' dtype, x's dtype) of each input projection still in its
+    reference form (an fp16 or bf16 layer's x comes as it is, projection_reference)."""
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None and PROJECTION_ATTR in func.attrs:
+            shape = json.loads(str(func.attrs[PROJECTION_ATTR]))
+            if "tile" not in shape and "mma" not in shape:
+                yield gv, shape["K"], shape["N"], shape.get("operands", "float32"), str(func.params[0].dtype)
+
+
+def projection_precision(operands: str, precision: str) -> str:
+    """The tensor-core GEMM's precision for an input projection: 16-bit operands (an fp16 or bf16
+    layer's x and W) exactly on 16-bit tensor cores, fp32 operands at the build's precision
+    (3xTF32 keeps fp32's accuracy)."""
+    return {"float16": "f16", "bfloat16": "bf16"}.get(operands, "tf32" if precision == "tf32" else "3xtf32")
+
+
+def tile_projections(mod: tvm.IRModule, num_sms: int, precision: str) -> tvm.IRModule:
+    """`mod` with every projection reference replaced by its GEMM, and the w_t of the 16-bit GEMMs
+    that copy pairs packed at their call sites."""
+    todo = list(projections(mod))
+    rows = call_site_rows(mod, {gv.name_hint for gv, *_ in todo})
+    constant_w = constant_at_every_site(mod, {gv.name_hint for gv, *_ in todo}, _W,
+                                        lambda w: w.dtype == "float32" and w.ndim == 2 and w.shape[0] % 2 == 0)
+    packers = {}
+    for gv, K, N, operands, x_dtype in todo:
+        M = rows.get(gv.name_hint)
+        if not tensor_cores_pay(M, K, N, num_sms):
+            mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=x_dtype)
+            continue
+        mma = projection_precision(operands, precision)
+        copied = mma in HALF_PRECISIONS and x_dtype == _HALF_DTYPE[mma] and gv.name_hint in constant_w
+        plan = gemm_plan(M, K, N, num_sms, mma, pairs_copied=copied)
+        kernel = projection_mma_kernel(K, N, mma, **plan, x_dtype=x_dtype)
+        if not plan.get("w_pairs"):
+            mod[gv] = kernel
+            continue
+        del mod[gv]  # its w_t changes type: a GlobalVar of the new type (repack_constant_args)
+        builder = relax.BlockBuilder(mod)
+        new_gv = builder.add_func(kernel, gv.name_hint)
+        mod = builder.get()
+        packers[gv.name_hint] = (_W, functools.partial(pack_pairs, bf16=mma == "bf16"),
+                                 "its GEMM takes w_t packed as 16-bit pairs, but a call site passes a w_t that "
+                                 "is not a constant", new_gv)
+    return repack_constant_args(mod, packers)

@@ -1,0 +1,63 @@
+"""The projections' GEMMs (transform/projection_gemms.py): a 16-bit layer's GEMM takes w_t packed as
+pairs where w_t is a constant at its call sites, under a GlobalVar of its new type; elsewhere w_t
+stays as it is, and so does its GEMM's plan."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from persist_rnn.transform.call_sites import call_args, call_tir_sites
+from persist_rnn.transform.projection_gemms import tile_projections
+from tir_templates.gemm_signature import PROJECTION_ATTR
+from tir_templates.gemm_staging import pack_pairs
+from tir_templates.projection import projection_reference
+
+M, K, N = 2000, 512, 1024  # past a wave, K >= 512: the tensor cores (tensor_cores_pay)
+
+
+def module(w_constant: bool) -> tvm.IRModule:
+    """main(x fp16, [w_t fp32,] b) -> the projection reference of an fp16 layer, w_t a constant or a parameter."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((K, N)).astype(np.float16).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((M, K), "float16"))
+    b = relax.Var("b", relax.TensorType((N,), "float32"))
+    w_param = relax.Var("w_t", relax.TensorType((K, N), "float32"))
+    with bb.function("main", [x, b] if w_constant else [x, w_param, b]):
+        with bb.dataflow():
+            gv = bb.add_func(projection_reference(K, N, "float16"), "projection")
+            out = bb.emit_output(relax.call_tir(gv, [x, relax.const(w) if w_constant else w_param, b],
+                                                relax.TensorType((M, N), "float32")))
+        bb.emit_func_output(out)
+    return bb.get(), w
+
+
+def gemm_info(mod) -> dict:
+    [info] = [json.loads(str(f.attrs[PROJECTION_ATTR])) for f in mod.functions.values()
+              if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None and PROJECTION_ATTR in f.attrs]
+    return info
+
+
+def test_a_constant_w_t_is_packed_at_its_call_site_and_the_module_stays_well_formed():
+    mod, w = module(w_constant=True)
+    out = tile_projections(mod, 132, "fp32")
+    assert gemm_info(out)["w_pairs"] and gemm_info(out)["stages"] == 3
+    [(_, call)] = list(call_tir_sites(out))
+    w_arg = call_args(call)[1]
+    assert isinstance(w_arg, tvm.ir.expr.Constant) and str(w_arg.value.dtype) == "uint32"
+    np.testing.assert_array_equal(w_arg.value.numpy(), pack_pairs(w, False))
+    assert relax.analysis.check_well_formed(out)  # the call site matches its callee's new type
+    assert [gv.name_hint for gv in out.functions if gv.name_hint == "projection"] == ["projection"]
+
+
+def test_a_w_t_that_is_a_parameter_keeps_its_gemm_through_registers():
+    mod, _ = module(w_constant=False)
+    out = tile_projections(mod, 132, "fp32")
+    info = gemm_info(out)
+    assert info["mma"] == "f16" and "w_pairs" not in info and info["stages"] == 0 and info["pairs"]
+    [(_, call)] = list(call_tir_sites(out))
+    assert isinstance(call_args(call)[1], relax.Var)
+    assert relax.analysis.check_well_formed(out)
