@@ -21,11 +21,12 @@ GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h
 STACKS_FILE = "wavefront-stacks-h100.jsonl"  # `persist-rnn bench --parts stacks`
 CORPUS_FILE = "corpus-latency-h100.jsonl"  # `python benchmarks/corpus_latency.py`
 OFFGRID_FILE = "offgrid-picks-h100.jsonl"  # `python benchmarks/offgrid_picks.py`
-OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-F)
+OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-H)
 CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE, OFFGRID_PART_FILE]
 #: sections of docs/benchmarks.md written by hand (each names its data file and command), which a
 #: regeneration keeps as they stand, in this order after the generated ones
-KEPT_SECTIONS = ("## Real models as shipped", "## Layers too large for the chip", "## Quantized layers", "## PyTorch modules")
+KEPT_SECTIONS = ("## The 16-bit exchange of h(t-1)", "## The input projection's 16-bit GEMM", "## Real models as shipped",
+                 "## Layers too large for the chip", "## Quantized layers", "## PyTorch modules")
 PRECISION_ORDER = ("fp32", "tf32", "fp16", "bf16")
 
 
@@ -130,7 +131,8 @@ def offgrid_part_lines(rows: list) -> list[str]:
     """`bench --parts offgrid` on the H200: each layer's latest run (A: the set as it was; B, C:
     after planner changes, only the layers they move; E: after a kernel change, the layers below
     or nearest 1.0x; F: the layers the tensor-core batch tiles move, and LSTM H=1280 B=128 fp32;
-    D: a kernel variant measured and not kept),
+    G: the layers the 16-bit exchange moves most; H: the 16-bit layers below 1.0x after the
+    16-bit GEMM's copies of pairs; D: a kernel variant measured and not kept),
     with run A's ratio beside it, and the floors' numbers over the latest rows."""
     kept = [r for r in rows if r.get("part") == "offgrid" and r.get("run") != "D"]
     latest = {}
@@ -150,7 +152,13 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "16 floats: no bank conflicts in its B fragments' loads), run F the two layers whose pick the tensor-core "
            "batch tiles move (a cluster per tile of batch rows) and LSTM H=1280 B=128 fp32 (on a GPU of its own: its "
            "builds outlast a shared job); run D, a kernel variant (h(t-1) copied by "
-           "cp.async) that was slower on each of its three layers and not kept, is in the file but not in the table. Error: against torch's strict fp32 layer, over the output scale. Command: "
+           "cp.async) that was slower on each of its three layers and not kept, is in the file but not in the table. "
+           "Run G re-measured the two layers the 16-bit exchange of h(t-1) changes most (`h16_exchange.py`: the "
+           "16-bit mma step's CTAs exchange h in the layer's 16 bits; picks unchanged); the other 16-bit "
+           "tensor-core rows (E, F) ran before it, and their kernels alone are 1.33-1.68x faster with it "
+           "(`docs/data/exchange-ab-h200.jsonl`, below). Run H re-measured the three 16-bit layers below 1.0x "
+           "after the input projection's 16-bit GEMM began copying x and the packed w_t as they lie (below: "
+           "1.3-1.8x the GEMM alone; picks unchanged). Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",
            "| layer | precision | run | ours ms (measure off) | pick | best cuDNN ms | best | best ÷ ours | best ÷ top-5 compile | run A: best ÷ ours | error |",
