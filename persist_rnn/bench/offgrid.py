@@ -15,8 +15,8 @@ HIDDEN = (96, 192, 320, 384, 640, 768, 896, 1280, 1536, 2048)
 BATCH = (1, 2, 4, 8, 16, 32, 64, 128)
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 #: per cell, how far its walk through batches and precisions is shifted: the cells differ, and
-#: H=2048 falls on 16 bits for both (fp32 and TF32 at H=2048 keep the reference scan, ~10 ms a step,
-#: issue 53's cliff, which a timing of 300 calls cannot afford)
+#: H=2048 falls on 16 bits for both (fp32 H=2048 has a benchmark of its own,
+#: benchmarks/streamed_layers.py)
 _SHIFT = {"LSTM": (0, 1), "GRU": (3, 2)}
 
 
