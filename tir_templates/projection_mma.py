@@ -92,18 +92,33 @@ def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str, pairs_copied
       (1000, 1024) x (1024, 3072) 77 -> 84), so no plan of operands staged through registers
       keeps k-tiles in flight; 16-bit operands copied as they lie do (`_pairs_plan`). TF32's one-wave grid: 19.6 -> 15.4 us with 2
       groups."""
-    one_wave = (M + BM - 1) // BM * ((N + BN - 1) // BN) <= num_sms
+    one_wave = _one_wave(M, N, num_sms)
     if pairs_copied and precision in HALF_PRECISIONS:
-        plan = _pairs_plan(M, N, num_sms, one_wave)
-        if copies_pairs(K, N, *warp_grid(plan.get("tile", "64x64"))[:2], plan["bk"],
-                        warp_grid(plan.get("tile", "64x64"))[3] * plan["k_groups"]):
+        plan = _pairs_plan(M, N, num_sms)
+        if _copies(K, N, plan):
             return plan
     if one_wave:
         return {"bk": 64, "k_groups": 4 if precision in HALF_PRECISIONS else 2, "stages": 0}
     return {"bk": BK, "k_groups": 1, "stages": 0}
 
 
-def _pairs_plan(M: int, N: int, num_sms: int, one_wave: bool) -> dict:
+def _one_wave(M, N: int, num_sms: int):
+    """Whether M rows' grid of 64 x 64 tiles fits one wave (M an int, or the runtime rows)."""
+    return (M + BM - 1) // BM * ((N + BN - 1) // BN) <= num_sms
+
+
+def _big_tiles_fill(M, N: int, num_sms: int):
+    """Whether M rows' grid of 128 x 128 tiles fills the GPU at 2 CTAs an SM (M an int, or the runtime rows)."""
+    return (M + 127) // 128 * ((N + 127) // 128) >= 2 * num_sms
+
+
+#: the plans of a 16-bit GEMM whose x and packed w_t are copied as they lie, by grid (`_pairs_plan`)
+PAIRS_PLANS = {"one wave": {"bk": 64, "k_groups": 4, "stages": 3, "w_pairs": True},
+               "big tiles": {"bk": 64, "k_groups": 1, "stages": 3, "tile": "128x128x64", "w_pairs": True},
+               "between": {"bk": BK, "k_groups": 1, "stages": 3, "w_pairs": True}}
+
+
+def _pairs_plan(M: int, N: int, num_sms: int) -> dict:
     """The plan of a 16-bit GEMM whose x and packed w_t are copied as they lie (`w_pairs`), as
     measured on the H200 (kernel alone, docs/data/projection-pairs-h200.jsonl), against the plan
     through registers: 3 k-tiles in flight everywhere; one wave of 64 x 64 tiles keeps its 4 groups
@@ -111,11 +126,20 @@ def _pairs_plan(M: int, N: int, num_sms: int, one_wave: bool) -> dict:
     GPU at 2 CTAs an SM takes those tiles, 8 warps of 64 x 32, 64 columns a k-tile ((2000, 1024) x
     (1024, 4096) 133 -> 74 us, (6400, 896) x (896, 3584) 318 -> 178); between, 64 x 64 tiles
     ((800, 768) x (768, 3072) 35.6 -> 27.3, where 128 x 128 tiles took 32-36)."""
-    if one_wave:
-        return {"bk": 64, "k_groups": 4, "stages": 3, "w_pairs": True}
-    if (M + 127) // 128 * ((N + 127) // 128) >= 2 * num_sms:
-        return {"bk": 64, "k_groups": 1, "stages": 3, "tile": "128x128x64", "w_pairs": True}
-    return {"bk": BK, "k_groups": 1, "stages": 3, "w_pairs": True}
+    if _one_wave(M, N, num_sms):
+        return dict(PAIRS_PLANS["one wave"])
+    return dict(PAIRS_PLANS["big tiles" if _big_tiles_fill(M, N, num_sms) else "between"])
+
+
+def _copies(K: int, N: int, plan: dict) -> bool:
+    """Whether the copies of a pairs plan take K and N (`copies_pairs`)."""
+    bm, bn, _, nt = warp_grid(plan.get("tile", "64x64"))
+    return copies_pairs(K, N, bm, bn, plan["bk"], nt * plan["k_groups"])
+
+
+def pairs_by_rows_copy(K: int, N: int) -> bool:
+    """Whether every plan of PAIRS_PLANS copies K and N, so that the plan can wait for the runtime rows."""
+    return all(_copies(K, N, plan) for plan in PAIRS_PLANS.values())
 
 
 def a_fragment(lane, reg):
@@ -467,6 +491,42 @@ def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int
         info["w_pairs"] = True
     return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups, stages, pairs, tile, w_pairs), info,
                      x_dtype, w_pairs)
+
+
+def _build_pairs_by_rows(K: int, N: int, precision: str, num_sms: int, emulate: bool) -> tvm.tirx.PrimFunc:
+    """The 16-bit pairs GEMM whose plan waits for the runtime rows: each plan of PAIRS_PLANS a
+    kernel, the host picks one by `_pairs_plan`'s rule for a GPU of `num_sms` SMs."""
+    x_dtype = {"f16": "float16", "bf16": "bfloat16"}.get(precision)
+    if x_dtype is None or not pairs_by_rows_copy(K, N):
+        raise ValueError(f"a pairs GEMM by rows needs 16-bit operands and K={K} (a multiple of 8), N={N} (of 4)")
+    one_wave, big, between = (
+        _launch(K, N, precision, emulate, p["bk"], p["k_groups"], p["stages"], True, p.get("tile", "64x64"), True)
+        for p in (PAIRS_PLANS[k] for k in ("one wave", "big tiles", "between")))
+
+    @T.macro
+    def launch(x, w, b, out, n_m):
+        if _one_wave(n_m, N, num_sms):
+            one_wave(x, w, b, out, n_m)
+        elif _big_tiles_fill(n_m, N, num_sms):
+            big(x, w, b, out, n_m)
+        else:
+            between(x, w, b, out, n_m)
+
+    info = {"mma": precision, "plan": f"by rows, {num_sms} SMs", "pairs": True, "w_pairs": True}
+    return gemm_func(K, N, launch, info, x_dtype, w_pairs=True)
+
+
+@built_once
+def pairs_gemm_by_rows(K: int, N: int, precision: str, num_sms: int = 132) -> tvm.tirx.PrimFunc:
+    """The 16-bit GEMM of x in its 16 bits and w_t packed as pairs, for rows known only at run time:
+    the plan `_pairs_plan` gives the runtime rows (a kernel each, the host picks)."""
+    return _build_pairs_by_rows(K, N, precision, num_sms, emulate=False)
+
+
+@built_once
+def emulated_pairs_gemm_by_rows(K: int, N: int, precision: str, num_sms: int = 132) -> tvm.tirx.PrimFunc:
+    """The same plans' serial twins, picked by the runtime rows alike (llvm): for tests."""
+    return _build_pairs_by_rows(K, N, precision, num_sms, emulate=True)
 
 
 @built_once

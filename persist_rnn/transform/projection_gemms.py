@@ -4,7 +4,8 @@ The tensor cores' GEMM (tir_templates/projection_mma.py) where it pays (`tensor_
 layer's operands' precision, else the FMA GEMM (tir_templates/projection.py), tiled for the call
 sites' rows where they are static. A 16-bit layer's GEMM whose x comes in its 16 bits and whose
 w_t is a constant at every call site takes w_t packed as pairs along k (gemm_staging.pack_pairs),
-replaced at the call sites, so that both operands are copied into shared memory as they lie.
+replaced at the call sites, so that both operands are copied into shared memory as they lie;
+where the rows are symbolic (a batch known at run time), that GEMM picks its plan by the rows.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from tvm import relax
 
 from tir_templates.gemm_staging import pack_pairs
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
-from tir_templates.projection_mma import HALF_PRECISIONS, gemm_plan, projection_mma_kernel, tensor_cores_pay
+from tir_templates.projection_mma import (HALF_PRECISIONS, gemm_plan, pairs_by_rows_copy, pairs_gemm_by_rows,
+                                         projection_mma_kernel, tensor_cores_pay)
 
 from .call_sites import call_site_rows, constant_at_every_site, repack_constant_args
 
@@ -24,6 +26,10 @@ from .call_sites import call_site_rows, constant_at_every_site, repack_constant_
 _W = 1
 #: the dtype a 16-bit GEMM precision's x comes in when its pairs are copied as they lie
 _HALF_DTYPE = {"f16": "float16", "bf16": "bfloat16"}
+#: the least K at which a 16-bit GEMM of rows known only at run time (a symbolic batch) goes to the
+#: tensor cores, its plan picked by the rows (`pairs_gemm_by_rows`): tensor_cores_pay's K, past
+#: which the tensor cores won on every grid measured beyond one small wave
+PAIRS_BY_ROWS_MIN_K = 512
 
 
 def projections(mod: tvm.IRModule):
@@ -43,31 +49,40 @@ def projection_precision(operands: str, precision: str) -> str:
     return {"float16": "f16", "bfloat16": "bf16"}.get(operands, "tf32" if precision == "tf32" else "3xtf32")
 
 
+def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, w_constant: bool, num_sms: int,
+                    precision: str) -> tuple[tvm.tirx.PrimFunc, bool]:
+    """(the GEMM of one projection, whether it takes w_t packed as pairs): the tensor cores' where
+    they pay, else the FMA GEMM; a 16-bit GEMM whose x comes in its 16 bits and whose w_t is a
+    constant copies pairs, its plan picked by the rows at run time where they are symbolic."""
+    mma = projection_precision(operands, precision)
+    copied = mma in HALF_PRECISIONS and x_dtype == _HALF_DTYPE[mma] and w_constant
+    if M is None and copied and K >= PAIRS_BY_ROWS_MIN_K and pairs_by_rows_copy(K, N):
+        return pairs_gemm_by_rows(K, N, mma, num_sms), True
+    if not tensor_cores_pay(M, K, N, num_sms):
+        return projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=x_dtype), False
+    plan = gemm_plan(M, K, N, num_sms, mma, pairs_copied=copied)
+    return projection_mma_kernel(K, N, mma, **plan, x_dtype=x_dtype), bool(plan.get("w_pairs"))
+
+
 def tile_projections(mod: tvm.IRModule, num_sms: int, precision: str) -> tvm.IRModule:
-    """`mod` with every projection reference replaced by its GEMM, and the w_t of the 16-bit GEMMs
-    that copy pairs packed at their call sites."""
+    """`mod` with every projection reference replaced by its GEMM (`projection_gemm`), and the w_t
+    of the GEMMs that copy pairs packed at their call sites."""
     todo = list(projections(mod))
     rows = call_site_rows(mod, {gv.name_hint for gv, *_ in todo})
     constant_w = constant_at_every_site(mod, {gv.name_hint for gv, *_ in todo}, _W,
                                         lambda w: w.dtype == "float32" and w.ndim == 2 and w.shape[0] % 2 == 0)
     packers = {}
     for gv, K, N, operands, x_dtype in todo:
-        M = rows.get(gv.name_hint)
-        if not tensor_cores_pay(M, K, N, num_sms):
-            mod[gv] = projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=x_dtype)
-            continue
-        mma = projection_precision(operands, precision)
-        copied = mma in HALF_PRECISIONS and x_dtype == _HALF_DTYPE[mma] and gv.name_hint in constant_w
-        plan = gemm_plan(M, K, N, num_sms, mma, pairs_copied=copied)
-        kernel = projection_mma_kernel(K, N, mma, **plan, x_dtype=x_dtype)
-        if not plan.get("w_pairs"):
+        kernel, packs = projection_gemm(rows.get(gv.name_hint), K, N, operands, x_dtype, gv.name_hint in constant_w,
+                                        num_sms, precision)
+        if not packs:
             mod[gv] = kernel
             continue
         del mod[gv]  # its w_t changes type: a GlobalVar of the new type (repack_constant_args)
         builder = relax.BlockBuilder(mod)
         new_gv = builder.add_func(kernel, gv.name_hint)
         mod = builder.get()
-        packers[gv.name_hint] = (_W, functools.partial(pack_pairs, bf16=mma == "bf16"),
+        packers[gv.name_hint] = (_W, functools.partial(pack_pairs, bf16=operands == "bfloat16"),
                                  "its GEMM takes w_t packed as 16-bit pairs, but a call site passes a w_t that "
                                  "is not a constant", new_gv)
     return repack_constant_args(mod, packers)

@@ -13,7 +13,14 @@ import tvm
 
 from tir_templates.gemm_signature import PROJECTION_ATTR
 from tir_templates.gemm_staging import pack_pairs
-from tir_templates.projection_mma import emulated_projection_mma_kernel, gemm_plan, projection_mma_kernel
+from tir_templates.projection_mma import (
+    PAIRS_PLANS,
+    emulated_pairs_gemm_by_rows,
+    emulated_projection_mma_kernel,
+    gemm_plan,
+    pairs_gemm_by_rows,
+    projection_mma_kernel,
+)
 
 HALF = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 X_DTYPE = {"f16": "float16", "bf16": "bfloat16"}
@@ -95,6 +102,29 @@ def test_pairs_plans_follow_the_measured_grid():
     assert gemm_plan(2000, 1020, 4096, 132, "f16", **pairs) == gemm_plan(2000, 1020, 4096, 132, "f16")  # K % 8
     assert gemm_plan(2000, 1024, 4096, 132, "3xtf32", **pairs) == gemm_plan(2000, 1024, 4096, 132, "3xtf32")
     assert "w_pairs" not in gemm_plan(2000, 1024, 4096, 132, "f16")
+
+
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+def test_emulated_pairs_gemm_by_rows_runs_the_plan_of_the_runtime_rows(precision):
+    """Rows known only at run time (a symbolic batch): one kernel a plan, the host picks by the rows
+    as `gemm_plan` would (on 4 SMs: 20 rows one wave, 100 between, 600 the 128 x 128 tiles), each
+    exact for 16-bit operands."""
+    K, N = 64, 256
+    func = emulated_pairs_gemm_by_rows(K, N, precision, num_sms=4)
+    assert [gemm_plan(M, K, N, 4, precision, pairs_copied=True) for M in (20, 100, 600)] == [
+        PAIRS_PLANS["one wave"], PAIRS_PLANS["between"], PAIRS_PLANS["big tiles"]]
+    for M in (20, 100, 600):
+        x, w, b = sixteen_bit_operands(M, K, N, precision)
+        got = run_pairs_on_cpu(func, x, pack_pairs(w, precision == "bf16"), b, N)
+        want = x.astype("float64") @ w + b
+        assert np.abs(got - want).max() / np.abs(want).max() <= 1e-6, M
+
+
+def test_a_pairs_gemm_by_rows_that_a_plan_cannot_copy_is_refused():
+    with pytest.raises(ValueError, match="K=1020"):
+        pairs_gemm_by_rows(1020, 4096, "f16")
+    with pytest.raises(ValueError, match="16-bit operands"):
+        pairs_gemm_by_rows(1024, 4096, "3xtf32")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (TVM compiles CUDA with it)")

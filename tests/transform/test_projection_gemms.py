@@ -18,19 +18,21 @@ from tir_templates.projection import projection_reference
 M, K, N = 2000, 512, 1024  # past a wave, K >= 512: the tensor cores (tensor_cores_pay)
 
 
-def module(w_constant: bool) -> tvm.IRModule:
-    """main(x fp16, [w_t fp32,] b) -> the projection reference of an fp16 layer, w_t a constant or a parameter."""
+def module(w_constant: bool, rows=M, depth=K) -> tvm.IRModule:
+    """main(x fp16, [w_t fp32,] b) -> the projection reference of an fp16 layer, w_t a constant or a
+    parameter; `rows` an int or a name (symbolic), `depth` its K."""
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((K, N)).astype(np.float16).astype("float32")
+    w = rng.standard_normal((depth, N)).astype(np.float16).astype("float32")
     bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((M, K), "float16"))
+    rows = tvm.tirx.Var(rows, "int64") if isinstance(rows, str) else rows
+    x = relax.Var("x", relax.TensorType((rows, depth), "float16"))
     b = relax.Var("b", relax.TensorType((N,), "float32"))
-    w_param = relax.Var("w_t", relax.TensorType((K, N), "float32"))
+    w_param = relax.Var("w_t", relax.TensorType((depth, N), "float32"))
     with bb.function("main", [x, b] if w_constant else [x, w_param, b]):
         with bb.dataflow():
-            gv = bb.add_func(projection_reference(K, N, "float16"), "projection")
+            gv = bb.add_func(projection_reference(depth, N, "float16"), "projection")
             out = bb.emit_output(relax.call_tir(gv, [x, relax.const(w) if w_constant else w_param, b],
-                                                relax.TensorType((M, N), "float32")))
+                                                relax.TensorType((rows, N), "float32")))
         bb.emit_func_output(out)
     return bb.get(), w
 
@@ -61,3 +63,16 @@ def test_a_w_t_that_is_a_parameter_keeps_its_gemm_through_registers():
     [(_, call)] = list(call_tir_sites(out))
     assert isinstance(call_args(call)[1], relax.Var)
     assert relax.analysis.check_well_formed(out)
+
+
+def test_symbolic_rows_pick_the_pairs_plan_at_run_time_where_k_is_deep():
+    """A symbolic batch: K >= 512 the pairs GEMM whose host picks the plan by the rows, w_t packed;
+    a shallower K the FMA GEMM by rows, w_t as it is."""
+    out = tile_projections(module(w_constant=True, rows="m")[0], 132, "fp32")
+    info = gemm_info(out)
+    assert info["w_pairs"] and info["plan"] == "by rows, 132 SMs"
+    [(_, call)] = list(call_tir_sites(out))
+    assert str(call_args(call)[1].value.dtype) == "uint32"
+    assert relax.analysis.check_well_formed(out)
+    shallow = tile_projections(module(w_constant=True, rows="m", depth=256)[0], 132, "fp32")
+    assert gemm_info(shallow)["tile"] == "by rows, 132 SMs" and "mma" not in gemm_info(shallow)

@@ -1,0 +1,84 @@
+"""A 16-bit layer exported with a symbolic batch, as users export it, against the same layer built
+for each batch (static shapes), and against its symbolic build with the input projection on the FMA
+GEMM (what a symbolic batch got before the tensor-core GEMM picked its plan by the runtime rows).
+All measure off, no tuning log; each through TVM's VM, inputs on the GPU, timed in turn; each
+kernel's µs a call from a CUPTI trace of the symbolic build. One JSON line per (layer, batch).
+
+    python benchmarks/symbolic_16bit.py --out F [--layer LSTM:768:fp16 ...] [--batches 1,8,32,64]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from persist_rnn.bench.gpu_timing import interleaved_ms, kernel_trace, vm_call
+from persist_rnn.bench.torch_layers import PRECISIONS, onnx_from_torch, torch_layer
+from persist_rnn.compile import compile_onnx
+from persist_rnn.transform import projection_gemms
+
+T = 100
+
+
+def symbolic_batch(model):
+    """The model with its input's batch axis named "N" (its outputs carry no shapes)."""
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "N"
+    return model
+
+
+def kernels_us(call, sync) -> dict:
+    """Each kernel name's µs a call, over 5 calls."""
+    per = collections.Counter()
+    for e in kernel_trace(call, 5, sync):
+        per[e["name"][:48]] += e["dur"] / 5
+    return {k: round(v, 2) for k, v in per.most_common()}
+
+
+def main():
+    import tvm
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--layer", action="append", help="CELL:HIDDEN:PRECISION (fp16 or bf16); default LSTM:768:fp16")
+    ap.add_argument("--batches", default="1,8,32,64")
+    args = ap.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    dev = tvm.cuda(0)
+    for text in args.layer or ["LSTM:768:fp16"]:
+        cell, hidden, precision = text.split(":")
+        hidden, dtype = int(hidden), PRECISIONS[precision][1]
+        layer = torch_layer(cell, hidden, seed=hidden)
+        symbolic = compile_onnx(symbolic_batch(onnx_from_torch(cell, layer, T, batches[-1], dtype)), "cuda",
+                                tuning_log=None, measure=False)
+        min_k = projection_gemms.PAIRS_BY_ROWS_MIN_K
+        projection_gemms.PAIRS_BY_ROWS_MIN_K = 1 << 30  # the FMA GEMM for symbolic rows
+        try:
+            fma = compile_onnx(symbolic_batch(onnx_from_torch(cell, layer, T, batches[-1], dtype)), "cuda",
+                               tuning_log=None, measure=False)
+        finally:
+            projection_gemms.PAIRS_BY_ROWS_MIN_K = min_k
+        for batch in batches:
+            feeds = {"X": np.random.default_rng(batch).standard_normal((T, batch, hidden)).astype(dtype)}
+            static = compile_onnx(onnx_from_torch(cell, layer, T, batch, dtype), "cuda", tuning_log=None, measure=False)
+            calls = {name: vm_call(c, feeds) for name, c in (("symbolic", symbolic), ("symbolic_fma_gemm", fma),
+                                                               ("static", static))}
+            want = static.run(feeds)[0].astype("float32")
+            got = symbolic.run(feeds)[0].astype("float32")
+            row = {"cell": cell, "hidden": hidden, "precision": precision, "batch": batch, "seq_len": T,
+                   **{f"{k}_ms": v for k, v in interleaved_ms(calls).items()},
+                   "symbolic_vs_static_max_diff": float(np.abs(got - want).max() / max(1.0, np.abs(want).max())),
+                   "symbolic_kernels_us": kernels_us(calls["symbolic"], dev.sync),
+                   "symbolic_fma_gemm_kernels_us": kernels_us(calls["symbolic_fma_gemm"], dev.sync)}
+            print(json.dumps(row), flush=True)
+            with open(args.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
