@@ -204,17 +204,23 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
             stage_values(a_s, b_s, ra, rb, reg, t)
 
     @T.macro
-    def copy_vectors(src, dst, off, loads, vector, word, row0, col0, n_rows, n_cols, t, emulate):
-        """Thread t's `loads` 4-wide vectors of one operand's tile at (row0, col0) into the shared
-        words `word(...)` + off, zeros outside n_rows x n_cols (a vector is wholly in or out)."""
+    def copy_vectors(src, dst, off, loads, vector, word, row0, col0, n_rows, n_cols, t, emulate, halves=False):
+        """Thread t's `loads` 16-byte vectors of one operand's tile at (row0, col0) into the shared
+        words `word(...)` + off, zeros outside n_rows x n_cols (a vector is wholly in or out):
+        4 words, or (`halves`) 8 16-bit values, which the CPU twin packs into 4 pairs."""
         for e in T.unroll(loads):
             inside = T.And(row0 + vector(e, t)[0] < n_rows, col0 + vector(e, t)[1] < n_cols)
             if emulate:
                 for v in range(4):
-                    if inside:
-                        dst[off + word(vector(e, t)[0], vector(e, t)[1]) + v] = src[row0 + vector(e, t)[0], col0 + vector(e, t)[1] + v]
-                    else:
+                    if not inside:
                         dst[off + word(vector(e, t)[0], vector(e, t)[1]) + v] = T.float32(0)
+                    elif halves:
+                        dst[off + word(vector(e, t)[0], vector(e, t)[1]) + v] = f16_pair(
+                            T.Cast("float32", src[row0 + vector(e, t)[0], col0 + vector(e, t)[1] + 2 * v]),
+                            T.Cast("float32", src[row0 + vector(e, t)[0], col0 + vector(e, t)[1] + 2 * v + 1]),
+                            pack == "bf16")
+                    else:
+                        dst[off + word(vector(e, t)[0], vector(e, t)[1]) + v] = src[row0 + vector(e, t)[0], col0 + vector(e, t)[1] + v]
             else:
                 T.cuda.func_call("prnn_cp_async16", T.address_of(dst[off + word(vector(e, t)[0], vector(e, t)[1])]),
                                  T.address_of(src[T.if_then_else(inside, row0 + vector(e, t)[0], 0),
@@ -240,43 +246,19 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
         """(pair row, column) within the tile of thread t's e-th copy of the packed w_t: 4 words."""
         return (e * NT + t) // (BN // 4), (e * NT + t) % (BN // 4) * 4
 
+    def x_pair_word(row, k):
+        """The pair tile's word that holds x's values k and k + 1 of `row` (k even)."""
+        return x_word(row, k // 2)
+
     @T.macro
     def copy_pairs(x, wp, a_s, b_s, a_off, b_off, by, bx, t, kt, n_m, emulate):
         """Thread t's share of k-tile kt straight into the pair tiles at word offsets a_off and
-        b_off: x (M, K) in 16 bits, whose consecutive values along k already are the pairs, and
-        w_t packed as pairs along k (`wp`, (K / 2, N) words); zeros outside. Serially in place
-        (`emulate`): each pair of x packed as the mma reads it."""
-        for e in T.unroll(X_PAIR_COPIES):
-            inside = T.And(by * BM + x_pair_vector(e, t)[0] < n_m, kt * BK + x_pair_vector(e, t)[1] < K)
-            if emulate:
-                for v in range(4):
-                    if inside:
-                        a_s[a_off + x_word(x_pair_vector(e, t)[0], x_pair_vector(e, t)[1] // 2) + v] = f16_pair(
-                            T.Cast("float32", x[by * BM + x_pair_vector(e, t)[0], kt * BK + x_pair_vector(e, t)[1] + 2 * v]),
-                            T.Cast("float32", x[by * BM + x_pair_vector(e, t)[0], kt * BK + x_pair_vector(e, t)[1] + 2 * v + 1]),
-                            pack == "bf16")
-                    else:
-                        a_s[a_off + x_word(x_pair_vector(e, t)[0], x_pair_vector(e, t)[1] // 2) + v] = T.uint32(0)
-            else:
-                T.cuda.func_call("prnn_cp_async16", T.address_of(a_s[a_off + x_word(x_pair_vector(e, t)[0], x_pair_vector(e, t)[1] // 2)]),
-                                 T.address_of(x[T.if_then_else(inside, by * BM + x_pair_vector(e, t)[0], 0),
-                                                T.if_then_else(inside, kt * BK + x_pair_vector(e, t)[1], 0)]),
-                                 T.if_then_else(inside, 16, 0), source_code=CP_ASYNC)
-        for e in T.unroll(W_PAIR_COPIES):
-            inside = T.And(kt * BK // 2 + w_pair_vector(e, t)[0] < K // 2, bx * BN + w_pair_vector(e, t)[1] < N)
-            if emulate:
-                for v in range(4):
-                    if inside:
-                        b_s[b_off + w_word(w_pair_vector(e, t)[0], w_pair_vector(e, t)[1]) + v] = wp[
-                            kt * BK // 2 + w_pair_vector(e, t)[0], bx * BN + w_pair_vector(e, t)[1] + v]
-                    else:
-                        b_s[b_off + w_word(w_pair_vector(e, t)[0], w_pair_vector(e, t)[1]) + v] = T.uint32(0)
-            else:
-                T.cuda.func_call("prnn_cp_async16", T.address_of(b_s[b_off + w_word(w_pair_vector(e, t)[0], w_pair_vector(e, t)[1])]),
-                                 T.address_of(wp[T.if_then_else(inside, kt * BK // 2 + w_pair_vector(e, t)[0], 0),
-                                                 T.if_then_else(inside, bx * BN + w_pair_vector(e, t)[1], 0)]),
-                                 T.if_then_else(inside, 16, 0), source_code=CP_ASYNC)
+        b_off: x (M, K) in 16 bits, whose neighbours along k already are the pairs, and w_t
+        packed as pairs along k (`wp`, (K / 2, N) words)."""
+        copy_vectors(x, a_s, a_off, X_PAIR_COPIES, x_pair_vector, x_pair_word, by * BM, kt * BK, n_m, K, t, emulate, True)
+        copy_vectors(wp, b_s, b_off, W_PAIR_COPIES, w_pair_vector, w_word, kt * BK // 2, bx * BN, K // 2, N, t, emulate)
 
-    return types.SimpleNamespace(fetch=fetch, stage=stage, copy_async=copy_async, copy_pairs=copy_pairs, x_words=x_words, w_words=w_words, x_word=x_word,
+    return types.SimpleNamespace(fetch=fetch, stage=stage, copy_async=copy_async, copy_pairs=copy_pairs,
+                                 x_words=x_words, w_words=w_words, x_word=x_word,
                                  w_word=w_word, x_vector=x_vector, w_vector=w_vector, VK=VK, VN=VN,
                                  A_LOADS=A_LOADS, B_LOADS=B_LOADS, BK=BK, NT=NT)
