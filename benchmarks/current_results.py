@@ -131,7 +131,7 @@ def offgrid_part_lines(rows: list) -> list[str]:
     """`bench --parts offgrid` on the H200: each layer's latest run (A: the set as it was; B, C:
     after planner changes, only the layers they move; E: after a kernel change, the layers below
     or nearest 1.0x; F: the layers the tensor-core batch tiles move, and LSTM H=1280 B=128 fp32;
-    G: the layers the 16-bit exchange moves most; H: the 16-bit layers below 1.0x after the
+    G: the layers the 16-bit exchange moves most; H: the 16-bit tensor-core layers after the
     16-bit GEMM's copies of pairs; D: a kernel variant measured and not kept),
     with run A's ratio beside it, and the floors' numbers over the latest rows."""
     kept = [r for r in rows if r.get("part") == "offgrid" and r.get("run") != "D"]
@@ -156,7 +156,7 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "Run G re-measured the two layers the 16-bit exchange of h(t-1) changes most (`h16_exchange.py`: the "
            "16-bit mma step's CTAs exchange h in the layer's 16 bits; picks unchanged); the other 16-bit "
            "tensor-core rows (E, F) ran before it, and their kernels alone are 1.33-1.68x faster with it "
-           "(`docs/data/exchange-ab-h200.jsonl`, below). Run H re-measured the three 16-bit layers below 1.0x "
+           "(`docs/data/exchange-ab-h200.jsonl`, below). Run H re-measured the five 16-bit tensor-core layers "
            "after the input projection's 16-bit GEMM began copying x and the packed w_t as they lie (below: "
            "1.3-1.8x the GEMM alone; picks unchanged). Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
