@@ -47,7 +47,10 @@ def projection_reference(K: int, N: int, operands: str = "float32") -> tvm.tirx.
     w = te.placeholder((k_, n_), "float32", name="w_t")
     b = te.placeholder((n_,), "float32", name="b")
     k = te.reduce_axis((tvm.tirx.IntImm("int64", 0), k_), name="k")
-    mm = te.compute((m, n_), lambda i, j: te.sum(x[i, k].astype("float32") * w[k, j], axis=k), name="mm")
+    # a 16-bit x widened first: dlight's tensor-core Matmul rule crashed TVM (a segfault in Tensorize)
+    # on an fp16 x read straight into a product with the fp32 w_t
+    wide = x if operands == "float32" else te.compute((m, k_), lambda i, kk: x[i, kk].astype("float32"), name="x_wide")
+    mm = te.compute((m, n_), lambda i, j: te.sum(wide[i, k] * w[k, j], axis=k), name="mm")
     out = te.compute((m, n_), lambda i, j: mm[i, j] + b[j], name="xw")
     func = te.create_prim_func([x, w, b, out]).without_attr("global_symbol")  # private, as the kernels
     info = {"K": K, "N": N, **({"operands": operands} if operands != "float32" else {})}

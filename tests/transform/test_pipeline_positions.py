@@ -146,3 +146,18 @@ def test_a_16_bit_layer_in_every_position(position, tmp_path):
     if position in ("first", "after FoldConstant+DCE"):
         assert main.count("R.astype") == 0, main
     _nvcc(cuda_source(tvm.compile(out, CUDA)), tmp_path)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_16_bit_projection_that_dlight_schedules_builds(dtype):
+    """A 16-bit layer's projection reference as dlight's Matmul rule takes it (K = 512: it tries
+    tensor cores): with the pass after legalization, and without the pass (persistent=False). An
+    fp16 x read straight into the product with the fp32 w_t crashed TVM there (a segfault in
+    Tensorize); the reference widens x first (projection_reference)."""
+    from persist_rnn.bench.layer_models import LayerCase, make_model
+
+    model, _ = make_model(LayerCase(op="LSTM", seq_len=50, batch=16, input_size=512, hidden_size=512, dtype=dtype))
+    out = PersistentRNN(CUDA, measure=False)(POSITIONS["after legalization with dlight"](persist_rnn.from_onnx(model)))
+    assert [r.lowering for r in layer_report(out)] == ["persistent"]
+    compiled = persist_rnn.compile(model, CUDA, measure=False, persistent=False)
+    assert [r.lowering for r in compiled.report()] == ["reference"]
