@@ -153,11 +153,13 @@ def test_a_16_bit_projection_that_dlight_schedules_builds(dtype):
     """A 16-bit layer's projection reference as dlight's Matmul rule takes it (K = 512: it tries
     tensor cores): with the pass after legalization, and without the pass (persistent=False). An
     fp16 x read straight into the product with the fp32 w_t crashed TVM there (a segfault in
-    Tensorize); the reference widens x first (projection_reference)."""
+    Tensorize); the reference widens x first (projection_reference). With the pass, the GEMM that
+    replaces it copies 16-bit pairs, wherever the pass stands."""
     from persist_rnn.bench.layer_models import LayerCase, make_model
 
     model, _ = make_model(LayerCase(op="LSTM", seq_len=50, batch=16, input_size=512, hidden_size=512, dtype=dtype))
     out = PersistentRNN(CUDA, measure=False)(POSITIONS["after legalization with dlight"](persist_rnn.from_onnx(model)))
     assert [r.lowering for r in layer_report(out)] == ["persistent"]
+    assert "prnn_cp_async16" in cuda_source(tvm.compile(out, CUDA))  # its GEMM copies 16-bit pairs (w_pairs)
     compiled = persist_rnn.compile(model, CUDA, measure=False, persistent=False)
     assert [r.lowering for r in compiled.report()] == ["reference"]
