@@ -213,7 +213,7 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
             if emulate:
                 for v in range(4):
                     if not inside:
-                        dst[off + word(vector(e, t)[0], vector(e, t)[1]) + v] = T.float32(0)
+                        dst[off + word(vector(e, t)[0], vector(e, t)[1]) + v] = T.Cast(dst.dtype, T.float32(0))
                     elif halves:
                         dst[off + word(vector(e, t)[0], vector(e, t)[1]) + v] = f16_pair(
                             T.Cast("float32", src[row0 + vector(e, t)[0], col0 + vector(e, t)[1] + 2 * v]),
