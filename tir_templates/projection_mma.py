@@ -10,8 +10,8 @@ mma: a build at precision "tf32"), or "f16" / "bf16" (an fp16 or bf16 layer, who
     per k-tile: registers -> shared memory (x row-major, rows of both padded so that the 16-byte
     stores and a fragment's lanes hit 32 banks; 16-bit operands as pairs along k, one word a
     fragment register: `gemm_staging`), sync, next tile's global loads issued,
-    each warp's 32 x 32 (or 64 x 32) of the CTA's 64 x 64 (or 128 x 128) tile as 2 x 4 (4 x 4) mma tiles (`warp_products`, 16-bit:
-    `warp_products_16`), sync
+    each warp's 32 x 32 (or 64 x 32) of the CTA's 64 x 64 (or 128 x 128) tile as 2 x 4 (4 x 4)
+    mma tiles (`warp_products`, 16-bit: `warp_products_16`), sync
     then out = acc + b from the C fragments.
 Where the grid fits one wave (`gemm_plan`), G groups of four warps share the CTA's tile, each taking
 1/G of a k-tile's slices; groups 1.. hand their sums to group 0 through shared memory
@@ -90,8 +90,8 @@ def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str, pairs_copied
       rounded at each use) to 132, (1000, 1024) x (1024, 4096) from 104 to 68; at 3xTF32 the
       copies had changed nothing (316 -> 317 us) and at TF32 they were mixed (192 -> 188 us,
       (1000, 1024) x (1024, 3072) 77 -> 84), so no plan of operands staged through registers
-      keeps k-tiles in flight; 16-bit operands copied as they lie do (`_pairs_plan`). TF32's one-wave grid: 19.6 -> 15.4 us with 2
-      groups."""
+      keeps k-tiles in flight; 16-bit operands copied as they lie do (`_pairs_plan`). TF32's
+      one-wave grid: 19.6 -> 15.4 us with 2 groups."""
     one_wave = _one_wave(M, N, num_sms)
     if pairs_copied and precision in HALF_PRECISIONS:
         plan = _pairs_plan(M, N, num_sms)

@@ -3,8 +3,9 @@ every Relax function, at any depth (dataflow blocks, plain blocks, `If` branches
 FuseOps makes).
 
 The pass reads shapes from these sites (static batch, GEMM rows) and rewrites them (exchange
-buffer; a constant argument repacked as the kernel takes it, `repack_constant_args`). Other passes put call_tir of their own kernels beside ours (LegalizeOps, FuseTIR), with
-any argument list, so only the sites of the callees asked about are read.
+buffer; a constant argument repacked as the kernel takes it, `repack_constant_args`). Other passes
+put call_tir of their own kernels beside ours (LegalizeOps, FuseTIR), with any argument list, so
+only the sites of the callees asked about are read.
 """
 from __future__ import annotations
 
