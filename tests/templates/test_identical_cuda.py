@@ -14,10 +14,8 @@ changed: `--replace NAME ...`; a new variant adds its cases alone: `--add NAME .
 from __future__ import annotations
 
 import hashlib
-import json
 import pathlib
 import shutil
-import sys
 
 import pytest
 import tvm
@@ -25,6 +23,8 @@ import tvm
 from tir_templates.config import Config, two_phase
 from tir_templates.persistent import emulated_persistent_kernel, persistent_kernel
 from tir_templates.spec import Activation, CellSpec
+
+from md5_records import check, record_main
 
 RECORD = pathlib.Path(__file__).parents[1] / "fixtures" / "template_v4_md5.json"
 
@@ -129,25 +129,8 @@ def test_cases_cover_every_variant():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (TVM compiles CUDA with it)")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_generated_code_is_unchanged(name):
-    recorded = json.loads(RECORD.read_text())
-    assert name in recorded, f"no md5 recorded for {name}: run this file as a script to record it"
-    assert generated(name) == recorded[name]
+    check(RECORD, name, generated)
 
 
 if __name__ == "__main__":
-    if "--add" in sys.argv:  # record new cases, leaving every recorded one as it is
-        recorded = json.loads(RECORD.read_text())
-        names = sys.argv[sys.argv.index("--add") + 1:]
-        assert not set(names) & set(recorded), "already recorded: re-recording one needs --force"
-        RECORD.write_text(json.dumps({**recorded, **{n: generated(n) for n in names}}, indent=1, sort_keys=True) + "\n")
-        sys.exit(f"recorded {names} in {RECORD}")
-    if "--replace" in sys.argv:  # re-record these cases after a deliberate change of their kernels
-        recorded = json.loads(RECORD.read_text())
-        names = sys.argv[sys.argv.index("--replace") + 1:]
-        assert set(names) <= set(recorded), "not recorded yet: record a new case with --add"
-        RECORD.write_text(json.dumps({**recorded, **{n: generated(n) for n in names}}, indent=1, sort_keys=True) + "\n")
-        sys.exit(f"re-recorded {names} in {RECORD}")
-    if RECORD.exists() and "--force" not in sys.argv:
-        sys.exit(f"{RECORD} exists; pass --force to re-record it (only for a deliberate kernel change)")
-    RECORD.write_text(json.dumps({n: generated(n) for n in sorted(CASES)}, indent=1) + "\n")
-    print(f"recorded {len(CASES)} cases in {RECORD}")
+    record_main(RECORD, CASES, generated)

@@ -5,15 +5,13 @@ copies pairs (each plan, and by the runtime rows). The md5 of each case's CUDA s
 of its CPU twin's TVMScript must equal the values recorded in `fixtures/projection_md5.json`,
 recorded from code whose GEMMs passed their GPU tests on the H200 (`test_pairs_gemm_plans_match_numpy_on_gpu`,
 `test_pairs_gemm_by_rows_matches_numpy_on_gpu`, `test_tensor_core_projection_matches_onnxruntime`).
-A deliberate kernel change re-records them (`python tests/templates/test_identical_gemms.py --force`)
-and says so in its commit, with the GPU tests that ran since."""
+A deliberate kernel change re-records them (`python tests/templates/test_identical_gemms.py --force`,
+or `--replace NAME ...`; md5_records.py) and says so in its commit, with the GPU tests that ran since."""
 from __future__ import annotations
 
 import hashlib
-import json
 import pathlib
 import shutil
-import sys
 
 import pytest
 import tvm
@@ -26,6 +24,8 @@ from tir_templates.projection_mma import (
     pairs_gemm_by_rows,
     projection_mma_kernel,
 )
+
+from md5_records import check, record_main
 
 RECORD = pathlib.Path(__file__).parents[1] / "fixtures" / "projection_md5.json"
 
@@ -70,13 +70,8 @@ def digests(name: str) -> dict:
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (TVM compiles CUDA with it)")
 @pytest.mark.parametrize("name", list(CASES))
 def test_gemm_code_unchanged(name):
-    recorded = json.loads(RECORD.read_text())
-    assert name in recorded, f"no md5 recorded for {name}: run this file as a script to record it"
-    assert digests(name) == recorded[name]
+    check(RECORD, name, digests)
 
 
 if __name__ == "__main__":
-    if RECORD.exists() and "--force" not in sys.argv:
-        sys.exit(f"{RECORD} exists; pass --force to re-record it (only for a deliberate kernel change)")
-    RECORD.write_text(json.dumps({name: digests(name) for name in CASES}, indent=1) + "\n")
-    print(f"recorded {len(CASES)} cases in {RECORD}")
+    record_main(RECORD, CASES, digests)
