@@ -32,7 +32,7 @@ from persist_rnn.bench.gpu_timing import cuda_ms, kernel_trace
 from persist_rnn.bench.layer_models import projection_module
 from tir_templates.projection import TILES, projection_kernel, projection_reference
 from tir_templates.gemm_staging import pack_pairs
-from tir_templates.projection_mma import projection_mma_kernel
+from tir_templates.projection_mma import HALF_DTYPES, projection_mma_kernel
 
 SHAPES = [(100, 64, 256), (1000, 64, 256), (2000, 64, 256), (1000, 64, 192), (100, 256, 1024), (1000, 256, 1024),
           (2000, 256, 1024), (100, 1024, 4096), (1000, 1024, 4096), (2000, 1024, 4096), (1000, 1024, 3072),
@@ -59,7 +59,7 @@ def mma_variant(name: str) -> dict:
         else:
             args["precision"] = part
     if args.get("w_pairs"):
-        args["x_dtype"] = {"f16": "float16", "bf16": "bfloat16"}[args["precision"]]
+        args["x_dtype"] = HALF_DTYPES[args["precision"]]
     return args
 
 

@@ -52,8 +52,10 @@ CTA_TILES = {"64x64": (64, 64, 32), "128x64": (128, 64, 32), "128x128": (128, 12
 #: exactly 16-bit values (an fp16 or bf16 model's x and W, cast to fp32 by the importer), one
 #: m16n8k16 mma, exact products, fp32 accumulation
 PRECISIONS = ("3xtf32", "tf32", "f16", "bf16")
-#: the precisions whose operands are 16-bit values (two a register, m16n8k16)
-HALF_PRECISIONS = ("f16", "bf16")
+#: the precisions whose operands are 16-bit values (two a register, m16n8k16), and the dtype of
+#: those values (an fp16 or bf16 layer's x as it comes)
+HALF_DTYPES = {"f16": "float16", "bf16": "bfloat16"}
+HALF_PRECISIONS = tuple(HALF_DTYPES)
 
 
 def slice_k(precision: str) -> int:
@@ -92,12 +94,11 @@ def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str, pairs_copied
       (1000, 1024) x (1024, 3072) 77 -> 84), so no plan of operands staged through registers
       keeps k-tiles in flight; 16-bit operands copied as they lie do (`_pairs_plan`). TF32's
       one-wave grid: 19.6 -> 15.4 us with 2 groups."""
-    one_wave = _one_wave(M, N, num_sms)
     if pairs_copied and precision in HALF_PRECISIONS:
         plan = _pairs_plan(M, N, num_sms)
-        if _copies(K, N, plan):
+        if _copies(K, N, plan.get("tile", "64x64"), plan["bk"], plan["k_groups"]):
             return plan
-    if one_wave:
+    if _one_wave(M, N, num_sms):
         return {"bk": 64, "k_groups": 4 if precision in HALF_PRECISIONS else 2, "stages": 0}
     return {"bk": BK, "k_groups": 1, "stages": 0}
 
@@ -131,15 +132,16 @@ def _pairs_plan(M: int, N: int, num_sms: int) -> dict:
     return dict(PAIRS_PLANS["big tiles" if _big_tiles_fill(M, N, num_sms) else "between"])
 
 
-def _copies(K: int, N: int, plan: dict) -> bool:
-    """Whether the copies of a pairs plan take K and N (`copies_pairs`)."""
-    bm, bn, _, nt = warp_grid(plan.get("tile", "64x64"))
-    return copies_pairs(K, N, bm, bn, plan["bk"], nt * plan["k_groups"])
+def _copies(K: int, N: int, tile: str, bk: int, k_groups: int) -> bool:
+    """Whether the pair copies of a `tile`, `bk` columns a k-tile, its warps in `k_groups` groups,
+    take K and N (`copies_pairs`)."""
+    bm, bn, _, nt = warp_grid(tile)
+    return copies_pairs(K, N, bm, bn, bk, nt * k_groups)
 
 
 def pairs_by_rows_copy(K: int, N: int) -> bool:
     """Whether every plan of PAIRS_PLANS copies K and N, so that the plan can wait for the runtime rows."""
-    return all(_copies(K, N, plan) for plan in PAIRS_PLANS.values())
+    return all(_copies(K, N, p.get("tile", "64x64"), p["bk"], p["k_groups"]) for p in PAIRS_PLANS.values())
 
 
 def a_fragment(lane, reg):
@@ -457,12 +459,11 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
 def _check_w_pairs(K, N, precision, bk, k_groups, stages, x_dtype, tile):
     """Refuse a packed-pairs GEMM that its copies cannot run: 16-bit precision, x in those 16 bits,
     k-tiles in flight, and rows of whole 16-byte vectors, as many a thread (`copies_pairs`)."""
-    if precision not in HALF_PRECISIONS or x_dtype != {"f16": "float16", "bf16": "bfloat16"}[precision]:
+    if HALF_DTYPES.get(precision) != x_dtype:
         raise ValueError(f"w_pairs needs 16-bit operands and x in their dtype, not {precision} with x in {x_dtype}")
     if stages < 2:
         raise ValueError(f"w_pairs copies k-tiles in flight: stages >= 2, not {stages}")
-    bm, bn, wm, nt = warp_grid(tile)
-    if not copies_pairs(K, N, bm, bn, bk, nt * k_groups):
+    if not _copies(K, N, tile, bk, k_groups):
         raise ValueError(f"w_pairs: K={K} (a multiple of 8) and N={N} (of 4) in whole 16-byte copies of a {tile} tile")
 
 
@@ -496,7 +497,7 @@ def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int
 def _build_pairs_by_rows(K: int, N: int, precision: str, num_sms: int, emulate: bool) -> tvm.tirx.PrimFunc:
     """The 16-bit pairs GEMM whose plan waits for the runtime rows: each plan of PAIRS_PLANS a
     kernel, the host picks one by `_pairs_plan`'s rule for a GPU of `num_sms` SMs."""
-    x_dtype = {"f16": "float16", "bf16": "bfloat16"}.get(precision)
+    x_dtype = HALF_DTYPES.get(precision)
     if x_dtype is None or not pairs_by_rows_copy(K, N):
         raise ValueError(f"a pairs GEMM by rows needs 16-bit operands and K={K} (a multiple of 8), N={N} (of 4)")
     one_wave, big, between = (

@@ -17,15 +17,13 @@ from tvm import relax
 
 from tir_templates.gemm_staging import pack_pairs
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
-from tir_templates.projection_mma import (HALF_PRECISIONS, gemm_plan, pairs_by_rows_copy, pairs_gemm_by_rows,
+from tir_templates.projection_mma import (HALF_DTYPES, gemm_plan, pairs_by_rows_copy, pairs_gemm_by_rows,
                                          projection_mma_kernel, tensor_cores_pay)
 
 from .call_sites import call_site_rows, constant_at_every_site, repack_constant_args
 
 #: w_t, the projection signature's second operand
 _W = 1
-#: the dtype a 16-bit GEMM precision's x comes in when its pairs are copied as they lie
-_HALF_DTYPE = {"f16": "float16", "bf16": "bfloat16"}
 #: the least K at which a 16-bit GEMM of rows known only at run time (a symbolic batch) goes to the
 #: tensor cores, its plan picked by the rows (`pairs_gemm_by_rows`): tensor_cores_pay's K, past
 #: which the tensor cores won on every grid measured beyond one small wave
@@ -46,7 +44,8 @@ def projection_precision(operands: str, precision: str) -> str:
     """The tensor-core GEMM's precision for an input projection: 16-bit operands (an fp16 or bf16
     layer's x and W) exactly on 16-bit tensor cores, fp32 operands at the build's precision
     (3xTF32 keeps fp32's accuracy)."""
-    return {"float16": "f16", "bfloat16": "bf16"}.get(operands, "tf32" if precision == "tf32" else "3xtf32")
+    half = {dtype: mma for mma, dtype in HALF_DTYPES.items()}
+    return half.get(operands, "tf32" if precision == "tf32" else "3xtf32")
 
 
 def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, w_constant: bool, num_sms: int,
@@ -55,7 +54,7 @@ def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, 
     they pay, else the FMA GEMM; a 16-bit GEMM whose x comes in its 16 bits and whose w_t is a
     constant copies pairs, its plan picked by the rows at run time where they are symbolic."""
     mma = projection_precision(operands, precision)
-    copied = mma in HALF_PRECISIONS and x_dtype == _HALF_DTYPE[mma] and w_constant
+    copied = HALF_DTYPES.get(mma) == x_dtype and w_constant  # x in the 16 bits of the operands
     if M is None and copied and K >= PAIRS_BY_ROWS_MIN_K and pairs_by_rows_copy(K, N):
         return pairs_gemm_by_rows(K, N, mma, num_sms), True
     if not tensor_cores_pay(M, K, N, num_sms):

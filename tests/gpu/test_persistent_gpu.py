@@ -469,10 +469,10 @@ def test_pairs_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, tile):
 
     from persist_rnn.bench.layer_models import projection_module
     from tir_templates.gemm_staging import pack_pairs
-    from tir_templates.projection_mma import projection_mma_kernel
+    from tir_templates.projection_mma import HALF_DTYPES, projection_mma_kernel
 
     dev = tvm.cuda(0)
-    x_dtype = {"f16": "float16", "bf16": "bfloat16"}[precision]
+    x_dtype = HALF_DTYPES[precision]
     for M, K, N in ((100, 1024, 4096), (2000, 1024, 4096), (130, 200, 72), (37, 96, 20)):
         func = projection_mma_kernel(K, N, precision, bk, k_groups, 3, x_dtype=x_dtype, tile=tile, w_pairs=True)
         with tvm.transform.PassContext(opt_level=3):

@@ -18,6 +18,7 @@ import tvm
 
 from tir_templates.projection import emulated_projection_kernel, projection_kernel
 from tir_templates.projection_mma import (
+    HALF_DTYPES,
     PAIRS_PLANS,
     emulated_pairs_gemm_by_rows,
     emulated_projection_mma_kernel,
@@ -34,7 +35,7 @@ def _pairs(precision: str, plan: str) -> dict:
     """projection_mma_kernel's arguments for a plan of PAIRS_PLANS."""
     args = {k: v for k, v in PAIRS_PLANS[plan].items() if k != "tile"}
     return {**args, "precision": precision, "tile": PAIRS_PLANS[plan].get("tile", "64x64"),
-            "x_dtype": {"f16": "float16", "bf16": "bfloat16"}[precision]}
+            "x_dtype": HALF_DTYPES[precision]}
 
 
 #: name -> (kind, K, N, arguments): "fma" projection_kernel, "mma" projection_mma_kernel, "rows"

@@ -14,6 +14,7 @@ import tvm
 from tir_templates.gemm_signature import PROJECTION_ATTR
 from tir_templates.gemm_staging import pack_pairs
 from tir_templates.projection_mma import (
+    HALF_DTYPES,
     PAIRS_PLANS,
     emulated_pairs_gemm_by_rows,
     emulated_projection_mma_kernel,
@@ -23,7 +24,6 @@ from tir_templates.projection_mma import (
 )
 
 HALF = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
-X_DTYPE = {"f16": "float16", "bf16": "bfloat16"}
 
 
 def run_pairs_on_cpu(func, x, w_packed, b, N) -> np.ndarray:
@@ -67,7 +67,7 @@ def test_emulated_pairs_gemm_is_exact_for_16_bit_operands(M, K, N, tile, bk, sta
     """Every thread's 16-byte copies of x and of the packed w_t into the ring of pair tiles, zeros
     past the edges, and the products as the mma reads them: exact products, fp32 sums (1e-6)."""
     x, w, b = sixteen_bit_operands(M, K, N, precision)
-    func = emulated_projection_mma_kernel(K, N, precision, bk, k_groups, stages, x_dtype=X_DTYPE[precision],
+    func = emulated_projection_mma_kernel(K, N, precision, bk, k_groups, stages, x_dtype=HALF_DTYPES[precision],
                                           tile=tile, w_pairs=True)
     info = json.loads(str(func.attrs[PROJECTION_ATTR]))
     assert info["w_pairs"] and info["pairs"] and info["stages"] == stages
@@ -137,7 +137,7 @@ def test_pairs_plans_compile_without_spills(M, arch, precision, tmp_path):
 
     K, N = 1024, 4096
     plan = gemm_plan(M, K, N, 132, precision, pairs_copied=True)
-    source = cuda_source(projection_mma_kernel(K, N, precision, **plan, x_dtype=X_DTYPE[precision]), arch)
+    source = cuda_source(projection_mma_kernel(K, N, precision, **plan, x_dtype=HALF_DTYPES[precision]), arch)
     assert "cvt" not in source.replace("__cvta", "")  # nothing converted: the operands come as the mma reads them
     copies = source.count("prnn_cp_async16((")
     assert copies > 0 and copies % plan["stages"] == 0
