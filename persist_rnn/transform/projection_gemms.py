@@ -68,7 +68,8 @@ def tile_projections(mod: tvm.IRModule, num_sms: int, precision: str) -> tvm.IRM
     of the GEMMs that copy pairs packed at their call sites."""
     todo = list(projections(mod))
     rows = call_site_rows(mod, {gv.name_hint for gv, *_ in todo})
-    constant_w = constant_at_every_site(mod, {gv.name_hint for gv, *_ in todo}, _W,
+    sixteen_bit = {gv.name_hint for gv, _, _, operands, _ in todo if operands in HALF_DTYPES.values()}
+    constant_w = constant_at_every_site(mod, sixteen_bit, _W,  # only those may copy pairs: no fp32 W read back
                                         lambda w: w.dtype == "float32" and w.ndim == 2 and w.shape[0] % 2 == 0)
     packers = {}
     for gv, K, N, operands, x_dtype in todo:
