@@ -1,10 +1,13 @@
 """Where a batch-1 step's microseconds go (issue 22's budget), before and after a change of exchange.
 
     python benchmarks/step_budget.py --out budget.jsonl [--layers LSTM:1024 GRU:256]
+    python benchmarks/step_budget.py --out budget.jsonl --untuned --layers LSTM:768:32:fp16 GRU:640:128:fp16
 
-For each layer (T=100, input = hidden, B=1) and each config (`after`: the shipped tuning log's;
-`before`: the same with h through L2 and a barrier a step, the cluster's or the grid's, as before
-the distributed-shared-memory and stamped exchanges):
+For each layer (T=100, input = hidden, B=1 unless CELL:H:B[:PRECISION] says otherwise) and each
+config (`after`: the shipped tuning log's, or with `--untuned` the default compile's with no
+tuning log and measure off, as `bench --parts offgrid` builds it; `before`, B=1 only: the same
+with h through L2 and a barrier a step, the cluster's or the grid's, as before the
+distributed-shared-memory and stamped exchanges):
 - the layer through TVM's VM, and its kernels' own durations from a CUPTI trace (the input
   projection GEMM, the persistent kernel, any zeroing kernel);
 - the persistent kernel alone at T=100, 400 and 1000, the least-squares slope its time per step,
@@ -38,11 +41,12 @@ from tvm.script import tirx as T  # noqa: E402
 
 import persist_rnn  # noqa: E402
 from persist_rnn.bench.gpu_timing import cuda_ms, kernel_trace, vm_call  # noqa: E402
-from persist_rnn.bench.torch_layers import strict_fp32_case
+from persist_rnn.bench.torch_layers import PRECISIONS, strict_fp32_case  # noqa: E402
 from persist_rnn.schedule.measure import build_kernel, kernel_arrays, time_kernel  # noqa: E402
 from tir_templates.config import Config  # noqa: E402
 from tir_templates.persistent import dots, exchange, kernel, update  # noqa: E402
 from tir_templates.persistent.exchange import DSMEM_SEND, DSMEM_WAIT, load_h  # noqa: E402
+from tir_templates.persistent.h16_exchange import load_h16  # noqa: E402
 from tir_templates.persistent.stamped_exchange import flat_words, issue_words, words_into_shared  # noqa: E402
 from tir_templates.persistent.update import each_owned_pair, h_out, recurrent_parts  # noqa: E402
 from tir_templates.spec import CellSpec  # noqa: E402
@@ -85,6 +89,8 @@ def unsynced_h_in(L, a, t, hs, s, slot, ch):
         raw = T.alloc_buffer((L.WORDS,), "uint64", scope="local")
         issue_words(L, a, t, raw, flat, s % 2, d, ch, rows)
         words_into_shared(L, a, t, hs, raw, rows)
+    elif L.H16:
+        load_h16(L, a, t, hs, slot, ch)
     else:
         load_h(L, a, t, hs, slot, ch)
 
@@ -158,13 +164,13 @@ def ablated_kernel(spec: CellSpec, cfg: Config, variant: str):
         importlib.reload(kernel)
 
 
-def step_times(spec: CellSpec, cfg: Config, dev, target) -> dict:
+def step_times(spec: CellSpec, cfg: Config, dev, target, batch: int = 1) -> dict:
     """Microseconds per step (the slope of a line through T = STEPS) and at each T, of each variant,
     and the step's parts by difference."""
     out = {}
     for variant in VARIANTS:
         lib = build_kernel(ablated_kernel(spec, cfg, variant), target)
-        us = [time_kernel(lib, dev, kernel_arrays(spec, 1, n, slots=cfg.exchange_slots(spec)), repeats=9) for n in STEPS]
+        us = [time_kernel(lib, dev, kernel_arrays(spec, batch, n, slots=cfg.exchange_slots(spec)), repeats=9) for n in STEPS]
         out[f"{variant}_step_us"] = float(np.polyfit(STEPS, us, 1)[0])
         out[f"{variant}_t100_us"] = us[0]
         out[f"{variant}_us"] = us
@@ -189,26 +195,36 @@ def layer_kernels(compiled, feeds) -> dict:
             "kernels_us": {n: float(np.median([e["dur"] for e in events if e["name"] == n])) for n in names}}
 
 
+def parse_layer(text: str) -> tuple[str, int, int, str]:
+    """CELL:H[:B[:PRECISION]] -> (cell, hidden, batch, precision); B=1 and fp32 unless given."""
+    parts = text.split(":")
+    return parts[0], int(parts[1]), int(parts[2]) if len(parts) > 2 else 1, parts[3] if len(parts) > 3 else "fp32"
+
+
 def main():
     import tvm
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--layers", nargs="*", help="CELL:H (default: LSTM and GRU at H=256 and 1024)")
+    ap.add_argument("--layers", nargs="*", help="CELL:H[:B[:PRECISION]] (default: LSTM and GRU at H=256 and 1024, B=1)")
+    ap.add_argument("--untuned", action="store_true", help="the default compile's config (no tuning log, measure off)")
     ap.add_argument("--tuning-log", default=SHIPPED_LOG, help="the log whose configs are `after` (default: the shipped H100 log)")
     args = ap.parse_args()
-    layers = [(c, int(h)) for c, h in (s.split(":") for s in args.layers)] if args.layers else LAYERS
+    layers = [parse_layer(s) for s in args.layers] if args.layers else [(c, h, 1, "fp32") for c, h in LAYERS]
     dev, target = tvm.cuda(0), tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
-    for cell, hidden in layers:
-        _, _, _, model, feeds = strict_fp32_case(cell, hidden, 1, STEPS[0])
-        shipped = persist_rnn.compile(model, "cuda", tuning_log=args.tuning_log)
+    for cell, hidden, batch, precision in layers:
+        build_precision, dtype, _ = PRECISIONS[precision]
+        _, _, _, model, feeds = strict_fp32_case(cell, hidden, batch, STEPS[0], dtype)
+        options = {"tuning_log": None, "measure": False} if args.untuned else {"tuning_log": args.tuning_log}
+        shipped = persist_rnn.compile(model, "cuda", precision=build_precision, **options)
         cfg = Config.from_dict(shipped.report()[0].config)
-        spec = CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU")
-        configs = {"before": dataclasses.replace(cfg, dsmem=False, stamped=False), "after": cfg}
+        spec = CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU", dtype=dtype)
+        configs = {"after": cfg} if batch > 1 or args.untuned else {
+            "before": dataclasses.replace(cfg, dsmem=False, stamped=False), "after": cfg}
         for name, c in configs.items():
             compiled = shipped if name == "after" else persist_rnn.compile(model, "cuda", config=c)
-            row = {"cell": cell, "hidden": hidden, "batch": 1, "build": name, "config": c.as_dict(),
-                   **layer_kernels(compiled, feeds), **step_times(spec, c, dev, target)}
+            row = {"cell": cell, "hidden": hidden, "batch": batch, "precision": precision, "build": name,
+                   "config": c.as_dict(), **layer_kernels(compiled, feeds), **step_times(spec, c, dev, target, batch)}
             with open(args.out, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if k != "config"}),
