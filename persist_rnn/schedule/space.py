@@ -13,7 +13,8 @@ to 16 warps: an fp32 layer's at 3xTF32 and, in a build at precision "tf32", at T
 layer's on its fp16 weights, a bf16 layer's on its bf16 weights; they too come in batch tiles
 where one CTA or cluster holds a direction. Pruning beyond `problems` (what cannot run): batch chunks are only the
 smallest chunk for 1 to 4 passes over the weights (a smaller chunk with the same pass count only
-wastes lanes; more passes multiply the per-chunk latencies), and groups of 1 or 2 lanes only when
+wastes lanes; more passes multiply the per-chunk latencies), an FMA-unit thread holds at most
+MAX_ACCUMULATORS accumulators (past them ptxas spills), and groups of 1 or 2 lanes only when
 nothing wider fits (and groups of 2 for a resident CTA whose lanes update their units from weights
 in registers, `candidate_configs`).
 """
@@ -36,6 +37,12 @@ NARROW_GROUPS = (1, 2)
 MAX_PASSES = 4
 TENSOR_CORE_SPLITS = (1, 2, 4, 8, 16)
 UNKNOWN_BATCH_CHUNK = 8
+#: an FMA-unit thread's accumulators (rows_per_group x batch_chunk) past which ptxas spills them
+#: and the step runs far slower than the model prices it: the 17 swept configs past it ran a
+#: median 1.68x (0.92-2.15x) their predicted step, the 8050 within it 0.94x (docs/data/sweep-*.jsonl,
+#: docs/data/global-runs-h200.jsonl, where LSTM H=1280 B=128 fp32 with 128 spilled 3.4 KB and
+#: ran 167 us a step against 85 predicted, while the next config, 64, ran 91)
+MAX_ACCUMULATORS = 96
 #: batch tiles offered when the batch is only known at run time
 ANY_BATCH_TILES = (1, 2, 4, 8)
 
@@ -71,6 +78,8 @@ def _fitting(spec: CellSpec, gpu: GPUModel, batch: int | None, groups, precision
     memory cannot either)."""
     out = []
     for cfg in _configs(spec, gpu, batch, groups, _weight_dtypes(spec), mma_precisions(spec, precision)):
+        if not cfg.tensor_cores() and cfg.rows_per_group * cfg.batch_chunk > MAX_ACCUMULATORS:
+            continue
         fit = cfg if not problems_on(spec, cfg, gpu) else _smem_weights(spec, cfg, gpu, stream)
         if fit is not None:
             out.append(fit)
