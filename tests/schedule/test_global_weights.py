@@ -9,10 +9,10 @@ import shutil
 import pytest
 import tvm
 
-from persist_rnn.schedule.cost_model import step_us, streamed_weights_us
+from persist_rnn.schedule.cost_model import rank, step_us, streamed_weights_us
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.planner import plan_layer, streamed_scan_note
-from persist_rnn.schedule.space import candidate_configs, problems_on
+from persist_rnn.schedule.space import MAX_ACCUMULATORS, candidate_configs, problems_on
 from tir_templates.config import Config, problems
 from tir_templates.spec import CellSpec
 
@@ -30,6 +30,20 @@ def test_weights_stream_only_where_no_config_holds_them_on_chip(hidden, streams)
         if streams:  # as many runs in shared memory as it holds: one more would not fit
             more = dataclasses.replace(c, smem_runs=c.smem_runs + 1, global_runs=c.global_runs - 1)
             assert problems_on(spec, more, H100)
+
+
+@pytest.mark.parametrize("cell,hidden,batch", [("lstm", 1280, 128), ("lstm", 64, 20), ("gru", 256, 20)])
+def test_no_fma_config_holds_more_accumulators_than_ptxas_keeps(cell, hidden, batch):
+    """Past MAX_ACCUMULATORS a thread's accumulators spill (LSTM H=1280 B=128 fp32: the model's
+    pick held 128 and ran 1.97x its price, docs/data/global-runs-h200.jsonl); tensor-core configs
+    hold theirs as C fragments and keep their own limit."""
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=cell == "gru")
+    configs = candidate_configs(spec, H100, batch)
+    fma = [c for c in configs if not c.tensor_cores()]
+    assert fma and all(c.rows_per_group * c.batch_chunk <= MAX_ACCUMULATORS for c in fma)
+    if hidden == 1280:  # the pick is the config measured at 91 us a step, 5 runs in global memory
+        pick = rank(spec, configs, H100, batch)[0][1]
+        assert (pick.group_size, pick.rows_per_group, pick.batch_chunk, pick.global_runs) == (16, 2, 32, 5)
 
 
 def test_runs_of_three_homes_never_exceed_a_lanes_columns():
