@@ -22,7 +22,7 @@ from .exchange import (emulated_barrier, emulated_dsmem_exchange, emulated_end_o
 from .h16_exchange import keep_h_prev, own_h_prev
 from .gru_partial_sums import load_partial_weights, partial_update, publish_partials, reset_from_partials, tile_state
 from .gru_two_phase import candidate_phase, reset_phase
-from .inputs import advance, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
+from .inputs import advance, chunk_ahead_inputs, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
 from .layout import Layout
 from .update import update
 
@@ -45,21 +45,36 @@ def emulated_step(L, a, regs, hs, hs_next, cta, s):
 
 
 @T.macro
-def emulated_phase(L, a, regs, s, phase):
-    """Step s's `phase` for every CTA and chunk (the chunked paths): inputs, dot products, then
-    the phase's update (0: the cell's only phase; 1, 2: the two-phase GRU's)."""
+def emulated_chunked_step(L, a, regs, s):
+    """Step s of `kernel.chunked_steps` for every CTA and chunk: the chunk's inputs (the next
+    chunk's projections into `xn`), dot products, update, the projections moved up."""
     for cta in range(L.grid_size(a.n_b)):
         for ch in range(L.chunks(a.n_b)):
             hs = T.alloc_buffer(L.TWIN_HS_SHAPE, L.HS_DTYPE)
             gs = T.alloc_buffer((L.KS * L.BC, L.GTW), "float32")
             for tx in range(L.NT):
-                chunk_inputs(L, a, emulated_thread(L, regs, cta, tx), hs, s, ch, L.phase_slot(phase, s), phase == 0)
+                chunk_ahead_inputs(L, a, emulated_thread(L, regs, cta, tx), hs, s, ch)
+            emulated_dot_products(L, a, regs, hs, gs, cta, 0)
+            for tx in range(L.NT):
+                t = T.meta_var(emulated_thread(L, regs, cta, tx))
+                update(L, a, t, hs, gs, s, ch, None)
+                advance(L, t, False)
+
+
+@T.macro
+def emulated_phase(L, a, regs, s, phase):
+    """Step s's `phase` of the two-phase GRU for every CTA and chunk: inputs, dot products, then
+    the phase's update (1: z and r * h(t-1); 2: the candidate and h(t))."""
+    for cta in range(L.grid_size(a.n_b)):
+        for ch in range(L.chunks(a.n_b)):
+            hs = T.alloc_buffer(L.TWIN_HS_SHAPE, L.HS_DTYPE)
+            gs = T.alloc_buffer((L.KS * L.BC, L.GTW), "float32")
+            for tx in range(L.NT):
+                chunk_inputs(L, a, emulated_thread(L, regs, cta, tx), hs, s, ch, L.phase_slot(phase, s), False)
             emulated_dot_products(L, a, regs, hs, gs, cta, phase)
             for tx in range(L.NT):
                 t = T.meta_var(emulated_thread(L, regs, cta, tx))
-                if phase == 0:
-                    update(L, a, t, hs, gs, s, ch, None)
-                elif phase == 1:
+                if phase == 1:
                     reset_phase(L, a, t, hs, gs, s, ch)
                 else:
                     candidate_phase(L, a, t, gs, s, ch)
@@ -176,8 +191,11 @@ def emulated_kernel(L, a):
     elif L.one_chunk(a.n_b) and L.phases == 1:
         emulated_one_chunk_steps(L, a, regs)
     elif L.phases == 1:
+        for cta, tx in T.grid(L.grid_size(a.n_b), L.NT):
+            t = T.meta_var(emulated_thread(L, regs, cta, tx))
+            fetch(L, a, t, t.xr, 0, 0, False, False)
         for s in range(a.n_t):
-            emulated_phase(L, a, regs, s, 0)
+            emulated_chunked_step(L, a, regs, s)
             emulated_end_of_step(L, a, L.barrier_index(s, 1))
     else:
         for s in range(a.n_t):

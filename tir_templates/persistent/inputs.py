@@ -45,18 +45,32 @@ def load_lengths(L, a, t, ch):
             t.nv[t.row, e] = valid_steps(L, a, L.pair(t.cta, t.tx, e, ch)[0])
 
 
+def pair_length(L, a, t, e, ch, own):
+    """The sequence length of the thread's e-th pair of chunk ch: its register (`own`, the chunk
+    `load_lengths` last loaded), else read here (a chunk ahead of the registers)."""
+    return t.nv[t.row, e] if own else valid_steps(L, a, L.pair(t.cta, t.tx, e, ch)[0])
+
+
 @T.macro
-def fetch(L, a, t, xr, s, ch, with_c):
+def fetch_cell_state(L, a, t, xr, e, ch):
+    """C(t-1) of the thread's e-th pair of chunk ch into `xr`."""
+    xr[t.row, e * L.XR + L.G] = cell_state(L, a, L.dir_of(t.cta), L.pair(t.cta, t.tx, e, ch)[0],
+                                           L.pair(t.cta, t.tx, e, ch)[1])
+
+
+@T.macro
+def fetch(L, a, t, xr, s, ch, with_c, own_lengths=True):
     """Load step s's input projection of each owned pair (and C(t-1) when `with_c`) into the
-    register set `xr`. Unguarded, with the time index clamped, so the loads issue at once."""
+    register set `xr`. Unguarded, with the time index clamped, so the loads issue at once (a
+    forward direction's index needs no length; `own_lengths`: see `pair_length`)."""
     for e in T.unroll(L.UPT):
         if L.owns(t.cta, t.tx, e, ch, a.n_b):
             for g in T.unroll(L.G):
                 xr[t.row, e * L.XR + g] = input_at(L, a, t, e, g, ch, T.max(
-                    T.min(time_index(L, L.dir_of(t.cta), s, t.nv[t.row, e]), a.n_t - 1), T.int64(0)))
+                    T.min(time_index(L, L.dir_of(t.cta), s, pair_length(L, a, t, e, ch, own_lengths)), a.n_t - 1),
+                    T.int64(0)))
             if L.lstm and with_c:
-                xr[t.row, e * L.XR + L.G] = cell_state(L, a, L.dir_of(t.cta), L.pair(t.cta, t.tx, e, ch)[0],
-                                                       L.pair(t.cta, t.tx, e, ch)[1])
+                fetch_cell_state(L, a, t, xr, e, ch)
 
 
 @T.macro
@@ -80,6 +94,25 @@ def chunk_inputs(L, a, t, hs, s, ch, slot, with_c):
     h_into_shared(L, a, t, hs, s, slot, ch)
     if L.H16:
         own_h_prev(L, a, t, t.hp, slot, ch)
+
+
+@T.macro
+def chunk_ahead_inputs(L, a, t, hs, s, ch):
+    """A one-phase step's chunk ch, when the batch spans chunks: its lengths, C(t-1) and h(t-1)
+    (`hs`; with the 16-bit exchange each owned pair's fp32 h(t-1) too), and the input
+    projections of the chunk after it (the next step's first after the last) into `xn`, in
+    flight while this chunk computes. The chunk's own projections are in `xr`, fetched the same
+    way a chunk earlier (`chunked_steps`): they come from HBM, where the projection GEMM left
+    them, and would otherwise hold up every chunk by a round trip."""
+    load_lengths(L, a, t, ch)
+    for e in T.unroll(L.UPT):
+        if L.lstm and L.owns(t.cta, t.tx, e, ch, a.n_b):
+            fetch_cell_state(L, a, t, t.xr, e, ch)
+    h_into_shared(L, a, t, hs, s, s % 2, ch)
+    if L.H16:
+        own_h_prev(L, a, t, t.hp, s % 2, ch)
+    last = ch + 1 == L.chunks(a.n_b)
+    fetch(L, a, t, t.xn, T.if_then_else(last, s + 1, s), T.if_then_else(last, 0, ch + 1), False, False)
 
 
 @T.macro

@@ -31,7 +31,7 @@ from .exchange import (dsmem_exchange, dsmem_init, end_of_step, final_state, h_i
 from .h16_exchange import keep_h_prev, own_h_prev
 from .gru_partial_sums import load_partial_weights, partial_update, publish_partials, reset_from_partials, tile_state
 from .gru_two_phase import candidate_phase, reset_phase
-from .inputs import advance, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
+from .inputs import advance, chunk_ahead_inputs, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
 from .layout import Layout
 from .update import update
 
@@ -86,24 +86,40 @@ def one_chunk_steps(L, a, t, sm):
 
 
 @T.macro
+def chunked_steps(L, a, t, sm):
+    """One phase a step, the batch in chunks: each chunk reloads its lengths, C(t-1) and h(t-1),
+    while the next chunk's input projections are in flight (`chunk_ahead_inputs`)."""
+    fetch(L, a, t, t.xr, 0, 0, False, False)
+    for s in range(a.n_t):
+        for ch in range(L.chunks(a.n_b)):
+            chunk_ahead_inputs(L, a, t, sm.hs, s, ch)
+            T.tvm_storage_sync("shared")
+            dot_products(L, a, t, sm.hs, sm.gs, 0)
+            if not L.LANE:
+                T.tvm_storage_sync("shared")
+            update(L, a, t, sm.hs, sm.gs, s, ch, None)
+            advance(L, t, False)
+            T.tvm_storage_sync("shared")
+        end_of_step(L, a, t.cta, L.barrier_index(s, 1))
+
+
+@T.macro
 def chunked_phase(L, a, t, sm, s, phase):
-    """Step s's `phase` when the batch spans chunks (each chunk reloads its lengths, inputs and
-    C(t-1)), then the phase's barrier. Phase 0 is the cell's only phase; 1 and 2 are the
-    two-phase GRU's: z and r * h(t-1), then the candidate and h(t) (FMA units only)."""
+    """Step s's `phase` of the two-phase GRU (FMA units only), chunk by chunk (each reloads its
+    lengths, inputs and exchange slot), then the phase's barrier: 1, z and r * h(t-1); 2, the
+    candidate and h(t)."""
     for ch in range(L.chunks(a.n_b)):
-        chunk_inputs(L, a, t, sm.hs, s, ch, L.phase_slot(phase, s), phase == 0)
+        chunk_inputs(L, a, t, sm.hs, s, ch, L.phase_slot(phase, s), False)
         T.tvm_storage_sync("shared")
         dot_products(L, a, t, sm.hs, sm.gs, phase)
         if not L.LANE:
             T.tvm_storage_sync("shared")
-        if phase == 0:
-            update(L, a, t, sm.hs, sm.gs, s, ch, None)
-        elif phase == 1:
+        if phase == 1:
             reset_phase(L, a, t, sm.hs, sm.gs, s, ch)
         else:
             candidate_phase(L, a, t, sm.gs, s, ch)
         T.tvm_storage_sync("shared")
-    end_of_step(L, a, t.cta, L.barrier_index(s, max(phase, 1)))
+    end_of_step(L, a, t.cta, L.barrier_index(s, phase))
 
 
 @T.macro
@@ -148,13 +164,12 @@ def cta_program(L, a, cta, tx):
         partial_sum_steps(L, a, t, sm)
     elif L.one_chunk(a.n_b) and L.phases == 1:
         one_chunk_steps(L, a, t, sm)
-    else:  # the batch spans chunks, or the step has two phases (GRU, linear_before_reset=0)
+    elif L.phases == 1:  # the batch spans chunks
+        chunked_steps(L, a, t, sm)
+    else:  # the step has two phases (GRU, linear_before_reset=0)
         for s in range(a.n_t):
-            if L.phases == 1:
-                chunked_phase(L, a, t, sm, s, 0)
-            else:
-                chunked_phase(L, a, t, sm, s, 1)
-                chunked_phase(L, a, t, sm, s, 2)
+            chunked_phase(L, a, t, sm, s, 1)
+            chunked_phase(L, a, t, sm, s, 2)
     final_state(L, a, t)
 
 
