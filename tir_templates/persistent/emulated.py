@@ -63,18 +63,20 @@ def emulated_chunked_step(L, a, regs, s):
 
 @T.macro
 def emulated_phase(L, a, regs, s, phase):
-    """Step s's `phase` of the two-phase GRU for every CTA and chunk: inputs, dot products, then
-    the phase's update (1: z and r * h(t-1); 2: the candidate and h(t))."""
+    """Step s's `phase` for every CTA and chunk (the chunked paths): inputs, dot products, then
+    the phase's update (0: the cell's only phase; 1, 2: the two-phase GRU's)."""
     for cta in range(L.grid_size(a.n_b)):
         for ch in range(L.chunks(a.n_b)):
             hs = T.alloc_buffer(L.TWIN_HS_SHAPE, L.HS_DTYPE)
             gs = T.alloc_buffer((L.KS * L.BC, L.GTW), "float32")
             for tx in range(L.NT):
-                chunk_inputs(L, a, emulated_thread(L, regs, cta, tx), hs, s, ch, L.phase_slot(phase, s), False)
+                chunk_inputs(L, a, emulated_thread(L, regs, cta, tx), hs, s, ch, L.phase_slot(phase, s), phase == 0)
             emulated_dot_products(L, a, regs, hs, gs, cta, phase)
             for tx in range(L.NT):
                 t = T.meta_var(emulated_thread(L, regs, cta, tx))
-                if phase == 1:
+                if phase == 0:
+                    update(L, a, t, hs, gs, s, ch, None)
+                elif phase == 1:
                     reset_phase(L, a, t, hs, gs, s, ch)
                 else:
                     candidate_phase(L, a, t, gs, s, ch)
@@ -190,12 +192,16 @@ def emulated_kernel(L, a):
         emulated_partial_sum_steps(L, a, regs)
     elif L.one_chunk(a.n_b) and L.phases == 1:
         emulated_one_chunk_steps(L, a, regs)
-    elif L.phases == 1:
+    elif L.phases == 1 and L.CHUNKS_AHEAD:
         for cta, tx in T.grid(L.grid_size(a.n_b), L.NT):
             t = T.meta_var(emulated_thread(L, regs, cta, tx))
             fetch(L, a, t, t.xr, 0, 0, False, False)
         for s in range(a.n_t):
             emulated_chunked_step(L, a, regs, s)
+            emulated_end_of_step(L, a, L.barrier_index(s, 1))
+    elif L.phases == 1:
+        for s in range(a.n_t):
+            emulated_phase(L, a, regs, s, 0)
             emulated_end_of_step(L, a, L.barrier_index(s, 1))
     else:
         for s in range(a.n_t):

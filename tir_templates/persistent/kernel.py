@@ -105,21 +105,23 @@ def chunked_steps(L, a, t, sm):
 
 @T.macro
 def chunked_phase(L, a, t, sm, s, phase):
-    """Step s's `phase` of the two-phase GRU (FMA units only), chunk by chunk (each reloads its
-    lengths, inputs and exchange slot), then the phase's barrier: 1, z and r * h(t-1); 2, the
-    candidate and h(t)."""
+    """Step s's `phase` when the batch spans chunks (each chunk reloads its lengths, inputs and
+    C(t-1)), then the phase's barrier. Phase 0 is the cell's only phase; 1 and 2 are the
+    two-phase GRU's: z and r * h(t-1), then the candidate and h(t) (FMA units only)."""
     for ch in range(L.chunks(a.n_b)):
-        chunk_inputs(L, a, t, sm.hs, s, ch, L.phase_slot(phase, s), False)
+        chunk_inputs(L, a, t, sm.hs, s, ch, L.phase_slot(phase, s), phase == 0)
         T.tvm_storage_sync("shared")
         dot_products(L, a, t, sm.hs, sm.gs, phase)
         if not L.LANE:
             T.tvm_storage_sync("shared")
-        if phase == 1:
+        if phase == 0:
+            update(L, a, t, sm.hs, sm.gs, s, ch, None)
+        elif phase == 1:
             reset_phase(L, a, t, sm.hs, sm.gs, s, ch)
         else:
             candidate_phase(L, a, t, sm.gs, s, ch)
         T.tvm_storage_sync("shared")
-    end_of_step(L, a, t.cta, L.barrier_index(s, phase))
+    end_of_step(L, a, t.cta, L.barrier_index(s, max(phase, 1)))
 
 
 @T.macro
@@ -164,12 +166,15 @@ def cta_program(L, a, cta, tx):
         partial_sum_steps(L, a, t, sm)
     elif L.one_chunk(a.n_b) and L.phases == 1:
         one_chunk_steps(L, a, t, sm)
-    elif L.phases == 1:  # the batch spans chunks
+    elif L.phases == 1 and L.CHUNKS_AHEAD:  # the batch spans chunks
         chunked_steps(L, a, t, sm)
-    else:  # the step has two phases (GRU, linear_before_reset=0)
+    else:  # ... without inputs a chunk ahead, or the step has two phases (GRU, linear_before_reset=0)
         for s in range(a.n_t):
-            chunked_phase(L, a, t, sm, s, 1)
-            chunked_phase(L, a, t, sm, s, 2)
+            if L.phases == 1:
+                chunked_phase(L, a, t, sm, s, 0)
+            else:
+                chunked_phase(L, a, t, sm, s, 1)
+                chunked_phase(L, a, t, sm, s, 2)
     final_state(L, a, t)
 
 

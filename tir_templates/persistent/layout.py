@@ -20,6 +20,7 @@ BLOCK_M):
     KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
     TF32              tensor cores at TF32 precision: one mma of rounded operands (else 3xTF32)
     F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
+    CHUNKS_AHEAD      a step in chunks fetches each next chunk's inputs while one computes
     INT8, WPR         weights held as int8 (int8_rows.py): a run of 4 a register; words a row holds (RR + scale)
     BF16              ... those weights bf16 (else fp16)
     H16, H16_SLOT     16-bit mma: h(t-1) exchanged in 16 bits (`hs` holds pairs); the exchange slot of them
@@ -108,6 +109,10 @@ class Layout:
         self.MMA = cfg.tensor_cores()
         self.TF32 = cfg.tf32()  # one mma of TF32-rounded operands (else 3xTF32)
         self.F16 = cfg.f16_mma()  # a 16-bit layer's mma: its weights, h(t-1) rounded to its dtype, K = 16
+        # a chunked step fetches the next chunk's inputs while a chunk computes (kernel.chunked_steps),
+        # but with fp32 A fragments: there the registers in flight took LSTM H=1024 B=20 (3xTF32,
+        # 4 column splits) from 200 registers to 255 and 20 bytes of spills
+        self.CHUNKS_AHEAD = not (self.MMA and not self.F16)
         self.BF16 = self.F16 and cfg.weight_dtype == "bfloat16"  # ... the layer is bf16
         self.KS = cfg.k_splits()
         self.RT = cfg.row_tiles(spec) if self.MMA else 0
