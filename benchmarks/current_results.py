@@ -132,7 +132,8 @@ def offgrid_part_lines(rows: list) -> list[str]:
     after planner changes, only the layers they move; E: after a kernel change, the layers below
     or nearest 1.0x; F: the layers the tensor-core batch tiles move, and LSTM H=1280 B=128 fp32;
     G: the layers the 16-bit exchange moves most; H: the 16-bit tensor-core layers after the
-    16-bit GEMM's copies of pairs; D: a kernel variant measured and not kept),
+    16-bit GEMM's copies of pairs; I: the layer in two batch chunks after inputs a chunk ahead;
+    D: a kernel variant measured and not kept),
     with run A's ratio beside it, and the floors' numbers over the latest rows."""
     kept = [r for r in rows if r.get("part") == "offgrid" and r.get("run") != "D"]
     latest = {}
@@ -158,7 +159,13 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "tensor-core rows (E, F) ran before it, and their kernels alone are 1.33-1.68x faster with it "
            "(`docs/data/exchange-ab-h200.jsonl`, below). Run H re-measured the five 16-bit tensor-core layers "
            "after the input projection's 16-bit GEMM began copying x and the packed w_t as they lie (below: "
-           "1.3-1.8x the GEMM alone; picks unchanged). Error: against torch's strict fp32 layer, over the output scale. Command: "
+           "1.3-1.8x the GEMM alone; picks unchanged). Run I re-measured LSTM H=896 B=64 bf16, whose step spans two "
+           "batch chunks, after the chunked step began fetching each next chunk's input projections while a chunk "
+           "computes (`kernel.chunked_steps`; its step budget before: `docs/data/step-budget-16bit-h200.jsonl`). "
+           "LSTM H=1280 B=128 fp32's row is its pick before the space left out configs past 96 accumulators a "
+           "thread (`space.MAX_ACCUMULATORS`, docs/cost-model.md): that pick ran 167 µs a step kernel alone, the "
+           "present one 91 (`docs/data/global-runs-h200.jsonl`, both before inputs a chunk ahead); the layer was "
+           "not re-measured whole. Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",
            "| layer | precision | run | ours ms (measure off) | pick | best cuDNN ms | best | best ÷ ours | best ÷ top-5 compile | run A: best ÷ ours | error |",
