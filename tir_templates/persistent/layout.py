@@ -110,8 +110,8 @@ class Layout:
         self.TF32 = cfg.tf32()  # one mma of TF32-rounded operands (else 3xTF32)
         self.F16 = cfg.f16_mma()  # a 16-bit layer's mma: its weights, h(t-1) rounded to its dtype, K = 16
         # a chunked step fetches the next chunk's inputs while a chunk computes (kernel.chunked_steps),
-        # but with fp32 A fragments: there the registers in flight took LSTM H=1024 B=20 (3xTF32,
-        # 4 column splits) from 200 registers to 255 and 20 bytes of spills
+        # but not with fp32 A fragments: with the next inputs live, LSTM H=1024 B=20 (3xTF32, 4
+        # column splits) went from 200 registers to 255 and 20 bytes of spills
         self.CHUNKS_AHEAD = not (self.MMA and not self.F16)
         self.BF16 = self.F16 and cfg.weight_dtype == "bfloat16"  # ... the layer is bf16
         self.KS = cfg.k_splits()
