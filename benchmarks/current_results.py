@@ -164,8 +164,9 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "computes (`kernel.chunked_steps`; its step budget before: `docs/data/step-budget-16bit-h200.jsonl`). "
            "LSTM H=1280 B=128 fp32's row is its pick before the space left out configs past 96 accumulators a "
            "thread (`space.MAX_ACCUMULATORS`, docs/cost-model.md): that pick ran 167 µs a step kernel alone, the "
-           "present one 91 (`docs/data/global-runs-h200.jsonl`, both before inputs a chunk ahead); the layer was "
-           "not re-measured whole. Error: against torch's strict fp32 layer, over the output scale. Command: "
+           "present one 91 (`docs/data/global-runs-h200.jsonl`, both before inputs a chunk ahead). The present pick "
+           "is the config run F's top-5 compile chose, and as a whole layer it ran 12.06 ms there, 0.86x cuDNN's best "
+           "in that run (its 'best ÷ top-5 compile'); the layer was not re-measured with measure off. Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",
            "| layer | precision | run | ours ms (measure off) | pick | best cuDNN ms | best | best ÷ ours | best ÷ top-5 compile | run A: best ÷ ours | error |",
