@@ -132,6 +132,18 @@ def _pairs_plan(M: int, N: int, num_sms: int) -> dict:
     return dict(PAIRS_PLANS["big tiles" if _big_tiles_fill(M, N, num_sms) else "between"])
 
 
+def plan_shared_bytes(K: int, N: int, precision: str, plan: dict) -> int:
+    """Shared memory a CTA of `plan` (`gemm_plan`'s) allocates: its k-tiles (in flight) and the
+    groups' sums. The 16-bit plans that copy pairs take 29-105 KB (`PAIRS_PLANS`); a GPU whose CTAs
+    take less (99 KB on sm_86 and sm_89) cannot launch the larger ones."""
+    BM, BN, WM, NT = warp_grid(plan.get("tile", "64x64"))
+    G = plan["k_groups"]
+    pack = precision if precision in HALF_PRECISIONS else None
+    staging = gemm_staging(K, N, BM, BN, plan["bk"], NT * G, mma_tiles=True, pack=pack)
+    sums = (G - 1) * NT * (WM // 16) * (WN // 8) * 4
+    return 4 * (max(1, plan["stages"]) * (staging.x_words + staging.w_words) + sums)
+
+
 def _copies(K: int, N: int, tile: str, bk: int, k_groups: int) -> bool:
     """Whether the pair copies of a `tile`, `bk` columns a k-tile, its warps in `k_groups` groups,
     take K and N (`copies_pairs`)."""

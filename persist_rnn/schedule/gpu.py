@@ -84,11 +84,34 @@ def _calibration_text(arch: str) -> str | None:
     return res.read_text() if res.is_file() else None
 
 
+#: shared memory a CTA may take, by compute capability (the CUDA C++ Programming Guide's technical
+#: specifications): an architecture without a calibration of its own gets its own limit
+MAX_SHARED_BYTES = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448, 100: 232448, 120: 101376}
+#: the shipped calibrations, by compute capability
+SHIPPED = (80, 90)
+
+
+def _capability(arch: str) -> int:
+    """86 of "sm_86", 90 of "sm_90a"."""
+    return int("".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit()) or 90)
+
+
 def gpu_model(arch: str | None) -> GPUModel:
-    """The calibration for `arch` ("sm_90", ...); architectures without one use the H100's."""
-    text = _calibration_text(arch or "sm_90") or _calibration_text("sm_90")
+    """The calibration for `arch` ("sm_90", ...). An architecture without one takes the closest
+    earlier shipped one's, with its own shared memory a CTA where that is less: sm_86 and sm_89
+    the A100's with 99 KiB (no thread-block clusters: Hopper brought them), sm_100 the H100's."""
+    arch = arch or "sm_90"
     fields = {f.name for f in dataclasses.fields(GPUModel)}
-    return GPUModel(**{k: v for k, v in json.loads(text).items() if k in fields})
+    text = _calibration_text(arch)
+    if text is not None:
+        return GPUModel(**{k: v for k, v in json.loads(text).items() if k in fields})
+    cc = _capability(arch)
+    base = f"sm_{max([c for c in SHIPPED if c <= cc] or [SHIPPED[-1]])}"
+    model = GPUModel(**{k: v for k, v in json.loads(_calibration_text(base)).items() if k in fields})
+    limit = MAX_SHARED_BYTES.get(cc, MAX_SHARED_BYTES.get(cc // 10 * 10, model.max_shared_bytes))
+    if limit >= model.max_shared_bytes:  # the same model (and tuning-log key) as the base's
+        return model
+    return dataclasses.replace(model, name=f"{model.name}, for {arch}", arch=arch, max_shared_bytes=limit)
 
 
 def present_device():

@@ -305,7 +305,8 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         mod = pack_int8_weights(mod, {gv.name_hint for gv, func, _ in recurrences(mod)
                                       if gv.name_hint in int8 and _holds_int8(func)})
         if cuda:
-            mod = tile_projections(mod, num_sms, precision)  # the tensor cores' GEMM where it pays, else FMA
+            # the tensor cores' GEMM where it pays, else FMA
+            mod = tile_projections(mod, num_sms, precision, gpu_model(arch).max_shared_bytes)
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
             for gv, func, spec in list(recurrences(mod)):
                 if gv.name_hint in early and _may_launch_early(func, spec):

@@ -17,8 +17,8 @@ from tvm import relax
 
 from tir_templates.gemm_staging import pack_pairs
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
-from tir_templates.projection_mma import (HALF_DTYPES, gemm_plan, pairs_by_rows_copy, pairs_gemm_by_rows,
-                                         projection_mma_kernel, tensor_cores_pay)
+from tir_templates.projection_mma import (HALF_DTYPES, PAIRS_PLANS, gemm_plan, pairs_by_rows_copy, pairs_gemm_by_rows,
+                                         plan_shared_bytes, projection_mma_kernel, tensor_cores_pay)
 
 from .call_sites import call_site_rows, constant_at_every_site, repack_constant_args
 
@@ -49,23 +49,29 @@ def projection_precision(operands: str, precision: str) -> str:
 
 
 def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, w_constant: bool, num_sms: int,
-                    precision: str) -> tuple[tvm.tirx.PrimFunc, bool]:
+                    precision: str, max_shared_bytes: int = 232448) -> tuple[tvm.tirx.PrimFunc, bool]:
     """(the GEMM of one projection, whether it takes w_t packed as pairs): the tensor cores' where
     they pay, else the FMA GEMM; a 16-bit GEMM whose x comes in its 16 bits and whose w_t is a
-    constant copies pairs, its plan picked by the rows at run time where they are symbolic."""
+    constant copies pairs, its plan picked by the rows at run time where they are symbolic, where
+    a CTA's `max_shared_bytes` take its plans (else the plan through registers)."""
     mma = projection_precision(operands, precision)
     copied = HALF_DTYPES.get(mma) == x_dtype and w_constant  # x in the 16 bits of the operands
-    if M is None and copied and K >= PAIRS_BY_ROWS_MIN_K and pairs_by_rows_copy(K, N):
+    fits = lambda plan: plan_shared_bytes(K, N, mma, plan) <= max_shared_bytes  # noqa: E731
+    if (M is None and copied and K >= PAIRS_BY_ROWS_MIN_K and pairs_by_rows_copy(K, N)
+            and all(fits(p) for p in PAIRS_PLANS.values())):
         return pairs_gemm_by_rows(K, N, mma, num_sms), True
     if not tensor_cores_pay(M, K, N, num_sms):
         return projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=x_dtype), False
     plan = gemm_plan(M, K, N, num_sms, mma, pairs_copied=copied)
+    if not fits(plan):  # one wave of 4 groups, or 128 x 128 tiles, past the GPU's shared memory
+        plan = gemm_plan(M, K, N, num_sms, mma)
     return projection_mma_kernel(K, N, mma, **plan, x_dtype=x_dtype), bool(plan.get("w_pairs"))
 
 
-def tile_projections(mod: tvm.IRModule, num_sms: int, precision: str) -> tvm.IRModule:
-    """`mod` with every projection reference replaced by its GEMM (`projection_gemm`), and the w_t
-    of the GEMMs that copy pairs packed at their call sites."""
+def tile_projections(mod: tvm.IRModule, num_sms: int, precision: str, max_shared_bytes: int = 232448) -> tvm.IRModule:
+    """`mod` with every projection reference replaced by its GEMM (`projection_gemm`) for a GPU of
+    `num_sms` SMs and `max_shared_bytes` of shared memory a CTA, and the w_t of the GEMMs that copy
+    pairs packed at their call sites."""
     todo = list(projections(mod))
     rows = call_site_rows(mod, {gv.name_hint for gv, *_ in todo})
     sixteen_bit = {gv.name_hint for gv, _, _, operands, _ in todo if operands in HALF_DTYPES.values()}
@@ -74,7 +80,7 @@ def tile_projections(mod: tvm.IRModule, num_sms: int, precision: str) -> tvm.IRM
     packers = {}
     for gv, K, N, operands, x_dtype in todo:
         kernel, packs = projection_gemm(rows.get(gv.name_hint), K, N, operands, x_dtype, gv.name_hint in constant_w,
-                                        num_sms, precision)
+                                        num_sms, precision, max_shared_bytes)
         if not packs:
             mod[gv] = kernel
             continue

@@ -13,7 +13,7 @@ from persist_rnn import PersistRNNError
 from persist_rnn.schedule import tuning_log
 from persist_rnn.schedule.cost_model import FEATURES, features, rank, step_us
 from persist_rnn.schedule.gpu import gpu_model
-from persist_rnn.schedule.planner import plan_layer
+from persist_rnn.schedule.planner import choose, plan_layer
 from persist_rnn.schedule.space import candidate_configs, problems_on
 from tir_templates.config import TEMPLATE_VERSION, Config, problems
 from tir_templates.spec import CellSpec
@@ -711,3 +711,18 @@ def test_the_shipped_model_picks_tensor_core_configs_where_they_win_off_the_grid
     assert len(picks) == 33
     assert sum(q["regret"] <= 1.15 for q in picks) >= 0.9 * len(picks) > sum(q["regret"] <= 1.15 for q in fma_only)
     assert np.mean([q["spearman"] for q in picks]) > 0.7
+
+
+@pytest.mark.parametrize("arch", ["sm_86", "sm_89"])
+def test_architectures_without_a_calibration_get_their_own_shared_memory(arch):
+    """sm_86 and sm_89 take the A100's calibration with 99 KiB of shared memory a CTA, and no
+    thread-block clusters: the planner's picks there launch (the H100's offered 227 KiB and
+    clusters); sm_90a and sm_100a keep the H100's model as it is."""
+    gpu = gpu_model(arch)
+    assert gpu.max_shared_bytes == 101376 and gpu.max_cluster_ctas == 0 and gpu.num_sms == gpu_model("sm_80").num_sms
+    assert gpu_model("sm_90a") == gpu_model("sm_90") == gpu_model("sm_100a")
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+    for spec, batch in [(CellSpec("lstm", 256, 256), 1), (CellSpec("lstm", 1024, 1024), 1),
+                        (CellSpec("gru", 1536, 1536, linear_before_reset=True, dtype="float16"), 8)]:
+        cfg = choose(spec, target, batch, measure=False).config
+        assert not cfg.cluster and cfg.shared_bytes(spec) <= 101376, cfg

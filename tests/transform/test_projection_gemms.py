@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax
 
 from persist_rnn.transform.call_sites import call_args, call_tir_sites
-from persist_rnn.transform.projection_gemms import tile_projections
+from persist_rnn.transform.projection_gemms import projection_gemm, tile_projections
 from tir_templates.gemm_signature import PROJECTION_ATTR
 from tir_templates.gemm_staging import pack_pairs
 from tir_templates.projection import projection_reference
+from tir_templates.projection_mma import plan_shared_bytes
 
 M, K, N = 2000, 512, 1024  # past a wave, K >= 512: the tensor cores (tensor_cores_pay)
 
@@ -76,3 +78,21 @@ def test_symbolic_rows_pick_the_pairs_plan_at_run_time_where_k_is_deep():
     assert relax.analysis.check_well_formed(out)
     shallow = tile_projections(module(w_constant=True, rows="m", depth=256)[0], 132, "fp32")
     assert gemm_info(shallow)["tile"] == "by rows, 132 SMs" and "mma" not in gemm_info(shallow)
+
+
+
+@pytest.mark.parametrize("M", [None, 100, 3200])
+def test_a_gpu_with_less_shared_memory_gets_the_plans_it_takes(M):
+    """On 99 KiB of shared memory a CTA (sm_86, sm_89) a 16-bit GEMM that copies pairs keeps only
+    the plans that fit: one wave of 4 groups and 128 x 128 tiles take 104-107 KB, so these grids
+    take the plan through registers, and symbolic rows a GEMM of no pairs; on the H100's 227 KB,
+    pairs."""
+    K, N = 768, 3072
+    for limit in (232448, 101376):
+        kernel, packs = projection_gemm(M, K, N, "float16", "float16", True, 132, "fp32", limit)
+        info = json.loads(kernel.attrs[PROJECTION_ATTR])
+        assert packs == (limit == 232448)
+        if M is not None:
+            plan = {"bk": info["bk"], "k_groups": info["k_groups"], "stages": info["stages"],
+                    "tile": info.get("cta_tile", "64x64")}
+            assert plan_shared_bytes(K, N, "f16", plan) <= limit, plan
