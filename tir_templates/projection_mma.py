@@ -132,16 +132,21 @@ def _pairs_plan(M: int, N: int, num_sms: int) -> dict:
     return dict(PAIRS_PLANS["big tiles" if _big_tiles_fill(M, N, num_sms) else "between"])
 
 
+def _shared_bytes(staging, stages: int, red_words: int) -> int:
+    """Shared memory a CTA allocates: `stages` k-tiles of `staging`'s tiles (at least one) and the
+    groups' sums (`red_words`)."""
+    return 4 * (max(1, stages) * (staging.x_words + staging.w_words) + red_words)
+
+
 def plan_shared_bytes(K: int, N: int, precision: str, plan: dict) -> int:
-    """Shared memory a CTA of `plan` (`gemm_plan`'s) allocates: its k-tiles (in flight) and the
-    groups' sums. The 16-bit plans that copy pairs take 29-105 KB (`PAIRS_PLANS`); a GPU whose CTAs
-    take less (99 KB on sm_86 and sm_89) cannot launch the larger ones."""
-    BM, BN, WM, NT = warp_grid(plan.get("tile", "64x64"))
-    G = plan["k_groups"]
-    pack = precision if precision in HALF_PRECISIONS else None
-    staging = gemm_staging(K, N, BM, BN, plan["bk"], NT * G, mma_tiles=True, pack=pack)
-    sums = (G - 1) * NT * (WM // 16) * (WN // 8) * 4
-    return 4 * (max(1, plan["stages"]) * (staging.x_words + staging.w_words) + sums)
+    """Shared memory a CTA of `plan` (`gemm_plan`'s) allocates, as `_launch` lays it out. The
+    16-bit plans that copy pairs take 29-105 KB (`PAIRS_PLANS`); a GPU whose CTAs take less (99 KB
+    on sm_86 and sm_89) cannot launch the larger ones."""
+    tile, G, bk, stages = plan.get("tile", "64x64"), plan["k_groups"], plan["bk"], plan["stages"]
+    BM, BN, WM, NT = warp_grid(tile)
+    pairs = plan.get("w_pairs") or plan.get("pairs", True) and pairs_staged(K, N, precision, bk, G, stages, tile)
+    staging = gemm_staging(K, N, BM, BN, bk, NT * G, mma_tiles=True, pack=precision if pairs else None)
+    return _shared_bytes(staging, stages, (G - 1) * NT * (WM // 16) * (WN // 8) * 4)
 
 
 def _copies(K: int, N: int, tile: str, bk: int, k_groups: int) -> bool:
@@ -216,7 +221,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     staging = gemm_staging(K, N, BM, BN, BK, TILE_NT * G, mma_tiles=True, pack=precision if PAIRS else None, emulate=emulate)
     smem_dtype = "uint32" if PAIRS else "float32"
     red_words = (G - 1) * TILE_NT * ACC  # the partial sums of groups 1.. (layout: words a group, a thread fastest)
-    fits = 4 * (max(1, STAGES) * (staging.x_words + staging.w_words) + red_words) <= STATIC_SHARED_BYTES
+    fits = _shared_bytes(staging, STAGES, red_words) <= STATIC_SHARED_BYTES
     scope = "shared" if fits else "shared.dyn"
     x_word, w_word = staging.x_word, staging.w_word
     fetch, stage, VN = staging.fetch, staging.stage, staging.VN

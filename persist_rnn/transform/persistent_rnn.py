@@ -298,7 +298,8 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         mod = mark_stacks(mod)  # report() names each layer's stack
         cuda = target.kind.name == "cuda"
         arch = target_arch(target) if cuda else None
-        num_sms = gpu_model(arch).num_sms if cuda else 0
+        gpu = gpu_model(arch) if cuda else None
+        num_sms = gpu.num_sms if cuda else 0
         mod = fuse_stacks(mod, target.kind.name, num_sms, mode=wavefront, arch=arch, tuning_log_path=tuning_log,
                           precision=precision)  # a stack as one kernel, or why not
         layers = {gv.name_hint for gv, _, _ in recurrences(mod)}
@@ -306,7 +307,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                                       if gv.name_hint in int8 and _holds_int8(func)})
         if cuda:
             # the tensor cores' GEMM where it pays, else FMA
-            mod = tile_projections(mod, num_sms, precision, gpu_model(arch).max_shared_bytes)
+            mod = tile_projections(mod, num_sms, precision, gpu.max_shared_bytes)
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
             for gv, func, spec in list(recurrences(mod)):
                 if gv.name_hint in early and _may_launch_early(func, spec):
