@@ -63,21 +63,36 @@ def mma_variant(name: str) -> dict:
     return args
 
 
-def time_variant(M, K, N, tile, operands):
+def built(M, K, N, tile, build_dir=None, load=True):
+    """The variant's executable, compiled for sm_90; with `build_dir`, loaded from there where an
+    earlier call (`--build-only`, on a machine without a GPU) exported it, else exported there
+    (`load` False: only made sure of; a machine without CUDA cannot load it)."""
+    import tvm
+
+    path = os.path.join(build_dir, f"{K}x{N}_{tile}.so".replace(" ", "").replace(",", "x")) if build_dir else None
+    if path and os.path.exists(path):
+        return tvm.runtime.load_module(path) if load else None
+    func = (projection_reference(K, N) if tile is None
+            else projection_mma_kernel(K, N, **mma_variant(tile)) if str(tile).startswith("mma")
+            else projection_kernel(K, N, tile))
+    with tvm.transform.PassContext(opt_level=3):
+        ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    if path:
+        ex.export_library(path)
+    return ex
+
+
+def time_variant(M, K, N, tile, operands, build_dir=None):
     """(µs per VM call, µs of the kernel alone, relative error) of one variant on `operands`."""
     import tvm
     from tvm import relax
 
-    func = (projection_reference(K, N) if tile is None
-            else projection_mma_kernel(K, N, **mma_variant(tile)) if str(tile).startswith("mma")
-            else projection_kernel(K, N, tile))
+    ex = built(M, K, N, tile, build_dir)
     want = operands[0].astype("float64") @ operands[1] + operands[2]
     if str(tile).startswith("mma") and mma_variant(tile).get("w_pairs"):  # the operands as the 16-bit GEMM takes them
         bf16 = mma_variant(tile)["precision"] == "bf16"
         x16 = operands[0].astype(ml_dtypes.bfloat16 if bf16 else np.float16)
         operands = [x16, pack_pairs(operands[1], bf16), operands[2]]
-    with tvm.transform.PassContext(opt_level=3):
-        ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
     dev = tvm.cuda(0)
     vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(a, dev) for a in operands]
@@ -92,6 +107,8 @@ def main():
     ap.add_argument("--tiles", nargs="+", default=["x".join(map(str, t)) for t in TILES])
     ap.add_argument("--shapes", nargs="+", help="M x K x N of each GEMM (default: the grid's)")
     ap.add_argument("--no-default", action="store_true", help="skip TVM's default schedule")
+    ap.add_argument("--build-dir", help="executables exported here, or loaded from here where present")
+    ap.add_argument("--build-only", action="store_true", help="only compile into --build-dir (no GPU needed)")
     args = ap.parse_args()
     tiles = ([] if args.no_default else [None]) + [t if t.startswith("mma") else tuple(int(v) for v in t.split("x"))
                                                    for t in args.tiles]
@@ -101,7 +118,10 @@ def main():
         operands = [rng.standard_normal(s).astype("float32") for s in ((M, K), (K, N), (N,))]
         row = {"shape": [M, K, N]}
         for tile in tiles:
-            us, gpu_us, err = time_variant(M, K, N, tile, operands)
+            if args.build_only:
+                built(M, K, N, tile, args.build_dir, load=False)
+                continue
+            us, gpu_us, err = time_variant(M, K, N, tile, operands, args.build_dir)
             row[str(tile)], row[str(tile) + "_gpu"], row[str(tile) + "_err"] = round(us, 1), round(gpu_us, 1), err
         print(json.dumps(row), flush=True)
 

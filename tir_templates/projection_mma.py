@@ -10,8 +10,8 @@ mma: a build at precision "tf32"), or "f16" / "bf16" (an fp16 or bf16 layer, who
     per k-tile: registers -> shared memory (x row-major, rows of both padded so that the 16-byte
     stores and a fragment's lanes hit 32 banks; 16-bit operands as pairs along k, one word a
     fragment register: `gemm_staging`), sync, next tile's global loads issued,
-    each warp's 32 x 32 (or 64 x 32) of the CTA's 64 x 64 (or 128 x 128) tile as 2 x 4 (4 x 4)
-    mma tiles (`warp_products`, 16-bit: `warp_products_16`), sync
+    each warp's 32 x 32 (or 64 x 32, 64 x 64) of the CTA's 64 x 64 (or 128 x 128) tile as 2 x 4
+    (4 x 4, 4 x 8) mma tiles (`warp_products`, 16-bit: `warp_products_16`), sync
     then out = acc + b from the C fragments.
 Where the grid fits one wave (`gemm_plan`), G groups of four warps share the CTA's tile, each taking
 1/G of a k-tile's slices; groups 1.. hand their sums to group 0 through shared memory
@@ -19,7 +19,7 @@ Where the grid fits one wave (`gemm_plan`), G groups of four warps share the CTA
 a ring of shared tiles (`block_program_async`), no registers between. A 16-bit layer's GEMM whose
 weights are constants does so (`w_pairs`): its x is already in 16 bits and w_t is packed as pairs
 along k when the model is built, so both are copied as the pair tiles hold them (`copy_pairs`);
-where the grid is large, a CTA takes a 128 x 128 tile of out, 8 warps of 64 x 32 (`CTA_TILES`).
+where the grid is large, a CTA takes a 128 x 128 tile of out, 4 warps of 64 x 64 (`CTA_TILES`).
 `emulated_projection_mma_kernel` runs the same staging serially on the CPU and takes each
 product as the mma defines it (operands rounded or split as the GPU's are); the fragments' lane
 and register maps are checked against the PTX ISA's figures on plain ints (`a_fragment`,
@@ -46,8 +46,11 @@ K_SLICES = (32, 64, 128)
 WM, WN = 32, 32  # a warp's tile of out
 NT = (BM // WM) * (BN // WN) * 32  # threads of the 64 x 64 tile: 4 warps
 #: the CTA tiles of out a kernel may be built with, as BM x BN x WM (a warp's rows; its columns
-#: are WN): a larger tile reads each operand from L2 fewer times (`cta_tile`)
-CTA_TILES = {"64x64": (64, 64, 32), "128x64": (128, 64, 32), "128x128": (128, 128, 32), "128x128x64": (128, 128, 64)}
+#: are WN) [x WN]: a larger tile reads each operand from L2 fewer times (`cta_tile`), a larger
+#: warp tile each fragment from shared memory fewer times
+CTA_TILES = {"64x64": (64, 64, 32, WN), "128x64": (128, 64, 32, WN), "128x128": (128, 128, 32, WN),
+             "128x128x64": (128, 128, 64, WN), "128x128x64x64": (128, 128, 64, 64),
+             "128x256x64x64": (128, 256, 64, 64)}
 #: "3xtf32", "tf32": fp32 operands, three or one m16n8k8 mma; "f16", "bf16": operands that are
 #: exactly 16-bit values (an fp16 or bf16 model's x and W, cast to fp32 by the importer), one
 #: m16n8k16 mma, exact products, fp32 accumulation
@@ -115,7 +118,7 @@ def _big_tiles_fill(M, N: int, num_sms: int):
 
 #: the plans of a 16-bit GEMM whose x and packed w_t are copied as they lie, by grid (`_pairs_plan`)
 PAIRS_PLANS = {"one wave": {"bk": 64, "k_groups": 4, "stages": 3, "w_pairs": True},
-               "big tiles": {"bk": 64, "k_groups": 1, "stages": 3, "tile": "128x128x64", "w_pairs": True},
+               "big tiles": {"bk": 64, "k_groups": 1, "stages": 3, "tile": "128x128x64x64", "w_pairs": True},
                "between": {"bk": BK, "k_groups": 1, "stages": 3, "w_pairs": True}}
 
 
@@ -124,9 +127,11 @@ def _pairs_plan(M: int, N: int, num_sms: int) -> dict:
     measured on the H200 (kernel alone, docs/data/projection-pairs-h200.jsonl), against the plan
     through registers: 3 k-tiles in flight everywhere; one wave of 64 x 64 tiles keeps its 4 groups
     of warps ((100, 1024) x (1024, 4096) 11.9 -> 9.5 us); a grid of 128 x 128 tiles that fills the
-    GPU at 2 CTAs an SM takes those tiles, 8 warps of 64 x 32, 64 columns a k-tile ((2000, 1024) x
-    (1024, 4096) 133 -> 74 us, (6400, 896) x (896, 3584) 318 -> 178); between, 64 x 64 tiles
-    ((800, 768) x (768, 3072) 35.6 -> 27.3, where 128 x 128 tiles took 32-36)."""
+    GPU at 2 CTAs an SM takes those tiles, 64 columns a k-tile ((2000, 1024) x (1024, 4096) 133 ->
+    74 us, (6400, 896) x (896, 3584) 318 -> 178 as 8 warps of 64 x 32), each warp 64 x 64 of them
+    (4 warps: 74 -> 67 us and 178 -> 165, 6-9% on the four such layers of the off-grid set, fp16
+    and bf16; a 128 x 256 tile, fewer stages or shorter k-tiles were slower, run C); between, 64 x
+    64 tiles ((800, 768) x (768, 3072) 35.6 -> 27.3, where 128 x 128 tiles took 32-36)."""
     if _one_wave(M, N, num_sms):
         return dict(PAIRS_PLANS["one wave"])
     return dict(PAIRS_PLANS["big tiles" if _big_tiles_fill(M, N, num_sms) else "between"])
@@ -144,6 +149,7 @@ def plan_shared_bytes(K: int, N: int, precision: str, plan: dict) -> int:
     on sm_86 and sm_89) cannot launch the larger ones."""
     tile, G, bk, stages = plan.get("tile", "64x64"), plan["k_groups"], plan["bk"], plan["stages"]
     BM, BN, WM, NT = warp_grid(tile)
+    WN = CTA_TILES[tile][3]
     pairs = plan.get("w_pairs") or plan.get("pairs", True) and pairs_staged(K, N, precision, bk, G, stages, tile)
     staging = gemm_staging(K, N, BM, BN, bk, NT * G, mma_tiles=True, pack=precision if pairs else None)
     return _shared_bytes(staging, stages, (G - 1) * NT * (WM // 16) * (WN // 8) * 4)
@@ -200,8 +206,8 @@ def warp_grid(tile: str) -> tuple[int, int, int, int]:
     """(BM, BN, WM, NT) of a CTA tile's name (`CTA_TILES`): NT threads, a warp per WM x WN of out."""
     if tile not in CTA_TILES:
         raise ValueError(f"CTA tile {tile!r}: one of {sorted(CTA_TILES)}")
-    bm, bn, wm = CTA_TILES[tile]
-    return bm, bn, wm, bm // wm * (bn // WN) * 32
+    bm, bn, wm, wn = CTA_TILES[tile]
+    return bm, bn, wm, bm // wm * (bn // wn) * 32
 
 
 def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAGES: int, PAIRS: bool, tile: str,
@@ -213,6 +219,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     W_PAIRS: x in 16 bits and w_t packed as pairs, both copied as they lie (`copy_pairs`; PAIRS,
     STAGES >= 2)."""
     BM, BN, WM, NT = warp_grid(tile)
+    WN = CTA_TILES[tile][3]
     WARPS_N = BN // WN
     MT, NTL = WM // 16, WN // 8  # mma tiles of a warp's tile along M and N
     SLICES = BK // slice_k(precision) // G  # k-slices a group takes of a k-tile

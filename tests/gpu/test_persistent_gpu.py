@@ -457,11 +457,12 @@ def test_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, stages):
 
 
 @pytest.mark.parametrize("precision", ["f16", "bf16"])
-@pytest.mark.parametrize("bk,k_groups,tile", [(64, 4, "64x64"), (32, 1, "64x64"), (64, 1, "128x128x64")], ids=str)
+@pytest.mark.parametrize("bk,k_groups,tile", [(64, 4, "64x64"), (32, 1, "64x64"), (64, 1, "128x128x64"),
+                                                (64, 1, "128x128x64x64")], ids=str)
 def test_pairs_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, tile):
     """The 16-bit GEMM whose x (in its 16 bits) and packed w_t are copied as they lie, 3 k-tiles in
     flight, with each plan of `projection_mma._pairs_plan` (one wave: 4 groups of warps; 64 x 64
-    tiles; 128 x 128 tiles of 8 warps), on ragged shapes against numpy: M and N off the tiles, K
+    tiles; 128 x 128 tiles of 4 warps, and of 8), on ragged shapes against numpy: M and N off the tiles, K
     off the k-tile. Exact products, fp32 sums: fp32's bound."""
     import tvm
     from templates.test_projection_pairs import sixteen_bit_operands

@@ -60,6 +60,7 @@ def test_packed_pairs_hold_rows_2i_and_2i_plus_1_low_half_first(precision):
     (100, 64, 256, "64x64", 32, 3, 1),       # whole tiles along N, ragged M
     (65, 40, 192, "64x64", 32, 2, 1),        # K short of a k-tile: its last vectors zero-filled
     (130, 48, 132, "128x128x64", 32, 3, 1),  # 128 x 128 tiles, 8 warps; ragged M and N
+    (130, 48, 132, "128x128x64x64", 64, 3, 1),  # 128 x 128 tiles, 4 warps of 64 x 64 (the plan)
     (37, 96, 68, "128x64", 64, 2, 1),        # 64-column k-tiles, 128 x 64 tiles
     (100, 200, 72, "64x64", 64, 3, 4),       # one wave: 4 groups of warps share a k-tile's copies
 ], ids=str)
@@ -97,7 +98,7 @@ def test_pairs_plans_follow_the_measured_grid():
     pairs = dict(pairs_copied=True)
     assert gemm_plan(100, 1024, 4096, 132, "f16", **pairs) == {"bk": 64, "k_groups": 4, "stages": 3, "w_pairs": True}
     assert gemm_plan(2000, 1024, 4096, 132, "bf16", **pairs) == {
-        "bk": 64, "k_groups": 1, "stages": 3, "tile": "128x128x64", "w_pairs": True}  # 512 CTAs of 128 x 128
+        "bk": 64, "k_groups": 1, "stages": 3, "tile": "128x128x64x64", "w_pairs": True}  # 512 CTAs of 128 x 128
     assert gemm_plan(800, 768, 3072, 132, "f16", **pairs) == {"bk": 32, "k_groups": 1, "stages": 3, "w_pairs": True}
     assert gemm_plan(2000, 1020, 4096, 132, "f16", **pairs) == gemm_plan(2000, 1020, 4096, 132, "f16")  # K % 8
     assert gemm_plan(2000, 1024, 4096, 132, "3xtf32", **pairs) == gemm_plan(2000, 1024, 4096, 132, "3xtf32")
@@ -142,6 +143,6 @@ def test_pairs_plans_compile_without_spills(M, arch, precision, tmp_path):
     copies = source.count("prnn_cp_async16((")
     assert copies > 0 and copies % plan["stages"] == 0
     mma = source.count(f"tvm_builtin_ptx_mma_sync_aligned_m16n8k16_row_col_f32_{precision}_{precision}_f32(acc")
-    warp_tiles = {"128x128x64": 4 * 4}.get(plan.get("tile"), 2 * 4)
+    warp_tiles = {"128x128x64": 4 * 4, "128x128x64x64": 4 * 8}.get(plan.get("tile"), 2 * 4)
     assert mma == plan["bk"] // 16 // plan["k_groups"] * warp_tiles
     assert max(nvcc_stats(source, arch, tmp_path)) == 0
