@@ -14,9 +14,11 @@ import tvm_ffi
 from tvm import relax
 
 from .errors import PersistRNNError
+from .gpu_fit import GRID_WIDE_LOWERINGS, compiled_for, gpu_problem
 from .input_checks import from_dict as check_from_dict
 from .input_checks import verify
 from .report import LayerReport
+from .schedule.gpu import present_gpu
 from .stream_order import current_stream_handle, ordered_after_other_streams, pool_shared_with_graph
 
 
@@ -103,6 +105,8 @@ class CompiledModel:
         self._names = {i.name: None for i in inputs}.keys()  # ordered, and compares equal to a dict's keys
         self._device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
         self._on_cuda = self._device.dlpack_device_type() == 2
+        if target.kind.name == "cuda":  # the GPU it was planned for, which `gpu_problem` checks
+            self.origin.setdefault("gpu", compiled_for(target))
 
     @property
     def device(self):
@@ -110,6 +114,14 @@ class CompiledModel:
 
     def report(self) -> list[LayerReport]:
         return list(self._report)
+
+    def _refuse_other_gpu(self) -> None:
+        """A clear error where the GPU present cannot run this build (`gpu_fit`), before CUDA's."""
+        if self._on_cuda:
+            grid_wide = any(r.lowering in GRID_WIDE_LOWERINGS for r in self._report)
+            problem = gpu_problem(self.origin.get("gpu", {}), present_gpu(), grid_wide)
+            if problem:
+                raise PersistRNNError(problem)
 
     def _as_array(self, name: str, value):
         """numpy stays numpy (copied to the device at the call); a DLPack array (torch, CuPy, JAX,
@@ -181,6 +193,7 @@ class CompiledModel:
         arrays, framework, views = self._validate(inputs)
         main = getattr(self._local, "main", None)
         if main is None:
+            self._refuse_other_gpu()
             self._local.vm = relax.VirtualMachine(self.executable, self.device)
             main = self._local.main = self._local.vm["main"]
         dev = self.device
@@ -243,6 +256,8 @@ def load(path: str) -> CompiledModel:
         raise PersistRNNError(f"{path} was compiled for cuda and there is no CUDA GPU here; compile the model "
                               "for llvm to run it on the CPU")
     ex = tvm.runtime.load_module(str(path))
-    return CompiledModel(ex, target, [LayerReport(**r) for r in meta["report"]],
+    model = CompiledModel(ex, target, [LayerReport(**r) for r in meta["report"]],
                          [InputSpec(**i) for i in meta["inputs"]], meta["outputs"],
                          [check_from_dict(c) for c in meta["checks"]], meta.get("notes", []), meta.get("origin"))
+    model._refuse_other_gpu()
+    return model

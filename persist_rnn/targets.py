@@ -14,12 +14,21 @@ CUDA_SHARED_BYTES_PER_BLOCK = 49152
 
 
 def as_target(target) -> tvm.target.Target:
-    """A Target from a name ("llvm", "cuda" = sm_90), a JSON dict or string, or a Target; a CUDA
-    target without `max_shared_memory_per_block` gets `CUDA_SHARED_BYTES_PER_BLOCK`."""
+    """A Target from a name ("llvm", "cuda" = the present GPU's architecture, else sm_90), a JSON
+    dict or string, or a Target; a CUDA target without `max_shared_memory_per_block` gets
+    `CUDA_SHARED_BYTES_PER_BLOCK`."""
     target = _parsed(target)
     if target.kind.name == "cuda" and "max_shared_memory_per_block" not in target.attrs:
         target = tvm.target.Target({**json.loads(str(target)), "max_shared_memory_per_block": CUDA_SHARED_BYTES_PER_BLOCK})
     return target
+
+
+def _present_arch() -> str:
+    """"cuda"'s architecture: the GPU present's, else the H100's (sm_90)."""
+    from .schedule.gpu import present_gpu
+
+    present = present_gpu()
+    return present.arch if present is not None else "sm_90"
 
 
 def _parsed(target) -> tvm.target.Target:
@@ -32,7 +41,7 @@ def _parsed(target) -> tvm.target.Target:
             if target.strip().startswith("{"):
                 return tvm.target.Target(json.loads(target))
             if target == "cuda":
-                return tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+                return tvm.target.Target({"kind": "cuda", "arch": _present_arch()})
             return tvm.target.Target({"kind": target})
     except (ValueError, json.JSONDecodeError) as err:
         raise PersistRNNError(f"target {target!r}: {str(err).splitlines()[0]}; expected \"llvm\", \"cuda\" or a "

@@ -8,6 +8,7 @@ $PERSIST_RNN_CALIBRATION before both).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from importlib import resources
@@ -91,21 +92,25 @@ MAX_SHARED_BYTES = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448, 
 SHIPPED = (80, 90)
 
 
-def _capability(arch: str) -> int:
+def compute_capability(arch: str) -> int:
     """86 of "sm_86", 90 of "sm_90a"."""
     return int("".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit()) or 90)
 
 
 def gpu_model(arch: str | None) -> GPUModel:
-    """The calibration for `arch` ("sm_90", ...). An architecture without one takes the closest
+    """The calibration for `arch` ("sm_90", ...), with the SM count of the GPU present where it is
+    of that architecture (`on_present_gpu`). An architecture without one takes the closest
     earlier shipped one's, with its own shared memory a CTA where that is less: sm_86 and sm_89
     the A100's with 99 KiB (no thread-block clusters: Hopper brought them), sm_100 the H100's."""
-    arch = arch or "sm_90"
+    return on_present_gpu(_calibrated(arch or "sm_90"), arch or "sm_90", present_gpu())
+
+
+def _calibrated(arch: str) -> GPUModel:
     fields = {f.name for f in dataclasses.fields(GPUModel)}
     text = _calibration_text(arch)
     if text is not None:
         return GPUModel(**{k: v for k, v in json.loads(text).items() if k in fields})
-    cc = _capability(arch)
+    cc = compute_capability(arch)
     base = f"sm_{max([c for c in SHIPPED if c <= cc] or [SHIPPED[-1]])}"
     model = GPUModel(**{k: v for k, v in json.loads(_calibration_text(base)).items() if k in fields})
     limit = MAX_SHARED_BYTES.get(cc, MAX_SHARED_BYTES.get(cc // 10 * 10, model.max_shared_bytes))
@@ -123,3 +128,33 @@ def present_device():
         return dev if dev.exist else None
     except Exception:  # TVM built without CUDA, or no driver
         return None
+
+
+@dataclasses.dataclass(frozen=True)
+class PresentGPU:
+    """What the driver says of the CUDA GPU present."""
+    name: str
+    arch: str  # "sm_90"
+    num_sms: int
+
+
+@functools.lru_cache(maxsize=1)
+def present_gpu() -> PresentGPU | None:
+    """The GPU present (tvm.cuda(0)), else None; asked once a process."""
+    dev = present_device()
+    if dev is None:
+        return None
+    return PresentGPU(str(dev.device_name), "sm_" + str(dev.compute_version).replace(".", ""), int(dev.multi_processor_count))
+
+
+def on_present_gpu(model: GPUModel, arch: str, present: PresentGPU | None) -> GPUModel:
+    """`model` for `arch` with the SM count of the GPU present, where it is of that architecture and
+    its count differs from the calibration's: an H100 PCIe has 114 SMs where the SXM's calibration
+    says 132, and a persistent kernel launches up to one CTA an SM, all resident at once. Clusters
+    that run at once shrink with the SMs (a cluster keeps to one GPC)."""
+    if present is None or present.arch != arch or present.num_sms == model.num_sms:
+        return model
+    clusters = {k: max(1, int(v) * present.num_sms // model.num_sms) for k, v in model.resident_clusters.items()}
+    return dataclasses.replace(model, name=f"{present.name} ({present.num_sms} SMs; the {model.name}'s calibration)",
+                               num_sms=present.num_sms, resident_clusters=clusters)
+

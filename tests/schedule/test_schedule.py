@@ -12,8 +12,11 @@ import tvm
 from persist_rnn import PersistRNNError
 from persist_rnn.schedule import tuning_log
 from persist_rnn.schedule.cost_model import FEATURES, features, rank, step_us
-from persist_rnn.schedule.gpu import gpu_model
-from persist_rnn.schedule.planner import choose, plan_layer
+from persist_rnn.gpu_fit import gpu_problem
+from persist_rnn.schedule import gpu as gpu_module
+from persist_rnn.schedule.gpu import PresentGPU, gpu_model, on_present_gpu
+from persist_rnn.schedule.planner import choose, plan_layer, target_arch
+from persist_rnn.targets import as_target
 from persist_rnn.schedule.space import candidate_configs, problems_on
 from tir_templates.config import TEMPLATE_VERSION, Config, problems
 from tir_templates.spec import CellSpec
@@ -726,3 +729,52 @@ def test_architectures_without_a_calibration_get_their_own_shared_memory(arch):
                         (CellSpec("gru", 1536, 1536, linear_before_reset=True, dtype="float16"), 8)]:
         cfg = choose(spec, target, batch, measure=False).config
         assert not cfg.cluster and cfg.shared_bytes(spec) <= 101376, cfg
+
+
+H100_PCIE = PresentGPU("NVIDIA H100 PCIe", "sm_90", 114)
+
+
+def test_the_present_gpu_of_the_target_architecture_gives_its_sm_count():
+    """An H100 PCIe (114 SMs) gets the H100 SXM's calibration with its own SMs, and its clusters
+    that run at once shrink alike; a GPU of another architecture, or of the calibration's SMs
+    (the H200), leaves the model as it is."""
+    sxm = gpu_model("sm_90")
+    pcie = on_present_gpu(sxm, "sm_90", H100_PCIE)
+    assert pcie.num_sms == 114 and "H100 PCIe" in pcie.name and pcie.arch == "sm_90"
+    assert all(pcie.clusters_at_once(k) <= sxm.clusters_at_once(k) for k in (2, 4, 8, 16))
+    assert pcie.clusters_at_once(16) * 16 <= 114
+    assert on_present_gpu(sxm, "sm_90", PresentGPU("NVIDIA H200", "sm_90", 132)) is sxm
+    assert on_present_gpu(sxm, "sm_90", PresentGPU("NVIDIA A100", "sm_80", 108)) is sxm
+    assert on_present_gpu(sxm, "sm_90", None) is sxm
+
+
+def test_picks_on_a_gpu_with_fewer_sms_launch_there(monkeypatch, tmp_path):
+    """With an H100 PCIe present, the cost model's picks and a tuning log's records use at most
+    114 CTAs: LSTM H=1024 B=1's pick on 132 SMs takes 128."""
+    spec, target = CellSpec("lstm", 1024, 1024), tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    on_sxm = choose(spec, target, 1, measure=False).config
+    assert on_sxm.num_ctas(spec) > 114
+    log = str(tmp_path / "log.jsonl")
+    tuning_log.append(log, tuning_log.Record(tuning_log.workload(spec, 1, "sm_90"), on_sxm, 100.0, "measured"))
+    monkeypatch.setattr(gpu_module, "present_gpu", lambda: H100_PCIE)
+    for plan in (choose(spec, target, 1, measure=False), choose(spec, target, 1, measure=False, tuning_log_path=log)):
+        assert plan.source == "cost_model" and plan.config.num_ctas(spec) <= 114, plan.config
+
+
+def test_a_build_is_refused_on_a_gpu_it_cannot_run_on():
+    """Code for a newer architecture, or persistent kernels planned for more SMs than the GPU has,
+    get an error naming both GPUs; a build without grid-wide kernels runs on fewer SMs."""
+    planned = {"arch": "sm_90", "num_sms": 132}
+    msg = gpu_problem(planned, H100_PCIE, grid_wide=True)
+    assert "132 SMs" in msg and "H100 PCIe" in msg and "114 SMs" in msg and "compile it on this GPU" in msg
+    assert gpu_problem(planned, H100_PCIE, grid_wide=False) == ""
+    assert "compiled for sm_90" in gpu_problem(planned, PresentGPU("NVIDIA A100", "sm_80", 108), grid_wide=False)
+    assert gpu_problem(planned, PresentGPU("NVIDIA H200", "sm_90", 132), grid_wide=True) == ""
+    assert gpu_problem(planned, None, grid_wide=True) == ""
+
+
+def test_cuda_means_the_present_gpus_architecture(monkeypatch):
+    monkeypatch.setattr(gpu_module, "present_gpu", lambda: PresentGPU("NVIDIA A100", "sm_80", 108))
+    assert target_arch(as_target("cuda")) == "sm_80"
+    monkeypatch.setattr(gpu_module, "present_gpu", lambda: None)
+    assert target_arch(as_target("cuda")) == "sm_90"
