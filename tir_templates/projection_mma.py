@@ -129,8 +129,8 @@ def _pairs_plan(M: int, N: int, num_sms: int) -> dict:
     of warps ((100, 1024) x (1024, 4096) 11.9 -> 9.5 us); a grid of 128 x 128 tiles that fills the
     GPU at 2 CTAs an SM takes those tiles, 64 columns a k-tile ((2000, 1024) x (1024, 4096) 133 ->
     74 us, (6400, 896) x (896, 3584) 318 -> 178 as 8 warps of 64 x 32), each warp 64 x 64 of them
-    (4 warps: 74 -> 67 us and 178 -> 165, 6-9% on the four such layers of the off-grid set, fp16
-    and bf16; a 128 x 256 tile, fewer stages or shorter k-tiles were slower, run C); between, 64 x
+    (4 warps: 73 -> 67 us and 178 -> 165, 5-10% on four such GEMMs at fp16 and bf16; a 128 x 256
+    tile, 4 stages or 32-column k-tiles were slower, run C); between, 64 x
     64 tiles ((800, 768) x (768, 3072) 35.6 -> 27.3, where 128 x 128 tiles took 32-36)."""
     if _one_wave(M, N, num_sms):
         return dict(PAIRS_PLANS["one wave"])
