@@ -81,6 +81,7 @@ class Config:
     cluster: bool = False  # a direction's CTAs form one thread-block cluster (Hopper; at most MAX_CLUSTER)
     batch_tile: int = 0  # > 0: each tile of this many batch rows gets a direction's CTA (or cluster) of its own
     smem_runs: int = 0  # of each lane's runs of columns (column_run wide), how many live in shared memory
+    # (tensor cores: of each warp's k-tiles of A fragments, the last this many)
     global_runs: int = 0  # ... and how many, after those, are read from global memory (L2, HBM) each step
     mma_k_split: int = 0  # > 0: tensor-core dot products, this many warps splitting the columns of a row tile
     dsmem: bool = False  # a cluster's CTAs send h(t) into each other's shared memory (no cluster barrier)
@@ -269,8 +270,8 @@ class Config:
         half of a local array a register of its own: with two per register the fp16 configs the
         planner picked spilled); the last `smem_runs` runs of each row are in shared memory, and
         the `global_runs` after them in global memory."""
-        if self.tensor_cores():
-            return 4 * self.k_tiles_per_warp(spec)  # an A fragment (4 registers) per k-tile
+        if self.tensor_cores():  # an A fragment (4 registers) per k-tile, but the last `smem_runs`
+            return 4 * (self.k_tiles_per_warp(spec) - self.smem_runs)
         if self.int8_weights():  # a run of four columns a register, and the row's scale
             return self.rows_per_group * (self.cols_per_lane(spec) // 4 + 1)
         return self.rows_per_group * (self.cols_per_lane(spec)
@@ -322,7 +323,10 @@ class Config:
         return self.shared_bytes(spec) - 4 * self.h_rows() * (self.h_stride(spec) - self._f16_stride(spec))
 
     def smem_weight_bytes(self, spec: CellSpec) -> int:
-        """Bytes of the weights moved to shared memory (`smem_runs` runs of every lane's rows)."""
+        """Bytes of the weights moved to shared memory (`smem_runs` runs of every lane's rows; with
+        tensor cores, the A fragments of each warp's last `smem_runs` k-tiles, 4 words a thread)."""
+        if self.tensor_cores():
+            return self.threads(spec) * 4 * self.smem_runs * 4
         return self.threads(spec) * self.rows_per_group * self.smem_runs * self.column_run(spec) * self.weight_bytes()
 
     def global_weight_bytes(self, spec: CellSpec) -> int:
@@ -531,8 +535,11 @@ def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
     if cfg.f16_mma() and cfg.mma_precision != "3xtf32":
         out.append(f"tensor cores: mma_precision {cfg.mma_precision!r} is for fp32 layers (a 16-bit layer's mma is "
                    "at its own dtype)")
-    if cfg.smem_runs or cfg.global_runs or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
-        out.append("tensor cores: weights all in registers, group_size 32 and rows_per_group 16")
+    if cfg.global_runs or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
+        out.append("tensor cores: no weights in global memory, group_size 32 and rows_per_group 16")
+    if cfg.smem_runs and not (cfg.f16_mma() and 0 < cfg.smem_runs <= cfg.k_tiles_per_warp(spec)):
+        out.append(f"tensor cores: smem_runs {cfg.smem_runs} (k-tiles of A fragments in shared memory) only with the "
+                   f"16-bit mma, at most the warp's {cfg.k_tiles_per_warp(spec)} k-tiles")
     k = cfg.mma_k()
     if spec.hidden_size % k:
         out.append(f"tensor cores: hidden_size {spec.hidden_size} is not a multiple of the mma's k ({k})")

@@ -81,7 +81,7 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
         splits = 8 * cfg.n_tiles() if cfg.f16_mma() else 2 * cfg.n_tiles() if cfg.tf32() else 8 + 4 * cfg.n_tiles()
         fma = cfg.k_tiles_per_warp(spec) * splits
         lds_per_thread = 2 * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
-        unique_bytes, smem_w = 128, 0
+        unique_bytes, smem_w = 128, 4 * cfg.smem_runs  # an A fragment's 4 words a k-tile held in shared memory
         mma_chain = cfg.k_tiles_per_warp(spec) * cfg.mma_passes()  # each n-tile's mma accumulate in turn
     else:
         mmas = mma_chain = 0

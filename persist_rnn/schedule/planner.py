@@ -27,7 +27,7 @@ from .cost_model import prices_tensor_cores, rank, step_us
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
-from .space import candidate_configs, most_common_problem, no_tensor_cores, problems_on
+from .space import candidate_configs, most_common_problem, no_tensor_cores, problems_on, shared_fragments_variant
 from .streamed_cost import streamed_scan_us
 
 
@@ -121,7 +121,7 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
         return Plan(None, reason=scan)
     dev = present_device() if measure is None or measure else None
     if dev is not None and batch is not None:
-        timed = measure_configs(spec, to_measure(ranked, top_k), target, dev, batch, progress=progress)
+        timed = measure_configs(spec, to_measure(ranked, top_k, spec, gpu), target, dev, batch, progress=progress)
         best_us, best = timed[0]
         plan = Plan(None, best, "measured", time_us=best_us)
         how = timing(spec, dev)
@@ -194,7 +194,7 @@ def prefetch_builds(spec: CellSpec, target: tvm.target.Target, batches, *, tunin
     for batch in batches:
         wl = tuning_log.workload(spec, batch, gpu.arch, precision)
         if _logged(spec, gpu, wl, tuning_log_path, True, unverified, precision) is None:
-            configs = to_measure(_ranked(spec, gpu, batch, unverified, precision)[1], top_k)
+            configs = to_measure(_ranked(spec, gpu, batch, unverified, precision)[1], top_k, spec, gpu)
             submitted += len(builds().submit(spec, configs, target))
     return submitted
 
@@ -284,11 +284,16 @@ def rank_for_any_batch(spec: CellSpec, configs: list[Config], gpu) -> list[tuple
     return [(s, c) for s, _, c in scored]
 
 
-def to_measure(ranked: list[tuple[float, Config]], top_k: int) -> list[Config]:
+def to_measure(ranked: list[tuple[float, Config]], top_k: int, spec: CellSpec | None = None,
+               gpu=None) -> list[Config]:
     """The model's top K of the FMA-unit configs, plus its best TENSOR_CORE_CANDIDATES tensor-core
-    configs (the model's first pick is always among them)."""
+    configs (the model's first pick is always among them), and (given `spec` and `gpu`) each of
+    those with its A fragments partly in shared memory where its registers spill
+    (`space.shared_fragments_variant`: the model does not price spills, so timing decides)."""
     simt = [c for _, c in ranked if not c.tensor_cores()][:top_k]
     tensor = [c for _, c in ranked if c.tensor_cores()][:TENSOR_CORE_CANDIDATES]
+    if spec is not None:
+        tensor += [v for v in (shared_fragments_variant(spec, c, gpu) for c in tensor) if v is not None]
     return simt + tensor
 
 

@@ -778,3 +778,22 @@ def test_cuda_means_the_present_gpus_architecture(monkeypatch):
     assert target_arch(as_target("cuda")) == "sm_80"
     monkeypatch.setattr(gpu_module, "present_gpu", lambda: None)
     assert target_arch(as_target("cuda")) == "sm_90"
+
+
+def test_the_measured_compile_also_times_spilling_picks_with_shared_fragments():
+    """A 16-bit tensor-core candidate whose registers pass the thread's cap is timed beside its
+    variant with A fragments in shared memory (the model does not price spills); one within the
+    cap, or an FMA config, gets none. The measure-off pick stays the model's."""
+    from persist_rnn.schedule.planner import _ranked, to_measure
+
+    gpu = gpu_model("sm_90")
+    spec = CellSpec("gru", 640, 640, linear_before_reset=True, dtype="float16")
+    ranked = _ranked(spec, gpu, 128, False, "fp32")[1]
+    plain = to_measure(ranked, 5)
+    timed = to_measure(ranked, 5, spec, gpu)
+    extra = [c for c in timed if c not in plain]
+    assert [c.smem_runs for c in extra] == [12] and extra[0].tile_units == 40 and not problems_on(spec, extra[0], gpu)
+    assert choose(spec, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), 128, measure=False).config.smem_runs == 0
+    small = CellSpec("lstm", 768, 768, dtype="float16")
+    assert to_measure(_ranked(small, gpu, 32, False, "fp32")[1], 5, small, gpu) == to_measure(
+        _ranked(small, gpu, 32, False, "fp32")[1], 5)

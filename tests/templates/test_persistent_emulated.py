@@ -291,3 +291,26 @@ def test_a_16_bit_lstm_returns_the_fp32_states_rounded_once(cell, direction, bat
     for name, g, w in zip(("Y", "Y_h", "Y_c"), got[7:10], want[7:10]):
         assert g.dtype == np_dtype, name
         np.testing.assert_array_equal(g.astype("float32"), w.astype(np_dtype).astype("float32"), err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("cell,direction,batch,hidden,cfg", [
+    ("gru", "forward", 10, 32, Config(8, 32, 16, 10, mma_k_split=1, smem_runs=1)),  # 2 k-tiles: 1 in registers, 1 shared
+    ("lstm", "bidirectional", 3, 16, Config(4, 32, 16, 3, mma_k_split=1, smem_runs=1)),  # every fragment shared
+    ("lstm", "forward", 5, 64, Config(8, 32, 16, 5, mma_k_split=2, smem_runs=1)),  # 2 splits of 2 k-tiles
+], ids=str)
+def test_a_fragments_in_shared_memory_give_the_registers_sums(cell, direction, batch, hidden, cfg, dtype):
+    """A 16-bit mma config whose last k-tiles' A fragments live in shared memory (`smem_runs`)
+    adds the same products in the same order as with every fragment in registers: equal outputs."""
+    import ml_dtypes
+
+    cfg = dataclasses.replace(cfg, weight_dtype=dtype)
+    spec = CellSpec(cell, I, hidden, direction, linear_before_reset=(cell == "gru"), dtype=dtype)
+    assert cfg.weight_regs(spec) == 4 * (cfg.k_tiles_per_warp(spec) - 1)
+    arrays = kernel_arrays(spec, batch, STEPS, seed=5, slots=cfg.exchange_slots(spec))
+    arrays[1] = arrays[1].astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype).astype("float32")
+    got = run_on_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
+    want = run_on_llvm(emulated_persistent_kernel(spec, dataclasses.replace(cfg, smem_runs=0)), [a.copy() for a in arrays])
+    for g, w in zip(got[7:], want[7:]):
+        np.testing.assert_array_equal(g, w)
+    assert np.abs(got[7].astype("float32")).max() > 0

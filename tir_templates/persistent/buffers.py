@@ -119,8 +119,11 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     # reads to zero elements, which its CUDA codegen cannot allocate
     weight_regs = L.cfg.weight_regs(L.spec)
     wreg = _alloc("wreg", (1, weight_regs), "uint32" if L.F16 or L.INT8 else L.WDT, "local") if weight_regs else None
-    wsm = _alloc("wsm", (1, L.SR * L.RPG * L.DV, L.NT) if L.SR > 0 else (1, 1, 1), L.WDT,
-                 L.SMEM if L.SR > 0 else "local")
+    if L.SK:  # a warp's last SK k-tiles of A fragments: word j of k-tile i at [0, 4 i + j, tx]
+        wsm = _alloc("wsm", (1, 4 * L.SK, L.NT), "uint32", L.SMEM)
+    else:
+        wsm = _alloc("wsm", (1, L.SR * L.RPG * L.DV, L.NT) if L.SR > 0 else (1, 1, 1), L.WDT,
+                     L.SMEM if L.SR > 0 else "local")
     wt = _alloc("wt", (L.RPG * L.DV if L.SR > 0 or L.GR > 0 else 1,), L.WDT, "local")
     acc = _alloc("acc", (max(L.RPG * L.BC, L.NTL * 4),), "float32", "local")
     hv = _alloc("hv", (L.DV,), "float32", "local")
@@ -154,7 +157,10 @@ def emulated_registers(L: Layout, n_b) -> Registers:
     sacc = _alloc("sacc", (rows, 1), "float32")
     rbr = _alloc("rbr", (rows, L.UPT * L.G), "float32")
     wreg = _alloc("wreg", (rows, max(L.cfg.weight_regs(L.spec), 1)), "uint32" if L.F16 or L.INT8 else L.WDT)
-    wsm = _alloc("wsm", (L.grid_size(n_b), max(L.SR * L.RPG * L.DV, 1), L.NT), L.WDT)
+    if L.SK:
+        wsm = _alloc("wsm", (L.grid_size(n_b), 4 * L.SK, L.NT), "uint32")
+    else:
+        wsm = _alloc("wsm", (L.grid_size(n_b), max(L.SR * L.RPG * L.DV, 1), L.NT), L.WDT)
     hp = _alloc("hp", (rows, L.UPT), "float32") if L.H16 else None
     return Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, hp=hp)
 

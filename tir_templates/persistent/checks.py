@@ -28,7 +28,9 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     (docs/data/gpu-global16-h200.log) and in int8 layers holding fp16 weights
     (docs/data/gpu-int8-global-h200.log), and tensor cores in batch tiles, in clusters, with up to
     four (batch row, unit) pairs a thread (docs/data/gpu-tc-batch-tiles-h200.log), and weights held
-    as int8 (docs/data/gpu-int8-registers-h200.log). A new variant starts here, named."""
+    as int8 (docs/data/gpu-int8-registers-h200.log), and 16-bit tensor-core A fragments partly in
+    shared memory (GRU H=640 B=128 fp16, 6 to 14 of 20 k-tiles: outputs as with every fragment in
+    registers; docs/data/tc-shared-fragments-h200.jsonl). A new variant starts here, named."""
     return ""
 
 

@@ -86,12 +86,31 @@ def weight(L, a, t, j, col):
 
 
 @T.macro
+def f16_fragments_to_shared(L, a, t):
+    """The 16-bit A fragments of the warp's last SK k-tiles, word j of k-tile KREG + i at
+    `wsm[block, 4 i + j, tx]`: a warp's 32 lanes read 32 consecutive words, on 32 banks, and
+    the registers they free keep the rest of the step from spilling."""
+    for i in T.unroll(L.SK):
+        for j in T.unroll(4):
+            if L.emulate:
+                t.wsm[t.block, i * 4 + j, t.tx] = f16_pair(weight(L, a, t, j, L.mma_col_f16(t.tx, L.KREG + i, j, 0)),
+                                                           weight(L, a, t, j, L.mma_col_f16(t.tx, L.KREG + i, j, 1)),
+                                                           L.BF16)
+            else:
+                pair_convert(L.BF16)(t.wsm[0, i * 4 + j, t.tx], weight(L, a, t, j, L.mma_col_f16(t.tx, L.KREG + i, j, 1)),
+                                     weight(L, a, t, j, L.mma_col_f16(t.tx, L.KREG + i, j, 0)))
+
+
+@T.macro
 def mma_load_weights(L, a, t):
     """The warp's row tile over its k-tiles, as mma A fragments in registers (TF32: rounded
-    once here, not every step; fp16 and bf16: two weights a register)."""
-    for i in T.unroll(L.KPW):
+    once here, not every step; fp16 and bf16: two weights a register); the last SK k-tiles' into
+    shared memory, a word a thread (`f16_fragments_to_shared`)."""
+    for i in T.unroll(L.KREG):
         for j in T.unroll(4):
-            if L.F16 and L.emulate:  # the pair's bits in plain arithmetic, as the CPU can run it
+            if L.KREG == 0:  # (every fragment in shared memory: no register array to parse against)
+                T.evaluate(0)
+            elif L.F16 and L.emulate:  # the pair's bits in plain arithmetic, as the CPU can run it
                 t.wreg[t.row, i * 4 + j] = f16_pair(weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)),
                                                     weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)), L.BF16)
             elif L.F16:  # cvt packs its first source into the high half (nvcc gave sm_80 a stack
@@ -100,6 +119,8 @@ def mma_load_weights(L, a, t):
                                      weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)))
             else:
                 t.wreg[t.row, i * 4 + j] = a_operand(L, weight(L, a, t, j, L.mma_col(t.tx, i, j)))
+    if L.SK > 0:
+        f16_fragments_to_shared(L, a, t)
 
 
 @T.macro
@@ -117,21 +138,43 @@ def load_b_fragment(L, t, hs, i, nt):
 
 
 @T.macro
+def f16_b_fragment(L, t, hs, bh, i, nt):
+    """h(t-1)'s B fragment of k-tile i, n-tile nt as 16-bit pairs: batch row lane / 4, columns
+    2 * (lane % 4) + {0, 1} (+8)."""
+    for j in T.unroll(2):
+        if L.H16:  # the pair as exchanged (h16_exchange.py)
+            bh[j] = hs[(nt * 8 + t.tx % 32 // 4) * L.HSW + L.mma_col_f16(t.tx, i, 2 * j, 0) // 2]
+        else:
+            pair_convert(L.BF16)(bh[j], hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 1)],
+                                 hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 0)])
+
+
+@T.macro
+def mma_f16(L, acc, nt, a, bh):
+    """acc's n-tile nt += a bh, one m16n8k16 mma on 16-bit pairs, fp32 accumulation."""
+    T.ptx[MMA_BF16 if L.BF16 else MMA_F16](acc[nt * 4], acc[nt * 4 + 1], acc[nt * 4 + 2], acc[nt * 4 + 3],
+                                           *a, bh[0], bh[1], acc[nt * 4], acc[nt * 4 + 1], acc[nt * 4 + 2], acc[nt * 4 + 3])
+
+
+@T.macro
 def mma_dot_f16(L, t, hs):
     """fp16 (bf16): h(t-1) rounded to the layer's dtype in pairs, one m16n8k16 mma per (k-tile,
-    n-tile) with the 16-bit weights, fp32 accumulation."""
+    n-tile) with the 16-bit weights, fp32 accumulation; the last SK k-tiles' A fragments read
+    from shared memory, once a k-tile."""
     bh = T.alloc_buffer((2,), "uint32", scope="local")
-    for i in T.unroll(L.KPW):
-        for nt in T.unroll(L.NTL):
-            for j in T.unroll(2):  # B fragment: batch row lane / 4, columns 2 * (lane % 4) + {0, 1} (+8);
-                if L.H16:  # the pair as exchanged (h16_exchange.py)
-                    bh[j] = hs[(nt * 8 + t.tx % 32 // 4) * L.HSW + L.mma_col_f16(t.tx, i, 2 * j, 0) // 2]
-                else:
-                    pair_convert(L.BF16)(bh[j], hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 1)],
-                                         hs[nt * 8 + t.tx % 32 // 4, L.mma_col_f16(t.tx, i, 2 * j, 0)])
-            T.ptx[MMA_BF16 if L.BF16 else MMA_F16](t.acc[nt * 4], t.acc[nt * 4 + 1], t.acc[nt * 4 + 2], t.acc[nt * 4 + 3],
-                           *[t.wreg[0, i * 4 + j] for j in range(4)], bh[0], bh[1],
-                           t.acc[nt * 4], t.acc[nt * 4 + 1], t.acc[nt * 4 + 2], t.acc[nt * 4 + 3])
+    if L.KREG > 0:
+        for i in T.unroll(L.KREG):
+            for nt in T.unroll(L.NTL):
+                f16_b_fragment(L, t, hs, bh, i, nt)
+                mma_f16(L, t.acc, nt, [t.wreg[0, i * 4 + j] for j in range(4)], bh)
+    if L.SK > 0:
+        ah = T.alloc_buffer((4,), "uint32", scope="local")
+        for i in T.unroll(L.SK):
+            for j in T.unroll(4):
+                ah[j] = t.wsm[0, i * 4 + j, t.tx]
+            for nt in T.unroll(L.NTL):
+                f16_b_fragment(L, t, hs, bh, L.KREG + i, nt)
+                mma_f16(L, t.acc, nt, [ah[j] for j in range(4)], bh)
 
 
 @T.macro
@@ -203,12 +246,19 @@ def emulated_mma_dot_f16(L, regs, hs, gs, cta):
     for w, nt, m, nn in T.grid(L.RT * L.KS, L.NTL, 16, 8):
         if nt * 8 + nn < L.BC and (w % L.RT) * 16 + m < L.GTW:
             gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m] = T.float32(0)
-            for i, k in T.grid(L.KPW, 16):
+            for i, k in T.grid(L.KREG, 16):
                 gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m] = (
                     gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m]
                     + f16_half(regs.wreg[cta * L.NT + w * 32 + 4 * (m % 8) + k % 8 // 2, i * 4 + m // 8 + 2 * (k // 8)],
                                k % 2, L.BF16)
                     * h_operand_f16(L, hs, nt * 8 + nn, ((w // L.RT) * L.KPW + i) * 16 + k))
+            if L.SK > 0:  # then the k-tiles whose fragments are in shared memory, in the same order
+                for i, k in T.grid(L.SK, 16):
+                    gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m] = (
+                        gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m]
+                        + f16_half(regs.wsm[cta, i * 4 + m // 8 + 2 * (k // 8), w * 32 + 4 * (m % 8) + k % 8 // 2],
+                                   k % 2, L.BF16)
+                        * h_operand_f16(L, hs, nt * 8 + nn, ((w // L.RT) * L.KPW + L.KREG + i) * 16 + k))
 
 
 @T.macro

@@ -18,6 +18,7 @@ BLOCK_M):
     UG        units per work group (lane updates)     UPT  (batch row, unit) pairs per thread
     XR        registers per pair: G inputs, C(t-1)    VEC  width of h's vector copies
     KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
+    SK, KREG          tensor cores: a warp's last SK k-tiles' A fragments in shared memory, the first KREG in registers
     TF32              tensor cores at TF32 precision: one mma of rounded operands (else 3xTF32)
     F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
     CHUNKS_AHEAD      a step in chunks fetches each next chunk's inputs while one computes
@@ -78,7 +79,7 @@ class Layout:
         self.NG = cfg.groups(spec)
         self.KPL = self.H // self.WS
         self.DV = cfg.column_run(spec)
-        self.SR = cfg.smem_runs
+        self.SR = 0 if cfg.tensor_cores() else cfg.smem_runs
         self.GR = cfg.global_runs  # runs read from R in global memory each step, after the SR runs
         self.RR = self.KPL // self.DV - self.SR - self.GR
         self.GU = global_runs_unrolled(self.GR, self.RPG * cfg.batch_chunk * self.DV)
@@ -117,6 +118,8 @@ class Layout:
         self.KS = cfg.k_splits()
         self.RT = cfg.row_tiles(spec) if self.MMA else 0
         self.KPW = cfg.k_tiles_per_warp(spec) if self.MMA else 0
+        self.SK = cfg.smem_runs if self.MMA else 0  # the last SK k-tiles' A fragments in shared memory
+        self.KREG = self.KPW - self.SK  # ... the first KREG in registers
         self.NTL = cfg.n_tiles() if self.MMA else 0
         self.H16 = cfg.h16_exchange(spec)  # h(t-1) exchanged in 16 bits, held in `hs` as pairs (h16_exchange.py)
         self.H16_SLOT = cfg.h16_slot(spec)
