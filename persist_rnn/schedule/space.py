@@ -148,7 +148,11 @@ def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUMode
 def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel, stream: bool = False) -> Config | None:
     """`cfg` with the fewest runs of weight columns moved to shared memory that make it fit, if
     the registers were what it lacked (None otherwise); with `stream`, where shared memory cannot
-    take them all, as many as it can take there and the rest in global memory."""
+    take them all, as many as it can take there and the rest in global memory. Tensor-core
+    configs: none (their A fragments go to shared memory only in a timed variant,
+    `shared_fragments_variant`)."""
+    if cfg.tensor_cores():
+        return None
     problems = problems_on(spec, cfg, gpu)
     if not any(_REGISTERS in p for p in problems) or any(not _movable(p) for p in problems):
         return None  # moving weights out cannot mend what is not registers (or dynamic memory)
