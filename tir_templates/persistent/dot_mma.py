@@ -106,19 +106,18 @@ def mma_load_weights(L, a, t):
     """The warp's row tile over its k-tiles, as mma A fragments in registers (TF32: rounded
     once here, not every step; fp16 and bf16: two weights a register); the last SK k-tiles' into
     shared memory, a word a thread (`f16_fragments_to_shared`)."""
-    for i in T.unroll(L.KREG):
-        for j in T.unroll(4):
-            if L.KREG == 0:  # (every fragment in shared memory: no register array to parse against)
-                T.evaluate(0)
-            elif L.F16 and L.emulate:  # the pair's bits in plain arithmetic, as the CPU can run it
-                t.wreg[t.row, i * 4 + j] = f16_pair(weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)),
-                                                    weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)), L.BF16)
-            elif L.F16:  # cvt packs its first source into the high half (nvcc gave sm_80 a stack
-                # frame for the bit puns of the plain version)
-                pair_convert(L.BF16)(t.wreg[t.row, i * 4 + j], weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)),
-                                     weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)))
-            else:
-                t.wreg[t.row, i * 4 + j] = a_operand(L, weight(L, a, t, j, L.mma_col(t.tx, i, j)))
+    if L.KREG > 0:  # (none where every fragment is in shared memory: no register array then)
+        for i in T.unroll(L.KREG):
+            for j in T.unroll(4):
+                if L.F16 and L.emulate:  # the pair's bits in plain arithmetic, as the CPU can run it
+                    t.wreg[t.row, i * 4 + j] = f16_pair(weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)),
+                                                        weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)), L.BF16)
+                elif L.F16:  # cvt packs its first source into the high half (nvcc gave sm_80 a stack
+                    # frame for the bit puns of the plain version)
+                    pair_convert(L.BF16)(t.wreg[t.row, i * 4 + j], weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 1)),
+                                         weight(L, a, t, j, L.mma_col_f16(t.tx, i, j, 0)))
+                else:
+                    t.wreg[t.row, i * 4 + j] = a_operand(L, weight(L, a, t, j, L.mma_col(t.tx, i, j)))
     if L.SK > 0:
         f16_fragments_to_shared(L, a, t)
 
