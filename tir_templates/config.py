@@ -62,6 +62,8 @@ from .spec import CellSpec
 #: between two register sets; sigmoid and tanh from ex2/rcp.approx.ftz; weights loaded 16 bytes
 #: at a time
 TEMPLATE_VERSION = 4
+#: an SM's 32-bit registers, which a CTA's threads share, and the most one thread may have
+REGISTER_FILE, MAX_THREAD_REGISTERS = 65536, 255
 
 
 def two_phase(spec: CellSpec) -> bool:
@@ -301,6 +303,10 @@ class Config:
         B=16 bf16, 10.1, where no FMA config fits; docs/data/tc-registers-h200.jsonl)."""
         return self.weight_regs(spec) + 4 * self.n_tiles() + 8
 
+    def register_cap(self, spec: CellSpec) -> int:
+        """Registers each thread may have: the register file over the CTA's threads, at most 255."""
+        return min(MAX_THREAD_REGISTERS, REGISTER_FILE // self.threads(spec))
+
     def shared_bytes(self, spec: CellSpec) -> int:
         h_vectors = 2 if self.partial_sums(spec) or self.h_on_chip(spec) else 1  # h(t-1), and r * h(t-1) or h(t)
         return (4 * h_vectors * self.h_rows() * self.h_stride(spec) + self.dot_result_bytes(spec)
@@ -421,9 +427,9 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"batch_chunk x tile_units = {pairs} exceeds {nt} threads")
     regs = cfg.registers(spec)
     if regs > 224:
-        out.append(f"~{regs} registers per thread (weights, accumulators, prefetch; at most 255)")
+        out.append(f"~{regs} registers per thread (weights, accumulators, prefetch; at most {MAX_THREAD_REGISTERS})")
     held = cfg.live_registers(spec) if cfg.tensor_cores() else regs  # what must not spill
-    if nt * (held + 8) > 65536:  # 8 registers of slack: ptxas spills rather than fail
+    if nt * (held + 8) > REGISTER_FILE:  # 8 registers of slack: ptxas spills rather than fail
         out.append(f"{nt} threads x ~{held} registers (+8 slack) exceed the 64K register file")
     shared = max(cfg.shared_bytes(spec), cfg.fp32_copy_shared_bytes(spec))
     if shared > shared_limit:

@@ -130,8 +130,8 @@ def _pairs_plan(M: int, N: int, num_sms: int) -> dict:
     GPU at 2 CTAs an SM takes those tiles, 64 columns a k-tile ((2000, 1024) x (1024, 4096) 133 ->
     74 us, (6400, 896) x (896, 3584) 318 -> 178 as 8 warps of 64 x 32), each warp 64 x 64 of them
     (4 warps: 73 -> 67 us and 178 -> 165, 5-10% on four such GEMMs at fp16 and bf16; a 128 x 256
-    tile, 4 stages or 32-column k-tiles were slower, run C); between, 64 x
-    64 tiles ((800, 768) x (768, 3072) 35.6 -> 27.3, where 128 x 128 tiles took 32-36)."""
+    tile, 4 stages or 32-column k-tiles were slower, run C); between, 64 x 64 tiles ((800, 768) x
+    (768, 3072) 35.6 -> 27.3, where 128 x 128 tiles took 32-36)."""
     if _one_wave(M, N, num_sms):
         return dict(PAIRS_PLANS["one wave"])
     return dict(PAIRS_PLANS["big tiles" if _big_tiles_fill(M, N, num_sms) else "between"])
@@ -148,8 +148,7 @@ def plan_shared_bytes(K: int, N: int, precision: str, plan: dict) -> int:
     16-bit plans that copy pairs take 29-105 KB (`PAIRS_PLANS`); a GPU whose CTAs take less (99 KB
     on sm_86 and sm_89) cannot launch the larger ones."""
     tile, G, bk, stages = plan.get("tile", "64x64"), plan["k_groups"], plan["bk"], plan["stages"]
-    BM, BN, WM, NT = warp_grid(tile)
-    WN = CTA_TILES[tile][3]
+    BM, BN, WM, WN, NT = warp_grid(tile)
     pairs = plan.get("w_pairs") or plan.get("pairs", True) and pairs_staged(K, N, precision, bk, G, stages, tile)
     staging = gemm_staging(K, N, BM, BN, bk, NT * G, mma_tiles=True, pack=precision if pairs else None)
     return _shared_bytes(staging, stages, (G - 1) * NT * (WM // 16) * (WN // 8) * 4)
@@ -158,7 +157,7 @@ def plan_shared_bytes(K: int, N: int, precision: str, plan: dict) -> int:
 def _copies(K: int, N: int, tile: str, bk: int, k_groups: int) -> bool:
     """Whether the pair copies of a `tile`, `bk` columns a k-tile, its warps in `k_groups` groups,
     take K and N (`copies_pairs`)."""
-    bm, bn, _, nt = warp_grid(tile)
+    bm, bn, _, _, nt = warp_grid(tile)
     return copies_pairs(K, N, bm, bn, bk, nt * k_groups)
 
 
@@ -198,16 +197,16 @@ def pairs_staged(K: int, N: int, precision: str, bk: int, k_groups: int, stages:
     TF32 and 3xTF32 operands staged as the mma reads them (TF32 bits; the high parts and the
     remainders) were slower on the H100: (100, 1024) x (1024, 4096) 3xTF32 24.0 -> 26.3 us,
     (2000, 1024) x (1024, 4096) 321 -> 357, TF32 15.2 -> 16.1 (docs/data/staged-gemm-h100.jsonl)."""
-    bm, bn, wm, nt = warp_grid(tile)
+    bm, bn, wm, _, nt = warp_grid(tile)
     return precision in HALF_PRECISIONS and not stages and packs_pairs(K, N, bk, bn, nt * k_groups)
 
 
-def warp_grid(tile: str) -> tuple[int, int, int, int]:
-    """(BM, BN, WM, NT) of a CTA tile's name (`CTA_TILES`): NT threads, a warp per WM x WN of out."""
+def warp_grid(tile: str) -> tuple[int, int, int, int, int]:
+    """(BM, BN, WM, WN, NT) of a CTA tile's name (`CTA_TILES`): NT threads, a warp per WM x WN of out."""
     if tile not in CTA_TILES:
         raise ValueError(f"CTA tile {tile!r}: one of {sorted(CTA_TILES)}")
     bm, bn, wm, wn = CTA_TILES[tile]
-    return bm, bn, wm, bm // wm * (bn // wn) * 32
+    return bm, bn, wm, wn, bm // wm * (bn // wn) * 32
 
 
 def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAGES: int, PAIRS: bool, tile: str,
@@ -218,8 +217,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     cp.async, else one, through registers; PAIRS: 16-bit operands staged as pairs (`pairs_staged`);
     W_PAIRS: x in 16 bits and w_t packed as pairs, both copied as they lie (`copy_pairs`; PAIRS,
     STAGES >= 2)."""
-    BM, BN, WM, NT = warp_grid(tile)
-    WN = CTA_TILES[tile][3]
+    BM, BN, WM, WN, NT = warp_grid(tile)
     WARPS_N = BN // WN
     MT, NTL = WM // 16, WN // 8  # mma tiles of a warp's tile along M and N
     SLICES = BK // slice_k(precision) // G  # k-slices a group takes of a k-tile
@@ -505,7 +503,7 @@ def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int
         raise ValueError(f"{stages} stages: 0, or 2 or more with K and N multiples of 4 (16-byte copies)")
     if stages and x_dtype != "float32" and not w_pairs:
         raise ValueError(f"{stages} stages copy x as fp32 words (cp.async); x in {x_dtype} goes through registers: stages 0")
-    bm, bn, wm, nt = warp_grid(tile)
+    bm, bn, wm, _, nt = warp_grid(tile)
     if nt * k_groups > 1024:
         raise ValueError(f"{k_groups} k-groups of a {tile} tile's {nt} threads pass a CTA's 1024")
     pairs = w_pairs or pairs and pairs_staged(K, N, precision, bk, k_groups, stages, tile)

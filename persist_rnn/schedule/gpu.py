@@ -157,4 +157,3 @@ def on_present_gpu(model: GPUModel, arch: str, present: PresentGPU | None) -> GP
     clusters = {k: max(1, int(v) * present.num_sms // model.num_sms) for k, v in model.resident_clusters.items()}
     return dataclasses.replace(model, name=f"{present.name} ({present.num_sms} SMs; the {model.name}'s calibration)",
                                num_sms=present.num_sms, resident_clusters=clusters)
-

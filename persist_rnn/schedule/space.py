@@ -261,11 +261,6 @@ def _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds, weight_dtype
                      mma_k_split=ks, mma_precision=kind)
 
 
-def register_cap(spec: CellSpec, cfg: Config) -> int:
-    """Registers a thread of `cfg` may hold: the 64K register file over its CTA's threads, at most 255."""
-    return min(255, 65536 // cfg.threads(spec))
-
-
 def shared_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
     """`cfg` with its last k-tiles' 16-bit A fragments in shared memory (`smem_runs`), where its
     register estimate passes the thread's cap: the fewest k-tiles that bring it within, else as
@@ -273,9 +268,9 @@ def shared_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Conf
     GRU H=640 B=128 fp16's pick (176 registers estimated, 128 a thread; 556 bytes spilled) ran
     9.67 us a step kernel alone with none there, 7.91 with 10 of its 20 k-tiles, 7.27 with 14,
     and the layer 1.175 -> 0.905 ms (docs/data/tc-shared-fragments-h200.jsonl)."""
-    if not cfg.f16_mma() or cfg.smem_runs or cfg.registers(spec) <= register_cap(spec, cfg):
+    if not cfg.f16_mma() or cfg.smem_runs or cfg.registers(spec) <= cfg.register_cap(spec):
         return None
     fitting = [dataclasses.replace(cfg, smem_runs=k) for k in range(1, cfg.k_tiles_per_warp(spec) + 1)]
     fitting = [c for c in fitting if not problems_on(spec, c, gpu)]
-    within = [c for c in fitting if c.registers(spec) <= register_cap(spec, c)]
+    within = [c for c in fitting if c.registers(spec) <= c.register_cap(spec)]
     return (within or fitting[::-1] or [None])[0]

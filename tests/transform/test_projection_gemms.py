@@ -80,7 +80,6 @@ def test_symbolic_rows_pick_the_pairs_plan_at_run_time_where_k_is_deep():
     assert gemm_info(shallow)["tile"] == "by rows, 132 SMs" and "mma" not in gemm_info(shallow)
 
 
-
 @pytest.mark.parametrize("M", [None, 100, 3200])
 def test_a_gpu_with_less_shared_memory_gets_the_plans_it_takes(M):
     """On 99 KiB of shared memory a CTA (sm_86, sm_89) a 16-bit GEMM that copies pairs keeps only
