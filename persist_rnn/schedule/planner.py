@@ -27,7 +27,8 @@ from .cost_model import prices_tensor_cores, rank, step_us
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
-from .space import candidate_configs, most_common_problem, no_tensor_cores, problems_on, shared_fragments_variant
+from .space import (candidate_configs, most_common_problem, no_tensor_cores, problems_on, shared_fragments_variant,
+                    unmeasured_variant)
 from .streamed_cost import streamed_scan_us
 
 
@@ -126,7 +127,8 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
         plan = Plan(None, best, "measured", time_us=best_us)
         how = timing(spec, dev)
     else:
-        plan = Plan(None, model_pick(ranked, gpu, batch), "cost_model")
+        pick = model_pick(ranked, gpu, batch)  # the model prices no spills: where they cost more
+        plan = Plan(None, unmeasured_variant(spec, pick, gpu) or pick, "cost_model")  # ... than shared fragments
         how = "warm"
     if tuning_log_path:
         tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source, timing=how))

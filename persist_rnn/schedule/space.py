@@ -27,6 +27,7 @@ import math
 
 from tir_templates.config import HALF_DTYPES, INT8, Config, dsmem_problems, problems, stamped_problems, two_phase
 from tir_templates.persistent.checks import unverified_reason
+from tir_templates.persistent.h16_exchange import load_registers
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel
@@ -43,6 +44,15 @@ UNKNOWN_BATCH_CHUNK = 8
 #: docs/data/global-runs-h200.jsonl, where LSTM H=1280 B=128 fp32 with 128 spilled 3.4 KB and
 #: ran 167 us a step against 85 predicted, while the next config, 64, ran 91)
 MAX_ACCUMULATORS = 96
+#: registers past the thread's cap that a shared-fragments variant may still be estimated at: GRU
+#: H=640 B=128 fp16 with 14 of 20 k-tiles there (8 past) ran 1.30x faster than with none; GRU
+#: H=1536 B=32 bf16 with the 2 shared memory takes (30 past, 212 bytes spilled) 1.06x slower, LSTM
+#: H=1536 B=64 fp16 with 1 (36 past) 1.03x slower (docs/data/tc-shared-fragments-h200.jsonl)
+SPILL_SLACK = 8
+#: estimated registers past the cap from which a one-n-tile config's shared fragments pay for their
+#: reads unmeasured (GRU H=2048 B=2 fp16, 34 past: 0.91x; B=4 bf16, 38 past: 1.03x; run D of
+#: docs/data/tc-shared-fragments-h200.jsonl)
+ONE_TILE_OVERFLOW = 36
 #: batch tiles offered when the batch is only known at run time
 ANY_BATCH_TILES = (1, 2, 4, 8)
 
@@ -263,14 +273,35 @@ def _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds, weight_dtype
 
 def shared_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
     """`cfg` with its last k-tiles' 16-bit A fragments in shared memory (`smem_runs`), where its
-    register estimate passes the thread's cap: the fewest k-tiles that bring it within, else as
-    many as shared memory takes; None where that is not a 16-bit mma config, or nothing fits.
-    GRU H=640 B=128 fp16's pick (176 registers estimated, 128 a thread; 556 bytes spilled) ran
-    9.67 us a step kernel alone with none there, 7.91 with 10 of its 20 k-tiles, 7.27 with 14,
-    and the layer 1.175 -> 0.905 ms (docs/data/tc-shared-fragments-h200.jsonl)."""
-    if not cfg.f16_mma() or cfg.smem_runs or cfg.registers(spec) <= cfg.register_cap(spec):
+    register estimate with the exchange's loads in flight (`fragment_registers`) passes the
+    thread's cap: the fewest k-tiles that bring it within SPILL_SLACK of the cap; None where that
+    is not a 16-bit mma config, or shared memory cannot take that many. GRU H=640 B=128 fp16's pick
+    (176 registers estimated, 128 a thread; 556 bytes spilled) ran 9.67 us a step kernel alone
+    with none there, 7.91 with 10 of its 20 k-tiles, 7.27 with 14, and the layer 1.175 -> 0.905 ms
+    (docs/data/tc-shared-fragments-h200.jsonl)."""
+    if not cfg.f16_mma() or cfg.smem_runs or fragment_registers(spec, cfg) <= cfg.register_cap(spec):
         return None
     fitting = [dataclasses.replace(cfg, smem_runs=k) for k in range(1, cfg.k_tiles_per_warp(spec) + 1)]
     fitting = [c for c in fitting if not problems_on(spec, c, gpu)]
-    within = [c for c in fitting if c.registers(spec) <= c.register_cap(spec)]
-    return (within or fitting[::-1] or [None])[0]
+    within = [c for c in fitting if fragment_registers(spec, c) <= c.register_cap(spec) + SPILL_SLACK]
+    return (within or [None])[0]
+
+
+def unmeasured_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
+    """The shared-fragments variant a compile that measures nothing builds instead of `cfg`: where
+    each fragment read from shared memory feeds two or more mma (n-tiles), or, with one, where the
+    estimated overflow is ONE_TILE_OVERFLOW registers or more. Kernel alone on the H200, 23
+    measure-off picks and their variants in turn: the 16 so taken ran 1.00-1.48x faster than the
+    picks, the 7 left 0.91-1.00x (docs/data/tc-shared-fragments-h200.jsonl, run D)."""
+    variant = shared_fragments_variant(spec, cfg, gpu)
+    if variant is None:
+        return None
+    overflow = fragment_registers(spec, cfg) - cfg.register_cap(spec)
+    return variant if cfg.n_tiles() >= 2 or overflow >= ONE_TILE_OVERFLOW else None
+
+
+def fragment_registers(spec: CellSpec, cfg: Config) -> int:
+    """A tensor-core thread's registers: `Config.registers` and the 16-bit exchange's loads in
+    flight (GRU H=1536 B=32 bf16 holds 32 registers of them: estimated 176 + 32 against 168 a
+    thread, it spilled 284 bytes, and with 2 of 24 k-tiles in shared memory still 212)."""
+    return cfg.registers(spec) + load_registers(spec, cfg)

@@ -230,6 +230,22 @@ def test_tensor_core_batch_tiles_match_onnxruntime(op, direction, dtype, cfg):
     _matches_three_times(case, cfg, TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("op,direction,dtype,cfg", [
+    ("LSTM", "forward", "float16", Config(8, 32, 16, 20, "float16", mma_k_split=4, smem_runs=2)),  # grid, half shared
+    ("GRU", "forward", "float16", Config(16, 32, 16, 16, "float16", cluster=True, batch_tile=16, mma_k_split=2,
+                                         smem_runs=4)),
+    ("LSTM", "bidirectional", "bfloat16", Config(32, 32, 16, 8, "bfloat16", cluster=True, batch_tile=8, mma_k_split=1,
+                                                 smem_runs=16)),  # every fragment in shared memory
+    ("GRU", "bidirectional", "bfloat16", Config(16, 32, 16, 20, "bfloat16", mma_k_split=2, smem_runs=3)),
+], ids=str)
+def test_f16_mma_shared_fragments_match_onnxruntime(op, direction, dtype, cfg):
+    """16-bit tensor-core steps with their last k-tiles' A fragments in shared memory (`smem_runs`):
+    in a grid and in cluster batch tiles, one direction and two, some and all of a warp's k-tiles,
+    forced at H=256, each (B, T) of the matrix three times within the dtype's bound."""
+    case = _layer_case(op, 256, direction, dtype)
+    _matches_three_times(case, cfg, TOLERANCE[dtype])
+
+
 @pytest.mark.parametrize("op,hidden,direction,lbr", [("LSTM", 2048, "forward", None), ("GRU", 2048, "forward", None),
                                                      ("GRU", 2048, "bidirectional", 0)])
 def test_layers_too_large_for_the_chip_match_onnxruntime(op, hidden, direction, lbr):

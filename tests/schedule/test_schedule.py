@@ -781,9 +781,9 @@ def test_cuda_means_the_present_gpus_architecture(monkeypatch):
 
 
 def test_the_measured_compile_also_times_spilling_picks_with_shared_fragments():
-    """A 16-bit tensor-core candidate whose registers pass the thread's cap is timed beside its
-    variant with A fragments in shared memory (the model does not price spills); one within the
-    cap, or an FMA config, gets none. The measure-off pick stays the model's."""
+    """A 16-bit tensor-core candidate whose registers (with the exchange's loads in flight) pass
+    the thread's cap is timed beside its variant with A fragments in shared memory (the model does
+    not price spills); one within the cap, or an FMA config, gets none."""
     from persist_rnn.schedule.planner import _ranked, to_measure
 
     gpu = gpu_model("sm_90")
@@ -792,8 +792,24 @@ def test_the_measured_compile_also_times_spilling_picks_with_shared_fragments():
     plain = to_measure(ranked, 5)
     timed = to_measure(ranked, 5, spec, gpu)
     extra = [c for c in timed if c not in plain]
-    assert [c.smem_runs for c in extra] == [12] and extra[0].tile_units == 40 and not problems_on(spec, extra[0], gpu)
-    assert choose(spec, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), 128, measure=False).config.smem_runs == 0
-    small = CellSpec("lstm", 768, 768, dtype="float16")
+    assert [c.smem_runs for c in extra] == [14] and extra[0].tile_units == 40 and not problems_on(spec, extra[0], gpu)
+    small = CellSpec("gru", 768, 768, linear_before_reset=True, dtype="float16")
     assert to_measure(_ranked(small, gpu, 32, False, "fp32")[1], 5, small, gpu) == to_measure(
         _ranked(small, gpu, 32, False, "fp32")[1], 5)
+
+
+@pytest.mark.parametrize("cell,hidden,batch,smem_runs", [
+    ("gru", 640, 128, 14),  # four n-tiles: the variant
+    ("lstm", 1536, 16, 6),  # two n-tiles, 32 registers past the cap
+    ("gru", 2048, 4, 8),  # one n-tile, 38 past: enough to pay for the reads
+    ("gru", 2048, 2, 0),  # one n-tile, 34 past: the pick as the model ranks it (0.91x with the variant)
+    ("lstm", 1536, 8, 0),  # one n-tile, 12 past
+    ("lstm", 768, 32, 0),  # within the cap
+])
+def test_measure_off_takes_shared_fragments_only_where_they_paid(cell, hidden, batch, smem_runs):
+    """Without measurements a spilling 16-bit pick becomes its shared-fragments variant where the
+    variant ran faster on the H200 (`space.unmeasured_variant`: two or more n-tiles, or a large
+    overflow), and stays as it is where it ran slower."""
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=cell == "gru", dtype="float16")
+    pick = choose(spec, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), batch, measure=False).config
+    assert pick.f16_mma() and pick.smem_runs == smem_runs

@@ -71,7 +71,8 @@ CASES = {
     # 59 global runs read in turns of 16 (ran on the H200 in benchmarks/streamed_layers.py)
     "lstm-h4096-global-weights-in-turns": ("lstm", 4096, "forward", Config(32, 16, 8, 8, smem_runs=3, global_runs=59),
                                            {}),
-    # 16-bit A fragments partly in shared memory (ran on the H200 in benchmarks/tc_shared_fragments.py)
+    # 16-bit A fragments partly in shared memory, loads of h in flight as without them (ran on the H200 in
+    # benchmarks/pick_ab.py, docs/data/tc-shared-fragments-h200.jsonl run D)
     "gru-h640-fp16-tensor-cores-shared-fragments": ("gru", 640, "forward",
                                                     Config(40, 32, 16, 32, "float16", cluster=True, batch_tile=32,
                                                            mma_k_split=2, smem_runs=14), {}),

@@ -30,7 +30,9 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     four (batch row, unit) pairs a thread (docs/data/gpu-tc-batch-tiles-h200.log), and weights held
     as int8 (docs/data/gpu-int8-registers-h200.log), and 16-bit tensor-core A fragments partly in
     shared memory (GRU H=640 B=128 fp16, 6 to 14 of 20 k-tiles: outputs as with every fragment in
-    registers; docs/data/tc-shared-fragments-h200.jsonl). A new variant starts here, named."""
+    registers; docs/data/tc-shared-fragments-h200.jsonl; at H=256 in a grid and in cluster tiles,
+    fp16 and bf16, one and two directions, some and all k-tiles: tests/gpu/test_persistent_gpu.py
+    `test_f16_mma_shared_fragments_match_onnxruntime`). A new variant starts here, named."""
     return ""
 
 

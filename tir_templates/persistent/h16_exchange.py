@@ -65,11 +65,17 @@ FORCED_LOADS = None
 
 def loads_in_flight(L) -> int:
     """16-byte loads a thread issues together: as many as the registers its live ones leave
-    (ptxas gives a thread at most 65536 / threads, in steps of 8, and 255), within the bounds."""
+    (ptxas gives a thread at most 65536 / threads, in steps of 8, and 255), within the bounds.
+    A-fragments in shared memory (`smem_runs`) count as held: the registers they free go to the
+    step's spills, not to more loads (GRU H=2048 B=16 fp16 with 8 of 32 k-tiles there spilled
+    360 bytes at 10 loads, none at 4, the config without them 220 bytes at 4: ptxas -v, sm_90).
+    (Spent on one turn of loads instead, GRU H=640 B=128 fp16 with 14 of 20 ran 7.27 us a step
+    against 8.60, but GRU H=2048 B=16 with 10 of 32 spilled 204 bytes, and the register estimate
+    cannot tell the two apart: docs/data/tc-shared-fragments-h200.jsonl.)"""
     if FORCED_LOADS:
         return FORCED_LOADS
     limit = min(255, 65536 // L.NT // 8 * 8)
-    spare = (limit - L.cfg.live_registers(L.spec) - REGISTER_SLACK) // 4
+    spare = (limit - L.cfg.live_registers(L.spec) - 4 * L.cfg.smem_runs - REGISTER_SLACK) // 4
     return max(LEAST_LOADS_IN_FLIGHT, min(MOST_LOADS_IN_FLIGHT, spare))
 
 
@@ -81,6 +87,16 @@ def h16_vectors(L):
 def vectors_in_flight(L):
     """Vectors a thread loads before it stores them (a turn of `load_h16`)."""
     return min(h16_vectors(L), loads_in_flight(L))
+
+
+def load_registers(spec, cfg) -> int:
+    """Registers a thread of `cfg` holds for its 16-bit h loads in flight (none without the
+    16-bit exchange): what `Config.registers` leaves out, and what A fragments moved to shared
+    memory must make room for too."""
+    if not cfg.h16_exchange(spec):
+        return 0
+    from .layout import Layout
+    return 4 * vectors_in_flight(Layout(spec, cfg))
 
 
 def vector_of(L, a, t, e, ch):
