@@ -45,9 +45,10 @@ UNKNOWN_BATCH_CHUNK = 8
 #: ran 167 us a step against 85 predicted, while the next config, 64, ran 91)
 MAX_ACCUMULATORS = 96
 #: registers past the thread's cap that a shared-fragments variant may still be estimated at: GRU
-#: H=640 B=128 fp16 with 14 of 20 k-tiles there (8 past) ran 1.30x faster than with none; GRU
-#: H=1536 B=32 bf16 with the 2 shared memory takes (30 past, 212 bytes spilled) 1.06x slower, LSTM
-#: H=1536 B=64 fp16 with 1 (36 past) 1.03x slower (docs/data/tc-shared-fragments-h200.jsonl)
+#: H=640 B=128 fp16 with 14 of 20 k-tiles there (8 past) ran 1.18x faster kernel alone than with
+#: none (run D); GRU H=1536 B=32 bf16 with the 2 shared memory takes (30 past, 212 bytes spilled)
+#: 1.06x slower, LSTM H=1536 B=64 fp16 with 1 (36 past) 1.03x slower (run C;
+#: docs/data/tc-shared-fragments-h200.jsonl)
 SPILL_SLACK = 8
 #: estimated registers past the cap from which a one-n-tile config's shared fragments pay for their
 #: reads unmeasured (GRU H=2048 B=2 fp16, 34 past: 0.91x; B=4 bf16, 38 past: 1.03x; run D of

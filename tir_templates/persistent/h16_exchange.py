@@ -20,6 +20,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .dot_mma import half_bits
+from .layout import Layout
 
 
 STORE_HALF = r"""
@@ -95,7 +96,6 @@ def load_registers(spec, cfg) -> int:
     memory must make room for too."""
     if not cfg.h16_exchange(spec):
         return 0
-    from .layout import Layout
     return 4 * vectors_in_flight(Layout(spec, cfg))
 
 
