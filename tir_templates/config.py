@@ -64,6 +64,12 @@ from .spec import CellSpec
 TEMPLATE_VERSION = 4
 #: an SM's 32-bit registers, which a CTA's threads share, and the most one thread may have
 REGISTER_FILE, MAX_THREAD_REGISTERS = 65536, 255
+#: registers past the thread's cap that a 16-bit tensor-core config with A fragments in shared
+#: memory may still be estimated at: GRU H=640 B=128 fp16 with 14 of 20 k-tiles there (8 past) ran
+#: 1.18x faster kernel alone than with none (run D); GRU H=1536 B=32 bf16 with the 2 shared memory
+#: takes (30 past, 212 bytes spilled) 1.06x slower, LSTM H=1536 B=64 fp16 with 1 (36 past) 1.03x
+#: slower (run C; docs/data/tc-shared-fragments-h200.jsonl)
+SPILL_SLACK = 8
 
 
 def two_phase(spec: CellSpec) -> bool:
@@ -323,10 +329,14 @@ class Config:
         """`shared_bytes` with h(t-1) held in fp32. The planner offers the configs whose fp32 copy
         fits: chunks that fit only in 16 bits ran slower where timed (LSTM H=896 B=64 bf16, 64 rows
         a chunk on 16 warps: 13.99 us a step against 8.35 for 32 rows on 8 warps; GRU H=1536 B=32
-        fp16 7.66 against 6.28; docs/data/exchange-ab-h200.jsonl)."""
+        fp16 7.66 against 6.28; docs/data/exchange-ab-h200.jsonl). A tensor-core config's A
+        fragments in shared memory are left out of it: they hold weights, not the chunk's rows
+        (GRU H=640 B=128 fp16 with 16 of 20 k-tiles there, which it refused, ran 6.24 us a step
+        kernel alone against 7.27 with 14; docs/data/tc-shared-fragments-h200.jsonl, run B)."""
         if not self.h16_exchange(spec):
             return self.shared_bytes(spec)
-        return self.shared_bytes(spec) - 4 * self.h_rows() * (self.h_stride(spec) - self._f16_stride(spec))
+        fragments = self.smem_weight_bytes(spec) if self.tensor_cores() else 0  # weights, not the chunk's rows
+        return self.shared_bytes(spec) - 4 * self.h_rows() * (self.h_stride(spec) - self._f16_stride(spec)) - fragments
 
     def smem_weight_bytes(self, spec: CellSpec) -> int:
         """Bytes of the weights moved to shared memory (`smem_runs` runs of every lane's rows; with

@@ -25,9 +25,10 @@ import dataclasses
 import itertools
 import math
 
-from tir_templates.config import HALF_DTYPES, INT8, Config, dsmem_problems, problems, stamped_problems, two_phase
+from tir_templates.config import (HALF_DTYPES, INT8, SPILL_SLACK, Config, dsmem_problems, problems, stamped_problems,
+                                   two_phase)
 from tir_templates.persistent.checks import unverified_reason
-from tir_templates.persistent.h16_exchange import load_registers
+from tir_templates.persistent.h16_exchange import h16_vectors_of, load_registers
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel
@@ -44,12 +45,6 @@ UNKNOWN_BATCH_CHUNK = 8
 #: docs/data/global-runs-h200.jsonl, where LSTM H=1280 B=128 fp32 with 128 spilled 3.4 KB and
 #: ran 167 us a step against 85 predicted, while the next config, 64, ran 91)
 MAX_ACCUMULATORS = 96
-#: registers past the thread's cap that a shared-fragments variant may still be estimated at: GRU
-#: H=640 B=128 fp16 with 14 of 20 k-tiles there (8 past) ran 1.18x faster kernel alone than with
-#: none (run D); GRU H=1536 B=32 bf16 with the 2 shared memory takes (30 past, 212 bytes spilled)
-#: 1.06x slower, LSTM H=1536 B=64 fp16 with 1 (36 past) 1.03x slower (run C;
-#: docs/data/tc-shared-fragments-h200.jsonl)
-SPILL_SLACK = 8
 #: estimated registers past the cap from which a one-n-tile config's shared fragments pay for their
 #: reads unmeasured (GRU H=2048 B=2 fp16, 34 past: 0.91x; B=4 bf16, 38 past: 1.03x; run D of
 #: docs/data/tc-shared-fragments-h200.jsonl)
@@ -275,17 +270,19 @@ def _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds, weight_dtype
 def shared_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
     """`cfg` with its last k-tiles' 16-bit A fragments in shared memory (`smem_runs`), where its
     register estimate with the exchange's loads in flight (`fragment_registers`) passes the
-    thread's cap: the fewest k-tiles that bring it within SPILL_SLACK of the cap; None where that
-    is not a 16-bit mma config, or shared memory cannot take that many. GRU H=640 B=128 fp16's pick
-    (176 registers estimated, 128 a thread; 556 bytes spilled) ran 9.67 us a step kernel alone
-    with none there, 7.91 with 10 of its 20 k-tiles, 7.27 with 14, and the layer 1.175 -> 0.905 ms
-    (docs/data/tc-shared-fragments-h200.jsonl)."""
+    thread's cap: the fewest k-tiles that bring it within SPILL_SLACK of the cap with every load
+    of h in one turn, else the fewest that bring it so with the loads it had; None where that is
+    not a 16-bit mma config, or shared memory cannot take that many. GRU H=640 B=128 fp16's pick
+    (176 registers estimated, 128 a thread; 556 bytes spilled) ran 10.2 us a step kernel alone,
+    7.14 with 15 of its 20 k-tiles there and its 5 loads of h in one turn, 8.65 with 14 and two
+    turns (docs/data/tc-shared-fragments-h200.jsonl, runs F and G)."""
     if not cfg.f16_mma() or cfg.smem_runs or fragment_registers(spec, cfg) <= cfg.register_cap(spec):
         return None
     fitting = [dataclasses.replace(cfg, smem_runs=k) for k in range(1, cfg.k_tiles_per_warp(spec) + 1)]
     fitting = [c for c in fitting if not problems_on(spec, c, gpu)]
     within = [c for c in fitting if fragment_registers(spec, c) <= c.register_cap(spec) + SPILL_SLACK]
-    return (within or [None])[0]
+    one_turn = [c for c in within if load_registers(spec, c) == 4 * h16_vectors_of(spec, c)]
+    return (one_turn or within or [None])[0]
 
 
 def unmeasured_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
@@ -293,7 +290,9 @@ def unmeasured_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | N
     each fragment read from shared memory feeds two or more mma (n-tiles), or, with one, where the
     estimated overflow is ONE_TILE_OVERFLOW registers or more. Kernel alone on the H200, 23
     measure-off picks and their variants in turn: the 16 so taken ran 1.00-1.48x faster than the
-    picks, the 7 left 0.91-1.00x (docs/data/tc-shared-fragments-h200.jsonl, run D)."""
+    picks, the 7 left 0.91-1.00x (docs/data/tc-shared-fragments-h200.jsonl, run D); with every load
+    of h in one turn where the estimate allows it, 17 of 18 taken ran 1.01-1.51x faster, GRU H=1536
+    B=32 fp16 0.96x (run F)."""
     variant = shared_fragments_variant(spec, cfg, gpu)
     if variant is None:
         return None

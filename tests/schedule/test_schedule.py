@@ -792,14 +792,31 @@ def test_the_measured_compile_also_times_spilling_picks_with_shared_fragments():
     plain = to_measure(ranked, 5)
     timed = to_measure(ranked, 5, spec, gpu)
     extra = [c for c in timed if c not in plain]
-    assert [c.smem_runs for c in extra] == [14] and extra[0].tile_units == 40 and not problems_on(spec, extra[0], gpu)
+    assert [c.smem_runs for c in extra] == [15] and extra[0].tile_units == 40 and not problems_on(spec, extra[0], gpu)
     small = CellSpec("gru", 768, 768, linear_before_reset=True, dtype="float16")
     assert to_measure(_ranked(small, gpu, 32, False, "fp32")[1], 5, small, gpu) == to_measure(
         _ranked(small, gpu, 32, False, "fp32")[1], 5)
 
 
+def test_shared_fragments_free_registers_for_one_turn_of_loads_or_none():
+    """The registers A fragments in shared memory free go to the 16-bit exchange's loads of h only
+    where every vector then fits one turn within the estimate; else the loads stay as many as
+    without the fragments (more of them spilled: GRU H=2048 B=16 fp16, ptxas)."""
+    from tir_templates.persistent.h16_exchange import h16_vectors, vectors_in_flight
+    from tir_templates.persistent.layout import Layout
+
+    gru640 = CellSpec("gru", 640, 640, linear_before_reset=True, dtype="float16")
+    tile = Config(40, 32, 16, 32, "float16", cluster=True, batch_tile=32, mma_k_split=2)
+    loads = {k: vectors_in_flight(Layout(gru640, dataclasses.replace(tile, smem_runs=k))) for k in (0, 14, 15)}
+    assert loads == {0: 4, 14: 4, 15: 5} and h16_vectors(Layout(gru640, tile)) == 5
+    gru2048 = CellSpec("gru", 2048, 2048, linear_before_reset=True, dtype="float16")
+    grid = Config(16, 32, 16, 16, "float16", mma_k_split=4)
+    assert [vectors_in_flight(Layout(gru2048, dataclasses.replace(grid, smem_runs=k))) for k in (0, 8, 17)] == [4, 4, 11]
+
+
 @pytest.mark.parametrize("cell,hidden,batch,smem_runs", [
-    ("gru", 640, 128, 14),  # four n-tiles: the variant
+    ("gru", 640, 128, 15),  # four n-tiles: the variant, its 5 loads of h in one turn
+    ("lstm", 1280, 32, 10),  # ... its A fragments past the fp32 copy's bound
     ("lstm", 1536, 16, 6),  # two n-tiles, 32 registers past the cap
     ("gru", 2048, 4, 8),  # one n-tile, 38 past: enough to pay for the reads
     ("gru", 2048, 2, 0),  # one n-tile, 34 past: the pick as the model ranks it (0.91x with the variant)

@@ -356,7 +356,7 @@ def test_fp16_layers_get_the_fp32_kernel_where_it_fits(cell, hidden, batch):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed (TVM compiles CUDA with it)")
 def test_a_fragments_in_shared_memory_take_the_spills_out_of_the_dot(tmp_path):
     """GRU H=640 B=128 fp16's pick holds 80 fragment registers a thread at 128 a thread and spills
-    556 bytes; its variant with 14 of its 20 k-tiles in shared memory reads them from there once a
+    556 bytes; its variant with 15 of its 20 k-tiles in shared memory reads them from there once a
     k-tile, and spills less than half of that."""
     from persist_rnn.schedule.gpu import gpu_model
     from persist_rnn.schedule.space import shared_fragments_variant
@@ -365,8 +365,8 @@ def test_a_fragments_in_shared_memory_take_the_spills_out_of_the_dot(tmp_path):
     spec = CellSpec("gru", 640, 640, linear_before_reset=True, dtype="float16")
     pick = Config(40, 32, 16, 32, "float16", cluster=True, batch_tile=32, mma_k_split=2)
     variant = shared_fragments_variant(spec, pick, gpu_model("sm_90"))
-    assert variant.smem_runs == 14 and variant.weight_regs(spec) == 24
+    assert variant.smem_runs == 15 and variant.weight_regs(spec) == 20
     spills = [max(nvcc_stats(cuda_source(persistent_kernel(spec, c), "sm_90"), "sm_90", tmp_path)) for c in (pick, variant)]
     assert spills[1] < spills[0] / 2, spills
     source = cuda_source(persistent_kernel(spec, variant), "sm_90")
-    assert "uint wreg_ptr[24];" in source and "buf_dyn_shmem_ptr" in source  # 6 k-tiles in registers, 14 shared
+    assert "uint wreg_ptr[20];" in source and "buf_dyn_shmem_ptr" in source  # 5 k-tiles in registers, 15 shared

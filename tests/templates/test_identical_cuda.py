@@ -71,11 +71,11 @@ CASES = {
     # 59 global runs read in turns of 16 (ran on the H200 in benchmarks/streamed_layers.py)
     "lstm-h4096-global-weights-in-turns": ("lstm", 4096, "forward", Config(32, 16, 8, 8, smem_runs=3, global_runs=59),
                                            {}),
-    # 16-bit A fragments partly in shared memory, loads of h in flight as without them (ran on the H200 in
-    # benchmarks/pick_ab.py, docs/data/tc-shared-fragments-h200.jsonl run D)
+    # 16-bit A fragments partly in shared memory, every load of h in one turn (GRU H=640 B=128's
+    # measure-off pick: ran on the H200, docs/data/tc-shared-fragments-h200.jsonl runs F and G)
     "gru-h640-fp16-tensor-cores-shared-fragments": ("gru", 640, "forward",
                                                     Config(40, 32, 16, 32, "float16", cluster=True, batch_tile=32,
-                                                           mma_k_split=2, smem_runs=14), {}),
+                                                           mma_k_split=2, smem_runs=15), {}),
     # every run of a lane's columns in global memory: no register array (two phases a step)
     "gru0-h256-weights-off-registers": ("gru0", 256, "bidirectional", Config(32, 8, 4, 5, global_runs=8), {}),
     # weights held as int8, four to a register (int8_rows.py; ran on the H200)

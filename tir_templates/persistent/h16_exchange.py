@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
+from ..config import SPILL_SLACK
 from .dot_mma import half_bits
 from .layout import Layout
 
@@ -67,17 +68,25 @@ FORCED_LOADS = None
 def loads_in_flight(L) -> int:
     """16-byte loads a thread issues together: as many as the registers its live ones leave
     (ptxas gives a thread at most 65536 / threads, in steps of 8, and 255), within the bounds.
-    A-fragments in shared memory (`smem_runs`) count as held: the registers they free go to the
-    step's spills, not to more loads (GRU H=2048 B=16 fp16 with 8 of 32 k-tiles there spilled
-    360 bytes at 10 loads, none at 4, the config without them 220 bytes at 4: ptxas -v, sm_90).
-    (Spent on one turn of loads instead, GRU H=640 B=128 fp16 with 14 of 20 ran 7.27 us a step
-    against 8.60, but GRU H=2048 B=16 with 10 of 32 spilled 204 bytes, and the register estimate
-    cannot tell the two apart: docs/data/tc-shared-fragments-h200.jsonl.)"""
+    A-fragments in shared memory (`smem_runs`) count as held, unless the thread's estimated
+    registers (`Config.registers`) leave room for every vector in one turn (`one_turn_fits`):
+    else the registers they free go to the step's spills, not to more turns' loads (GRU H=2048
+    B=16 fp16 with 8 of 32 k-tiles there spilled 360 bytes at 10 loads of 11, none at 4: ptxas -v,
+    sm_90; GRU H=640 B=128 fp16, 5 vectors, ran 7.10 us a step with 15 of 20 k-tiles there and
+    one turn, 8.65 with 14 and two: docs/data/tc-shared-fragments-h200.jsonl, run G)."""
     if FORCED_LOADS:
         return FORCED_LOADS
+    if L.cfg.smem_runs and one_turn_fits(L.spec, L.cfg, h16_vectors(L)):
+        return h16_vectors(L)
     limit = min(255, 65536 // L.NT // 8 * 8)
     spare = (limit - L.cfg.live_registers(L.spec) - 4 * L.cfg.smem_runs - REGISTER_SLACK) // 4
     return max(LEAST_LOADS_IN_FLIGHT, min(MOST_LOADS_IN_FLIGHT, spare))
+
+
+def one_turn_fits(spec, cfg, vectors: int) -> bool:
+    """Whether `cfg`'s estimated registers and `vectors` loads in flight stay within SPILL_SLACK
+    of the thread's cap."""
+    return vectors <= MOST_LOADS_IN_FLIGHT and cfg.registers(spec) + 4 * vectors <= cfg.register_cap(spec) + SPILL_SLACK
 
 
 def h16_vectors(L):
@@ -88,6 +97,11 @@ def h16_vectors(L):
 def vectors_in_flight(L):
     """Vectors a thread loads before it stores them (a turn of `load_h16`)."""
     return min(h16_vectors(L), loads_in_flight(L))
+
+
+def h16_vectors_of(spec, cfg) -> int:
+    """`h16_vectors` of `cfg` (0 without the 16-bit exchange)."""
+    return h16_vectors(Layout(spec, cfg)) if cfg.h16_exchange(spec) else 0
 
 
 def load_registers(spec, cfg) -> int:
