@@ -127,8 +127,9 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
         plan = Plan(None, best, "measured", time_us=best_us)
         how = timing(spec, dev)
     else:
-        pick = model_pick(ranked, gpu, batch)  # the model prices no spills: where they cost more
-        plan = Plan(None, unmeasured_variant(spec, pick, gpu) or pick, "cost_model")  # ... than shared fragments
+        # the model prices no spills: a 16-bit pick takes shared fragments where they paid when timed
+        pick = model_pick(ranked, gpu, batch)
+        plan = Plan(None, unmeasured_variant(spec, pick, gpu) or pick, "cost_model")
         how = "warm"
     if tuning_log_path:
         tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source, timing=how))
