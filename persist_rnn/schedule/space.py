@@ -28,7 +28,7 @@ import math
 from tir_templates.config import (HALF_DTYPES, INT8, SPILL_SLACK, Config, dsmem_problems, problems, stamped_problems,
                                    two_phase)
 from tir_templates.persistent.checks import unverified_reason
-from tir_templates.persistent.h16_exchange import h16_vectors_of, load_registers
+from tir_templates.persistent.h16_exchange import in_one_turn, load_registers
 from tir_templates.spec import CellSpec
 
 from .gpu import GPUModel
@@ -281,7 +281,7 @@ def shared_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Conf
     fitting = [dataclasses.replace(cfg, smem_runs=k) for k in range(1, cfg.k_tiles_per_warp(spec) + 1)]
     fitting = [c for c in fitting if not problems_on(spec, c, gpu)]
     within = [c for c in fitting if fragment_registers(spec, c) <= c.register_cap(spec) + SPILL_SLACK]
-    one_turn = [c for c in within if load_registers(spec, c) == 4 * h16_vectors_of(spec, c)]
+    one_turn = [c for c in within if in_one_turn(spec, c)]
     return (one_turn or within or [None])[0]
 
 

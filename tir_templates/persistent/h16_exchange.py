@@ -99,9 +99,12 @@ def vectors_in_flight(L):
     return min(h16_vectors(L), loads_in_flight(L))
 
 
-def h16_vectors_of(spec, cfg) -> int:
-    """`h16_vectors` of `cfg` (0 without the 16-bit exchange)."""
-    return h16_vectors(Layout(spec, cfg)) if cfg.h16_exchange(spec) else 0
+def in_one_turn(spec, cfg) -> bool:
+    """Whether `cfg`'s 16-bit loads of h are all in flight at once (True without the exchange)."""
+    if not cfg.h16_exchange(spec):
+        return True
+    L = Layout(spec, cfg)
+    return vectors_in_flight(L) == h16_vectors(L)
 
 
 def load_registers(spec, cfg) -> int:
