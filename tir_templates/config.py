@@ -64,6 +64,26 @@ from .spec import CellSpec
 TEMPLATE_VERSION = 4
 #: an SM's 32-bit registers, which a CTA's threads share, and the most one thread may have
 REGISTER_FILE, MAX_THREAD_REGISTERS = 65536, 255
+#: ... split evenly among the SM's sub-partitions, each of which runs every fourth warp of a CTA;
+#: ptxas gives a thread registers in steps of 8. So a CTA's register cap is set by its busiest
+#: sub-partition: with 9 to 12 warps (three on one), 168 a thread, not 65536 / 320 = 204 (nvcc
+#: 13 for sm_90, `__launch_bounds__(320)`: a kernel of 166 live floats spilled 60 bytes; an LSTM
+#: H=1280 B=1 fp32 kernel estimated at 196 registers used 168 and spilled 120)
+SUB_PARTITIONS, REGISTER_STEP = 4, 8
+#: FMA-unit configs whose batch chunk is at most this many rows must fit `register_cap_of`: their
+#: step is short, and a spilled weight's reload from local memory lies on every step's path. A
+#: longer chunk spreads that reload over more rows, and there a config past the cap beat what
+#: fits: GRU H=1536 B=16-64 fp32, 16 rows a chunk and 340 bytes spilled, 1.11-1.52x faster than
+#: the model's best fitting config; at B=1-8 the fitting one ran 1.06-1.42x faster, GRU H=1280
+#: B=4 0.91x (kernels alone, H200: docs/data/register-cap-h200.jsonl)
+SPILL_FREE_CHUNK = 8
+
+
+def register_cap_of(threads: int) -> int:
+    """The most registers ptxas gives each of a CTA's `threads` (its launch bound)."""
+    warps_per_sub_partition = -(-threads // (32 * SUB_PARTITIONS))
+    per_thread = REGISTER_FILE // (SUB_PARTITIONS * warps_per_sub_partition * 32)
+    return min(MAX_THREAD_REGISTERS, per_thread // REGISTER_STEP * REGISTER_STEP)
 #: registers past the thread's cap that a 16-bit tensor-core config with A fragments in shared
 #: memory may still be estimated at: GRU H=640 B=128 fp16 with 14 of 20 k-tiles there (8 past) ran
 #: 1.18x faster kernel alone than with none (run D); GRU H=1536 B=32 bf16 with the 2 shared memory
@@ -310,7 +330,9 @@ class Config:
         return self.weight_regs(spec) + 4 * self.n_tiles() + 8
 
     def register_cap(self, spec: CellSpec) -> int:
-        """Registers each thread may have: the register file over the CTA's threads, at most 255."""
+        """Registers each thread may have, as the tensor-core configs' rules count them (fitted
+        so): the register file over the CTA's threads, at most 255 (`register_cap_of` is what
+        ptxas gives)."""
         return min(MAX_THREAD_REGISTERS, REGISTER_FILE // self.threads(spec))
 
     def shared_bytes(self, spec: CellSpec) -> int:
@@ -441,6 +463,9 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
     held = cfg.live_registers(spec) if cfg.tensor_cores() else regs  # what must not spill
     if nt * (held + 8) > REGISTER_FILE:  # 8 registers of slack: ptxas spills rather than fail
         out.append(f"{nt} threads x ~{held} registers (+8 slack) exceed the 64K register file")
+    elif not cfg.tensor_cores() and cfg.batch_chunk <= SPILL_FREE_CHUNK and held + 8 > register_cap_of(nt):
+        out.append(f"~{held} registers (+8 slack) a thread exceed the {register_cap_of(nt)} that ptxas gives each of "
+                   f"{nt} threads, and a chunk of {cfg.batch_chunk} batch rows would reload the spills every step")
     shared = max(cfg.shared_bytes(spec), cfg.fp32_copy_shared_bytes(spec))
     if shared > shared_limit:
         out.append(f"{shared} bytes of shared memory (at most {shared_limit // 1024} KiB)")

@@ -233,6 +233,36 @@ def test_tensor_cores_are_measured_never_trusted():
     assert any(c.tensor_cores() for c in to_measure(rank(gru, configs, H100, 20), 5))
 
 
+@pytest.mark.parametrize("threads,cap", [(128, 255), (256, 255), (288, 168), (320, 168), (384, 168),
+                                         (512, 128), (640, 96), (1024, 64)])
+def test_register_cap_is_the_busiest_sub_partitions_share(threads, cap):
+    """ptxas's cap for `__launch_bounds__(threads)` (nvcc 13, sm_90: a kernel of 166 live floats
+    spilled under 320 threads and 96 under 640, none a step below), not 65536 / threads."""
+    from tir_templates.config import register_cap_of
+
+    assert register_cap_of(threads) == cap
+
+
+def test_small_batch_chunks_of_fma_configs_fit_the_register_cap():
+    """An FMA-unit config whose chunk is at most SPILL_FREE_CHUNK rows must fit what ptxas gives
+    (the LSTM H=1280 B=1 pick of 320 threads, estimated 196 registers, used 168 and spilled 120
+    bytes and ran 1.13x slower than what fits: docs/data/register-cap-h200.jsonl); a longer chunk
+    keeps the register file's bound, where the config past the cap still ran faster."""
+    from tir_templates.config import SPILL_FREE_CHUNK, register_cap_of
+
+    lstm = CellSpec("lstm", 1280, 1280)
+    spilling = Config(10, 16, 2, 1, smem_runs=4)
+    assert spilling.threads(lstm) == 320 and spilling.registers(lstm) + 8 > register_cap_of(320)
+    assert any("ptxas gives" in p for p in problems(lstm, spilling, 132, 227 * 1024))
+    gru = CellSpec("gru", 1536, 1536, linear_before_reset=True)
+    wide = Config(12, 32, 4, 16, smem_runs=7)
+    assert wide.batch_chunk > SPILL_FREE_CHUNK and wide.registers(gru) + 8 > register_cap_of(wide.threads(gru))
+    assert problems(gru, wide, 132, 227 * 1024) == []
+    assert any("ptxas gives" in p for p in problems(gru, dataclasses.replace(wide, batch_chunk=8), 132, 227 * 1024))
+    plan = choose(lstm, as_target("cuda"), 1, measure=False)
+    assert plan.config.registers(lstm) + 8 <= register_cap_of(plan.config.threads(lstm))
+
+
 def test_tensor_core_threads_keep_only_their_fragments_in_registers():
     """A tensor-core thread must hold its A and C fragments all sequence; the rest ptxas may spill.
     On the H200 (docs/data/tc-registers-h200.jsonl) GRU H=1536 B=8 fp16 ran 3.95 us a step in
