@@ -25,7 +25,7 @@ OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` 
 CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE, OFFGRID_PART_FILE]
 #: sections of docs/benchmarks.md written by hand (each names its data file and command), which a
 #: regeneration keeps as they stand, in this order after the generated ones
-KEPT_SECTIONS = ("## The 16-bit exchange of h(t-1)", "## A fragments in shared memory",
+KEPT_SECTIONS = ("## The 16-bit exchange of h(t-1)", "## A fragments in shared memory", "## Batch tiles of a grid",
                  "## The register cap ptxas gives", "## The input projection's 16-bit GEMM", "## Real models as shipped",
                  "## Layers too large for the chip", "## Quantized layers", "## PyTorch modules")
 PRECISION_ORDER = ("fp32", "tf32", "fp16", "bf16")
@@ -135,7 +135,8 @@ def offgrid_part_lines(rows: list) -> list[str]:
     G: the layers the 16-bit exchange moves most; H: the 16-bit tensor-core layers after the
     16-bit GEMM's copies of pairs; I: the layer in two batch chunks after inputs a chunk ahead;
     J: the layers below 1.0x after the 16-bit GEMM's 64 x 64 warp tiles, LSTM H=1280 B=128 fp32
-    measure off only; D: a kernel variant measured and not kept),
+    measure off only; K, L: the shared-fragments variant; M: the layers grid batch tiles move; D: a
+    kernel variant measured and not kept),
     with run A's ratio beside it, and the floors' numbers over the latest rows."""
     kept = [r for r in rows if r.get("part") == "offgrid" and r.get("run") != "D"]
     latest, top5 = {}, {}
@@ -181,7 +182,11 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "pick takes its shared-fragments variant (`space.unmeasured_variant`: the pick would spill, and its 16-bit "
            "A fragments' last k-tiles move to shared memory; kernels alone, \"A fragments in shared memory\" below), "
            "and run L the same two after that variant began taking every load of h in one turn where its registers "
-           "allow (GRU H=640 B=128 fp16 with 15 of 20 k-tiles there: 0.74x -> 0.88x). "
+           "allow (GRU H=640 B=128 fp16 with 15 of 20 k-tiles there: 0.74x -> 0.88x). Run M re-measured the five "
+           "layers whose pick moves to batch tiles of a grid (`space.grid_batch_tiles`: each tile's tensor-core CTAs "
+           "meet at a barrier counter of their own and read only their tile's rows of h(t-1); kernels alone, \"Batch "
+           "tiles of a grid\" below): the three 16-bit layers whole, GRU H=384 B=64 and LSTM H=640 B=16 TF32 "
+           "measure off only (their 'best ÷ top-5 compile' is from an earlier run, before the space had such tiles). "
            "Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",

@@ -11,8 +11,9 @@ weight-streaming thesis in the seeds has it). Batch rows are processed `batch_ch
 The batch can also be split into tiles of `batch_tile` rows, each with a direction's CTAs of
 its own: batch rows never interact, so tiles never wait for each other and each runs at the
 speed of a smaller batch. When one CTA holds a direction (small H) a tile is one CTA with no
-barrier at all; otherwise a tile's CTAs must form a thread-block cluster, whose hardware barrier
-is the tile's own (a grid counter would be shared by all tiles).
+barrier at all; otherwise a tile's CTAs form a thread-block cluster, whose hardware barrier is
+the tile's own, or a grid of their own that meets at a barrier counter of its own (one per
+tile and direction, as many as the workspace has words for).
 
 GRU with linear_before_reset=0 has two variants (`gru_barriers`): 2, two phases per step, each
 ending in a barrier (GRNN Fig. 7a); 1, GRNN's partial sums (Fig. 7b): the work groups hold only
@@ -54,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .signature import BARRIER_FLAG_WORD
 from .spec import CellSpec
 
 #: 2: lane updates, shared-memory h double-buffered in a resident CTA, fast sigmoid;
@@ -77,6 +79,9 @@ SUB_PARTITIONS, REGISTER_STEP = 4, 8
 #: the model's best fitting config; at B=1-8 the fitting one ran 1.06-1.42x faster, GRU H=1280
 #: B=4 0.91x (kernels alone, H200: docs/data/register-cap-h200.jsonl)
 SPILL_FREE_CHUNK = 8
+#: grid barrier counters a launch may use: the workspace's words before its flag word, one per
+#: direction, or per batch tile and direction
+BARRIER_COUNTERS = BARRIER_FLAG_WORD
 
 
 def register_cap_of(threads: int) -> int:
@@ -492,9 +497,13 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
     if not cfg.tensor_cores() and not (0 <= cfg.smem_runs and 0 <= cfg.global_runs
                                        and cfg.smem_runs + cfg.global_runs <= runs):
         out.append(f"smem_runs {cfg.smem_runs} and global_runs {cfg.global_runs}: a lane has {runs} runs of columns")
-    if cfg.batch_tile and (cfg.barrier(spec) == "grid" or cfg.batch_tile != cfg.batch_chunk or two_phase(spec)):
-        out.append(f"batch_tile {cfg.batch_tile}: batch tiles need one CTA or one cluster per direction, batch_chunk "
-                   "equal to the tile, and a cell with one phase a step (not GRU with linear_before_reset=0)")
+    if cfg.batch_tile and (cfg.batch_tile != cfg.batch_chunk or two_phase(spec)):
+        out.append(f"batch_tile {cfg.batch_tile}: batch tiles need batch_chunk equal to the tile, and a cell with one "
+                   "phase a step (not GRU with linear_before_reset=0)")
+    if cfg.batch_tile and cfg.barrier(spec) == "grid" and (
+            cfg.stamped or num_sms // cfg.num_ctas(spec) * spec.num_directions > BARRIER_COUNTERS):
+        out.append(f"batch_tile {cfg.batch_tile} in a grid: a counter per tile and direction, at most "
+                   f"{BARRIER_COUNTERS} (tiles of {cfg.num_ctas(spec)} CTAs on {num_sms} SMs), and no stamped words")
     if cfg.cluster and not 1 < cfg.ctas_per_direction(spec) <= max_cluster:
         out.append(f"a cluster of {cfg.ctas_per_direction(spec)} CTAs (this GPU: "
                    + (f"2 to {max_cluster})" if max_cluster else "no thread-block clusters)"))

@@ -25,7 +25,7 @@ import dataclasses
 import itertools
 import math
 
-from tir_templates.config import (HALF_DTYPES, INT8, SPILL_SLACK, Config, dsmem_problems, problems, stamped_problems,
+from tir_templates.config import (HALF_DTYPES, INT8, MMA_N, SPILL_SLACK, Config, dsmem_problems, problems, stamped_problems,
                                    two_phase)
 from tir_templates.persistent.checks import unverified_reason
 from tir_templates.persistent.h16_exchange import in_one_turn, load_registers
@@ -151,6 +151,22 @@ def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUMode
     return [t for t in tiles if spec.num_directions * math.ceil(batch / t) <= at_once]
 
 
+def grid_batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUModel) -> list[int]:
+    """Batch tiles for tensor-core CTAs of a grid, each tile's CTAs meeting at a barrier counter
+    of their own, where a direction has more CTAs than a cluster holds: whole n-tiles of the mma
+    (multiples of 8 rows) below the batch, for a batch known at build time (every CTA must be
+    resident, since a grid barrier waits for all of a tile's), as many counters as the workspace
+    has. Each CTA then reads only its tile's rows of h(t-1): on the H200 LSTM H=768 B=32 fp16 ran
+    2.59 us a step in tiles of 8 rows (24 units a CTA, 128 CTAs) against 3.66 for the pick of one
+    grid, GRU H=640 B=128 fp16 4.57 against 7.09, LSTM H=896 B=64 bf16 5.84 against 7.69, kernels
+    alone (docs/data/grid-batch-tiles-h200.jsonl)."""
+    per_direction = spec.hidden_size // tile_units
+    if batch is None or per_direction <= gpu.max_cluster_ctas:
+        return []
+    tiles = [MMA_N << k for k in range(5) if MMA_N << k < batch]
+    return [t for t in tiles if spec.num_directions * math.ceil(batch / t) * per_direction <= gpu.num_sms]
+
+
 def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel, stream: bool = False) -> Config | None:
     """`cfg` with the fewest runs of weight columns moved to shared memory that make it fit, if
     the registers were what it lacked (None otherwise); with `stream`, where shared memory cannot
@@ -265,6 +281,9 @@ def _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds, weight_dtype
         # one CTA or cluster per tile of batch rows, each reading only its tile's rows of h(t-1)
         yield Config(tw, 32, 16, tile, weight_dtype, barriers, cluster=spec.hidden_size // tw > 1, batch_tile=tile,
                      mma_k_split=ks, mma_precision=kind)
+    for ks, tile, kind in itertools.product(TENSOR_CORE_SPLITS, grid_batch_tiles(spec, tw, batch, gpu), mma_kinds):
+        # ... or a grid per tile of batch rows, its CTAs meeting at a counter of their own
+        yield Config(tw, 32, 16, tile, weight_dtype, barriers, batch_tile=tile, mma_k_split=ks, mma_precision=kind)
 
 
 def shared_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:

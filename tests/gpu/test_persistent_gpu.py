@@ -246,6 +246,22 @@ def test_f16_mma_shared_fragments_match_onnxruntime(op, direction, dtype, cfg):
     _matches_three_times(case, cfg, TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("op,direction,dtype,cfg", [
+    ("LSTM", "forward", "float16", Config(8, 32, 16, 8, "float16", batch_tile=8, mma_k_split=2)),  # 3 tiles at B=20
+    ("GRU", "bidirectional", "float32", Config(16, 32, 16, 8, batch_tile=8, mma_k_split=2)),  # 6 counters
+    ("LSTM", "forward", "bfloat16", Config(8, 32, 16, 16, "bfloat16", batch_tile=16, mma_k_split=1, smem_runs=4)),
+    ("GRU", "forward", "float16", Config(8, 32, 16, 8, "float16", batch_tile=8, mma_k_split=4)),  # a padded row tile
+    ("LSTM", "forward", "float32", Config(8, 8, 4, 5, batch_tile=5)),  # FMA units, 4 tiles at B=20
+], ids=str)
+def test_grid_batch_tiles_match_onnxruntime(op, direction, dtype, cfg):
+    """Batch tiles of a grid, each tile's CTAs meeting at a barrier counter of their own
+    (tensor cores at 3xTF32, fp16 and bf16, A fragments partly in shared memory, a padded GRU
+    tile; and the FMA units), forced at H=256, each (B, T) of the matrix three times (ragged last
+    tiles at B=5 and 20): a tile that waited on another's counter would hang or read early."""
+    case = _layer_case(op, 256, direction, dtype)
+    _matches_three_times(case, cfg, TOLERANCE[dtype])
+
+
 @pytest.mark.parametrize("op,hidden,direction,lbr", [("LSTM", 2048, "forward", None), ("GRU", 2048, "forward", None),
                                                      ("GRU", 2048, "bidirectional", 0)])
 def test_layers_too_large_for_the_chip_match_onnxruntime(op, hidden, direction, lbr):

@@ -60,6 +60,9 @@ CASES = [
     # ... or one cluster per direction and tile: h of the tile's rows through the exchange buffer
     ("lstm", "bidirectional", 5, Config(8, 4, 4, 2, cluster=True, batch_tile=2), dict(peepholes=True)),
     ("gru", "reverse", 3, Config(4, 4, 3, 1, cluster=True, batch_tile=1), {}),  # 4 CTAs a tile, shared-memory meet
+    # ... or a grid per tile: the tile's CTAs meet at a counter of their own
+    ("lstm", "bidirectional", 5, Config(4, 4, 4, 2, batch_tile=2), dict(peepholes=True)),  # 12 counters, ragged
+    ("gru", "forward", 3, Config(4, 4, 3, 1, batch_tile=1), {}),
     ("gru", "forward", 5, Config(4, 4, 2, 2), {}),  # three chunks
     ("gru", "bidirectional", 2, Config(8, 4, 3, 2), dict(activations=(Activation("HardSigmoid", 0.2, 0.5),
                                                                      Activation("Softsign"),
@@ -90,6 +93,8 @@ CASES = [
     ("gru", "forward", 10, Config(16, 32, 16, 8, batch_tile=8, mma_k_split=1), {}),  # 2 pairs a thread
     ("lstm", "forward", 20, Config(8, 32, 16, 16, cluster=True, batch_tile=16, mma_k_split=1), {}),  # 2 pairs
     ("gru", "bidirectional", 10, Config(16, 32, 16, 10, mma_k_split=1), {}),  # no tiles, 2 pairs a thread
+    ("lstm", "forward", 10, Config(4, 32, 16, 5, batch_tile=5, mma_k_split=2), {}),  # grid tiles, 2 splits
+    ("gru", "bidirectional", 3, Config(8, 32, 16, 2, batch_tile=2, mma_k_split=1), {}),  # padded tile, 8 counters
     # a cluster's CTAs sending h(t) into each other's shared memory (dsmem), h and C on chip
     ("lstm", "bidirectional", 2, Config(4, 8, 4, 2, cluster=True, dsmem=True), dict(peepholes=True)),
     ("lstm", "bidirectional", 5, Config(8, 4, 4, 2, cluster=True, batch_tile=2, dsmem=True), {}),  # ragged tile

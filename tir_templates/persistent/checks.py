@@ -32,7 +32,9 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     shared memory (GRU H=640 B=128 fp16, 6 to 14 of 20 k-tiles: outputs as with every fragment in
     registers; docs/data/tc-shared-fragments-h200.jsonl; at H=256 in a grid and in cluster tiles,
     fp16 and bf16, one and two directions, some and all k-tiles: tests/gpu/test_persistent_gpu.py
-    `test_f16_mma_shared_fragments_match_onnxruntime`). A new variant starts here, named."""
+    `test_f16_mma_shared_fragments_match_onnxruntime`), and batch tiles of a grid, a barrier counter
+    each (tensor cores at 3xTF32, fp16 and bf16, and the FMA units, at H=256:
+    docs/data/gpu-grid-batch-tiles-h200.log). A new variant starts here, named."""
     return ""
 
 

@@ -144,7 +144,7 @@ def step_barrier(L, a, cta, index):
     overwrites it."""
     T.tvm_storage_sync("shared")
     if L.grid:
-        T.cuda.func_call("prnn_grid_barrier", T.address_of(a.ws[L.dir_of(cta)]),
+        T.cuda.func_call("prnn_grid_barrier", T.address_of(a.ws[L.counter_of(cta)]),
                          T.Cast("uint32", index * L.CPD), source_code=GRID_BARRIER)
     elif L.cluster:  # barrier.cluster arrive (release) + wait (acquire): h(t) in global memory is visible
         T.cuda.cluster_sync()
@@ -208,14 +208,14 @@ def emulated_dsmem_exchange(L, a, hs_next, s):
 
 @T.macro
 def emulated_barrier(L, a, index):
-    """`step_barrier` in the CPU twin: every CTA arrives once, as on the GPU's counter; after
-    barrier `index` a direction's count must be index * CTAs per direction, else the GPU would
-    wait forever or pass early: flag it."""
+    """`step_barrier` in the CPU twin: every CTA arrives once, as on the GPU's counters; after
+    barrier `index` each counter (a direction's, or a batch tile's) must be index * CTAs per
+    direction, else the GPU would wait forever or pass early: flag it."""
     if L.grid:
-        for cta in range(L.NCTA):
-            a.ws[L.dir_of(cta)] = a.ws[L.dir_of(cta)] + T.uint32(1)
-        for dd in range(L.D):
-            if a.ws[dd] != T.Cast("uint32", index * L.CPD):
+        for cta in range(L.grid_size(a.n_b)):
+            a.ws[L.counter_of(cta)] = a.ws[L.counter_of(cta)] + T.uint32(1)
+        for counter in range(L.grid_size(a.n_b) // L.CPD):
+            if a.ws[counter] != T.Cast("uint32", index * L.CPD):
                 a.ws[BARRIER_FLAG_WORD] = T.uint32(1)
 
 

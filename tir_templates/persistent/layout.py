@@ -140,6 +140,12 @@ class Layout:
         """Direction of a CTA: CTA = (batch tile * D + direction) * CPD + its tile of units."""
         return (cta // self.CPD) % self.D if self.tiled else cta // self.CPD
 
+    def counter_of(self, cta):
+        """The grid barrier's counter (a word of `ws`) a CTA arrives at: its direction's, or with
+        batch tiles its tile's and direction's (CTA // CPD either way), so that tiles never wait
+        for each other."""
+        return cta // self.CPD
+
     def first_chunk(self, cta):
         """The chunk of batch rows a batch-tiled CTA owns (its whole tile); else 0."""
         return cta // self.NCTA if self.tiled else 0
