@@ -83,18 +83,19 @@ SPILL_FREE_CHUNK = 8
 #: direction, or per batch tile and direction
 BARRIER_COUNTERS = BARRIER_FLAG_WORD
 
-
-def register_cap_of(threads: int) -> int:
-    """The most registers ptxas gives each of a CTA's `threads` (its launch bound)."""
-    warps_per_sub_partition = -(-threads // (32 * SUB_PARTITIONS))
-    per_thread = REGISTER_FILE // (SUB_PARTITIONS * warps_per_sub_partition * 32)
-    return min(MAX_THREAD_REGISTERS, per_thread // REGISTER_STEP * REGISTER_STEP)
 #: registers past the thread's cap that a 16-bit tensor-core config with A fragments in shared
 #: memory may still be estimated at: GRU H=640 B=128 fp16 with 14 of 20 k-tiles there (8 past) ran
 #: 1.18x faster kernel alone than with none (run D); GRU H=1536 B=32 bf16 with the 2 shared memory
 #: takes (30 past, 212 bytes spilled) 1.06x slower, LSTM H=1536 B=64 fp16 with 1 (36 past) 1.03x
 #: slower (run C; docs/data/tc-shared-fragments-h200.jsonl)
 SPILL_SLACK = 8
+
+
+def register_cap_of(threads: int) -> int:
+    """The most registers ptxas gives each of a CTA's `threads` (its launch bound)."""
+    warps_per_sub_partition = -(-threads // (32 * SUB_PARTITIONS))
+    per_thread = REGISTER_FILE // (SUB_PARTITIONS * warps_per_sub_partition * 32)
+    return min(MAX_THREAD_REGISTERS, per_thread // REGISTER_STEP * REGISTER_STEP)
 
 
 def two_phase(spec: CellSpec) -> bool:

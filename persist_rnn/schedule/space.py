@@ -25,8 +25,8 @@ import dataclasses
 import itertools
 import math
 
-from tir_templates.config import (HALF_DTYPES, INT8, MMA_N, SPILL_SLACK, Config, dsmem_problems, problems, stamped_problems,
-                                   two_phase)
+from tir_templates.config import (HALF_DTYPES, INT8, MMA_N, SPILL_SLACK, Config, dsmem_problems, problems,
+                                   stamped_problems, two_phase)
 from tir_templates.persistent.checks import unverified_reason
 from tir_templates.persistent.h16_exchange import in_one_turn, load_registers
 from tir_templates.spec import CellSpec

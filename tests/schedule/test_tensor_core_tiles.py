@@ -22,10 +22,17 @@ GRU640 = CellSpec("gru", 640, 640, dtype="float16", linear_before_reset=True)
 
 
 def test_tiles_are_offered_where_a_cluster_holds_a_direction():
+    """... a tile a cluster where one holds a direction, else a tile a grid (its own counter)."""
     tiled = [c for c in candidate_configs(GRU640, H100, 128) if c.tensor_cores() and c.batch_tile]
-    assert tiled and all(c.cluster and c.ctas_per_direction(GRU640) <= 16 for c in tiled)
+    clusters, grids = [c for c in tiled if c.cluster], [c for c in tiled if not c.cluster]
+    assert clusters and all(c.ctas_per_direction(GRU640) <= 16 for c in clusters)
     # every tile's cluster runs at once: 128 / 32 = 4 clusters of 16 CTAs (7 fit the H100)
-    assert {c.batch_tile for c in tiled} == {32}
+    assert {c.batch_tile for c in clusters} == {32}
+    # ... and every tile's CTAs are resident: 4 grids of 32 CTAs (20 units a CTA), not 4 of 40
+    assert grids and all(c.ctas_per_direction(GRU640) > 16 and c.barrier(GRU640) == "grid" for c in grids)
+    assert all(c.ctas_per_direction(GRU640) * 128 // c.batch_tile <= H100.num_sms for c in grids)
+    tiles = {(c.tile_units, c.batch_tile) for c in grids}
+    assert (20, 32) in tiles and (16, 64) in tiles and (16, 32) not in tiles
 
 
 def test_the_default_compile_picks_a_tile_where_it_measured_faster():
