@@ -11,7 +11,8 @@ are read from global memory each step instead (`Config.global_runs`: L2 keeps th
 Tensor-core configs (`Config.mma_k_split`, one-phase cells) split each row tile's columns over 1
 to 16 warps: an fp32 layer's at 3xTF32 and, in a build at precision "tf32", at TF32 too; an fp16
 layer's on its fp16 weights, a bf16 layer's on its bf16 weights; they too come in batch tiles
-where one CTA or cluster holds a direction. Pruning beyond `problems` (what cannot run): batch chunks are only the
+where one CTA or cluster holds a direction, and, for a batch known at build time, in tiles of a
+grid each where it takes more CTAs (`grid_batch_tiles`). Pruning beyond `problems` (what cannot run): batch chunks are only the
 smallest chunk for 1 to 4 passes over the weights (a smaller chunk with the same pass count only
 wastes lanes; more passes multiply the per-chunk latencies), an FMA-unit thread holds at most
 MAX_ACCUMULATORS accumulators (past them ptxas spills), and groups of 1 or 2 lanes only when
