@@ -162,7 +162,7 @@ def grid_batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GP
     grid, GRU H=640 B=128 fp16 4.57 against 7.09, LSTM H=896 B=64 bf16 5.84 against 7.69, kernels
     alone (docs/data/grid-batch-tiles-h200.jsonl)."""
     per_direction = spec.hidden_size // tile_units
-    if batch is None or per_direction <= gpu.max_cluster_ctas:
+    if batch is None or per_direction <= max(1, gpu.max_cluster_ctas):  # one CTA: `batch_tiles`' own
         return []
     tiles = [MMA_N << k for k in range(5) if MMA_N << k < batch]
     return [t for t in tiles if spec.num_directions * math.ceil(batch / t) * per_direction <= gpu.num_sms]

@@ -277,6 +277,11 @@ def test_grid_batch_tiles_only_where_every_tile_is_resident_and_counted():
     assert grid_batch_tiles(lstm, 8, 32, H100) == []  # 96 CTAs a tile: two tiles do not fit
     assert grid_batch_tiles(lstm, 48, 32, H100) == []  # 16 CTAs: a cluster's tiles instead
     assert grid_batch_tiles(lstm, 24, None, H100) == []  # a run-time batch could outgrow the GPU
+    a100 = gpu_model("sm_80")  # no clusters: any direction of several CTAs, none of one (a CTA's tiles)
+    assert grid_batch_tiles(lstm, 48, 32, a100) == [8, 16] and grid_batch_tiles(lstm, 768, 32, a100) == []
+    small16 = CellSpec("lstm", 64, 64, dtype="float16")
+    configs = candidate_configs(small16, a100, 32)
+    assert len(configs) == len(set(configs))
     tiled = Config(24, 32, 16, 8, "float16", batch_tile=8, mma_k_split=2)
     assert tiled.barrier(lstm) == "grid" and problems_on(lstm, tiled, H100) == []
     small = CellSpec("lstm", 64, 64)
