@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ..config import SPILL_SLACK
+from ..config import MAX_THREAD_REGISTERS, REGISTER_FILE, REGISTER_STEP, SPILL_SLACK
 from .dot_mma import half_bits
 from .layout import Layout
 
@@ -78,7 +78,9 @@ def loads_in_flight(L) -> int:
         return FORCED_LOADS
     if L.cfg.smem_runs and one_turn_fits(L.spec, L.cfg, h16_vectors(L)):
         return h16_vectors(L)
-    limit = min(255, 65536 // L.NT // 8 * 8)
+    # the whole register file's share, as this rule was fitted (not `register_cap_of`'s busiest
+    # sub-partition's, which would change the loads of 10-warp CTAs)
+    limit = min(MAX_THREAD_REGISTERS, REGISTER_FILE // L.NT // REGISTER_STEP * REGISTER_STEP)
     spare = (limit - L.cfg.live_registers(L.spec) - 4 * L.cfg.smem_runs - REGISTER_SLACK) // 4
     return max(LEAST_LOADS_IN_FLIGHT, min(MOST_LOADS_IN_FLIGHT, spare))
 
