@@ -56,7 +56,7 @@ class LayerReport:
     input_size: int
     hidden_size: int
     directions: int
-    lowering: str  # "reference" | "unrolled" | "persistent" | "streamed" | "wavefront"
+    lowering: str  # "reference" | "unrolled" | "persistent" | "streamed" | "gemm_scan" | "wavefront"
     reason: str = ""
     config: dict = dataclasses.field(default_factory=dict)
     source: str = ""  # "tuning_log" | "cost_model" | "measured" | "" (a wavefront layer: the stack's choice, or "asked")
@@ -101,7 +101,7 @@ class LayerReport:
         fused = [b["max_batch"] for b in self.stack_buckets if b["fused"]]
         if fused:  # the wavefront up to a batch, a kernel a layer above it
             stacked += f" (one wavefront kernel for B <= {max(fused)}, own kernel above)"
-        elif self.stack and self.lowering in ("persistent", "streamed"):  # a kernel a layer, not the wavefront
+        elif self.stack and self.lowering in ("persistent", "streamed", "gemm_scan"):  # a kernel a layer, not the wavefront
             stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
         elif self.lowering == "wavefront" and self.stack_reason:  # one wavefront kernel: whose choice
             stacked += f" ({self.stack_reason})"

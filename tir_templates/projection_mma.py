@@ -478,6 +478,15 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     return tile_grid(N, BM, BN, TILE_NT * G, block_program, emulated_blocks, emulate)
 
 
+def gemm_launch(K: int, N: int, precision: str, plan: dict, emulate: bool = False):
+    """The macro launch(x, w, b, out, n_m) of the GEMM `plan` (`gemm_plan`'s dict; x in fp32, w_t
+    as (K, N) fp32 values), for a kernel that runs it among others (the GEMM scan,
+    gemm_scan.py): its CTAs, k-tiles and staging as `projection_mma_kernel` builds them."""
+    tile, bk, groups, stages = plan.get("tile", "64x64"), plan["bk"], plan["k_groups"], plan["stages"]
+    pairs = precision in HALF_PRECISIONS and pairs_staged(K, N, precision, bk, groups, stages, tile)
+    return _launch(K, N, precision, emulate, bk, groups, stages, pairs, tile)
+
+
 def _check_w_pairs(K, N, precision, bk, k_groups, stages, x_dtype, tile):
     """Refuse a packed-pairs GEMM that its copies cannot run: 16-bit precision, x in those 16 bits,
     k-tiles in flight, and rows of whole 16-byte vectors, as many a thread (`copies_pairs`)."""

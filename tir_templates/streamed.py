@@ -26,8 +26,8 @@ from __future__ import annotations
 import tvm
 from tvm.script import tirx as T
 
-from . import cells
-from .signature import batch_row, recurrence_func, time_index
+from . import cells, scan_states
+from .signature import recurrence_func, time_index
 from .spec import CellSpec
 
 #: hidden units per CTA: one warp each
@@ -36,8 +36,6 @@ WARPS = 4
 BATCH_TILE = 16
 #: the tile of a batch of 2 to 4 rows: fewer wasted multiplications than BATCH_TILE's
 SMALL_TILE = 4
-#: threads per CTA of the init kernel
-INIT_THREADS = 256
 #: the slot of the exchange buffer that holds r * h(t-1) (GRU with linear_before_reset=0)
 RESET_SLOT = 2
 #: lowering name in the layer's report
@@ -55,9 +53,10 @@ def streamed_scan(spec: CellSpec, emulate: bool = False) -> tvm.tirx.PrimFunc:
     UNIT_CTAS = D * ((H + WARPS - 1) // WARPS)
     LANES = 32
     SCOPE = "global" if emulate else "local"  # the CPU twin's lanes are loops: no registers
+    start = scan_states.initial_states(spec, emulate)
 
     def valid_steps(lens, b, n_t):
-        return T.max(T.min(T.Cast("int64", lens[batch_row(spec, "lens", b)]), n_t), T.int64(0))
+        return scan_states.valid_steps(spec, lens, b, n_t)
 
     def reads(g, phase):
         """Whether gate g's dot product is computed in `phase` (a TIR expression of the unrolled g)."""
@@ -213,27 +212,8 @@ def streamed_scan(spec: CellSpec, emulate: bool = False) -> tvm.tirx.PrimFunc:
                                  phase)
 
     @T.macro
-    def init_state(lens, h0, c0, yh, yc, hb, i, n_t, n_b):
-        """Element i of (direction, batch row, unit): h(-1) into slot 0, the final states' start."""
-        if i < D * n_b * H:
-            dd = i // (n_b * H)
-            b = i // H % n_b
-            j = i % H
-            empty = valid_steps(lens, b, n_t) == 0
-            hb[0, dd, b, j] = h0[dd, batch_row(spec, "h0", b), j]
-            yh[dd, b, j] = T.Select(empty, T.float32(0), h0[dd, batch_row(spec, "h0", b), j])
-            if lstm:
-                yc[dd, b, j] = T.Select(empty, T.float32(0), c0[dd, batch_row(spec, "c0", b), j])
-
-    @T.macro
     def scan(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b):
-        if emulate:
-            for i in range(D * n_b * H):
-                init_state(lens, h0, c0, yh, yc, hb, i, n_t, n_b)
-        else:
-            for blk in T.thread_binding((D * n_b * H + INIT_THREADS - 1) // INIT_THREADS, thread="blockIdx.x"):
-                for tx in T.thread_binding(INIT_THREADS, thread="threadIdx.x"):
-                    init_state(lens, h0, c0, yh, yc, hb, blk * INIT_THREADS + tx, n_t, n_b)
+        start(lens, h0, c0, yh, yc, hb, n_t, n_b)
         for s in range(n_t):  # on the host: a launch (two for GRU's two phases) a step
             if two_phase:
                 step_kernel(xw, r, rb, lens, p, y, yh, yc, hb, s, n_t, n_b, 1)

@@ -148,7 +148,8 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True,
     strict = strict.cpu().numpy()
     compiled = compile_model(model, "cuda", precision=build_precision, **options)
     row = {"part": "precision", "precision": precision, "cell": op, "hidden": hidden, "batch": batch,
-           "seq_len": seq_len, "ours_ms": compiled_ms(compiled, feeds), "config": compiled.report()[0].config}
+           "seq_len": seq_len, "ours_ms": compiled_ms(compiled, feeds), "config": compiled.report()[0].config,
+           "lowering": compiled.report()[0].lowering}
     got = compiled.run(feeds)[0][:, 0].astype("float32")
     row["ours_err"] = float(np.abs(got - strict).max() / max(1.0, float(np.abs(strict).max())))
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
@@ -182,7 +183,8 @@ def offgrid_row(cell: str, hidden: int, batch: int, precision: str, seq_len: int
     build_precision, dtype, _ = PRECISIONS[precision]
     _, _, _, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len, dtype)
     measured = compile_model(model, "cuda", precision=build_precision, tuning_log=None, measure=True, top_k=5)
-    row.update(part="offgrid", measured_ms=compiled_ms(measured, feeds), measured_config=measured.report()[0].config)
+    row.update(part="offgrid", measured_ms=compiled_ms(measured, feeds), measured_config=measured.report()[0].config,
+               measured_lowering=measured.report()[0].lowering)
     row["best_cudnn_over_measured"] = row["best_cudnn_ms"] / row["measured_ms"]
     return row
 

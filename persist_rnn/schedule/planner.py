@@ -14,6 +14,7 @@ import math
 import tvm
 
 from tir_templates.config import HALF_DTYPES, Config
+from tir_templates.gemm_scan import GEMM_SCAN, gemm_scan_problem
 from tir_templates.persistent import (
     UnsupportedLayer,
     persistent_kernel,
@@ -29,6 +30,7 @@ from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
 from .space import (candidate_configs, most_common_problem, no_tensor_cores, problems_on, shared_fragments_variant,
                     unmeasured_variant)
+from .gemm_scan_cost import gemm_scan_us
 from .streamed_cost import streamed_scan_us
 
 
@@ -46,6 +48,9 @@ class Plan:
     #: a batch known only at run time: one dict per bucket (max_batch, None for the last; config;
     #: source; time_us), each bucket's kernel inside `kernel`
     buckets: list[dict] = dataclasses.field(default_factory=list)
+    #: with no kernel: the scan a kernel a step that the pass builds instead, GEMM_SCAN where the
+    #: cost model prices it shortest (`gemm_scan_note`), else "" (the streamed scan or the reference)
+    lowering: str = ""
 
 
 def target_arch(target: tvm.target.Target) -> str:
@@ -112,11 +117,16 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
                "and shared memory")
         if fitting:  # only with a variant not yet run on a GPU
             example = next((c for c in fitting if c.smem_runs), fitting[0])
-            return Plan(None, reason=f"no verified persistent config fits {gpu.name}: {why}; "
-                                     + unverified_reason(spec, example))
-        return Plan(None, reason=f"no persistent config fits {gpu.name} ({kib} KiB of recurrent weights, at most "
-                                 f"{gpu.num_sms} co-resident CTAs): every config of the space is pruned, most often "
-                                 f"because {most_common_problem(spec, gpu, batch)}")
+            why = f"no verified persistent config fits {gpu.name}: {why}; " + unverified_reason(spec, example)
+        else:
+            why = (f"no persistent config fits {gpu.name} ({kib} KiB of recurrent weights, at most {gpu.num_sms} "
+                   f"co-resident CTAs): every config of the space is pruned, most often because "
+                   f"{most_common_problem(spec, gpu, batch)}")
+        gemm = gemm_scan_note(spec, None, batch, gpu, precision)
+        return Plan(None, reason=f"{gemm}; {why}" if gemm else why, lowering=GEMM_SCAN if gemm else "")
+    gemm = gemm_scan_note(spec, ranked[0], batch, gpu, precision)
+    if gemm:
+        return Plan(None, reason=gemm, lowering=GEMM_SCAN)
     scan = streamed_scan_note(spec, ranked, batch)
     if scan:
         return Plan(None, reason=scan)
@@ -151,6 +161,38 @@ def streamed_scan_note(spec: CellSpec, ranked: list[tuple[float, Config]], batch
     return (f"the streamed scan's step ({scan_us:.1f} us predicted) is shorter than the best persistent config's "
             f"({best_us:.1f} us), which reads {best.global_runs} of each lane's runs of weights from global memory "
             "each step: no config holds the weights on chip")
+
+
+#: the share of a streaming persistent config's predicted step that the GEMM scan's must stay
+#: under: the model's price of configs that read weights from global memory each step ran 0.66-3.1
+#: times their measured step on the five layers the scan was timed against, where the scan's own
+#: ran 0.91-1.3 (docs/data/gemm-scan-h200.jsonl, runs C and D: LSTM H=4096 B=16 fp32, priced
+#: 218 us, ran 143, the scan 180)
+STREAMING_MARGIN = 0.85
+
+
+def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int | None, gpu,
+                   precision: str) -> str:
+    """Why the GEMM scan (a tensor-core GEMM and an update a step) runs the layer: where no
+    persistent config holds its weights on chip (the model's best, `best`, reads some from global
+    memory each step, or none fits), and the scan's step is predicted shorter (gemm_scan_cost.py)
+    than the streamed scan's and, by STREAMING_MARGIN, than that config's. Decided before any
+    measurement, as the streamed scan is: a measuring compile times persistent configs only.
+    Empty otherwise, or where the scan cannot take the layer (`gemm_scan_problem`). Against
+    configs that hold the weights on chip the scan was slower where the model expected it faster
+    (fp16 LSTM H=2048 B=16: 39.4 against 29.6 us a step), so it is not weighed there."""
+    if gemm_scan_problem(spec, batch) or (best is not None and not best[1].global_runs):
+        return ""
+    gemm_us = gemm_scan_us(spec, batch, gpu.num_sms, precision)
+    rivals = [("the streamed scan's", streamed_scan_us(spec, batch), 1.0)]
+    if best is not None:
+        rivals.append((f"the best persistent config's, reading {best[1].global_runs} of each lane's runs of weights "
+                       f"from global memory, by {1 / STREAMING_MARGIN:.2f}x", best[0], STREAMING_MARGIN))
+    if any(us * margin <= gemm_us for _, us, margin in rivals):
+        return ""
+    against = " and ".join(f"{name} ({us:.1f} us)" for name, us, _ in rivals)
+    return (f"a tensor-core GEMM and an update a step: its step ({gemm_us:.1f} us predicted) is shorter than "
+            f"{against}; no config holds the weights on chip")
 
 
 def model_pick(ranked: list[tuple[float, Config]], gpu, batch: int | None) -> Config:
@@ -241,8 +283,8 @@ def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, 
                           progress=progress, unverified=unverified, precision=precision, int8=kind))
                   for b, p in chosen]
     usable = [(b, p) for b, p in chosen if p.config is not None]
-    if not usable:
-        return chosen[0][1]
+    if not usable:  # (the GEMM scan holds R^T in slots of a batch known at build time: not here)
+        return dataclasses.replace(chosen[0][1], lowering="")
     usable = one_launch_kind(spec, usable)
     merged: list[tuple[int, Plan]] = []
     for b, p in usable:

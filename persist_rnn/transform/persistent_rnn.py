@@ -9,9 +9,12 @@ signature, so call sites stay as they are, except that a kernel may want a longe
 (GRU's partial sums, a 16-bit LSTM's C: `exchange_slots`) or write Y_h and Y_c of an fp16 or bf16
 layer in that dtype (tir_templates/signature.py), which is then written into its call sites
 (`_conform_call_sites`; the casts after them go).
-What cannot be made persistent runs, on CUDA, the streamed scan where its weights are large
-(tir_templates/streamed.py: a kernel a step, weights from L2/HBM), else keeps the reference scan
-(re-targeted to the target's variant); the reason is recorded where `report()` reads it.
+What cannot be made persistent runs, on CUDA, the GEMM scan where the planner prices it shortest
+(tir_templates/gemm_scan.py: a tensor-core GEMM and an update a step, for layers whose weights no
+config holds on chip, at a batch known at build time), else the streamed scan where its weights
+are large (tir_templates/streamed.py: a kernel a step, weights from L2/HBM), else keeps the
+reference scan (re-targeted to the target's variant); the reason is recorded where `report()`
+reads it.
 On CUDA the layers' input projections (the importer's projection reference) become tiled GEMMs
 (projection_gemms: the tensor cores' where they pay, tiled for the call sites' rows), and from
 sm_90 on a persistent kernel whose CTAs never meet and whose weights are constants or parameters
@@ -29,6 +32,7 @@ from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH, sm_numb
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
+from tir_templates.gemm_scan import GEMM_SCAN, gemm_scan, gemm_scan_slots
 from tir_templates.streamed import streamed_scan
 
 from ..errors import PersistRNNError
@@ -277,7 +281,11 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 plans[same] = plan_layer(spec, target, batch=same[1], tuning_log_path=tuning_log, config=config,
                                          top_k=top_k, measure=measure, unverified=unverified, precision=precision)
             plan = plans[same]
-            if plan.kernel is None and target.kind.name == "cuda" and streams_pay(spec):
+            if plan.kernel is None and plan.lowering == GEMM_SCAN:
+                num_sms = gpu_model(target_arch(target)).num_sms
+                new = gemm_scan(spec, same[1], num_sms, precision).with_attr(REASON_ATTR, plan.reason)
+                slots[gv.name_hint] = gemm_scan_slots(spec, same[1])
+            elif plan.kernel is None and target.kind.name == "cuda" and streams_pay(spec):
                 new = streamed_scan(spec).with_attr(REASON_ATTR, f"{STREAMED_WHY}: {plan.reason}")
             elif plan.kernel is None:
                 new = reference_scan(spec, target.kind.name).with_attr(REASON_ATTR, plan.reason)

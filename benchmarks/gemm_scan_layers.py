@@ -1,0 +1,107 @@
+"""The GEMM scan (a tensor-core GEMM and an update a step, tir_templates/gemm_scan.py) against the
+best persistent config the cost model ranks for the same layer and the streamed scan, kernels
+alone, timed in turn at T=MEASURE_STEPS (needs a GPU). Each layer's GEMM scan output is checked
+against the streamed scan's (fp32 FMA sums) on the same inputs.
+
+    python benchmarks/gemm_scan_layers.py LSTM:1280:128:fp32 GRU:4096:16:fp32:bi ...
+
+One JSON line a layer: µs a step of each, the cost model's prediction of each, and the largest
+difference of Y from the streamed scan's over Y's scale. Data: docs/data/gemm-scan-h200.jsonl.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import tvm
+
+from persist_rnn.bench.torch_layers import PRECISIONS
+from persist_rnn.schedule.gemm_scan_cost import gemm_scan_us
+from persist_rnn.schedule.gpu import gpu_model, present_device
+from persist_rnn.schedule.measure import (MEASURE_STEPS, as_params, build_kernel, builds, kernel_arrays,
+                                          measure_configs, time_kernel, timing)
+from persist_rnn.schedule.planner import _ranked, model_pick
+from persist_rnn.schedule.space import unmeasured_variant
+from persist_rnn.schedule.streamed_cost import streamed_scan_us
+from persist_rnn.targets import as_target
+from tir_templates.gemm_scan import gemm_precision, gemm_scan, gemm_scan_slots, STEP_PLAN
+from tir_templates.spec import CellSpec
+from tir_templates.streamed import streamed_scan
+
+
+def run(lib, dev, func, arrays):
+    """Y after one call of `lib` on `arrays`."""
+    tensors = [tvm.runtime.tensor(a, dev) for a in as_params(func, arrays)]
+    getattr(lib, "mod", lib)["main"](*tensors)
+    return tensors[7].numpy().astype("float32")
+
+
+def layer(text: str) -> tuple[CellSpec, str]:
+    """(spec, build precision) of CELL:HIDDEN:BATCH:PRECISION[:bi]."""
+    cell, hidden, _, precision, *bi = text.split(":")
+    build_precision, dtype, _ = PRECISIONS[precision]
+    return CellSpec(cell.lower(), int(hidden), int(hidden), "bidirectional" if bi else "forward",
+                    linear_before_reset=cell.upper() == "GRU", dtype=dtype), build_precision
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("layers", nargs="+", help="CELL:HIDDEN:BATCH:PRECISION[:bi]")
+    ap.add_argument("--steps", type=int, default=MEASURE_STEPS)
+    ap.add_argument("--plans", default="[]", help="step GEMM plans (JSON list of projection_mma plan dicts) to time too")
+    ap.add_argument("--scan-only", action="store_true", help="time the GEMM scan alone (no streamed scan or persistent pick)")
+    args = ap.parse_args()
+    target, dev = as_target("cuda"), present_device()
+    gpu = gpu_model("sm_90")
+    picks = {}
+    for text in args.layers:  # every persistent build in flight at once
+        spec, precision = layer(text)
+        _, ranked = _ranked(spec, gpu, int(text.split(":")[2]), False, precision)
+        if ranked and not args.scan_only:
+            pick = model_pick(ranked, gpu, int(text.split(":")[2]))
+            picks[text] = (unmeasured_variant(spec, pick, gpu) or pick, ranked)
+            builds().submit(spec, [picks[text][0]], target)
+    for text in args.layers:
+        cell, hidden, batch, precision, *_ = text.split(":")
+        hidden, batch = int(hidden), int(batch)
+        spec, build_precision = layer(text)
+        row = {"cell": cell.upper(), "hidden": hidden, "batch": batch, "precision": precision,
+               "directions": spec.num_directions, "gemm": gemm_precision(spec, build_precision),
+               "gemm_scan_predicted_us": round(gemm_scan_us(spec, batch, gpu.num_sms, build_precision), 2),
+               "streamed_predicted_us": round(streamed_scan_us(spec, batch), 2)}
+        cold = timing(spec, dev) == "cold"
+        func = gemm_scan(spec, batch, gpu.num_sms, build_precision)
+        row["plan"] = STEP_PLAN
+        arrays = kernel_arrays(spec, batch, args.steps, slots=gemm_scan_slots(spec, batch))
+        arrays[1] = arrays[1] / (0.3 * hidden ** 0.5)  # R of N(0, 1/H): a layer that is not chaotic
+        lib = build_kernel(func.with_attr("global_symbol", "main"), target)
+        row["gemm_scan_us"] = time_kernel(lib, dev, as_params(func, arrays), cold=cold) / args.steps
+        got = run(lib, dev, func, arrays)
+        row["plans"] = []
+        for plan in json.loads(args.plans):
+            other = gemm_scan(spec, batch, gpu.num_sms, build_precision, plan=plan)
+            other_lib = build_kernel(other.with_attr("global_symbol", "main"), target)
+            us = time_kernel(other_lib, dev, as_params(other, arrays), cold=cold) / args.steps
+            err = float(np.abs(run(other_lib, dev, other, arrays) - got).max())
+            row["plans"].append({"plan": plan, "us": us, "max_diff_from_default": err})
+        if args.scan_only:
+            print(json.dumps(row), flush=True)
+            continue
+        ref_func = streamed_scan(spec)
+        ref_lib = build_kernel(ref_func.with_attr("global_symbol", "main"), target)
+        ref_arrays = [a.copy() for a in arrays[:10]] + [np.zeros((3, *arrays[10].shape[1:]), "float32"), arrays[11]]
+        want = run(ref_lib, dev, ref_func, ref_arrays)
+        row["streamed_us"] = time_kernel(ref_lib, dev, as_params(ref_func, ref_arrays), cold=cold) / args.steps
+        row["err_vs_streamed"] = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+        if text in picks:
+            pick, ranked = picks[text]
+            row["persistent_config"] = pick.as_dict()
+            row["persistent_predicted_us"] = round(next(t for t, c in ranked if c in (pick, model_pick(ranked, gpu, batch))), 2)
+            timed = measure_configs(spec, [pick], target, dev, batch, seq_len=args.steps)
+            row["persistent_us"] = timed[0][0] if timed else None
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

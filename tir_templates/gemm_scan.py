@@ -1,0 +1,182 @@
+"""The GEMM scan: a layer whose recurrent weights fit on no chip, at a batch where a step is work
+enough for the tensor cores, as a GEMM and an update a step (cuDNN's STANDARD algorithm does the
+same, with cuBLAS).
+
+A persistent kernel that reads part of its weights from global memory each step multiplies them
+on the FMA units (Config.global_runs); at fp32 LSTM H=1280 B=128 its step took 87 us on the H200,
+where cuDNN's per-step GEMMs took about 70. Here each step is projection_mma's tensor-core GEMM
+(3xTF32 for fp32: fp32 accuracy), every SM reading the weights from L2.
+
+Read top to bottom:
+    start      R^T of each direction into the exchange buffer (the GEMM's w_t, (H, G*H) row-major,
+               32 x 32 tiles through shared memory); h(-1) into slot 0 and the final states'
+               start (scan_states.py);
+    the steps  a host loop over t launching, per step, the GEMM of each direction,
+               gates = h(t-1) R^T + Rb (M = B rows, K = H, N = G*H; `gemm_plan`'s tiles for B rows),
+               then one update launch, a thread per (direction, batch row, unit): the cell
+               equations from the gates and xw(t); h(t) over h(t-1), whose GEMM has finished;
+               Y(t), Y_h, Y_c (zero Y and a kept state past a row's length, as streamed.py).
+The exchange buffer holds, in float words: h (D, B, H) in slot 0, the gates (D, B, G*H) after
+it, then R^T (D, H, G*H): `gemm_scan_slots` slots of D*B*H words.
+
+GRU with linear_before_reset=0 multiplies r * h(t-1) by R_h, a second GEMM after the reset gate's
+update; the scan does not take it (`gemm_scan_problem`). `emulate=True` is the CPU twin: launches
+as serial loops, the GEMM's products as the mma defines them (projection_mma's twin).
+"""
+from __future__ import annotations
+
+import math
+
+import tvm
+from tvm.script import tirx as T
+
+from . import cells, scan_states
+from .projection_mma import gemm_launch
+from .signature import recurrence_func, time_index
+from .spec import CellSpec
+
+#: lowering name in the layer's report
+GEMM_SCAN = "gemm_scan"
+#: threads per CTA of the update
+UPDATE_THREADS = 256
+#: the transpose's tile (TILE x TILE values, TILE x ROWS threads)
+TILE, ROWS = 32, 8
+#: the GEMM's precision for a layer's dtype (fp32: 3xTF32, fp32 accuracy; "tf32" builds: TF32)
+GEMM_PRECISIONS = {"float32": "3xtf32", "float16": "f16", "bfloat16": "bf16"}
+
+
+def gemm_scan_problem(spec: CellSpec, batch: int | None) -> str:
+    """Why the GEMM scan cannot run `spec` at `batch` (empty when it can)."""
+    if spec.cell == "gru" and not spec.linear_before_reset:
+        return "GRU with linear_before_reset=0 needs r * h(t-1) before its candidate's GEMM"
+    if batch is None:
+        return "the batch is known only at run time (the exchange buffer holds R^T in slots of B rows)"
+    if spec.hidden_size % 4:
+        return f"hidden_size {spec.hidden_size} is not a multiple of 4 (the GEMM's 16-byte loads)"
+    return ""
+
+
+def gemm_scan_slots(spec: CellSpec, batch: int) -> int:
+    """Slots of D*B*H words the scan's exchange buffer needs: h, the gates, R^T."""
+    G, H = spec.num_gates, spec.hidden_size
+    return 1 + G + math.ceil(G * H / batch)
+
+
+def gemm_precision(spec: CellSpec, precision: str = "fp32") -> str:
+    """projection_mma's precision for the step's GEMM: the layer's 16 bits (h(t-1) rounded to
+    them, as the persistent kernels' 16-bit mma rounds it), else 3xTF32 (TF32 in a "tf32" build)."""
+    if spec.dtype == "float32" and precision == "tf32":
+        return "tf32"
+    return GEMM_PRECISIONS[spec.dtype]
+
+
+#: the step GEMM's plan: 64 x 64 tiles of 64-column k-tiles, each shared by two groups of 4 warps.
+#: Kernels alone on the H200 (docs/data/gemm-scan-h200.jsonl, run B), against `gemm_plan`'s for B
+#: rows: LSTM H=1280 B=128 fp32 65.3 against 74.0 us a step, bf16 LSTM H=4096 B=16 94.9 against
+#: 141.4, the same elsewhere (its rule for one wave); within 1.12x of the best of 9 plans on 8 layers
+STEP_PLAN = {"bk": 64, "k_groups": 2, "stages": 0}
+
+
+def gemm_scan(spec: CellSpec, batch: int, num_sms: int = 132, precision: str = "fp32",
+              emulate: bool = False, plan: dict | None = None) -> tvm.tirx.PrimFunc:
+    """The GEMM scan of `spec` at `batch` rows for a GPU of `num_sms` SMs (its serial CPU twin:
+    `emulate`), the GEMM at `gemm_precision(spec, precision)` in `plan` (projection_mma's plan
+    dict; default STEP_PLAN)."""
+    problem = gemm_scan_problem(spec, batch)
+    if problem:
+        raise ValueError(f"the GEMM scan cannot run this layer: {problem}")
+    H, D, G = spec.hidden_size, spec.num_directions, spec.num_gates
+    GH = G * H
+    lstm = spec.cell == "lstm"
+    mma = gemm_precision(spec, precision)
+    gemm = gemm_launch(H, GH, mma, plan or STEP_PLAN, emulate)
+    start = scan_states.initial_states(spec, emulate)
+
+    def gates_at(n_b):
+        """The first word of the gates (after h)."""
+        return D * n_b * H
+
+    def weights_at(n_b):
+        """The first word of R^T (after the gates)."""
+        return (1 + G) * D * n_b * H
+
+    @T.macro
+    def transpose_tile(r, hf, n_b, dd, k0, n0, ty, tx, tile):
+        """R[dd]'s 32 x 32 tile at (gate row n0, column k0) into R^T: read along k, written along n."""
+        for q in T.unroll(TILE // ROWS):
+            if T.And(n0 + ty + q * ROWS < GH, k0 + tx < H):
+                tile[ty + q * ROWS, tx] = r[dd, n0 + ty + q * ROWS, k0 + tx]
+        T.tvm_storage_sync("shared")
+        for q in T.unroll(TILE // ROWS):
+            if T.And(k0 + ty + q * ROWS < H, n0 + tx < GH):
+                hf[weights_at(n_b) + (dd * H + k0 + ty + q * ROWS) * GH + n0 + tx] = tile[tx, ty + q * ROWS]
+
+    @T.macro
+    def transpose(r, hf, n_b):
+        """R^T of every direction into its place in the exchange buffer."""
+        if emulate:
+            for dd, k, n in T.grid(D, H, GH):
+                hf[weights_at(n_b) + (dd * H + k) * GH + n] = r[dd, n, k]
+        else:
+            for blk in T.thread_binding(D * ((H + TILE - 1) // TILE) * ((GH + TILE - 1) // TILE), thread="blockIdx.x"):
+                for tx in T.thread_binding(TILE, thread="threadIdx.x"):
+                    for ty in T.thread_binding(ROWS, thread="threadIdx.y"):
+                        tile = T.alloc_buffer((TILE, TILE + 1), "float32", scope="shared")  # +1: no bank conflicts
+                        n_tiles = (GH + TILE - 1) // TILE
+                        k_tiles = (H + TILE - 1) // TILE
+                        transpose_tile(r, hf, n_b, blk // (k_tiles * n_tiles), blk // n_tiles % k_tiles * TILE,
+                                       blk % n_tiles * TILE, ty, tx, tile)
+
+    @T.macro
+    def step_gemm(rb, hb, n_b, dd):
+        """gates[dd] = h(t-1)[dd] R[dd]^T + Rb[dd] on the tensor cores."""
+        x = T.decl_buffer((n_b, H), "float32", data=hb.data, elem_offset=dd * n_b * H)
+        w = T.decl_buffer((H, GH), "float32", data=hb.data, elem_offset=weights_at(n_b) + dd * H * GH)
+        b = T.decl_buffer((GH,), "float32", data=rb.data, elem_offset=dd * GH)
+        out = T.decl_buffer((n_b, GH), "float32", data=hb.data, elem_offset=gates_at(n_b) + dd * n_b * GH)
+        gemm(x, w, b, out, n_b)
+
+    @T.macro
+    def update(xw, lens, p, y, yh, yc, hb, hf, i, s, n_t, n_b):
+        """Element i of (direction, batch row, unit): the cell equations at step s."""
+        if i < D * n_b * H:
+            dd = i // (n_b * H)
+            b = i // H % n_b
+            j = i % H
+            n_valid = scan_states.valid_steps(spec, lens, b, n_t)
+            if s < n_valid:
+                t = time_index(spec, dd, s, n_valid)
+                rec = [hf[gates_at(n_b) + (dd * n_b + b) * GH + g * H + j] for g in range(G)]
+                if lstm:
+                    yc[dd, b, j] = cells.lstm_cell_state(spec, dd, cells.gate_slice(xw, (t, b, dd), j, H, G), rec,
+                                                         yc[dd, b, j], cells.gate_slice(p, (dd,), j, H, 3))
+                yh[dd, b, j] = cells.hidden(spec, dd, cells.gate_slice(xw, (t, b, dd), j, H, G), rec, hb[0, dd, b, j],
+                                            yc[dd, b, j], cells.gate_slice(p, (dd,), j, H, 3))
+                y[t, dd, b, j] = yh[dd, b, j]
+                hb[0, dd, b, j] = yh[dd, b, j]
+            else:  # past the row's length: Y is zero there and the state stays
+                y[s, dd, b, j] = T.float32(0)
+
+    @T.macro
+    def step_update(xw, lens, p, y, yh, yc, hb, hf, s, n_t, n_b):
+        if emulate:
+            for i in range(D * n_b * H):
+                update(xw, lens, p, y, yh, yc, hb, hf, i, s, n_t, n_b)
+        else:
+            for blk in T.thread_binding((D * n_b * H + UPDATE_THREADS - 1) // UPDATE_THREADS, thread="blockIdx.x"):
+                for tx in T.thread_binding(UPDATE_THREADS, thread="threadIdx.x"):
+                    update(xw, lens, p, y, yh, yc, hb, hf, blk * UPDATE_THREADS + tx, s, n_t, n_b)
+
+    @T.macro
+    def scan(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b):
+        assert n_b == batch, "the GEMM scan was built for another batch size"
+        hf = T.decl_buffer((hb.shape[0] * D * n_b * H,), "float32", data=hb.data)
+        transpose(r, hf, n_b)
+        start(lens, h0, c0, yh, yc, hb, n_t, n_b)
+        for s in range(n_t):  # on the host: the GEMM of each direction, then the update, a step
+            step_gemm(rb, hb, n_b, 0)
+            if D == 2:
+                step_gemm(rb, hb, n_b, 1)
+            step_update(xw, lens, p, y, yh, yc, hb, hf, s, n_t, n_b)
+
+    return recurrence_func(spec, scan, slots=gemm_scan_slots(spec, batch)).with_attr("persist_rnn.lowering", GEMM_SCAN)
