@@ -21,11 +21,12 @@ GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h
 STACKS_FILE = "wavefront-stacks-h100.jsonl"  # `persist-rnn bench --parts stacks`
 CORPUS_FILE = "corpus-latency-h100.jsonl"  # `python benchmarks/corpus_latency.py`
 OFFGRID_FILE = "offgrid-picks-h100.jsonl"  # `python benchmarks/offgrid_picks.py`
-OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-L)
+OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-N)
 CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE, OFFGRID_PART_FILE]
 #: sections of docs/benchmarks.md written by hand (each names its data file and command), which a
 #: regeneration keeps as they stand, in this order after the generated ones
 KEPT_SECTIONS = ("## The 16-bit exchange of h(t-1)", "## A fragments in shared memory", "## Batch tiles of a grid",
+                 "## The GEMM scan, kernels alone",
                  "## The register cap ptxas gives", "## The input projection's 16-bit GEMM", "## Real models as shipped",
                  "## Layers too large for the chip", "## Quantized layers", "## PyTorch modules")
 PRECISION_ORDER = ("fp32", "tf32", "fp16", "bf16")
@@ -135,8 +136,8 @@ def offgrid_part_lines(rows: list) -> list[str]:
     G: the layers the 16-bit exchange moves most; H: the 16-bit tensor-core layers after the
     16-bit GEMM's copies of pairs; I: the layer in two batch chunks after inputs a chunk ahead;
     J: the layers below 1.0x after the 16-bit GEMM's 64 x 64 warp tiles, LSTM H=1280 B=128 fp32
-    measure off only; K, L: the shared-fragments variant; M: the layers grid batch tiles move; D: a
-    kernel variant measured and not kept),
+    measure off only; K, L: the shared-fragments variant; M: the layers grid batch tiles move; N: the
+    layer the GEMM scan takes; D: a kernel variant measured and not kept),
     with run A's ratio beside it, and the floors' numbers over the latest rows."""
     kept = [r for r in rows if r.get("part") == "offgrid" and r.get("run") != "D"]
     latest, top5 = {}, {}
@@ -187,13 +188,18 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "meet at a barrier counter of their own and read only their tile's rows of h(t-1); kernels alone, \"Batch "
            "tiles of a grid\" below): the three 16-bit layers whole, GRU H=384 B=64 and LSTM H=640 B=16 TF32 "
            "measure off only (their 'best ÷ top-5 compile' is from an earlier run, before the space had such tiles). "
+           "Run N re-measured LSTM H=1280 B=128 fp32, which the planner gives the GEMM scan (`gemm_scan.py`: a "
+           "tensor-core GEMM and an update a step, where no config holds the weights on chip; \"The GEMM scan\" "
+           "below), measure off and the default compile on the GPU, which builds the same scan (the planner decides "
+           "it before measuring). "
            "Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",
            "| layer | precision | run | ours ms (measure off) | pick | best cuDNN ms | best | best ÷ ours | best ÷ top-5 compile | run A: best ÷ ours | error |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in latest.items():
-        kind = "tensor cores" if r["config"].get("mma_k_split") else ("FMA units" if r["config"] else "streamed")
+        kind = ("tensor cores" if r["config"].get("mma_k_split") else "FMA units" if r["config"]
+                else "GEMM scan" if r.get("lowering") == "gemm_scan" else "streamed")
         out.append(f"| {_layer(r)} | {r['precision']} | {r['run']} | {r['ours_ms']:.4f} | {kind} | {r['best_cudnn_ms']:.4f} | "
                    f"{r['best_cudnn']} | {r['best_cudnn_over_ours']:.2f}x | {r['best_cudnn_over_measured']:.2f}x | "
                    f"{first[key]['best_cudnn_over_ours']:.2f}x | {r['ours_err']:.1e} |")

@@ -92,13 +92,14 @@ def size_model_llvm():
     return model, compile_model(model, "llvm")
 
 
-def test_hidden_sizes_past_the_chip_run_persistent_or_streamed_with_the_reason():
+def test_hidden_sizes_past_the_chip_run_persistent_or_a_scan_with_the_reason():
     """What the H100 cannot hold on chip never gets the reference scan's CTA per batch row: fp32
     LSTM H=2048 (forward and bidirectional), GRU H=4096 and fp16 LSTM H=4096 run the persistent
     kernel reading what does not fit from global memory each step; where no config fits even so
     (fp32 LSTM H=4096 at B=64: every config's threads or registers overflow) the layer runs the
-    streamed scan (a kernel a step, weights from L2/HBM), with the reason; a small layer no config
-    takes keeps the reference."""
+    GEMM scan (a tensor-core GEMM and an update a step), and where that cannot run it either (GRU
+    with linear_before_reset=0: two GEMMs a step) the streamed scan (a kernel a step, weights from
+    L2/HBM), with the reason; a small layer no config takes keeps the reference."""
     cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
     for op, hidden, direction, dtype in (("LSTM", 2048, "forward", "float32"), ("LSTM", 2048, "bidirectional", "float32"),
                                          ("GRU", 4096, "forward", "float32"), ("LSTM", 4096, "forward", "float16")):
@@ -108,6 +109,11 @@ def test_hidden_sizes_past_the_chip_run_persistent_or_streamed_with_the_reason()
         assert layer.lowering == "persistent" and layer.config["global_runs"] > 0, layer.line()
         assert "part of its weights read from global memory each step" in layer.line()
     model, _ = make_model(LayerCase(op="LSTM", hidden_size=4096, input_size=16, batch=64, seq_len=3))
+    [layer] = compile_model(model, cuda, measure=False).report()
+    assert layer.lowering == "gemm_scan" and "no persistent config fits" in layer.reason, layer.line()
+    assert "a tensor-core GEMM and an update a step" in layer.line()
+    model, _ = make_model(LayerCase(op="GRU", hidden_size=4096, input_size=16, batch=64, seq_len=3,
+                                    linear_before_reset=0))
     [layer] = compile_model(model, cuda, measure=False).report()
     assert layer.lowering == "streamed" and "no persistent config fits" in layer.reason, layer.line()
     assert "a kernel a step" in layer.line()

@@ -25,12 +25,12 @@ from tir_templates.spec import CellSpec
 
 from . import tuning_log
 from .cost_model import prices_tensor_cores, rank, step_us
+from .gemm_scan_cost import gemm_scan_us
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
 from .space import (candidate_configs, most_common_problem, no_tensor_cores, problems_on, shared_fragments_variant,
                     unmeasured_variant)
-from .gemm_scan_cost import gemm_scan_us
 from .streamed_cost import streamed_scan_us
 
 
@@ -164,10 +164,9 @@ def streamed_scan_note(spec: CellSpec, ranked: list[tuple[float, Config]], batch
 
 
 #: the share of a streaming persistent config's predicted step that the GEMM scan's must stay
-#: under: the model's price of configs that read weights from global memory each step ran 0.66-3.1
-#: times their measured step on the five layers the scan was timed against, where the scan's own
-#: ran 0.91-1.3 (docs/data/gemm-scan-h200.jsonl, runs C and D: LSTM H=4096 B=16 fp32, priced
-#: 218 us, ran 143, the scan 180)
+#: under: the model priced such configs 0.32-1.52x their measured step on the five layers the scan
+#: was timed against, the scan 0.90-1.10x its own on 15 of 16 (docs/data/gemm-scan-h200.jsonl,
+#: runs C and D: LSTM H=4096 B=16 fp32, priced 218 us, ran 143, the scan 180)
 STREAMING_MARGIN = 0.85
 
 
@@ -233,14 +232,19 @@ def prefetch_builds(spec: CellSpec, target: tvm.target.Target, batches, *, tunin
                     unverified: bool = False, precision: str = "fp32") -> int:
     """Start compiling, in the background (`measure.Builds`), every candidate that a measuring
     `choose` will time for each of `batches`, so that a tune's buckets and layers build on every
-    core at once; returns how many were submitted."""
+    core at once; returns how many were submitted. None where `choose` takes a scan a kernel a
+    step, which it decides before measuring."""
     gpu = gpu_model(target_arch(target))
     submitted = 0
     for batch in batches:
         wl = tuning_log.workload(spec, batch, gpu.arch, precision)
         if _logged(spec, gpu, wl, tuning_log_path, True, unverified, precision) is None:
-            configs = to_measure(_ranked(spec, gpu, batch, unverified, precision)[1], top_k, spec, gpu)
-            submitted += len(builds().submit(spec, configs, target))
+            ranked = _ranked(spec, gpu, batch, unverified, precision)[1]
+            scan = ranked and (gemm_scan_note(spec, ranked[0], batch, gpu, precision)
+                               or streamed_scan_note(spec, ranked, batch))
+            if not ranked or scan:
+                continue
+            submitted += len(builds().submit(spec, to_measure(ranked, top_k, spec, gpu), target))
     return submitted
 
 

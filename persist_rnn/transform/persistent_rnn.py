@@ -29,10 +29,10 @@ import tvm
 from tvm import relax
 
 from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH, sm_number, supports_early_launch
+from tir_templates.gemm_scan import GEMM_SCAN, gemm_scan, gemm_scan_slots
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
-from tir_templates.gemm_scan import GEMM_SCAN, gemm_scan, gemm_scan_slots
 from tir_templates.streamed import streamed_scan
 
 from ..errors import PersistRNNError

@@ -1,0 +1,99 @@
+"""The GEMM scan (a tensor-core GEMM and an update a step): its CPU twin against the reference scan
+for every cell form it takes, sequences ragged and some empty, batches past one CTA tile of rows,
+16-bit layers and TF32; its CUDA build (a host loop of launches: the transpose of R, the states'
+start, then each direction's GEMM and the update a step); what it refuses."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import tvm
+
+from persist_rnn.bench.layer_models import cuda_source
+from persist_rnn.schedule.measure import kernel_arrays
+from tir_templates.gemm_scan import GEMM_SCAN, gemm_precision, gemm_scan, gemm_scan_problem, gemm_scan_slots
+from tir_templates.reference import reference_scan
+from tir_templates.spec import Activation, CellSpec
+from templates.llvm_runs import run_on_llvm
+
+STEPS = 4
+
+CASES = [
+    # (cell, direction, hidden, batch, dtype, build precision, extra spec flags)
+    ("lstm", "bidirectional", 20, 3, "float32", "fp32", dict(peepholes=True, clip=5.0)),
+    ("lstm", "reverse", 16, 66, "float32", "fp32", dict(input_forget=True)),  # two tiles of 64 rows
+    ("gru", "forward", 36, 5, "float32", "fp32", {}),
+    ("gru", "bidirectional", 12, 2, "float32", "tf32", dict(activations=(Activation("HardSigmoid", 0.2, 0.5),
+                                                                          Activation("Softsign")) * 2)),
+    ("rnn", "forward", 24, 4, "float32", "fp32", {}),
+    ("lstm", "forward", 32, 3, "float16", "fp32", {}),
+    ("gru", "reverse", 16, 6, "bfloat16", "fp32", {}),
+]
+
+#: the bound of Y against the reference's fp32 sums, over Y's scale: 3xTF32 is fp32's (the sums'
+#: order differs), TF32 rounds both operands to 10 mantissa bits, fp16 and bf16 round h(t-1) to
+#: 10 and 7 bits (R is 16-bit values already); sums of at most 36 products, 4 steps
+BOUNDS = {"fp32": 1e-5, "tf32": 2e-3, "float16": 2e-3, "bfloat16": 1.5e-2}
+
+
+@pytest.mark.parametrize("cell,direction,hidden,batch,dtype,precision,flags", CASES, ids=str)
+def test_emulated_gemm_scan_matches_the_reference(cell, direction, hidden, batch, dtype, precision, flags):
+    spec = CellSpec(cell, 8, hidden, direction, linear_before_reset=1, dtype=dtype, **flags)
+    arrays = kernel_arrays(spec, batch, STEPS, seed=7, slots=gemm_scan_slots(spec, batch))
+    arrays[3] = np.random.default_rng(batch).integers(0, STEPS + 1, batch).astype("int32")  # ragged
+    arrays[3][0] = 0  # an empty sequence: zero final states
+    if dtype != "float32":  # a 16-bit layer's weights are 16-bit values
+        arrays[1] = arrays[1].astype(dtype).astype("float32")
+    want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+    got = run_on_llvm(gemm_scan(spec, batch, precision=precision, emulate=True), [a.copy() for a in arrays])
+    bound = BOUNDS[dtype if dtype != "float32" else precision]
+    for name, g, w in zip(("Y", "Y_h", "Y_c")[:3 if cell == "lstm" else 2], got[7:10], want[7:10]):
+        g, w = g.astype("float32"), w.astype("float32")
+        assert np.abs(g - w).max() <= bound * np.abs(w).max(), name
+    assert not got[7][:, :, 0].any()  # the empty row's Y is zero
+
+
+def test_gemm_precision_follows_the_layer_and_the_build():
+    assert gemm_precision(CellSpec("lstm", 8, 16)) == "3xtf32"
+    assert gemm_precision(CellSpec("lstm", 8, 16), "tf32") == "tf32"
+    assert gemm_precision(CellSpec("gru", 8, 16, dtype="float16")) == "f16"
+    assert gemm_precision(CellSpec("gru", 8, 16, dtype="bfloat16")) == "bf16"
+
+
+def test_what_the_gemm_scan_refuses():
+    assert "linear_before_reset=0" in gemm_scan_problem(CellSpec("gru", 8, 16, linear_before_reset=0), 4)
+    assert "run time" in gemm_scan_problem(CellSpec("lstm", 8, 16), None)
+    assert "multiple of 4" in gemm_scan_problem(CellSpec("lstm", 8, 18), 4)
+    with pytest.raises(ValueError, match="linear_before_reset=0"):
+        gemm_scan(CellSpec("gru", 8, 16, linear_before_reset=0), 4)
+
+
+def test_the_exchange_buffer_holds_h_the_gates_and_r_transposed():
+    spec = CellSpec("lstm", 8, 1280)
+    assert gemm_scan_slots(spec, 128) == 1 + 4 + 40  # R^T: 4 * 1280 * 1280 words in slots of 128 * 1280
+    assert gemm_scan_slots(CellSpec("gru", 8, 100), 7) == 1 + 3 + 43
+
+
+def test_a_call_with_another_batch_is_refused():
+    spec = CellSpec("lstm", 8, 16)
+    arrays = kernel_arrays(spec, 3, STEPS, slots=gemm_scan_slots(spec, 4))
+    with pytest.raises(Exception, match="built for another batch size"):
+        run_on_llvm(gemm_scan(spec, 4, emulate=True), arrays)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_builds_for_cuda_as_a_host_loop_of_launches(arch):
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
+    for spec, batch, kernels in ((CellSpec("lstm", 64, 1280), 128, 4),
+                                 (CellSpec("gru", 64, 2048, "bidirectional", linear_before_reset=1), 16, 5),
+                                 (CellSpec("lstm", 64, 1024, dtype="bfloat16"), 32, 4)):
+        func = gemm_scan(spec, batch).with_attr("global_symbol", "main")
+        assert func.attrs["persist_rnn.lowering"] == GEMM_SCAN
+        source = cuda_source(tvm.compile(tvm.IRModule({"main": func}), target=target))
+        heads = [line for line in source.splitlines() if line.startswith('extern "C" __global__') and "{" in line]
+        assert len(heads) == kernels  # transpose, start, a GEMM a direction (one kernel each), update
+        assert "mma.sync.aligned" in source and "__syncthreads" in source
+        mma = "bf16" if spec.dtype == "bfloat16" else "tf32"
+        assert f".{mma}.{mma}.f32" in source
