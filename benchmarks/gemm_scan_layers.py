@@ -71,7 +71,7 @@ def main():
                "gemm_scan_predicted_us": round(gemm_scan_us(spec, batch, gpu.num_sms, build_precision), 2),
                "streamed_predicted_us": round(streamed_scan_us(spec, batch), 2)}
         cold = timing(spec, dev) == "cold"
-        func = gemm_scan(spec, batch, gpu.num_sms, build_precision)
+        func = gemm_scan(spec, batch, build_precision)
         row["plan"] = STEP_PLAN
         arrays = kernel_arrays(spec, batch, args.steps, slots=gemm_scan_slots(spec, batch))
         arrays[1] = arrays[1] / (0.3 * hidden ** 0.5)  # R of N(0, 1/H): a layer that is not chaotic
@@ -80,7 +80,7 @@ def main():
         got = run(lib, dev, func, arrays)
         row["plans"] = []
         for plan in json.loads(args.plans):
-            other = gemm_scan(spec, batch, gpu.num_sms, build_precision, plan=plan)
+            other = gemm_scan(spec, batch, build_precision, plan=plan)
             other_lib = build_kernel(other.with_attr("global_symbol", "main"), target)
             us = time_kernel(other_lib, dev, as_params(other, arrays), cold=cold) / args.steps
             err = float(np.abs(run(other_lib, dev, other, arrays) - got).max())

@@ -3,16 +3,16 @@ enough for the tensor cores, as a GEMM and an update a step (cuDNN's STANDARD al
 same, with cuBLAS).
 
 A persistent kernel that reads part of its weights from global memory each step multiplies them
-on the FMA units (Config.global_runs); at fp32 LSTM H=1280 B=128 its step took 87 us on the H200,
-where cuDNN's per-step GEMMs took about 70. Here each step is projection_mma's tensor-core GEMM
-(3xTF32 for fp32: fp32 accuracy), every SM reading the weights from L2.
+on the FMA units (Config.global_runs); at fp32 LSTM H=1280 B=128 its step took 89 us on the H200,
+and cuDNN's whole layer ran 1.15x faster than ours. Here each step is projection_mma's
+tensor-core GEMM (3xTF32 for fp32: fp32 accuracy), every SM reading the weights from L2: 65 us.
 
 Read top to bottom:
     start      R^T of each direction into the exchange buffer (the GEMM's w_t, (H, G*H) row-major,
                32 x 32 tiles through shared memory); h(-1) into slot 0 and the final states'
                start (scan_states.py);
     the steps  a host loop over t launching, per step, the GEMM of each direction,
-               gates = h(t-1) R^T + Rb (M = B rows, K = H, N = G*H; `gemm_plan`'s tiles for B rows),
+               gates = h(t-1) R^T + Rb (M = B rows, K = H, N = G*H; in STEP_PLAN's tiles),
                then one update launch, a thread per (direction, batch row, unit): the cell
                equations from the gates and xw(t); h(t) over h(t-1), whose GEMM has finished;
                Y(t), Y_h, Y_c (zero Y and a kept state past a row's length, as streamed.py).
@@ -77,11 +77,10 @@ def gemm_precision(spec: CellSpec, precision: str = "fp32") -> str:
 STEP_PLAN = {"bk": 64, "k_groups": 2, "stages": 0}
 
 
-def gemm_scan(spec: CellSpec, batch: int, num_sms: int = 132, precision: str = "fp32",
-              emulate: bool = False, plan: dict | None = None) -> tvm.tirx.PrimFunc:
-    """The GEMM scan of `spec` at `batch` rows for a GPU of `num_sms` SMs (its serial CPU twin:
-    `emulate`), the GEMM at `gemm_precision(spec, precision)` in `plan` (projection_mma's plan
-    dict; default STEP_PLAN)."""
+def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool = False,
+              plan: dict | None = None) -> tvm.tirx.PrimFunc:
+    """The GEMM scan of `spec` at `batch` rows (its serial CPU twin: `emulate`), the GEMM at
+    `gemm_precision(spec, precision)` in `plan` (projection_mma's plan dict; default STEP_PLAN)."""
     problem = gemm_scan_problem(spec, batch)
     if problem:
         raise ValueError(f"the GEMM scan cannot run this layer: {problem}")

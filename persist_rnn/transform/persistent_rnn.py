@@ -282,8 +282,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                                          top_k=top_k, measure=measure, unverified=unverified, precision=precision)
             plan = plans[same]
             if plan.kernel is None and plan.lowering == GEMM_SCAN:
-                num_sms = gpu_model(target_arch(target)).num_sms
-                new = gemm_scan(spec, same[1], num_sms, precision).with_attr(REASON_ATTR, plan.reason)
+                new = gemm_scan(spec, same[1], precision).with_attr(REASON_ATTR, plan.reason)
                 slots[gv.name_hint] = gemm_scan_slots(spec, same[1])
             elif plan.kernel is None and target.kind.name == "cuda" and streams_pay(spec):
                 new = streamed_scan(spec).with_attr(REASON_ATTR, f"{STREAMED_WHY}: {plan.reason}")
