@@ -37,12 +37,12 @@ def run(lib, dev, func, arrays):
     return tensors[7].numpy().astype("float32")
 
 
-def layer(text: str) -> tuple[CellSpec, str]:
-    """(spec, build precision) of CELL:HIDDEN:BATCH:PRECISION[:bi]."""
-    cell, hidden, _, precision, *bi = text.split(":")
+def layer(text: str) -> tuple[CellSpec, int, str]:
+    """(spec, batch, build precision) of CELL:HIDDEN:BATCH:PRECISION[:bi]."""
+    cell, hidden, batch, precision, *bi = text.split(":")
     build_precision, dtype, _ = PRECISIONS[precision]
-    return CellSpec(cell.lower(), int(hidden), int(hidden), "bidirectional" if bi else "forward",
-                    linear_before_reset=cell.upper() == "GRU", dtype=dtype), build_precision
+    return (CellSpec(cell.lower(), int(hidden), int(hidden), "bidirectional" if bi else "forward",
+                     linear_before_reset=cell.upper() == "GRU", dtype=dtype), int(batch), build_precision)
 
 
 def main():
@@ -54,18 +54,18 @@ def main():
     args = ap.parse_args()
     target, dev = as_target("cuda"), present_device()
     gpu = gpu_model("sm_90")
-    picks = {}
+    picks = {}  # layer -> (the persistent config a compile builds, the model's price of its pick)
     for text in args.layers:  # every persistent build in flight at once
-        spec, precision = layer(text)
-        _, ranked = _ranked(spec, gpu, int(text.split(":")[2]), False, precision)
+        spec, batch, build_precision = layer(text)
+        _, ranked = _ranked(spec, gpu, batch, False, build_precision)
         if ranked and not args.scan_only:
-            pick = model_pick(ranked, gpu, int(text.split(":")[2]))
-            picks[text] = (unmeasured_variant(spec, pick, gpu) or pick, ranked)
+            pick = model_pick(ranked, gpu, batch)
+            picks[text] = (unmeasured_variant(spec, pick, gpu) or pick, next(t for t, c in ranked if c == pick))
             builds().submit(spec, [picks[text][0]], target)
     for text in args.layers:
-        cell, hidden, batch, precision, *_ = text.split(":")
-        hidden, batch = int(hidden), int(batch)
-        spec, build_precision = layer(text)
+        cell, hidden, _, precision, *_ = text.split(":")
+        hidden = int(hidden)
+        spec, batch, build_precision = layer(text)
         row = {"cell": cell.upper(), "hidden": hidden, "batch": batch, "precision": precision,
                "directions": spec.num_directions, "gemm": gemm_precision(spec, build_precision),
                "gemm_scan_predicted_us": round(gemm_scan_us(spec, batch, gpu.num_sms, build_precision), 2),
@@ -95,9 +95,9 @@ def main():
         row["streamed_us"] = time_kernel(ref_lib, dev, as_params(ref_func, ref_arrays), cold=cold) / args.steps
         row["err_vs_streamed"] = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
         if text in picks:
-            pick, ranked = picks[text]
+            pick, predicted_us = picks[text]
             row["persistent_config"] = pick.as_dict()
-            row["persistent_predicted_us"] = round(next(t for t, c in ranked if c in (pick, model_pick(ranked, gpu, batch))), 2)
+            row["persistent_predicted_us"] = round(predicted_us, 2)
             timed = measure_configs(spec, [pick], target, dev, batch, seq_len=args.steps)
             row["persistent_us"] = timed[0][0] if timed else None
         print(json.dumps(row), flush=True)

@@ -55,9 +55,6 @@ def streamed_scan(spec: CellSpec, emulate: bool = False) -> tvm.tirx.PrimFunc:
     SCOPE = "global" if emulate else "local"  # the CPU twin's lanes are loops: no registers
     start = scan_states.initial_states(spec, emulate)
 
-    def valid_steps(lens, b, n_t):
-        return scan_states.valid_steps(spec, lens, b, n_t)
-
     def reads(g, phase):
         """Whether gate g's dot product is computed in `phase` (a TIR expression of the unrolled g)."""
         if phase == 1:
@@ -105,7 +102,7 @@ def streamed_scan(spec: CellSpec, emulate: bool = False) -> tvm.tirx.PrimFunc:
     def update(xw, rb, lens, p, y, yh, yc, hb, acc, rec, dd, j, b, i, s, n_t):
         """Batch row b (row i of the tile) of unit j: the cell equations from the summed dots."""
         cur = s % 2
-        n_valid = valid_steps(lens, b, n_t)
+        n_valid = scan_states.valid_steps(spec, lens, b, n_t)
         h_prev = hb[cur, dd, b, j]
         if s < n_valid:
             t = time_index(spec, dd, s, n_valid)
@@ -132,7 +129,7 @@ def streamed_scan(spec: CellSpec, emulate: bool = False) -> tvm.tirx.PrimFunc:
     @T.macro
     def reset_update(xw, rb, lens, hb, acc, dd, j, b, i, s, n_t):
         """GRU's first phase for batch row b: r * h(t-1) of unit j into RESET_SLOT."""
-        n_valid = valid_steps(lens, b, n_t)
+        n_valid = scan_states.valid_steps(spec, lens, b, n_t)
         if s < n_valid:
             t = time_index(spec, dd, s, n_valid)
             gate = cells.gru_gate(spec, dd, xw[t, b, dd, H + j], acc[0, 1, i] + rb[dd, H + j])

@@ -124,12 +124,9 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
                    f"{most_common_problem(spec, gpu, batch)}")
         gemm = gemm_scan_note(spec, None, batch, gpu, precision)
         return Plan(None, reason=f"{gemm}; {why}" if gemm else why, lowering=GEMM_SCAN if gemm else "")
-    gemm = gemm_scan_note(spec, ranked[0], batch, gpu, precision)
-    if gemm:
-        return Plan(None, reason=gemm, lowering=GEMM_SCAN)
-    scan = streamed_scan_note(spec, ranked, batch)
-    if scan:
-        return Plan(None, reason=scan)
+    scan = scan_plan(spec, ranked, batch, gpu, precision)
+    if scan is not None:
+        return scan
     dev = present_device() if measure is None or measure else None
     if dev is not None and batch is not None:
         timed = measure_configs(spec, to_measure(ranked, top_k, spec, gpu), target, dev, batch, progress=progress)
@@ -144,6 +141,18 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
     if tuning_log_path:
         tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source, timing=how))
     return plan
+
+
+def scan_plan(spec: CellSpec, ranked: list[tuple[float, Config]], batch: int | None, gpu,
+              precision: str) -> Plan | None:
+    """The scan a kernel a step that `choose` takes over the persistent configs `ranked` (best
+    first), decided before any measurement: the GEMM scan (`gemm_scan_note`), else the streamed
+    scan (`streamed_scan_note`); None where a persistent config runs the layer."""
+    gemm = gemm_scan_note(spec, ranked[0], batch, gpu, precision)
+    if gemm:
+        return Plan(None, reason=gemm, lowering=GEMM_SCAN)
+    scan = streamed_scan_note(spec, ranked, batch)
+    return Plan(None, reason=scan) if scan else None
 
 
 def streamed_scan_note(spec: CellSpec, ranked: list[tuple[float, Config]], batch: int | None) -> str:
@@ -240,9 +249,7 @@ def prefetch_builds(spec: CellSpec, target: tvm.target.Target, batches, *, tunin
         wl = tuning_log.workload(spec, batch, gpu.arch, precision)
         if _logged(spec, gpu, wl, tuning_log_path, True, unverified, precision) is None:
             ranked = _ranked(spec, gpu, batch, unverified, precision)[1]
-            scan = ranked and (gemm_scan_note(spec, ranked[0], batch, gpu, precision)
-                               or streamed_scan_note(spec, ranked, batch))
-            if not ranked or scan:
+            if not ranked or scan_plan(spec, ranked, batch, gpu, precision) is not None:
                 continue
             submitted += len(builds().submit(spec, to_measure(ranked, top_k, spec, gpu), target))
     return submitted
