@@ -17,7 +17,7 @@ import numpy as np
 import tvm
 
 from persist_rnn.bench.torch_layers import PRECISIONS
-from persist_rnn.schedule.gemm_scan_cost import gemm_scan_us
+from persist_rnn.schedule.gemm_scan_cost import gemm_scan_us, step_plan
 from persist_rnn.schedule.gpu import gpu_model, present_device
 from persist_rnn.schedule.measure import (MEASURE_STEPS, as_params, build_kernel, builds, kernel_arrays,
                                           measure_configs, time_kernel, timing)
@@ -25,7 +25,7 @@ from persist_rnn.schedule.planner import _ranked, model_pick
 from persist_rnn.schedule.space import unmeasured_variant
 from persist_rnn.schedule.streamed_cost import streamed_scan_us
 from persist_rnn.targets import as_target
-from tir_templates.gemm_scan import gemm_precision, gemm_scan, gemm_scan_slots, STEP_PLAN
+from tir_templates.gemm_scan import gemm_precision, gemm_scan, gemm_scan_slots
 from tir_templates.spec import CellSpec
 from tir_templates.streamed import streamed_scan
 
@@ -71,8 +71,8 @@ def main():
                "gemm_scan_predicted_us": round(gemm_scan_us(spec, batch, gpu.num_sms, build_precision), 2),
                "streamed_predicted_us": round(streamed_scan_us(spec, batch), 2)}
         cold = timing(spec, dev) == "cold"
-        func = gemm_scan(spec, batch, build_precision)
-        row["plan"] = STEP_PLAN
+        row["plan"] = step_plan(spec, batch, gpu.num_sms)
+        func = gemm_scan(spec, batch, build_precision, plan=row["plan"])
         arrays = kernel_arrays(spec, batch, args.steps, slots=gemm_scan_slots(spec, batch))
         arrays[1] = arrays[1] / (0.3 * hidden ** 0.5)  # R of N(0, 1/H): a layer that is not chaotic
         lib = build_kernel(func.with_attr("global_symbol", "main"), target)

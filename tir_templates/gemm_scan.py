@@ -12,7 +12,8 @@ Read top to bottom:
                32 x 32 tiles through shared memory); h(-1) into slot 0 and the final states'
                start (scan_states.py);
     the steps  a host loop over t launching, per step, the GEMM of each direction,
-               gates = h(t-1) R^T + Rb (M = B rows, K = H, N = G*H; in STEP_PLAN's tiles),
+               gates = h(t-1) R^T + Rb (M = B rows, K = H, N = G*H; STEP_PLAN, in the
+               CTA tiles that the planner gives, gemm_scan_cost.step_plan),
                then one update launch, a thread per (direction, batch row, unit): the cell
                equations from the gates and xw(t); h(t) over h(t-1), whose GEMM has finished;
                Y(t), Y_h, Y_c (zero Y and a kept state past a row's length, as streamed.py).
@@ -70,8 +71,8 @@ def gemm_precision(spec: CellSpec, precision: str = "fp32") -> str:
     return GEMM_PRECISIONS[spec.dtype]
 
 
-#: the step GEMM's plan: 64 x 64 tiles of 64-column k-tiles, each shared by two groups of 4 warps.
-#: Kernels alone on the H200 (docs/data/gemm-scan-h200.jsonl, run B), against `gemm_plan`'s for B
+#: the step GEMM's plan: 64 x 64 tiles (wider where that fills one wave: gemm_scan_cost.step_plan)
+#: of 64-column k-tiles, each shared by two groups of 4 warps. Kernels alone on the H200 (docs/data/gemm-scan-h200.jsonl, run B), against `gemm_plan`'s for B
 #: rows: LSTM H=1280 B=128 fp32 65.3 against 74.0 us a step, bf16 LSTM H=4096 B=16 94.9 against
 #: 141.4, the same elsewhere (its rule for one wave); within 1.12x of the best of 9 plans on 8 layers
 STEP_PLAN = {"bk": 64, "k_groups": 2, "stages": 0}

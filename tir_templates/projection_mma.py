@@ -50,7 +50,8 @@ NT = (BM // WM) * (BN // WN) * 32  # threads of the 64 x 64 tile: 4 warps
 #: warp tile each fragment from shared memory fewer times
 CTA_TILES = {"64x64": (64, 64, 32, WN), "128x64": (128, 64, 32, WN), "128x128": (128, 128, 32, WN),
              "128x128x64": (128, 128, 64, WN), "128x128x64x64": (128, 128, 64, 64),
-             "128x256x64x64": (128, 256, 64, 64)}
+             "128x256x64x64": (128, 256, 64, 64), "64x80": (64, 80, 32, 40), "64x96": (64, 96, 32, 48),
+             "64x128": (64, 128, 32, 64)}
 #: "3xtf32", "tf32": fp32 operands, three or one m16n8k8 mma; "f16", "bf16": operands that are
 #: exactly 16-bit values (an fp16 or bf16 model's x and W, cast to fp32 by the importer), one
 #: m16n8k16 mma, exact products, fp32 accumulation

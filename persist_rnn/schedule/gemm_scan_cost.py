@@ -1,12 +1,14 @@
 """What a step of the GEMM scan (tir_templates/gemm_scan.py) costs, so that the planner can weigh
 it against the persistent configs and the streamed scan.
 
-A step is each direction's GEMM, B x H times H x G*H on the tensor cores in CTA tiles of 64 x 64
-(gemm_scan.STEP_PLAN), then the update, each its own launch. The GEMM's grid is a CTA a tile, and
-a wave of tiles takes a time proportional to K (its k-tiles run one after another, latency more
-than the mma's rate: TF32 is barely faster than 3xTF32's three mma); tiles past a wave double
-the step. Fitted on kernels alone on the H200 (`benchmarks/gemm_scan_layers.py`,
-docs/data/gemm-scan-h200.jsonl, runs B-D), us a step:
+A step is each direction's GEMM, B x H times H x G*H on the tensor cores (gemm_scan.STEP_PLAN in
+CTA tiles of 64 rows by 64 to 128 columns, `step_plan`), then the update, each its own launch. The
+GEMM's grid is a CTA a tile, and a wave of tiles takes a time proportional to K (its k-tiles run
+one after another, latency more than the mma's rate: TF32 is barely faster than 3xTF32's three
+mma); tiles past a wave double the step, so where 64 x 64 tiles would need two waves, wider tiles
+that fill one are faster (`TILE_WAVE`). Fitted on kernels alone on the H200
+(`benchmarks/gemm_scan_layers.py`, docs/data/gemm-scan-h200.jsonl, runs B-D; the tiles, run E),
+us a step:
 - 3xTF32: LSTM H=1280 B=64 and GRU H=1280 B=128 (one wave) 37.1-38.1, LSTM H=2048 B=16 54.5;
   two waves: LSTM H=1280 B=128 65.3, LSTM H=4096 B=16 180;
 - TF32: LSTM H=1280 B=64 30.4, LSTM H=1536 B=32 35.6;
@@ -17,10 +19,22 @@ from __future__ import annotations
 
 import math
 
-from tir_templates.gemm_scan import gemm_precision
-from tir_templates.projection_mma import BM, BN
+from tir_templates.gemm_scan import STEP_PLAN, gemm_precision
+from tir_templates.projection_mma import warp_grid
 from tir_templates.spec import CellSpec
 
+#: a wave of the step GEMM's CTA tiles, 64 rows by 64-128 columns, against one of 64 x 64 tiles:
+#: kernels alone on the H200, 3xTF32, LSTM H=1280 B=64, one wave of each, 37.3, 48.3, 48.9 and
+#: 59.2 us a step with the launches and the update (run E). Where 64 x 64 tiles took two waves, the
+#: widest that fits one ran LSTM H=1280 B=128 in 50.4 us against 65.1 (64 x 80), GRU H=2048
+#: B=128 73.3 against 98.8 (64 x 96), LSTM H=2048 B=128 93.6 against 100.4 (64 x 128)
+TILE_WAVE = {"64x64": 1.0, "64x80": 1.32, "64x96": 1.34, "64x128": 1.64}
+#: the least batch whose step GEMM takes wider tiles. Below it they ran faster too (fp32 LSTM
+#: H=4096 B=16 166 against 180 us, GRU H=3072 B=32 96 against 147; bf16 LSTM H=4096 B=16 the
+#: same), but their price would give the scan fp32 layers whose persistent kernels ran faster
+#: (LSTM H=4096 B=16 145.5 us, GRU H=4096 B=16 106.9, GRU H=3072 B=32 92.1, against 166.5, 151.1
+#: and 95.9): the model prices those kernels' streamed weights at 1.43-1.52x their step (run F)
+WIDE_TILES_FROM = 64
 #: microseconds a wave of 64 x 64 tiles takes per column of K, by the GEMM's precision
 WAVE_US_PER_K = {"3xtf32": 0.0234, "tf32": 0.019, "f16": 0.015, "bf16": 0.015}
 #: microseconds a GEMM launch adds (the one before ending, this one filling the GPU)
@@ -30,10 +44,30 @@ LAUNCH_US = 2.5
 UPDATE_US, UPDATE_BYTES_PER_US = 3.0, 3.0e6
 
 
+def _waves(spec: CellSpec, batch: int, num_sms: int, tile: str) -> float:
+    """Waves of `tile`'s CTAs the step GEMM of one direction takes, each priced as TILE_WAVE says."""
+    bm, bn, *_ = warp_grid(tile)
+    return math.ceil(math.ceil(batch / bm) * math.ceil(spec.num_gates * spec.hidden_size / bn) / num_sms) * TILE_WAVE[tile]
+
+
+def step_tile(spec: CellSpec, batch: int, num_sms: int) -> str:
+    """The step GEMM's CTA tile whose waves take the least time, the narrowest of equals; 64 x 64
+    where the batch leaves the tiles' 64 rows part empty (`WIDE_TILES_FROM`)."""
+    if batch < WIDE_TILES_FROM:
+        return "64x64"
+    return min(TILE_WAVE, key=lambda tile: (_waves(spec, batch, num_sms, tile), TILE_WAVE[tile]))
+
+
+def step_plan(spec: CellSpec, batch: int, num_sms: int) -> dict:
+    """projection_mma's plan of the step GEMM on `num_sms` SMs: STEP_PLAN in `step_tile`'s tiles."""
+    tile = step_tile(spec, batch, num_sms)
+    return dict(STEP_PLAN) if tile == "64x64" else {**STEP_PLAN, "tile": tile}
+
+
 def gemm_scan_us(spec: CellSpec, batch: int, num_sms: int, precision: str = "fp32") -> float:
     """Predicted microseconds of one step of the GEMM scan at `batch` rows on `num_sms` SMs."""
-    H, D, G = spec.hidden_size, spec.num_directions, spec.num_gates
-    waves = math.ceil(math.ceil(batch / BM) * math.ceil(G * H / BN) / num_sms)
+    H, D = spec.hidden_size, spec.num_directions
+    waves = _waves(spec, batch, num_sms, step_tile(spec, batch, num_sms))
     gemm = waves * H * WAVE_US_PER_K[gemm_precision(spec, precision)]
-    update = UPDATE_US + D * batch * H * (2 * G + 3) * 4 / UPDATE_BYTES_PER_US
+    update = UPDATE_US + D * batch * H * (2 * spec.num_gates + 3) * 4 / UPDATE_BYTES_PER_US
     return D * (gemm + LAUNCH_US) + update

@@ -173,10 +173,13 @@ def streamed_scan_note(spec: CellSpec, ranked: list[tuple[float, Config]], batch
 
 
 #: the share of a streaming persistent config's predicted step that the GEMM scan's must stay
-#: under: the model priced such configs 0.32-1.52x their measured step on the five layers the scan
-#: was timed against, the scan 0.90-1.10x its own on 15 of 16 (docs/data/gemm-scan-h200.jsonl,
-#: runs C and D: LSTM H=4096 B=16 fp32, priced 218 us, ran 143, the scan 180)
-STREAMING_MARGIN = 0.85
+#: under, by the layer's dtype. fp32: such configs ran 0.66-1.02x their price on the six fp32
+#: layers the scan was timed against, the scan 0.91-1.12x its own (docs/data/gemm-scan-h200.jsonl,
+#: runs C, D and F: LSTM H=4096 B=16, priced 218 us, ran 146, the scan 166). 16 bits: the configs
+#: ran 1.07-3.11x their price, the scan 0.88-1.30x its own (fp16
+#: LSTM H=2048 B=32 persistent 139.8 us against the scan's 40.3; fp16 and bf16 LSTM H=4096 B=16
+#: 144.9 against 94.8 and 94.0), so no margin
+STREAMING_MARGINS = {"float32": 0.85, "float16": 1.0, "bfloat16": 1.0}
 
 
 def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int | None, gpu,
@@ -184,7 +187,7 @@ def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int
     """Why the GEMM scan (a tensor-core GEMM and an update a step) runs the layer: where no
     persistent config holds its weights on chip (the model's best, `best`, reads some from global
     memory each step, or none fits), and the scan's step is predicted shorter (gemm_scan_cost.py)
-    than the streamed scan's and, by STREAMING_MARGIN, than that config's. Decided before any
+    than the streamed scan's and, by STREAMING_MARGINS, than that config's. Decided before any
     measurement, as the streamed scan is: a measuring compile times persistent configs only.
     Empty otherwise, or where the scan cannot take the layer (`gemm_scan_problem`). Against
     configs that hold the weights on chip the scan was slower where the model expected it faster
@@ -194,8 +197,10 @@ def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int
     gemm_us = gemm_scan_us(spec, batch, gpu.num_sms, precision)
     rivals = [("the streamed scan's", streamed_scan_us(spec, batch), 1.0)]
     if best is not None:
+        margin = STREAMING_MARGINS[spec.dtype]
+        by = f", by {1 / margin:.2f}x" if margin < 1 else ""
         rivals.append((f"the best persistent config's, reading {best[1].global_runs} of each lane's runs of weights "
-                       f"from global memory, by {1 / STREAMING_MARGIN:.2f}x", best[0], STREAMING_MARGIN))
+                       f"from global memory{by}", best[0], margin))
     if any(us * margin <= gemm_us for _, us, margin in rivals):
         return ""
     against = " and ".join(f"{name} ({us:.1f} us)" for name, us, _ in rivals)

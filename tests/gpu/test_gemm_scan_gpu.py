@@ -1,6 +1,7 @@
 """The GEMM scan on the GPU (marked gpu): its kernel against the reference scan's CPU run for each
-cell form, precision and batch past one CTA tile, ragged lengths (one empty); and a layer the
-planner gives it, compiled as a user compiles it, against ONNX Runtime."""
+cell form, precision and batch past one CTA tile, and for each wider tile of the step GEMM, ragged
+lengths (one empty); and a layer the planner gives it, compiled as a user compiles it, against
+ONNX Runtime."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 import tvm
 
 import persist_rnn
-from persist_rnn.bench.layer_models import LayerCase, max_rel_error, reference
+from persist_rnn.bench.layer_models import LayerCase, cuda_source, max_rel_error, reference
 from persist_rnn.schedule.measure import as_params, build_kernel, kernel_arrays
 from tir_templates.gemm_scan import gemm_scan, gemm_scan_slots
 from tir_templates.reference import reference_scan
@@ -32,26 +33,43 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("cell,direction,hidden,batch,dtype,precision,flags", CASES, ids=str)
-def test_gemm_scan_matches_the_reference(cell, direction, hidden, batch, dtype, precision, flags):
-    spec = CellSpec(cell, 8, hidden, direction, linear_before_reset=1, dtype=dtype, **flags)
+def check_against_the_reference(spec: CellSpec, batch: int, precision: str, plan: dict | None = None):
+    """The scan's Y, Y_h (Y_c) on the GPU against the reference scan's on the CPU, lengths ragged."""
     arrays = kernel_arrays(spec, batch, 6, seed=5, slots=gemm_scan_slots(spec, batch))
     arrays[3] = np.random.default_rng(batch).integers(0, 7, batch).astype("int32")
     arrays[3][0] = 0  # an empty sequence
-    if dtype != "float32":  # a 16-bit layer's R is 16-bit values
-        arrays[1] = arrays[1].astype(dtype).astype("float32")
+    if spec.dtype != "float32":  # a 16-bit layer's R is 16-bit values
+        arrays[1] = arrays[1].astype(spec.dtype).astype("float32")
     want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
-    func = gemm_scan(spec, batch, precision=precision)
+    func = gemm_scan(spec, batch, precision=precision, plan=plan)
     lib = build_kernel(func.with_attr("global_symbol", "main"), tvm.target.Target("cuda"))
     dev = tvm.cuda(0)
     tensors = [tvm.runtime.tensor(a, dev) for a in as_params(func, arrays)]
     lib["main"](*tensors)
-    bound = BOUNDS["tf32" if precision == "tf32" else dtype]
+    bound = BOUNDS["tf32" if precision == "tf32" else spec.dtype]
     for name, g, w in zip(("Y", "Y_h", "Y_c"), tensors[7:10], want[7:10]):
-        if name == "Y_c" and cell != "lstm":
+        if name == "Y_c" and spec.cell != "lstm":
             continue
         g, w = g.numpy().astype("float32"), w.astype("float32")
         assert np.abs(g - w).max() <= bound * max(np.abs(w).max(), 1e-6), name
+
+
+@pytest.mark.parametrize("cell,direction,hidden,batch,dtype,precision,flags", CASES, ids=str)
+def test_gemm_scan_matches_the_reference(cell, direction, hidden, batch, dtype, precision, flags):
+    spec = CellSpec(cell, 8, hidden, direction, linear_before_reset=1, dtype=dtype, **flags)
+    check_against_the_reference(spec, batch, precision)
+
+
+@pytest.mark.parametrize("cell,hidden,batch,dtype,tile", [
+    ("lstm", 40, 70, "float32", "64x80"),  # 160 gate columns: two tiles wide, two of rows
+    ("gru", 36, 66, "float16", "64x96"),  # 108 columns: a ragged second tile
+    ("lstm", 48, 65, "bfloat16", "64x128"),  # 192 columns: a ragged second tile
+], ids=str)
+def test_gemm_scan_in_wider_tiles_matches_the_reference(cell, hidden, batch, dtype, tile):
+    """The step GEMM in the wider tiles `gemm_scan_cost.step_plan` gives past one wave of 64 x 64."""
+    spec = CellSpec(cell, 8, hidden, "bidirectional" if cell == "gru" else "forward", linear_before_reset=1,
+                    dtype=dtype)
+    check_against_the_reference(spec, batch, "fp32", {"bk": 64, "k_groups": 2, "stages": 0, "tile": tile})
 
 
 def test_a_layer_past_the_chip_at_a_large_batch_runs_the_gemm_scan():
@@ -64,4 +82,5 @@ def test_a_layer_past_the_chip_at_a_large_batch_runs_the_gemm_scan():
     model, feeds, want = reference(case)
     built = persist_rnn.compile(model, "cuda", measure=False)
     assert [r.lowering for r in built.report()] == ["gemm_scan"], built.report()[0].line()
+    assert "* 88)" in cuda_source(built.executable)  # the step GEMM in 64 x 80 tiles (w_t's rows 88 words apart)
     assert max_rel_error(built.run(feeds), want) <= 1e-4

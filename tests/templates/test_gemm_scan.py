@@ -16,6 +16,7 @@ from tir_templates.gemm_scan import GEMM_SCAN, gemm_precision, gemm_scan, gemm_s
 from tir_templates.reference import reference_scan
 from tir_templates.spec import Activation, CellSpec
 from templates.llvm_runs import run_on_llvm
+from test_cuda_codegen import cuda_source as codegen_source, nvcc_stats
 
 STEPS = 4
 
@@ -52,6 +53,25 @@ def test_emulated_gemm_scan_matches_the_reference(cell, direction, hidden, batch
         g, w = g.astype("float32"), w.astype("float32")
         assert np.abs(g - w).max() <= bound * np.abs(w).max(), name
     assert not got[7][:, :, 0].any()  # the empty row's Y is zero
+
+
+@pytest.mark.parametrize("cell,hidden,batch,dtype,tile", [
+    ("lstm", 20, 70, "float32", "64x80"),  # 80 gate columns: one tile wide, two 64-row tiles
+    ("gru", 36, 66, "float16", "64x96"),  # 108 columns: a second, ragged tile
+    ("lstm", 40, 65, "bfloat16", "64x128"),  # 160 columns: a ragged second tile
+], ids=str)
+def test_emulated_gemm_scan_in_wider_tiles_matches_the_reference(cell, hidden, batch, dtype, tile):
+    """The step GEMM in the tiles `gemm_scan_cost.step_plan` gives where 64 x 64 tiles would need
+    two waves: each tile's 4 warps of 32 x 40 (48, 64) columns, ragged edges zero-padded."""
+    spec = CellSpec(cell, 8, hidden, linear_before_reset=1, dtype=dtype)
+    arrays = kernel_arrays(spec, batch, STEPS, seed=3, slots=gemm_scan_slots(spec, batch))
+    if dtype != "float32":
+        arrays[1] = arrays[1].astype(dtype).astype("float32")
+    want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+    plan = {"bk": 64, "k_groups": 2, "stages": 0, "tile": tile}
+    got = run_on_llvm(gemm_scan(spec, batch, emulate=True, plan=plan), [a.copy() for a in arrays])
+    g, w = got[7].astype("float32"), want[7].astype("float32")
+    assert np.abs(g - w).max() <= BOUNDS[dtype if dtype != "float32" else "fp32"] * np.abs(w).max()
 
 
 def test_gemm_precision_follows_the_layer_and_the_build():
@@ -97,3 +117,20 @@ def test_builds_for_cuda_as_a_host_loop_of_launches(arch):
         assert "mma.sync.aligned" in source and "__syncthreads" in source
         mma = "bf16" if spec.dtype == "bfloat16" else "tf32"
         assert f".{mma}.{mma}.f32" in source
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("tile,warp_n_tiles", [("64x80", 5), ("64x96", 6), ("64x128", 8)])
+@pytest.mark.parametrize("dtype,arch", [("float32", "sm_90"), ("float16", "sm_80")], ids=str)
+def test_wider_step_tiles_compile_without_spills(tile, warp_n_tiles, dtype, arch, tmp_path):
+    """A warp of a wider tile takes 2 x 5 (6, 8) mma tiles a k-slice (3xTF32: three mma each), its
+    group half of a 64-column k-tile's slices; ptxas keeps it all in registers."""
+    spec = CellSpec("lstm", 64, 2048, dtype=dtype)
+    plan = {"bk": 64, "k_groups": 2, "stages": 0, "tile": tile}
+    source = codegen_source(gemm_scan(spec, 128, plan=plan), arch)
+    if dtype == "float32":
+        mma, slices, passes = "m16n8k8_row_col_f32_tf32_tf32_f32", 64 // 8 // 2, 3
+    else:
+        mma, slices, passes = "m16n8k16_row_col_f32_f16_f16_f32", 64 // 16 // 2, 1
+    assert source.count(f"tvm_builtin_ptx_mma_sync_aligned_{mma}(acc") == passes * slices * 2 * warp_n_tiles
+    assert max(nvcc_stats(source, arch, tmp_path)) == 0
