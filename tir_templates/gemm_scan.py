@@ -72,9 +72,10 @@ def gemm_precision(spec: CellSpec, precision: str = "fp32") -> str:
 
 
 #: the step GEMM's plan: 64 x 64 tiles (wider where that fills one wave: gemm_scan_cost.step_plan)
-#: of 64-column k-tiles, each shared by two groups of 4 warps. Kernels alone on the H200 (docs/data/gemm-scan-h200.jsonl, run B), against `gemm_plan`'s for B
-#: rows: LSTM H=1280 B=128 fp32 65.3 against 74.0 us a step, bf16 LSTM H=4096 B=16 94.9 against
-#: 141.4, the same elsewhere (its rule for one wave); within 1.12x of the best of 9 plans on 8 layers
+#: of 64-column k-tiles, each shared by two groups of 4 warps. Kernels alone on the H200
+#: (docs/data/gemm-scan-h200.jsonl, run B), against `gemm_plan`'s for B rows: LSTM H=1280 B=128
+#: fp32 65.3 against 74.0 us a step, bf16 LSTM H=4096 B=16 94.9 against 141.4, the same elsewhere
+#: (its rule for one wave); within 1.12x of the best of 9 plans on 8 layers
 STEP_PLAN = {"bk": 64, "k_groups": 2, "stages": 0}
 
 

@@ -47,7 +47,8 @@ WM, WN = 32, 32  # a warp's tile of out
 NT = (BM // WM) * (BN // WN) * 32  # threads of the 64 x 64 tile: 4 warps
 #: the CTA tiles of out a kernel may be built with, as BM x BN x WM (a warp's rows; its columns
 #: are WN) [x WN]: a larger tile reads each operand from L2 fewer times (`cta_tile`), a larger
-#: warp tile each fragment from shared memory fewer times
+#: warp tile each fragment from shared memory fewer times; 64 x BN past 64 columns, 4 warps of 32
+#: x BN / 2 (the GEMM scan's step where 64 x 64 tiles would take two waves: gemm_scan_cost.py)
 CTA_TILES = {"64x64": (64, 64, 32, WN), "128x64": (128, 64, 32, WN), "128x128": (128, 128, 32, WN),
              "128x128x64": (128, 128, 64, WN), "128x128x64x64": (128, 128, 64, 64),
              "128x256x64x64": (128, 256, 64, 64), "64x80": (64, 80, 32, 40), "64x96": (64, 96, 32, 48),

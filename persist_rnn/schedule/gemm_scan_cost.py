@@ -47,7 +47,8 @@ UPDATE_US, UPDATE_BYTES_PER_US = 3.0, 3.0e6
 def _waves(spec: CellSpec, batch: int, num_sms: int, tile: str) -> float:
     """Waves of `tile`'s CTAs the step GEMM of one direction takes, each priced as TILE_WAVE says."""
     bm, bn, *_ = warp_grid(tile)
-    return math.ceil(math.ceil(batch / bm) * math.ceil(spec.num_gates * spec.hidden_size / bn) / num_sms) * TILE_WAVE[tile]
+    tiles = math.ceil(batch / bm) * math.ceil(spec.num_gates * spec.hidden_size / bn)
+    return math.ceil(tiles / num_sms) * TILE_WAVE[tile]
 
 
 def step_tile(spec: CellSpec, batch: int, num_sms: int) -> str:
