@@ -33,7 +33,7 @@ TILE_WAVE = {"64x64": 1.0, "64x80": 1.32, "64x96": 1.34, "64x128": 1.64}
 #: H=4096 B=16 166 against 180 us, GRU H=3072 B=32 96 against 147; bf16 LSTM H=4096 B=16 the
 #: same), but their price would give the scan fp32 layers whose persistent kernels ran faster
 #: (LSTM H=4096 B=16 145.5 us, GRU H=4096 B=16 106.9, GRU H=3072 B=32 92.1, against 166.5, 151.1
-#: and 95.9): the model prices those kernels' streamed weights at 1.43-1.52x their step (run F)
+#: and 95.9): the model prices those kernels at 1.43-1.52x their step (run F)
 WIDE_TILES_FROM = 64
 #: microseconds a wave of 64 x 64 tiles takes per column of K, by the GEMM's precision
 WAVE_US_PER_K = {"3xtf32": 0.0234, "tf32": 0.019, "f16": 0.015, "bf16": 0.015}
