@@ -17,7 +17,7 @@ import numpy as np
 import tvm
 
 from persist_rnn.bench.torch_layers import PRECISIONS
-from persist_rnn.schedule.gemm_scan_cost import gemm_scan_us, step_plan
+from persist_rnn.schedule.gemm_scan_cost import gemm_scan_us, step_launched_early, step_plan
 from persist_rnn.schedule.gpu import gpu_model, present_device
 from persist_rnn.schedule.measure import (MEASURE_STEPS, as_params, build_kernel, builds, kernel_arrays,
                                           measure_configs, time_kernel, timing)
@@ -51,6 +51,9 @@ def main():
     ap.add_argument("--steps", type=int, default=MEASURE_STEPS)
     ap.add_argument("--plans", default="[]", help="step GEMM plans (JSON list of projection_mma plan dicts) to time too")
     ap.add_argument("--scan-only", action="store_true", help="time the GEMM scan alone (no streamed scan or persistent pick)")
+    ap.add_argument("--plain-too", action="store_true",
+                    help="also time the scan's kernels launched one after another, not early (plain_us)")
+    ap.add_argument("--early", action="store_true", help="launch the scan's kernels early whatever its tiles")
     args = ap.parse_args()
     target, dev = as_target("cuda"), present_device()
     gpu = gpu_model("sm_90")
@@ -72,15 +75,21 @@ def main():
                "streamed_predicted_us": round(streamed_scan_us(spec, batch), 2)}
         cold = timing(spec, dev) == "cold"
         row["plan"] = step_plan(spec, batch, gpu.num_sms)
-        func = gemm_scan(spec, batch, build_precision, plan=row["plan"])
+        row["early_launch"] = args.early or step_launched_early(row["plan"])  # as the pass builds it on sm_90
+        func = gemm_scan(spec, batch, build_precision, plan=row["plan"], early_launch=row["early_launch"])
         arrays = kernel_arrays(spec, batch, args.steps, slots=gemm_scan_slots(spec, batch))
         arrays[1] = arrays[1] / (0.3 * hidden ** 0.5)  # R of N(0, 1/H): a layer that is not chaotic
         lib = build_kernel(func.with_attr("global_symbol", "main"), target)
         row["gemm_scan_us"] = time_kernel(lib, dev, as_params(func, arrays), cold=cold) / args.steps
         got = run(lib, dev, func, arrays)
+        if args.plain_too:
+            plain = gemm_scan(spec, batch, build_precision, plan=row["plan"])
+            plain_lib = build_kernel(plain.with_attr("global_symbol", "main"), target)
+            row["plain_us"] = time_kernel(plain_lib, dev, as_params(plain, arrays), cold=cold) / args.steps
+            row["plain_max_diff"] = float(np.abs(run(plain_lib, dev, plain, arrays) - got).max())
         row["plans"] = []
         for plan in json.loads(args.plans):
-            other = gemm_scan(spec, batch, build_precision, plan=plan)
+            other = gemm_scan(spec, batch, build_precision, plan=plan, early_launch=step_launched_early(plan))
             other_lib = build_kernel(other.with_attr("global_symbol", "main"), target)
             us = time_kernel(other_lib, dev, as_params(other, arrays), cold=cold) / args.steps
             err = float(np.abs(run(other_lib, dev, other, arrays) - got).max())

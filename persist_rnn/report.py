@@ -60,7 +60,7 @@ class LayerReport:
     reason: str = ""
     config: dict = dataclasses.field(default_factory=dict)
     source: str = ""  # "tuning_log" | "cost_model" | "measured" | "" (a wavefront layer: the stack's choice, or "asked")
-    early_launch: bool = False  # starts while the input projection runs (tir_templates.early_launch)
+    early_launch: bool = False  # starts while the kernel before it runs, the input projection's (tir_templates.early_launch)
     cooperative_launch: bool = False  # a grid barrier: launched whole or not at all, never a hang
     tf32_step: bool = False  # the recurrent step (some bucket's, at least) on the tensor cores at TF32 precision
     #: batch known only at run time: a config per bucket, [{max_batch (None: the rest), config, source, time_us}]

@@ -50,3 +50,12 @@ def sm_number(arch: str | None) -> int:
 def supports_early_launch(arch: str) -> bool:
     """Whether a CUDA arch string ("sm_90", "sm_90a", ...) has programmatic dependent launch."""
     return sm_number(arch) >= MIN_SM
+
+
+@T.macro
+def after_previous_kernel():
+    """The first thing a kernel launched early does that touches nothing before the kernel ahead
+    of it has finished (the GEMM scan's, which write memory the kernel before may still read):
+    let the next kernel start its CTAs, then wait for the one before."""
+    T.evaluate(allow_next_kernel())
+    T.evaluate(wait_for_previous_kernel())

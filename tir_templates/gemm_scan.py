@@ -32,6 +32,7 @@ import tvm
 from tvm.script import tirx as T
 
 from . import cells, scan_states
+from .early_launch import EARLY_LAUNCH, after_previous_kernel
 from .projection_mma import gemm_launch
 from .signature import recurrence_func, time_index
 from .spec import CellSpec
@@ -80,9 +81,12 @@ STEP_PLAN = {"bk": 64, "k_groups": 2, "stages": 0}
 
 
 def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool = False,
-              plan: dict | None = None) -> tvm.tirx.PrimFunc:
+              plan: dict | None = None, early_launch: bool = False) -> tvm.tirx.PrimFunc:
     """The GEMM scan of `spec` at `batch` rows (its serial CPU twin: `emulate`), the GEMM at
-    `gemm_precision(spec, precision)` in `plan` (projection_mma's plan dict; default STEP_PLAN)."""
+    `gemm_precision(spec, precision)` in `plan` (projection_mma's plan dict; default STEP_PLAN).
+    Each of its kernels lets the next start and then waits for the one before, touching nothing
+    until then; `early_launch` (sm_90 on) asks TVM's runtime to launch them so (early_launch.py),
+    each CTA placed while the kernel ahead finishes."""
     problem = gemm_scan_problem(spec, batch)
     if problem:
         raise ValueError(f"the GEMM scan cannot run this layer: {problem}")
@@ -90,8 +94,8 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
     GH = G * H
     lstm = spec.cell == "lstm"
     mma = gemm_precision(spec, precision)
-    gemm = gemm_launch(H, GH, mma, plan or STEP_PLAN, emulate)
-    start = scan_states.initial_states(spec, emulate)
+    gemm = gemm_launch(H, GH, mma, plan or STEP_PLAN, emulate, early=True)
+    start = scan_states.initial_states(spec, emulate, early=True)
 
     def gates_at(n_b):
         """The first word of the gates (after h)."""
@@ -122,6 +126,7 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
             for blk in T.thread_binding(D * ((H + TILE - 1) // TILE) * ((GH + TILE - 1) // TILE), thread="blockIdx.x"):
                 for tx in T.thread_binding(TILE, thread="threadIdx.x"):
                     for ty in T.thread_binding(ROWS, thread="threadIdx.y"):
+                        after_previous_kernel()
                         tile = T.alloc_buffer((TILE, TILE + 1), "float32", scope="shared")  # +1: no bank conflicts
                         n_tiles = (GH + TILE - 1) // TILE
                         k_tiles = (H + TILE - 1) // TILE
@@ -166,6 +171,7 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
         else:
             for blk in T.thread_binding((D * n_b * H + UPDATE_THREADS - 1) // UPDATE_THREADS, thread="blockIdx.x"):
                 for tx in T.thread_binding(UPDATE_THREADS, thread="threadIdx.x"):
+                    after_previous_kernel()
                     update(xw, lens, p, y, yh, yc, hb, hf, blk * UPDATE_THREADS + tx, s, n_t, n_b)
 
     @T.macro
@@ -180,4 +186,5 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
                 step_gemm(rb, hb, n_b, 1)
             step_update(xw, lens, p, y, yh, yc, hb, hf, s, n_t, n_b)
 
-    return recurrence_func(spec, scan, slots=gemm_scan_slots(spec, batch)).with_attr("persist_rnn.lowering", GEMM_SCAN)
+    func = recurrence_func(spec, scan, slots=gemm_scan_slots(spec, batch)).with_attr("persist_rnn.lowering", GEMM_SCAN)
+    return func.with_attr(*EARLY_LAUNCH) if early_launch else func

@@ -34,7 +34,7 @@ from tvm.script import tirx as T
 
 from .built_once import built_once
 from .config import MMA_K, MMA_K_F16, STATIC_SHARED_BYTES
-from .early_launch import allow_next_kernel
+from .early_launch import after_previous_kernel, allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
 from .gemm_staging import commit_copies, copies_pairs, gemm_staging, packs_pairs, wait_copies
 from .projection import few_ctas, one_small_wave
@@ -212,13 +212,14 @@ def warp_grid(tile: str) -> tuple[int, int, int, int, int]:
 
 
 def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAGES: int, PAIRS: bool, tile: str,
-            W_PAIRS: bool = False):
+            W_PAIRS: bool = False, EARLY: bool = False):
     """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`),
     a CTA per `tile` of out, BK columns of x a k-tile, its k-slices shared by G groups of its warps
     (G > 1: summed at the end through shared memory); STAGES > 0: that many k-tiles in flight by
     cp.async, else one, through registers; PAIRS: 16-bit operands staged as pairs (`pairs_staged`);
     W_PAIRS: x in 16 bits and w_t packed as pairs, both copied as they lie (`copy_pairs`; PAIRS,
-    STAGES >= 2)."""
+    STAGES >= 2); EARLY: a kernel that may itself be launched early, touching nothing before the
+    kernel ahead of it has finished (the GEMM scan's steps)."""
     BM, BN, WM, WN, NT = warp_grid(tile)
     WARPS_N = BN // WN
     MT, NTL = WM // 16, WN // 8  # mma tiles of a warp's tile along M and N
@@ -365,7 +366,10 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
         acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
         ra = T.alloc_buffer((1, A_LOADS * VK), "float32", scope="local")
         rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
-        T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
+        if EARLY:
+            after_previous_kernel()
+        else:
+            T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
         for a in T.unroll(MT * NTL * 4):
             acc[a] = T.float32(0)
         fetch(x, w, ra, rb, 0, by, bx, t, 0, n_m)
@@ -434,7 +438,10 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
         a_s = T.alloc_buffer((STAGES * staging.x_words,), smem_dtype, scope=scope)
         b_s = T.alloc_buffer((STAGES * staging.w_words,), smem_dtype, scope=scope)
         acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
-        T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
+        if EARLY:
+            after_previous_kernel()
+        else:
+            T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
         for a in T.unroll(MT * NTL * 4):
             acc[a] = T.float32(0)
         for s in T.unroll(STAGES - 1):
@@ -480,13 +487,14 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
     return tile_grid(N, BM, BN, TILE_NT * G, block_program, emulated_blocks, emulate)
 
 
-def gemm_launch(K: int, N: int, precision: str, plan: dict, emulate: bool = False):
+def gemm_launch(K: int, N: int, precision: str, plan: dict, emulate: bool = False, early: bool = False):
     """The macro launch(x, w, b, out, n_m) of the GEMM `plan` (`gemm_plan`'s dict; x in fp32, w_t
     as (K, N) fp32 values), for a kernel that runs it among others (the GEMM scan,
-    gemm_scan.py): its CTAs, k-tiles and staging as `projection_mma_kernel` builds them."""
+    gemm_scan.py): its CTAs, k-tiles and staging as `projection_mma_kernel` builds them; `early`:
+    launched early, it waits for the kernel ahead before touching anything."""
     tile, bk, groups, stages = plan.get("tile", "64x64"), plan["bk"], plan["k_groups"], plan["stages"]
     pairs = precision in HALF_PRECISIONS and pairs_staged(K, N, precision, bk, groups, stages, tile)
-    return _launch(K, N, precision, emulate, bk, groups, stages, pairs, tile)
+    return _launch(K, N, precision, emulate, bk, groups, stages, pairs, tile, EARLY=early)
 
 
 def _check_w_pairs(K, N, precision, bk, k_groups, stages, x_dtype, tile):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
+from .early_launch import after_previous_kernel
 from .signature import batch_row
 from .spec import CellSpec
 
@@ -21,9 +22,10 @@ def valid_steps(spec: CellSpec, lens, b, n_t):
     return T.max(T.min(T.Cast("int64", lens[batch_row(spec, "lens", b)]), n_t), T.int64(0))
 
 
-def initial_states(spec: CellSpec, emulate: bool):
+def initial_states(spec: CellSpec, emulate: bool, early: bool = False):
     """The macro start(lens, h0, c0, yh, yc, hb, n_t, n_b): h(-1) into slot 0 and the final
-    states' start, a thread per (direction, batch row, unit) (serially: `emulate`)."""
+    states' start, a thread per (direction, batch row, unit) (serially: `emulate`); `early`: a
+    kernel that may be launched early, touching nothing before the kernel ahead has finished."""
     H, D = spec.hidden_size, spec.num_directions
     lstm = spec.cell == "lstm"
 
@@ -48,6 +50,8 @@ def initial_states(spec: CellSpec, emulate: bool):
         else:
             for blk in T.thread_binding((D * n_b * H + INIT_THREADS - 1) // INIT_THREADS, thread="blockIdx.x"):
                 for tx in T.thread_binding(INIT_THREADS, thread="threadIdx.x"):
+                    if early:
+                        after_previous_kernel()
                     init_state(lens, h0, c0, yh, yc, hb, blk * INIT_THREADS + tx, n_t, n_b)
 
     return start

@@ -65,6 +65,16 @@ def step_plan(spec: CellSpec, batch: int, num_sms: int) -> dict:
     return dict(STEP_PLAN) if tile == "64x64" else {**STEP_PLAN, "tile": tile}
 
 
+def step_launched_early(plan: dict) -> bool:
+    """Whether the scan of the step GEMM `plan` (`step_plan`'s) has its kernels launched early
+    (sm_90 on; gemm_scan's `early_launch`): where the GEMM takes wider tiles. Kernels alone on the
+    H200 (runs H and I), early against one after another: in wider tiles 1.03-1.06x faster (LSTM
+    H=1280 B=128 47.7 against 50.4 us a step; GRU H=2048 B=128, LSTM H=2048 B=128, GRU H=1536
+    B=128); in 64 x 64 tiles 0.59-0.95x (LSTM H=1280 B=64 60.7 against 36.9; LSTM H=1536 and 2048
+    B=64, fp16 LSTM H=2048 B=32, bf16 LSTM H=4096 B=16)."""
+    return plan.get("tile", "64x64") != "64x64"
+
+
 def gemm_scan_us(spec: CellSpec, batch: int, num_sms: int, precision: str = "fp32") -> float:
     """Predicted microseconds of one step of the GEMM scan at `batch` rows on `num_sms` SMs."""
     H, D = spec.hidden_size, spec.num_directions

@@ -38,7 +38,7 @@ from tir_templates.streamed import streamed_scan
 from ..errors import PersistRNNError
 from ..report import (BUCKETS_ATTR, CONFIG_ATTR, EMBEDDING_FOLDED_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR,
                       kernel_configs)
-from ..schedule.gemm_scan_cost import step_plan
+from ..schedule.gemm_scan_cost import step_launched_early, step_plan
 from ..schedule.gpu import gpu_model
 from ..schedule.planner import plan_layer, target_arch
 from ..schedule.precision import checked as checked_precision
@@ -283,8 +283,10 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                                          top_k=top_k, measure=measure, unverified=unverified, precision=precision)
             plan = plans[same]
             if plan.kernel is None and plan.lowering == GEMM_SCAN:
-                num_sms = gpu_model(target_arch(target)).num_sms
-                new = (gemm_scan(spec, same[1], precision, plan=step_plan(spec, same[1], num_sms))
+                arch = target_arch(target)
+                step = step_plan(spec, same[1], gpu_model(arch).num_sms)
+                new = (gemm_scan(spec, same[1], precision, plan=step,
+                                 early_launch=supports_early_launch(arch) and step_launched_early(step))
                        .with_attr(REASON_ATTR, plan.reason))
                 slots[gv.name_hint] = gemm_scan_slots(spec, same[1])
             elif plan.kernel is None and target.kind.name == "cuda" and streams_pay(spec):

@@ -95,6 +95,13 @@ def test_the_exchange_buffer_holds_h_the_gates_and_r_transposed():
     assert gemm_scan_slots(CellSpec("gru", 8, 100), 7) == 1 + 3 + 43
 
 
+def test_the_early_launch_is_asked_for_only_where_the_pass_asks_it():
+    spec = CellSpec("lstm", 8, 16)
+    tag = "tirx.use_programtic_dependent_launch"
+    assert tag in list(gemm_scan(spec, 4, early_launch=True).attrs["tirx.kernel_launch_params"])
+    assert "tirx.kernel_launch_params" not in gemm_scan(spec, 4).attrs
+
+
 def test_a_call_with_another_batch_is_refused():
     spec = CellSpec("lstm", 8, 16)
     arrays = kernel_arrays(spec, 3, STEPS, slots=gemm_scan_slots(spec, 4))
@@ -114,6 +121,8 @@ def test_builds_for_cuda_as_a_host_loop_of_launches(arch):
         source = cuda_source(tvm.compile(tvm.IRModule({"main": func}), target=target))
         heads = [line for line in source.splitlines() if line.startswith('extern "C" __global__') and "{" in line]
         assert len(heads) == kernels  # transpose, start, a GEMM a direction (one kernel each), update
+        # each lets the next start and waits for the one before, before it touches anything
+        assert source.count("prnn_griddep_launch();\n  prnn_griddep_wait();") == kernels
         assert "mma.sync.aligned" in source and "__syncthreads" in source
         mma = "bf16" if spec.dtype == "bfloat16" else "tf32"
         assert f".{mma}.{mma}.f32" in source
