@@ -5,8 +5,10 @@ cudaLaunchAttributeProgrammaticStreamSerialization: its CTAs may start as soon a
 the kernel before it has called `griddepcontrol.launch_dependents` (the GEMM does so first
 thing), and `griddepcontrol.wait` then blocks until that kernel has finished and its writes are
 visible. The recurrence loads its weights and biases before the wait, so the GEMM hides the
-launch and the weights' trip from memory. Both instructions exist from sm_90 on; compiled for
-an older GPU they are empty (and the pass does not ask for the early launch there).
+launch and the weights' trip from memory. The GEMM scan's kernels (gemm_scan.py) touch nothing
+before the wait (`after_previous_kernel`): launched early, each step's GEMM and update hide only
+their launches. Both instructions exist from sm_90 on; compiled for an older GPU they are empty
+(and the pass does not ask for the early launch there).
 """
 from __future__ import annotations
 
@@ -54,8 +56,8 @@ def supports_early_launch(arch: str) -> bool:
 
 @T.macro
 def after_previous_kernel():
-    """The first thing a kernel launched early does that touches nothing before the kernel ahead
-    of it has finished (the GEMM scan's, which write memory the kernel before may still read):
-    let the next kernel start its CTAs, then wait for the one before."""
+    """What a kernel that may be launched early does first where it must touch nothing before the
+    kernel ahead has finished (the GEMM scan's: each writes memory the one before may still
+    read): let the next kernel place its CTAs, then wait for the one before."""
     T.evaluate(allow_next_kernel())
     T.evaluate(wait_for_previous_kernel())
