@@ -359,6 +359,15 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
             store(out, b, acc, by, bx, t, n_m)
 
     @T.macro
+    def kernel_start():
+        """An early-launched recurrence may start (early_launch.py); EARLY: and this kernel waits
+        for the one before."""
+        if EARLY:
+            after_previous_kernel()
+        else:
+            T.evaluate(allow_next_kernel())
+
+    @T.macro
     def block_program(x, w, b, out, by, bx, t, n_m):
         """One CTA's tile, thread t's view (the CUDA kernel's body)."""
         a_s = T.alloc_buffer((staging.x_words,), smem_dtype, scope=scope)
@@ -366,10 +375,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
         acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
         ra = T.alloc_buffer((1, A_LOADS * VK), "float32", scope="local")
         rb = T.alloc_buffer((1, B_LOADS * VN), "float32", scope="local")
-        if EARLY:
-            after_previous_kernel()
-        else:
-            T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
+        kernel_start()
         for a in T.unroll(MT * NTL * 4):
             acc[a] = T.float32(0)
         fetch(x, w, ra, rb, 0, by, bx, t, 0, n_m)
@@ -438,10 +444,7 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
         a_s = T.alloc_buffer((STAGES * staging.x_words,), smem_dtype, scope=scope)
         b_s = T.alloc_buffer((STAGES * staging.w_words,), smem_dtype, scope=scope)
         acc = T.alloc_buffer((MT * NTL * 4,), "float32", scope="local")
-        if EARLY:
-            after_previous_kernel()
-        else:
-            T.evaluate(allow_next_kernel())  # an early-launched recurrence may start (early_launch.py)
+        kernel_start()
         for a in T.unroll(MT * NTL * 4):
             acc[a] = T.float32(0)
         for s in T.unroll(STAGES - 1):
