@@ -212,7 +212,8 @@ def offgrid_part_lines(rows: list) -> list[str]:
                 f"or more); the top-5 compile, least {floors['top5_least']:.2f}x and geomean {floors['top5_geomean']:.2f}x. "
                 "The cost model's pick against the compile that timed its top 5 and two tensor-core configs: "
                 f"{floors['pick_within_1_15']} of {floors['layers']} within 1.15x, the worst {floors['pick_regret_worst']:.3f}x "
-                "(a bound on its regret over those configs only, not the whole space)."]
+                "(over those configs only; against 40 configs of each layer's space, the model's best ten and thirty "
+                "drawn from the rest: docs/cost-model.md, *The pick against a sample of each space*)."]
     return out
 
 
