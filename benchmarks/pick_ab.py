@@ -4,14 +4,16 @@ turn; or configs the model's space prunes, timed beside its pick (needs a GPU).
     python benchmarks/picks_dump.py > before.txt          # with the code before a change
     python benchmarks/pick_ab.py --before before.txt LSTM:1536:1:fp16 GRU:2048:2:fp16 ...
     python benchmarks/pick_ab.py --extra '{"tile_units": 16, "mma_k_split": 4, ...}' GRU:1536:8:fp16
+    python benchmarks/pick_ab.py --pick-with '{"stamped": true}' LSTM:768:32:fp16 ...
 
 One JSON line a layer and config: `part` "kernel_ab" (the pick now against the pick in `--before`,
-"streamed" where that file has none) or "probe" (each config of `--extra` beside the pick, with
-the `problems` that prune it). Data: docs/data/tc-registers-h200.jsonl.
+"streamed" where that file has none) or "probe" (each config of `--extra`, or the pick with the
+fields of `--pick-with` changed, beside the pick, with the `problems` that prune it). Data: docs/data/tc-registers-h200.jsonl.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from persist_rnn.bench.torch_layers import PRECISIONS
@@ -38,6 +40,8 @@ def main():
     ap.add_argument("layers", nargs="+", help="CELL:HIDDEN:BATCH:PRECISION")
     ap.add_argument("--before", help="picks_dump.py's output for the code before a change")
     ap.add_argument("--extra", action="append", default=[], help="a config (JSON, Config's fields) to time beside the pick")
+    ap.add_argument("--pick-with", action="append", default=[],
+                    help="fields (JSON) to change in the pick: that config timed beside it")
     args = ap.parse_args()
     before = picks_file(args.before) if args.before else {}
     target, dev, gpu = as_target("cuda"), present_device(), gpu_model("sm_90")
@@ -49,6 +53,8 @@ def main():
         spec = CellSpec(cell.lower(), key[1], key[1], linear_before_reset=key[0] == "GRU", dtype=dtype)
         pick = choose(spec, target, key[2], measure=False, precision=build_precision).config
         others = [before[key]] if before.get(key) else [Config(**json.loads(e)) for e in args.extra]
+        changed = (dataclasses.replace(pick, **json.loads(w)) for w in args.pick_with)
+        others += [c for c in changed if not problems_on(spec, c, gpu)]  # a change the space would prune: left out
         configs = [pick] + [c for c in others if c != pick]
         builds().submit(spec, configs, target)  # every build in flight at once
         jobs.append((key, spec, pick, configs))
