@@ -1,0 +1,46 @@
+"""Off-grid layers outside `bench --parts offgrid`'s set, each measured as that part measures its
+own (`suite.offgrid_row`: T=100, input = hidden, no tuning log; measure off, and the default
+compile on the GPU; cuDNN's best algorithm at the same precision in the same run). One JSON line
+a layer; a layer that fails is reported and the rest still run. Needs torch and a GPU.
+
+    python benchmarks/offgrid_heldout.py --out F LSTM:512:32:fp16 GRU:768:32:bf16 ...
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+#: the layers of docs/data/offgrid-heldout-h200.jsonl: cells, hidden sizes, batches and precisions
+#: the set does not pair, weighted to the 16-bit mid-size batches where the set's weakest layer is
+HELD_OUT = ("LSTM:512:32:fp16", "GRU:768:32:bf16", "LSTM:256:16:fp16", "GRU:1024:8:tf32", "LSTM:1024:64:fp16",
+            "LSTM:128:64:fp32", "GRU:512:128:bf16", "LSTM:1536:16:fp32")
+
+
+def main():
+    from persist_rnn.bench.suite import offgrid_row
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("layers", nargs="*", default=HELD_OUT, help="CELL:HIDDEN:BATCH:PRECISION")
+    args = ap.parse_args()
+    for text in args.layers:
+        cell, hidden, batch, precision = text.split(":")
+        start = time.perf_counter()
+        try:
+            row = offgrid_row(cell.upper(), int(hidden), int(batch), precision)
+        except Exception as err:  # noqa: BLE001 - reported in the row; the other layers still run
+            row = {"cell": cell.upper(), "hidden": int(hidden), "batch": int(batch), "precision": precision,
+                   "error": str(err)[:300]}
+        row["wall_s"] = round(time.perf_counter() - start, 1)
+        with open(args.out, "a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+        print(text, row.get("best_cudnn_over_ours"), row.get("best_cudnn_over_measured"), row.get("error"), flush=True)
+
+
+if __name__ == "__main__":
+    main()
