@@ -30,8 +30,9 @@ def onnx_from_torch(op, layer, seq_len, batch, dtype="float32"):
     outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
     node = helper.make_node(op, ["X", "W", "R", "B"], outs, name="layer", **attrs)
     elem = NP_TO_ONNX[dtype]
+    shapes = [[seq_len, 1, batch, H], [1, batch, H], [1, batch, H]]  # Y, Y_h, Y_c: the checker wants each typed whole
     g = helper.make_graph([node], "bench", [helper.make_tensor_value_info("X", elem, [seq_len, batch, H])],
-                          [helper.make_tensor_value_info(o, elem, None) for o in outs], initializer=inits)
+                          [helper.make_tensor_value_info(o, elem, shape) for o, shape in zip(outs, shapes)], initializer=inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8  # loadable by older ONNX Runtime builds too
     return model
