@@ -58,8 +58,9 @@ def sweep(args):
 
     from persist_rnn.bench.offgrid import offgrid_set
     from persist_rnn.schedule.gpu import gpu_model
-    from persist_rnn.schedule.measure import MEASURE_STEPS, builds, built_as_completed, kernel_arrays, time_kernel
+    from persist_rnn.schedule.measure import builds, built_as_completed
     from persist_rnn.targets import as_target
+    from sweep_offgrid import timed_into
     from tir_templates.spec import CellSpec
 
     target, gpu, dev = as_target("cuda"), gpu_model("sm_90"), tvm.cuda(0)
@@ -87,14 +88,7 @@ def sweep(args):
                 row = {"cell": cell, "hidden": spec.hidden_size, "batch": batch, "precision": precision,
                        "config": cfg.as_dict(), "pick": cfg == pick, "model_rank": rank,
                        "predicted_us": price, "tensor_cores": cfg.tensor_cores(), "build_s": round(build_s, 2)}
-                try:
-                    if isinstance(lib, Exception):
-                        raise lib
-                    arrays = kernel_arrays(spec, batch, MEASURE_STEPS, slots=cfg.exchange_slots(spec))
-                    row["measured_us"] = time_kernel(lib, dev, arrays) / MEASURE_STEPS
-                except RuntimeError as err:
-                    row["error"] = str(err).strip().splitlines()[0][:200]
-                f.write(json.dumps(row) + "\n")
+                f.write(json.dumps(timed_into(row, spec, batch, cfg, lib, dev)) + "\n")
                 f.flush()
             print(f"{cell} H={spec.hidden_size} B={batch} {precision}: done at {time.perf_counter() - start:.0f} s",
                   flush=True)

@@ -54,11 +54,26 @@ def chosen(spec, gpu, batch, precision, fma: int, tensor: int, spread: int, seed
     return simt[:fma] + mma[:tensor] + random.Random(seed).sample(rest, min(spread, len(rest)))
 
 
+def timed_into(row: dict, spec, batch: int, cfg, lib, dev) -> dict:
+    """`row` with the built kernel's microseconds a step over MEASURE_STEPS steps ("measured_us"),
+    or the first line of what stopped its build or its run ("error")."""
+    from persist_rnn.schedule.measure import MEASURE_STEPS, kernel_arrays, time_kernel
+
+    try:
+        if isinstance(lib, Exception):
+            raise lib
+        arrays = kernel_arrays(spec, batch, MEASURE_STEPS, slots=cfg.exchange_slots(spec))
+        row["measured_us"] = time_kernel(lib, dev, arrays) / MEASURE_STEPS
+    except RuntimeError as err:
+        row["error"] = str(err).strip().splitlines()[0][:200]
+    return row
+
+
 def main():
     import tvm
 
     from persist_rnn.schedule.gpu import gpu_model
-    from persist_rnn.schedule.measure import MEASURE_STEPS, builds, built_as_completed, kernel_arrays, time_kernel
+    from persist_rnn.schedule.measure import builds, built_as_completed
     from persist_rnn.targets import as_target
     from tir_templates.spec import CellSpec
 
@@ -87,14 +102,7 @@ def main():
             for cfg, lib, build_s in done:
                 row = {"cell": spec.cell, "hidden": spec.hidden_size, "batch": batch, "precision": precision,
                        "dtype": spec.dtype, "config": cfg.as_dict(), "build_s": round(build_s, 2)}
-                try:
-                    if isinstance(lib, Exception):
-                        raise lib
-                    arrays = kernel_arrays(spec, batch, MEASURE_STEPS, slots=cfg.exchange_slots(spec))
-                    row["measured_us"] = time_kernel(lib, dev, arrays) / MEASURE_STEPS
-                except RuntimeError as err:
-                    row["error"] = str(err).strip().splitlines()[0][:200]
-                f.write(json.dumps(row) + "\n")
+                f.write(json.dumps(timed_into(row, spec, batch, cfg, lib, dev)) + "\n")
                 f.flush()
             print(f"{spec.cell} H={spec.hidden_size} B={batch} {precision}: done at {time.perf_counter() - start:.0f} s",
                   flush=True)
