@@ -56,7 +56,7 @@ def chosen(spec, gpu, batch, precision, fma: int, tensor: int, spread: int, seed
 
 def timed_into(row: dict, spec, batch: int, cfg, lib, dev) -> dict:
     """`row` with the built kernel's microseconds a step over MEASURE_STEPS steps ("measured_us"),
-    or the first line of what stopped its build or its run ("error")."""
+    or what stopped its build or its run ("error": its lines joined, the build's stderr tail with them)."""
     from persist_rnn.schedule.measure import MEASURE_STEPS, kernel_arrays, time_kernel
 
     try:
@@ -65,7 +65,7 @@ def timed_into(row: dict, spec, batch: int, cfg, lib, dev) -> dict:
         arrays = kernel_arrays(spec, batch, MEASURE_STEPS, slots=cfg.exchange_slots(spec))
         row["measured_us"] = time_kernel(lib, dev, arrays) / MEASURE_STEPS
     except RuntimeError as err:
-        row["error"] = str(err).strip().splitlines()[0][:200]
+        row["error"] = " | ".join(str(err).strip().splitlines())[:600]
     return row
 
 
