@@ -23,11 +23,6 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-#: offgrid precision -> (layer dtype, build precision), as `bench --parts offgrid` builds them
-PRECISIONS = {"fp32": ("float32", "fp32"), "tf32": ("float32", "tf32"), "fp16": ("float16", "fp32"),
-              "bf16": ("bfloat16", "fp32")}
-
-
 def sampled(spec, gpu, batch: int, precision: str, top: int, spread: int, seed: int = 0):
     """(the measure-off pick, configs to time with their model rank and price), or None where
     the planner gives the layer no persistent kernel."""
@@ -57,6 +52,7 @@ def sweep(args):
     import tvm
 
     from persist_rnn.bench.offgrid import offgrid_set
+    from persist_rnn.bench.torch_layers import PRECISIONS  # precision -> (build precision, layer dtype, cuDNN's math)
     from persist_rnn.schedule.gpu import gpu_model
     from persist_rnn.schedule.measure import builds, built_as_completed
     from persist_rnn.targets import as_target
@@ -69,7 +65,7 @@ def sweep(args):
     for k, (cell, hidden, batch, precision) in enumerate(offgrid_set()):
         if k % count != index:
             continue
-        dtype, build = PRECISIONS[precision]
+        build, dtype, _ = PRECISIONS[precision]
         spec = CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU", dtype=dtype)
         got = sampled(spec, gpu, batch, build, args.top, args.random)
         if got is None:
