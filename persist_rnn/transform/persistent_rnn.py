@@ -271,6 +271,9 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         quantized = {gv.name_hint for gv, func, spec in recurrences(mod)
                      if spec.int8_weights and str(func.attrs.get(LOWERING_ATTR, "reference")) == "reference"}
         int8 = int8_layers(mod, quantized) if target.kind.name == "cuda" and quantized else set()
+        cuda = target.kind.name == "cuda"
+        arch = target_arch(target) if cuda else None
+        gpu = gpu_model(arch) if cuda else None
         slots, plans = {}, {}
         for gv, func, spec in list(recurrences(mod)):
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":
@@ -283,8 +286,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                                          top_k=top_k, measure=measure, unverified=unverified, precision=precision)
             plan = plans[same]
             if plan.kernel is None and plan.lowering == GEMM_SCAN:
-                arch = target_arch(target)
-                step = step_plan(spec, same[1], gpu_model(arch).num_sms)
+                step = step_plan(spec, same[1], gpu.num_sms)
                 new = (gemm_scan(spec, same[1], precision, plan=step,
                                  early_launch=supports_early_launch(arch) and step_launched_early(step))
                        .with_attr(REASON_ATTR, plan.reason))
@@ -308,9 +310,6 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 new = new.with_attr(EMBEDDING_FOLDED_ATTR, 1)
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
         mod = mark_stacks(mod)  # report() names each layer's stack
-        cuda = target.kind.name == "cuda"
-        arch = target_arch(target) if cuda else None
-        gpu = gpu_model(arch) if cuda else None
         num_sms = gpu.num_sms if cuda else 0
         mod = fuse_stacks(mod, target.kind.name, num_sms, mode=wavefront, arch=arch, tuning_log_path=tuning_log,
                           precision=precision)  # a stack as one kernel, or why not
