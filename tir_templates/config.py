@@ -168,6 +168,16 @@ class Config:
         """8-wide tiles of the batch chunk (tensor cores: the mma's N, padded)."""
         return -(-self.batch_chunk // MMA_N)
 
+    def acc_sets(self) -> int:
+        """Sets of C fragments a tensor-core warp alternates between, k-tile by k-tile, summed once
+        after its last: two where a 16-bit mma warp has one n-tile and every k-tile of its row
+        tile (one column split), whose mma otherwise wait for each other in one chain of 24-32.
+        Kernel alone on the H200: LSTM H=512 B=32 fp16 2.29 -> 2.09 us a step, H=384 B=32 1.78
+        -> 1.71; with two or more splits, or more n-tiles, or TF32 (a shorter k-tile, more warps
+        to hide it), 0.84-1.02x (docs/data/acc-sets-h200.jsonl)."""
+        one_chain = self.f16_mma() and self.n_tiles() == 1 and self.k_splits() == 1
+        return 2 if one_chain else 1
+
     def h_rows(self) -> int:
         """Rows of the shared copy of h: the chunk, padded to whole n-tiles with tensor cores."""
         return self.n_tiles() * MMA_N if self.tensor_cores() else self.batch_chunk
@@ -323,7 +333,8 @@ class Config:
         # a run staged from shared or global memory
         staged = self.rows_per_group * self.column_run(spec) if self.smem_runs or self.global_runs else 0
         if self.tensor_cores():  # C fragments, and the split A and B fragments of one k-tile
-            return self.weight_regs(spec) + 4 * self.n_tiles() + 16 + updates * (2 * spec.num_gates + 2) + 40
+            return (self.weight_regs(spec) + 4 * self.n_tiles() * self.acc_sets() + 16
+                    + updates * (2 * spec.num_gates + 2) + 40)
         return (self.weight_regs(spec) + partial + staged + self.rows_per_group * self.batch_chunk
                 + updates * (2 * spec.num_gates + 2) + 2 * self.stamped_words(spec) + 40)
 
@@ -333,7 +344,7 @@ class Config:
         H200, configs that `registers` put 1.2-1.8x past the register file ran 1.2-2x faster
         than the FMA units' pick (GRU H=1536 B=8 fp16, 3.95 against 7.90 us a step; GRU H=2048
         B=16 bf16, 10.1, where no FMA config fits; docs/data/tc-registers-h200.jsonl)."""
-        return self.weight_regs(spec) + 4 * self.n_tiles() + 8
+        return self.weight_regs(spec) + 4 * self.n_tiles() * self.acc_sets() + 8
 
     def register_cap(self, spec: CellSpec) -> int:
         """Registers each thread may have, as the tensor-core configs' rules count them (fitted

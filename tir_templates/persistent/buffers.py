@@ -125,7 +125,7 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
         wsm = _alloc("wsm", (1, L.SR * L.RPG * L.DV, L.NT) if L.SR > 0 else (1, 1, 1), L.WDT,
                      L.SMEM if L.SR > 0 else "local")
     wt = _alloc("wt", (L.RPG * L.DV if L.SR > 0 or L.GR > 0 else 1,), L.WDT, "local")
-    acc = _alloc("acc", (max(L.RPG * L.BC, L.NTL * 4),), "float32", "local")
+    acc = _alloc("acc", (max(L.RPG * L.BC, L.NTL * 4 * L.ACC_SETS),), "float32", "local")
     hv = _alloc("hv", (L.DV,), "float32", "local")
     bv = _alloc("bv", (2,), "float32", "local")
     xr = _alloc("xr", (1, L.UPT * L.XR), "float32", "local")

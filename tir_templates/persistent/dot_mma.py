@@ -122,6 +122,12 @@ def mma_load_weights(L, a, t):
         f16_fragments_to_shared(L, a, t)
 
 
+def acc_tile(L, i, nt):
+    """The C fragment (as an n-tile index into `acc`) that k-tile i of n-tile nt accumulates
+    into: set i % ACC_SETS, so that consecutive k-tiles' mma do not wait for each other."""
+    return i % L.ACC_SETS * L.NTL + nt
+
+
 @T.macro
 def mma(acc, nt, a, b):
     """acc's n-tile nt += a b on the tensor cores (operands: TF32 bits in 32-bit registers)."""
@@ -165,7 +171,7 @@ def mma_dot_f16(L, t, hs):
         for i in T.unroll(L.KREG):
             for nt in T.unroll(L.NTL):
                 f16_b_fragment(L, t, hs, bh, i, nt)
-                mma_f16(L, t.acc, nt, [t.wreg[0, i * 4 + j] for j in range(4)], bh)
+                mma_f16(L, t.acc, acc_tile(L, i, nt), [t.wreg[0, i * 4 + j] for j in range(4)], bh)
     if L.SK > 0:
         ah = T.alloc_buffer((4,), "uint32", scope="local")
         for i in T.unroll(L.SK):
@@ -173,7 +179,7 @@ def mma_dot_f16(L, t, hs):
                 ah[j] = t.wsm[0, i * 4 + j, t.tx]
             for nt in T.unroll(L.NTL):
                 f16_b_fragment(L, t, hs, bh, L.KREG + i, nt)
-                mma_f16(L, t.acc, nt, [ah[j] for j in range(4)], bh)
+                mma_f16(L, t.acc, acc_tile(L, L.KREG + i, nt), [ah[j] for j in range(4)], bh)
 
 
 @T.macro
@@ -185,7 +191,7 @@ def mma_dot_tf32(L, t, hs):
             load_b_fragment(L, t, hs, i, nt)
             for j in T.unroll(2):
                 T.ptx.cvt.rna.tf32.f32(bh[j], t.bv[j])
-            mma(t.acc, nt, [T.reinterpret("uint32", t.wreg[0, i * 4 + j]) for j in range(4)], [bh[0], bh[1]])
+            mma(t.acc, acc_tile(L, i, nt), [T.reinterpret("uint32", t.wreg[0, i * 4 + j]) for j in range(4)], [bh[0], bh[1]])
 
 
 @T.macro
@@ -206,16 +212,16 @@ def mma_dot_3xtf32(L, t, hs):
             b_hi = [bh[j] for j in range(2)]
             a_lo = [T.reinterpret("uint32", al[j]) for j in range(4)]
             b_lo = [T.reinterpret("uint32", bl[j]) for j in range(2)]
-            mma(t.acc, nt, a_lo, b_hi)  # the small terms first
-            mma(t.acc, nt, a_hi, b_lo)
-            mma(t.acc, nt, a_hi, b_hi)
+            mma(t.acc, acc_tile(L, i, nt), a_lo, b_hi)  # the small terms first
+            mma(t.acc, acc_tile(L, i, nt), a_hi, b_lo)
+            mma(t.acc, acc_tile(L, i, nt), a_hi, b_hi)
 
 
 @T.macro
 def mma_dot(L, t, hs, gs):
     """Each warp's row tile times h(t-1) over its k-tiles, then its C fragments into `gs` block
     `tx // 32 // RT` (the warp's column split) for the updating threads to add."""
-    for a in T.unroll(L.NTL * 4):
+    for a in T.unroll(L.NTL * 4 * L.ACC_SETS):
         t.acc[a] = T.float32(0)
     if L.F16:
         mma_dot_f16(L, t, hs)
@@ -223,6 +229,10 @@ def mma_dot(L, t, hs, gs):
         mma_dot_tf32(L, t, hs)
     else:
         mma_dot_3xtf32(L, t, hs)
+    if L.ACC_SETS > 1:  # the other sets' sums into set 0
+        for k in T.unroll(1, L.ACC_SETS):
+            for a in T.unroll(L.NTL * 4):
+                t.acc[a] = t.acc[a] + t.acc[k * L.NTL * 4 + a]
     for nt in T.unroll(L.NTL):
         for j in T.unroll(4):  # C fragment: row lane / 4 (+8 for 2, 3), batch row 2 * (lane % 4) (+1 for 1, 3)
             if nt * 8 + t.tx % 4 * 2 + j % 2 < L.BC and L.mma_row_in_tile(t.tx, j // 2) < L.GTW:

@@ -19,6 +19,7 @@ BLOCK_M):
     XR        registers per pair: G inputs, C(t-1)    VEC  width of h's vector copies
     KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
     SK, KREG          tensor cores: a warp's last SK k-tiles' A fragments in shared memory, the first KREG in registers
+    ACC_SETS          tensor cores: sets of C fragments a warp alternates between by k-tile (Config.acc_sets)
     TF32              tensor cores at TF32 precision: one mma of rounded operands (else 3xTF32)
     F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
     CHUNKS_AHEAD      a step in chunks fetches each next chunk's inputs while one computes
@@ -121,6 +122,7 @@ class Layout:
         self.SK = cfg.smem_runs if self.MMA else 0  # the last SK k-tiles' A fragments in shared memory
         self.KREG = self.KPW - self.SK  # ... the first KREG in registers
         self.NTL = cfg.n_tiles() if self.MMA else 0
+        self.ACC_SETS = cfg.acc_sets() if self.MMA else 1  # C fragments a warp alternates between by k-tile
         self.H16 = cfg.h16_exchange(spec)  # h(t-1) exchanged in 16 bits, held in `hs` as pairs (h16_exchange.py)
         self.H16_SLOT = cfg.h16_slot(spec)
         self.HSW = cfg.h_stride(spec)
