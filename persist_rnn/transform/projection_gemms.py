@@ -1,8 +1,8 @@
 """The layers' input projections on CUDA: each importer's projection reference becomes a tiled GEMM.
 
-The tensor cores' GEMM (tir_templates/projection_mma.py) where it pays (`tensor_cores_pay`), at the
-layer's operands' precision, else the FMA GEMM (tir_templates/projection.py), tiled for the call
-sites' rows where they are static. A 16-bit layer's GEMM whose x comes in its 16 bits and whose
+The tensor cores' GEMM (tir_templates/projection_mma.py) where it pays (`tensor_cores_pay`; a
+16-bit GEMM copying pairs at any K, `pairs_pay`), at the layer's operands' precision, else the FMA
+GEMM (tir_templates/projection.py), tiled for the call sites' rows where they are static. A 16-bit layer's GEMM whose x comes in its 16 bits and whose
 w_t is a constant at every call site takes w_t packed as pairs along k (gemm_staging.pack_pairs),
 replaced at the call sites, so that both operands are copied into shared memory as they lie;
 where the rows are symbolic (a batch known at run time), that GEMM picks its plan by the rows.
@@ -16,7 +16,7 @@ import tvm
 from tvm import relax
 
 from tir_templates.gemm_staging import pack_pairs
-from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
+from tir_templates.projection import PROJECTION_ATTR, choose_tile, one_small_wave, projection_kernel
 from tir_templates.projection_mma import (HALF_DTYPES, PAIRS_PLANS, gemm_plan, pairs_by_rows_copy, pairs_gemm_by_rows,
                                          plan_shared_bytes, projection_mma_kernel, tensor_cores_pay)
 
@@ -48,6 +48,17 @@ def projection_precision(operands: str, precision: str) -> str:
     return half.get(operands, "tf32" if precision == "tf32" else "3xtf32")
 
 
+def pairs_pay(M: int | None, N: int, num_sms: int, copied: bool, plan: dict | None) -> bool:
+    """Whether a 16-bit GEMM of M rows (known when the model is built) whose x and w_t are copied
+    as pairs (`plan` is such a plan) goes to the tensor cores at any K: wherever the FMA GEMM's 32 x
+    32 grid would not fit one wave. Kernel alone on the H200, K < 512 (where `tensor_cores_pay`
+    keeps fp32 operands on the FMA units), the FMA GEMM against the pairs plan: (3200, 384) x
+    (384, 1536) 98.1 -> 31.6 us, (1600, 256) x (256, 1024) 28.2 -> 10.8, (1600, 192) x (192, 576)
+    12.0 -> 7.0, (400, 320) x (320, 1280) 18.5 -> 6.5, (6400, 320) x (320, 1280) 131 -> 38
+    (docs/data/projection-pairs-small-k-h200.jsonl)."""
+    return bool(copied and M is not None and plan and plan.get("w_pairs") and not one_small_wave(M, N, num_sms))
+
+
 def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, w_constant: bool, num_sms: int,
                     precision: str, max_shared_bytes: int = 232448) -> tuple[tvm.tirx.PrimFunc, bool]:
     """(the GEMM of one projection, whether it takes w_t packed as pairs): the tensor cores' where
@@ -60,9 +71,9 @@ def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, 
     if (M is None and copied and K >= PAIRS_BY_ROWS_MIN_K and pairs_by_rows_copy(K, N)
             and all(fits(p) for p in PAIRS_PLANS.values())):
         return pairs_gemm_by_rows(K, N, mma, num_sms), True
-    if not tensor_cores_pay(M, K, N, num_sms):
+    plan = gemm_plan(M, K, N, num_sms, mma, pairs_copied=copied) if M is not None else None
+    if not (pairs_pay(M, N, num_sms, copied, plan) and fits(plan)) and not tensor_cores_pay(M, K, N, num_sms):
         return projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=x_dtype), False
-    plan = gemm_plan(M, K, N, num_sms, mma, pairs_copied=copied)
     if not fits(plan):  # one wave of 4 groups, or 128 x 128 tiles, past the GPU's shared memory
         plan = gemm_plan(M, K, N, num_sms, mma)
     return projection_mma_kernel(K, N, mma, **plan, x_dtype=x_dtype), bool(plan.get("w_pairs"))

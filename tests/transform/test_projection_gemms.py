@@ -95,3 +95,20 @@ def test_a_gpu_with_less_shared_memory_gets_the_plans_it_takes(M):
             plan = {"bk": info["bk"], "k_groups": info["k_groups"], "stages": info["stages"],
                     "tile": info.get("cta_tile", "64x64")}
             assert plan_shared_bytes(K, N, "f16", plan) <= limit, plan
+
+
+@pytest.mark.parametrize("rows,depth,pairs", [(3200, 384, True), (1600, 256, True), (400, 320, True),
+                                              (100, 256, False), (64, 384, False)])
+def test_a_16_bit_gemm_copying_pairs_takes_the_tensor_cores_at_any_k_past_one_small_wave(rows, depth, pairs):
+    """Known rows, K < 512: a 16-bit GEMM whose x and w_t are copied as pairs goes to the tensor cores
+    wherever the FMA GEMM's 32 x 32 grid would not fit one wave (pairs_pay); inside one, the FMA GEMM."""
+    out = tile_projections(module(w_constant=True, rows=rows, depth=depth)[0], 132, "fp32")
+    info = gemm_info(out)
+    assert bool(info.get("w_pairs")) == pairs and ("mma" in info) == pairs, info
+    assert relax.analysis.check_well_formed(out)
+
+
+def test_an_fp32_gemm_below_k_512_stays_on_the_fma_units():
+    """fp32 operands (3xTF32 on the tensor cores) keep tensor_cores_pay's K >= 512."""
+    kernel, packs = projection_gemm(3200, 384, 1536, "float32", "float32", True, 132, "fp32")
+    assert not packs and "mma" not in json.loads(kernel.attrs[PROJECTION_ATTR])
