@@ -21,7 +21,7 @@ GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h
 STACKS_FILE = "wavefront-stacks-h100.jsonl"  # `persist-rnn bench --parts stacks`
 CORPUS_FILE = "corpus-latency-h100.jsonl"  # `python benchmarks/corpus_latency.py`
 OFFGRID_FILE = "offgrid-picks-h100.jsonl"  # `python benchmarks/offgrid_picks.py`
-OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-P)
+OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-Q)
 CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE, OFFGRID_PART_FILE]
 #: sections of docs/benchmarks.md written by hand (each names its data file and command), which a
 #: regeneration keeps as they stand, in this order after the generated ones
@@ -138,7 +138,8 @@ def offgrid_part_lines(rows: list) -> list[str]:
     J: the layers below 1.0x after the 16-bit GEMM's 64 x 64 warp tiles, LSTM H=1280 B=128 fp32
     measure off only; K, L: the shared-fragments variant; M: the layers grid batch tiles move; N: the
     layer the GEMM scan takes; O, P: the same after its step GEMM's wider tiles, and after its
-    kernels' early launch; D: a kernel variant measured and not kept),
+    kernels' early launch; Q: the layer whose projection moved to the 16-bit pairs GEMM; D: a kernel
+    variant measured and not kept),
     with run A's ratio beside it, and the floors' numbers over the latest rows."""
     kept = [r for r in rows if r.get("part") == "offgrid" and r.get("run") != "D"]
     latest, top5 = {}, {}
@@ -195,7 +196,8 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "it before measuring). Run O re-measured it after the scan's step GEMM took 64 x 80 tiles, one wave "
            "where 64 x 64 tiles took two (`gemm_scan_cost.step_plan`; \"The GEMM scan\" below), and run P after "
            "the scan's kernels began launching early, each placed while the one before finishes "
-           "(`gemm_scan_cost.step_launched_early`). "
+           "(`gemm_scan_cost.step_launched_early`). Run Q re-measured LSTM H=320 B=4 bf16, whose input "
+           "projection (K = 320) went from the FMA units to the 16-bit pairs GEMM (`projection_gemms.pairs_pay`). "
            "Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",

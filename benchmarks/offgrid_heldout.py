@@ -16,9 +16,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 #: the layers of docs/data/offgrid-heldout-h200.jsonl: cells, hidden sizes, batches and precisions
-#: the set does not pair, weighted to the 16-bit mid-size batches where the set's weakest layer is
+#: the set does not pair, weighted to the 16-bit mid-size batches where the set's weakest layer is,
+#: and LSTM H=384 B=32 fp16, a layer of the issue that asked for the set
 HELD_OUT = ("LSTM:512:32:fp16", "GRU:768:32:bf16", "LSTM:256:16:fp16", "GRU:1024:8:tf32", "LSTM:1024:64:fp16",
-            "LSTM:128:64:fp32", "GRU:512:128:bf16", "LSTM:1536:16:fp32")
+            "LSTM:128:64:fp32", "GRU:512:128:bf16", "LSTM:1536:16:fp32", "LSTM:384:32:fp16")
 
 
 def main():

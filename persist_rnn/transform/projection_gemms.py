@@ -28,6 +28,9 @@ _W = 1
 #: tensor cores, its plan picked by the rows (`pairs_gemm_by_rows`): tensor_cores_pay's K, past
 #: which the tensor cores won on every grid measured beyond one small wave
 PAIRS_BY_ROWS_MIN_K = 512
+#: the least K at which a 16-bit GEMM of rows known when the model is built copies pairs on the
+#: tensor cores below tensor_cores_pay's K (`pairs_pay`)
+PAIRS_MIN_K = 256
 
 
 def projections(mod: tvm.IRModule):
@@ -48,15 +51,20 @@ def projection_precision(operands: str, precision: str) -> str:
     return half.get(operands, "tf32" if precision == "tf32" else "3xtf32")
 
 
-def pairs_pay(M: int | None, N: int, num_sms: int, copied: bool, plan: dict | None) -> bool:
+def pairs_pay(M: int | None, K: int, N: int, num_sms: int, copied: bool, plan: dict | None) -> bool:
     """Whether a 16-bit GEMM of M rows (known when the model is built) whose x and w_t are copied
-    as pairs (`plan` is such a plan) goes to the tensor cores at any K: wherever the FMA GEMM's 32 x
-    32 grid would not fit one wave. Kernel alone on the H200, K < 512 (where `tensor_cores_pay`
-    keeps fp32 operands on the FMA units), the FMA GEMM against the pairs plan: (3200, 384) x
-    (384, 1536) 98.1 -> 31.6 us, (1600, 256) x (256, 1024) 28.2 -> 10.8, (1600, 192) x (192, 576)
-    12.0 -> 7.0, (400, 320) x (320, 1280) 18.5 -> 6.5, (6400, 320) x (320, 1280) 131 -> 38
-    (docs/data/projection-pairs-small-k-h200.jsonl)."""
-    return bool(copied and M is not None and plan and plan.get("w_pairs") and not one_small_wave(M, N, num_sms))
+    as pairs (`plan` is such a plan) goes to the tensor cores below tensor_cores_pay's K of 512:
+    from K = PAIRS_MIN_K, wherever the FMA GEMM's 32 x 32 grid would not fit one wave. Kernel
+    alone on the H200, the FMA GEMM against the pairs plan: (3200, 384) x (384, 1536) 98.1 -> 31.6
+    us, (1600, 256) x (256, 1024) 28.2 -> 10.8, (400, 320) x (320, 1280) 18.5 -> 6.5, (6400, 320) x
+    (320, 1280) 131 -> 38 (docs/data/projection-pairs-small-k-h200.jsonl, run A). Whole layers,
+    measure off: LSTM H=384 B=32 fp16 0.294 -> 0.195 ms, H=256 B=16 fp16 0.130 -> 0.112
+    (docs/data/offgrid-heldout-h200.jsonl, runs A-C), H=320 B=4 bf16 0.108 -> 0.092
+    (docs/data/offgrid-h200.jsonl, runs A and Q). At K = 192 the kernel alone was faster too
+    ((1600, 192) x (192, 576) 12.0 -> 7.0 us), but GRU H=192 B=16 bf16 whole was slower (0.0755 ->
+    0.0816 ms, run C of projection-pairs-small-k-h200.jsonl), so shallower GEMMs keep the FMA units."""
+    return bool(copied and M is not None and K >= PAIRS_MIN_K and plan and plan.get("w_pairs")
+                and not one_small_wave(M, N, num_sms))
 
 
 def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, w_constant: bool, num_sms: int,
@@ -72,7 +80,7 @@ def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, 
             and all(fits(p) for p in PAIRS_PLANS.values())):
         return pairs_gemm_by_rows(K, N, mma, num_sms), True
     plan = gemm_plan(M, K, N, num_sms, mma, pairs_copied=copied) if M is not None else None
-    if not (pairs_pay(M, N, num_sms, copied, plan) and fits(plan)) and not tensor_cores_pay(M, K, N, num_sms):
+    if not (pairs_pay(M, K, N, num_sms, copied, plan) and fits(plan)) and not tensor_cores_pay(M, K, N, num_sms):
         return projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=x_dtype), False
     if not fits(plan):  # one wave of 4 groups, or 128 x 128 tiles, past the GPU's shared memory
         plan = gemm_plan(M, K, N, num_sms, mma)

@@ -98,10 +98,11 @@ def test_a_gpu_with_less_shared_memory_gets_the_plans_it_takes(M):
 
 
 @pytest.mark.parametrize("rows,depth,pairs", [(3200, 384, True), (1600, 256, True), (400, 320, True),
-                                              (100, 256, False), (64, 384, False)])
-def test_a_16_bit_gemm_copying_pairs_takes_the_tensor_cores_at_any_k_past_one_small_wave(rows, depth, pairs):
-    """Known rows, K < 512: a 16-bit GEMM whose x and w_t are copied as pairs goes to the tensor cores
-    wherever the FMA GEMM's 32 x 32 grid would not fit one wave (pairs_pay); inside one, the FMA GEMM."""
+                                              (1600, 192, False), (100, 256, False), (64, 384, False)])
+def test_a_16_bit_gemm_copying_pairs_takes_the_tensor_cores_from_k_256_past_one_small_wave(rows, depth, pairs):
+    """Known rows, 256 <= K < 512: a 16-bit GEMM whose x and w_t are copied as pairs goes to the
+    tensor cores wherever the FMA GEMM's 32 x 32 grid would not fit one wave (pairs_pay); inside
+    one, or at a shallower K, the FMA GEMM."""
     out = tile_projections(module(w_constant=True, rows=rows, depth=depth)[0], 132, "fp32")
     info = gemm_info(out)
     assert bool(info.get("w_pairs")) == pairs and ("mma" in info) == pairs, info
