@@ -56,13 +56,13 @@ def main():
         layer = torch_layer(cell, hidden, seed=hidden)
         symbolic = compile_onnx(symbolic_batch(onnx_from_torch(cell, layer, T, batches[-1], dtype)), "cuda",
                                 tuning_log=None, measure=False)
-        min_k = projection_gemms.PAIRS_BY_ROWS_MIN_K
-        projection_gemms.PAIRS_BY_ROWS_MIN_K = 1 << 30  # the FMA GEMM for symbolic rows
+        min_k = projection_gemms.PAIRS_MIN_K
+        projection_gemms.PAIRS_MIN_K = 1 << 30  # the FMA GEMM for symbolic rows
         try:
             fma = compile_onnx(symbolic_batch(onnx_from_torch(cell, layer, T, batches[-1], dtype)), "cuda",
                                tuning_log=None, measure=False)
         finally:
-            projection_gemms.PAIRS_BY_ROWS_MIN_K = min_k
+            projection_gemms.PAIRS_MIN_K = min_k
         for batch in batches:
             feeds = {"X": np.random.default_rng(batch).standard_normal((T, batch, hidden)).astype(dtype)}
             static = compile_onnx(onnx_from_torch(cell, layer, T, batch, dtype), "cuda", tuning_log=None, measure=False)

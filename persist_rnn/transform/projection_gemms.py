@@ -1,7 +1,7 @@
 """The layers' input projections on CUDA: each importer's projection reference becomes a tiled GEMM.
 
 The tensor cores' GEMM (tir_templates/projection_mma.py) where it pays (`tensor_cores_pay`; a
-16-bit GEMM copying pairs at any K, `pairs_pay`), at the layer's operands' precision, else the FMA
+16-bit GEMM copying pairs from K = 256, `pairs_pay`), at the layer's operands' precision, else the FMA
 GEMM (tir_templates/projection.py), tiled for the call sites' rows where they are static. A 16-bit layer's GEMM whose x comes in its 16 bits and whose
 w_t is a constant at every call site takes w_t packed as pairs along k (gemm_staging.pack_pairs),
 replaced at the call sites, so that both operands are copied into shared memory as they lie;
@@ -16,7 +16,7 @@ import tvm
 from tvm import relax
 
 from tir_templates.gemm_staging import pack_pairs
-from tir_templates.projection import PROJECTION_ATTR, choose_tile, one_small_wave, projection_kernel
+from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
 from tir_templates.projection_mma import (HALF_DTYPES, PAIRS_PLANS, gemm_plan, pairs_by_rows_copy, pairs_gemm_by_rows,
                                          plan_shared_bytes, projection_mma_kernel, tensor_cores_pay)
 
@@ -24,12 +24,11 @@ from .call_sites import call_site_rows, constant_at_every_site, repack_constant_
 
 #: w_t, the projection signature's second operand
 _W = 1
-#: the least K at which a 16-bit GEMM of rows known only at run time (a symbolic batch) goes to the
-#: tensor cores, its plan picked by the rows (`pairs_gemm_by_rows`): tensor_cores_pay's K, past
-#: which the tensor cores won on every grid measured beyond one small wave
-PAIRS_BY_ROWS_MIN_K = 512
-#: the least K at which a 16-bit GEMM of rows known when the model is built copies pairs on the
-#: tensor cores below tensor_cores_pay's K (`pairs_pay`)
+#: the least K at which a 16-bit GEMM whose x and w_t are copied as pairs goes to the tensor cores
+#: below tensor_cores_pay's K of 512, at any rows: known when the model is built (`pairs_pay`), or
+#: only at run time (a symbolic batch), its plan then picked by the rows (`pairs_gemm_by_rows`). Symbolic LSTM H=384 and H=256 fp16, whole, against the FMA
+#: GEMM by rows, on the H200: 1.14x / 1.26x / 1.50x at B = 1 / 8 / 32 (H=384), 1.04x / 1.14x /
+#: 1.33x (H=256) (docs/data/symbolic-16bit-h200.jsonl, run B)
 PAIRS_MIN_K = 256
 
 
@@ -51,20 +50,20 @@ def projection_precision(operands: str, precision: str) -> str:
     return half.get(operands, "tf32" if precision == "tf32" else "3xtf32")
 
 
-def pairs_pay(M: int | None, K: int, N: int, num_sms: int, copied: bool, plan: dict | None) -> bool:
+def pairs_pay(M: int | None, K: int, copied: bool, plan: dict | None) -> bool:
     """Whether a 16-bit GEMM of M rows (known when the model is built) whose x and w_t are copied
     as pairs (`plan` is such a plan) goes to the tensor cores below tensor_cores_pay's K of 512:
-    from K = PAIRS_MIN_K, wherever the FMA GEMM's 32 x 32 grid would not fit one wave. Kernel
-    alone on the H200, the FMA GEMM against the pairs plan: (3200, 384) x (384, 1536) 98.1 -> 31.6
-    us, (1600, 256) x (256, 1024) 28.2 -> 10.8, (400, 320) x (320, 1280) 18.5 -> 6.5, (6400, 320) x
-    (320, 1280) 131 -> 38 (docs/data/projection-pairs-small-k-h200.jsonl, run A). Whole layers,
-    measure off: LSTM H=384 B=32 fp16 0.294 -> 0.195 ms, H=256 B=16 fp16 0.130 -> 0.112
+    from K = PAIRS_MIN_K, at any rows. Kernel alone on the H200, the FMA GEMM against the pairs
+    plan: (3200, 384) x (384, 1536) 98.1 -> 31.6 us, (1600, 256) x (256, 1024) 28.2 -> 10.8, (400,
+    320) x (320, 1280) 18.5 -> 6.5, (100, 256) x (256, 1024) 6.2 -> 3.9, (100, 384) x (384, 1536)
+    9.6 -> 4.8 (docs/data/projection-pairs-small-k-h200.jsonl, runs A and B). Whole layers, measure
+    off: LSTM H=384 B=32 fp16 0.294 -> 0.195 ms, H=256 B=16 fp16 0.130 -> 0.112
     (docs/data/offgrid-heldout-h200.jsonl, runs A-C), H=320 B=4 bf16 0.108 -> 0.092
-    (docs/data/offgrid-h200.jsonl, runs A and Q). At K = 192 the kernel alone was faster too
+    (docs/data/offgrid-h200.jsonl, runs A and Q); at B=1 (100 rows) the symbolic build's pairs GEMM
+    by rows, the same plan, 1.04-1.14x (`PAIRS_MIN_K`). At K = 192 the kernel alone was faster too
     ((1600, 192) x (192, 576) 12.0 -> 7.0 us), but GRU H=192 B=16 bf16 whole was slower (0.0755 ->
     0.0816 ms, run C of projection-pairs-small-k-h200.jsonl), so shallower GEMMs keep the FMA units."""
-    return bool(copied and M is not None and K >= PAIRS_MIN_K and plan and plan.get("w_pairs")
-                and not one_small_wave(M, N, num_sms))
+    return bool(copied and M is not None and K >= PAIRS_MIN_K and plan and plan.get("w_pairs"))
 
 
 def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, w_constant: bool, num_sms: int,
@@ -76,11 +75,11 @@ def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, 
     mma = projection_precision(operands, precision)
     copied = HALF_DTYPES.get(mma) == x_dtype and w_constant  # x in the 16 bits of the operands
     fits = lambda plan: plan_shared_bytes(K, N, mma, plan) <= max_shared_bytes  # noqa: E731
-    if (M is None and copied and K >= PAIRS_BY_ROWS_MIN_K and pairs_by_rows_copy(K, N)
+    if (M is None and copied and K >= PAIRS_MIN_K and pairs_by_rows_copy(K, N)
             and all(fits(p) for p in PAIRS_PLANS.values())):
         return pairs_gemm_by_rows(K, N, mma, num_sms), True
     plan = gemm_plan(M, K, N, num_sms, mma, pairs_copied=copied) if M is not None else None
-    if not (pairs_pay(M, K, N, num_sms, copied, plan) and fits(plan)) and not tensor_cores_pay(M, K, N, num_sms):
+    if not (pairs_pay(M, K, copied, plan) and fits(plan)) and not tensor_cores_pay(M, K, N, num_sms):
         return projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=x_dtype), False
     if not fits(plan):  # one wave of 4 groups, or 128 x 128 tiles, past the GPU's shared memory
         plan = gemm_plan(M, K, N, num_sms, mma)
