@@ -173,8 +173,8 @@ class Config:
         after its last: two where a 16-bit mma warp has one n-tile and every k-tile of its row
         tile (one column split), whose mma otherwise wait for each other in one chain of 24-32.
         Kernel alone on the H200: LSTM H=512 B=32 fp16 2.29 -> 2.09 us a step, H=384 B=32 1.78
-        -> 1.71; with two or more splits, or more n-tiles, or TF32 (a shorter k-tile, more warps
-        to hide it), 0.84-1.02x (docs/data/acc-sets-h200.jsonl)."""
+        -> 1.71; with two or more column splits, two n-tiles, or at TF32 and 3xTF32, the sets ran
+        0.84-1.02x (docs/data/acc-sets-h200.jsonl)."""
         one_chain = self.f16_mma() and self.n_tiles() == 1 and self.k_splits() == 1
         return 2 if one_chain else 1
 

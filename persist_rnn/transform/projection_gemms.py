@@ -1,11 +1,12 @@
 """The layers' input projections on CUDA: each importer's projection reference becomes a tiled GEMM.
 
 The tensor cores' GEMM (tir_templates/projection_mma.py) where it pays (`tensor_cores_pay`; a
-16-bit GEMM copying pairs from K = 256, `pairs_pay`), at the layer's operands' precision, else the FMA
-GEMM (tir_templates/projection.py), tiled for the call sites' rows where they are static. A 16-bit layer's GEMM whose x comes in its 16 bits and whose
-w_t is a constant at every call site takes w_t packed as pairs along k (gemm_staging.pack_pairs),
-replaced at the call sites, so that both operands are copied into shared memory as they lie;
-where the rows are symbolic (a batch known at run time), that GEMM picks its plan by the rows.
+16-bit GEMM copying pairs from K = 256, `pairs_pay`), at the layer's operands' precision, else the
+FMA GEMM (tir_templates/projection.py), tiled for the call sites' rows where they are static. A
+16-bit layer's GEMM whose x comes in its 16 bits and whose w_t is a constant at every call site
+takes w_t packed as pairs along k (gemm_staging.pack_pairs), replaced at the call sites, so that
+both operands are copied into shared memory as they lie; where the rows are symbolic (a batch
+known at run time), that GEMM picks its plan by the rows.
 """
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from .call_sites import call_site_rows, constant_at_every_site, repack_constant_
 _W = 1
 #: the least K at which a 16-bit GEMM whose x and w_t are copied as pairs goes to the tensor cores
 #: below tensor_cores_pay's K of 512, at any rows: known when the model is built (`pairs_pay`), or
-#: only at run time (a symbolic batch), its plan then picked by the rows (`pairs_gemm_by_rows`). Symbolic LSTM H=384 and H=256 fp16, whole, against the FMA
-#: GEMM by rows, on the H200: 1.14x / 1.26x / 1.50x at B = 1 / 8 / 32 (H=384), 1.04x / 1.14x /
-#: 1.33x (H=256) (docs/data/symbolic-16bit-h200.jsonl, run B)
+#: only at run time (a symbolic batch), its plan then picked by the rows (`pairs_gemm_by_rows`).
+#: Symbolic LSTM H=384 and H=256 fp16, whole, against the FMA GEMM by rows, on the H200: 1.14x /
+#: 1.26x / 1.50x at B = 1 / 8 / 32 (H=384), 1.04x / 1.14x / 1.33x (H=256)
+#: (docs/data/symbolic-16bit-h200.jsonl, run B)
 PAIRS_MIN_K = 256
 
 

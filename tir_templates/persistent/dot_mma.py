@@ -191,7 +191,8 @@ def mma_dot_tf32(L, t, hs):
             load_b_fragment(L, t, hs, i, nt)
             for j in T.unroll(2):
                 T.ptx.cvt.rna.tf32.f32(bh[j], t.bv[j])
-            mma(t.acc, acc_tile(L, i, nt), [T.reinterpret("uint32", t.wreg[0, i * 4 + j]) for j in range(4)], [bh[0], bh[1]])
+            mma(t.acc, acc_tile(L, i, nt), [T.reinterpret("uint32", t.wreg[0, i * 4 + j]) for j in range(4)],
+                [bh[0], bh[1]])
 
 
 @T.macro
