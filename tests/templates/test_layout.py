@@ -155,3 +155,20 @@ def test_f16_fragments_follow_the_ptx_layout_and_cover_the_rows_once(cell, hidde
                 held[L.mma_row(cta, tx, j), L.mma_col_f16(tx, i, j, e)] += 1
         rows = [g * L.H + cta * L.TW + u for g in range(L.G) for u in range(L.TW)]
         assert held == {(row, c): 1 for row in rows for c in range(L.H)}
+
+
+@pytest.mark.parametrize("cfg,sets", [
+    (Config(16, 32, 16, 8, "float16", batch_tile=8, mma_k_split=1), 2),  # 16-bit, one n-tile, one split
+    (Config(16, 32, 16, 8, "float16", batch_tile=8, mma_k_split=2), 1),  # two column splits
+    (Config(16, 32, 16, 16, "float16", batch_tile=16, mma_k_split=1), 1),  # two n-tiles
+    (Config(16, 32, 16, 8, batch_tile=8, mma_k_split=1), 1),  # fp32 weights: 3xTF32
+    (Config(16, 8, 4, 8, "float16"), 1),  # the FMA units
+])
+def test_two_sets_of_c_fragments_only_where_one_chain_holds_a_warps_k_tiles(cfg, sets):
+    """A 16-bit mma warp with one n-tile and one column split alternates two sets of C fragments
+    (Config.acc_sets), which its layout and register estimate count; elsewhere one set."""
+    spec = CellSpec("lstm", 256, 256, dtype="float16")
+    assert cfg.acc_sets() == sets and Layout(spec, cfg).ACC_SETS == sets
+    if cfg.tensor_cores():
+        one = cfg.weight_regs(spec) + 4 * cfg.n_tiles() + 8
+        assert cfg.live_registers(spec) == one + 4 * cfg.n_tiles() * (sets - 1)
