@@ -82,7 +82,8 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
         fma = cfg.k_tiles_per_warp(spec) * splits
         lds_per_thread = 2 * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
         unique_bytes, smem_w = 128, 4 * cfg.smem_runs  # an A fragment's 4 words a k-tile held in shared memory
-        mma_chain = cfg.k_tiles_per_warp(spec) * cfg.mma_passes()  # each n-tile's mma accumulate in turn
+        # each n-tile's mma accumulate in turn, in each of the warp's sets of C fragments (Config.acc_sets)
+        mma_chain = math.ceil(cfg.k_tiles_per_warp(spec) / cfg.acc_sets()) * cfg.mma_passes()
     else:
         mmas = mma_chain = 0
     return {
