@@ -52,10 +52,10 @@ def projection_precision(operands: str, precision: str) -> str:
     return half.get(operands, "tf32" if precision == "tf32" else "3xtf32")
 
 
-def pairs_pay(M: int | None, K: int, copied: bool, plan: dict | None) -> bool:
-    """Whether a 16-bit GEMM of M rows (known when the model is built) whose x and w_t are copied
-    as pairs (`plan` is such a plan) goes to the tensor cores below tensor_cores_pay's K of 512:
-    from K = PAIRS_MIN_K, at any rows. Kernel alone on the H200, the FMA GEMM against the pairs
+def pairs_pay(K: int, copied: bool, plan: dict | None) -> bool:
+    """Whether a 16-bit GEMM of rows known when the model is built (its `plan`; None where they
+    are not) whose x and w_t are copied as pairs (`plan` is such a plan) goes to the tensor cores
+    below tensor_cores_pay's K of 512: from K = PAIRS_MIN_K, at any rows. Kernel alone on the H200, the FMA GEMM against the pairs
     plan: (3200, 384) x (384, 1536) 98.1 -> 31.6 us, (1600, 256) x (256, 1024) 28.2 -> 10.8, (400,
     320) x (320, 1280) 18.5 -> 6.5, (100, 256) x (256, 1024) 6.2 -> 3.9, (100, 384) x (384, 1536)
     9.6 -> 4.8 (docs/data/projection-pairs-small-k-h200.jsonl, runs A and B). Whole layers, measure
@@ -65,7 +65,7 @@ def pairs_pay(M: int | None, K: int, copied: bool, plan: dict | None) -> bool:
     by rows, the same plan, 1.04-1.14x (`PAIRS_MIN_K`). At K = 192 the kernel alone was faster too
     ((1600, 192) x (192, 576) 12.0 -> 7.0 us), but GRU H=192 B=16 bf16 whole was slower (0.0755 ->
     0.0816 ms, run C of projection-pairs-small-k-h200.jsonl), so shallower GEMMs keep the FMA units."""
-    return bool(copied and M is not None and K >= PAIRS_MIN_K and plan and plan.get("w_pairs"))
+    return bool(copied and K >= PAIRS_MIN_K and plan and plan.get("w_pairs"))
 
 
 def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, w_constant: bool, num_sms: int,
@@ -81,7 +81,7 @@ def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, 
             and all(fits(p) for p in PAIRS_PLANS.values())):
         return pairs_gemm_by_rows(K, N, mma, num_sms), True
     plan = gemm_plan(M, K, N, num_sms, mma, pairs_copied=copied) if M is not None else None
-    if not (pairs_pay(M, K, copied, plan) and fits(plan)) and not tensor_cores_pay(M, K, N, num_sms):
+    if not (pairs_pay(K, copied, plan) and fits(plan)) and not tensor_cores_pay(M, K, N, num_sms):
         return projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=x_dtype), False
     if not fits(plan):  # one wave of 4 groups, or 128 x 128 tiles, past the GPU's shared memory
         plan = gemm_plan(M, K, N, num_sms, mma)

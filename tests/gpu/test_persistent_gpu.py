@@ -251,7 +251,7 @@ def test_f16_mma_shared_fragments_match_onnxruntime(op, direction, dtype, cfg):
     ("GRU", "bidirectional", "float32", Config(16, 32, 16, 8, batch_tile=8, mma_k_split=2)),  # 6 counters
     ("LSTM", "forward", "bfloat16", Config(8, 32, 16, 16, "bfloat16", batch_tile=16, mma_k_split=1, smem_runs=4)),
     ("GRU", "forward", "float16", Config(8, 32, 16, 8, "float16", batch_tile=8, mma_k_split=4)),  # a padded row tile
-    # one split, one n-tile: C fragments in two sets (Config.acc_sets), A fragments partly in shared memory
+    # one split, one n-tile: C fragments in two sets (Config.acc_sets); the GRU's A fragments partly in shared memory
     ("LSTM", "reverse", "float16", Config(16, 32, 16, 8, "float16", batch_tile=8, mma_k_split=1)),
     ("GRU", "forward", "bfloat16", Config(8, 32, 16, 8, "bfloat16", batch_tile=8, mma_k_split=1, smem_runs=5)),
     ("LSTM", "forward", "float32", Config(8, 8, 4, 5, batch_tile=5)),  # FMA units, 4 tiles at B=20
