@@ -55,10 +55,11 @@ def projection_precision(operands: str, precision: str) -> str:
 def pairs_pay(K: int, copied: bool, plan: dict | None) -> bool:
     """Whether a 16-bit GEMM of rows known when the model is built (its `plan`; None where they
     are not) whose x and w_t are copied as pairs (`plan` is such a plan) goes to the tensor cores
-    below tensor_cores_pay's K of 512: from K = PAIRS_MIN_K, at any rows. Kernel alone on the H200, the FMA GEMM against the pairs
-    plan: (3200, 384) x (384, 1536) 98.1 -> 31.6 us, (1600, 256) x (256, 1024) 28.2 -> 10.8, (400,
-    320) x (320, 1280) 18.5 -> 6.5, (100, 256) x (256, 1024) 6.2 -> 3.9, (100, 384) x (384, 1536)
-    9.6 -> 4.8 (docs/data/projection-pairs-small-k-h200.jsonl, runs A and B). Whole layers, measure
+    below tensor_cores_pay's K of 512: from K = PAIRS_MIN_K, at any rows. Kernel alone on the
+    H200, the FMA GEMM against the pairs plan: (3200, 384) x (384, 1536) 98.1 -> 31.6 us, (1600,
+    256) x (256, 1024) 28.2 -> 10.8, (400, 320) x (320, 1280) 18.5 -> 6.5, (100, 256) x (256, 1024)
+    6.2 -> 3.9, (100, 384) x (384, 1536) 9.6 -> 4.8 (docs/data/projection-pairs-small-k-h200.jsonl,
+    runs A and B). Whole layers, measure
     off: LSTM H=384 B=32 fp16 0.294 -> 0.195 ms, H=256 B=16 fp16 0.130 -> 0.112
     (docs/data/offgrid-heldout-h200.jsonl, runs A-C), H=320 B=4 bf16 0.108 -> 0.092
     (docs/data/offgrid-h200.jsonl, runs A and Q); at B=1 (100 rows) the symbolic build's pairs GEMM
