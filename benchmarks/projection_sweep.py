@@ -11,7 +11,8 @@ the 16-bit ones show their rounding in the error; a part "_bk64" or "_bk128": th
 x a k-tile; "_g2": the k-tile's slices split between 2 groups of 4 warps; "_s3": 3 k-tiles in flight by cp.async;
 "_unpaired": 16-bit operands staged as fp32 values, rounded where each fragment takes them, not as pairs;
 "_t128x128": a CTA per 128 x 128 tile of out, projection_mma.CTA_TILES; "_wp": x in 16 bits and
-w_t packed as pairs, copied as they lie, with "_s3" its k-tiles in flight), the kernel's own median duration in a CUPTI
+w_t packed as pairs, copied as they lie, with "_s3" its k-tiles in flight; "_ld": with "_wp", w_t
+packed transposed and the fragments loaded by ldmatrix), the kernel's own median duration in a CUPTI
 trace (key + "_gpu"; a short GEMM's VM call is bound by the VM's dispatch) and each one's max
 error relative to a float64 numpy product. Needs
 torch (CUDA events) and a GPU.
@@ -31,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from persist_rnn.bench.gpu_timing import cuda_ms, kernel_trace
 from persist_rnn.bench.layer_models import projection_module
 from tir_templates.projection import TILES, projection_kernel, projection_reference
-from tir_templates.gemm_staging import pack_pairs
+from tir_templates.gemm_staging import pack_pairs, pack_pairs_nk
 from tir_templates.projection_mma import HALF_DTYPES, projection_mma_kernel
 
 SHAPES = [(100, 64, 256), (1000, 64, 256), (2000, 64, 256), (1000, 64, 192), (100, 256, 1024), (1000, 256, 1024),
@@ -54,6 +55,8 @@ def mma_variant(name: str) -> dict:
             args["tile"] = part[1:]
         elif part == "wp":
             args["w_pairs"] = True
+        elif part == "ld":
+            args["ldmatrix"] = True
         elif part == "unpaired":
             args["pairs"] = False
         else:
@@ -69,7 +72,7 @@ def built(M, K, N, tile, build_dir=None, load=True):
     (`load` False: only made sure of; a machine without CUDA cannot load it)."""
     import tvm
 
-    path = os.path.join(build_dir, f"{K}x{N}_{tile}.so".replace(" ", "").replace(",", "x")) if build_dir else None
+    path = os.path.join(build_dir, f"{M}x{K}x{N}_{tile}.so".replace(" ", "").replace(",", "x")) if build_dir else None
     if path and os.path.exists(path):
         return tvm.runtime.load_module(path) if load else None
     func = (projection_reference(K, N) if tile is None
@@ -92,7 +95,8 @@ def time_variant(M, K, N, tile, operands, build_dir=None):
     if str(tile).startswith("mma") and mma_variant(tile).get("w_pairs"):  # the operands as the 16-bit GEMM takes them
         bf16 = mma_variant(tile)["precision"] == "bf16"
         x16 = operands[0].astype(ml_dtypes.bfloat16 if bf16 else np.float16)
-        operands = [x16, pack_pairs(operands[1], bf16), operands[2]]
+        pack = pack_pairs_nk if mma_variant(tile).get("ldmatrix") else pack_pairs
+        operands = [x16, pack(operands[1], bf16), operands[2]]
     dev = tvm.cuda(0)
     vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(a, dev) for a in operands]

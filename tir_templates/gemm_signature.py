@@ -18,13 +18,15 @@ PROJECTION_ATTR = "persist_rnn.projection"
 OPAQUE = 8
 
 
-def gemm_func(K: int, N: int, launch, info: dict, x_dtype: str = "float32", w_pairs: bool = False) -> tvm.tirx.PrimFunc:
+def gemm_func(K: int, N: int, launch, info: dict, x_dtype: str = "float32", w_pairs: bool = False,
+              w_nk: bool = False) -> tvm.tirx.PrimFunc:
     """The projection PrimFunc whose body is the macro launch(x, w, b, out, n_m); `info` joins K
     and N in its PROJECTION_ATTR. x in `x_dtype`: a 16-bit layer's input, which the kernel widens
     as it loads it into registers (TVMScript casts a store to its buffer's dtype), so that no cast
     kernel runs before the GEMM. `w_pairs`: w comes as w_t packed into 16-bit pairs along k,
-    (K / 2, N) uint32 words (gemm_staging.pack_pairs)."""
-    w_shape, w_dtype = ((K // 2, N), "uint32") if w_pairs else ((K, N), "float32")
+    (K / 2, N) uint32 words (gemm_staging.pack_pairs); `w_nk`: those words transposed, (N, K / 2)
+    (gemm_staging.pack_pairs_nk)."""
+    w_shape, w_dtype = (((N, K // 2) if w_nk else (K // 2, N)), "uint32") if w_pairs else ((K, N), "float32")
 
     @T.prim_func(private=True)
     def kernel(x_h: T.handle, w: T.Buffer(w_shape, w_dtype), b: T.Buffer((N,), "float32"), out_h: T.handle):

@@ -17,6 +17,9 @@ for the tensor-core GEMM's ring of k-tiles in flight; its CPU twin copies them i
 `copy_pairs` does so for 16-bit operands already laid out as the pair tiles hold them: an fp16 or
 bf16 layer's x, whose neighbours along k are a pair, and w_t packed as pairs along k once, when the
 model is built (`pack_pairs`): no registers, no conversions, half the bytes of fp32 operands.
+With `w_nk` the packed w_t comes as its transpose, (N, K / 2) words (`pack_pairs_nk`), and its tile
+holds a row of pairs a column of out, laid out as x's: both operands' fragments are then whole
+16-byte rows of 8 x 8 matrices, which `ldmatrix` loads four at a time (projection_mma.py).
 """
 from __future__ import annotations
 
@@ -77,14 +80,24 @@ def pack_pairs(w_t, bf16: bool):
     return bits[0::2] | (bits[1::2] << np.uint32(16))
 
 
-def copies_pairs(K: int, N: int, BM: int, BN: int, BK: int, NT: int) -> bool:
+def pack_pairs_nk(w_t, bf16: bool):
+    """`pack_pairs(w_t)` transposed, (N, K / 2) uint32 words: a column of out's pairs along k in a
+    row, as x holds them (`gemm_staging`'s `w_nk`)."""
+    import numpy as np
+
+    return np.ascontiguousarray(pack_pairs(w_t, bf16).T)
+
+
+def copies_pairs(K: int, N: int, BM: int, BN: int, BK: int, NT: int, w_nk: bool = False) -> bool:
     """Whether a tile's 16-bit operands can be copied as they lie in global memory (`copy_pairs`):
-    rows of x and of the packed w_t that are whole 16-byte vectors, as many a thread."""
-    return K % 8 == 0 and N % 4 == 0 and BM * BK // 8 % NT == 0 and BK // 2 * BN // 4 % NT == 0
+    rows of x and of the packed w_t (`w_nk`: of its transpose) that are whole 16-byte vectors, as
+    many a thread."""
+    w_copies = BN * BK // 8 if w_nk else BK // 2 * BN // 4
+    return K % 8 == 0 and N % 4 == 0 and BM * BK // 8 % NT == 0 and w_copies % NT == 0
 
 
 def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: bool = False,
-                 pack: str | None = None, emulate: bool = False) -> types.SimpleNamespace:
+                 pack: str | None = None, emulate: bool = False, w_nk: bool = False) -> types.SimpleNamespace:
     """The staging of a BM x BN CTA tile by NT threads, BK columns of x a round: `fetch(x, w, ra,
     rb, reg, by, bx, t, kt, n_m)`, `stage(a_s, b_s, ra, rb, reg, t)`, the shared tiles' sizes
     `x_words` and `w_words`, the words `x_word(row, k)` and `w_word(k, column)` (FMA: 4 rows of x
@@ -99,13 +112,16 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
     its low half and k + 1 in its high half; a thread's w_t vectors come two rows (k, k + 1) at
     the same columns, which it packs: on the GPU one `cvt.rn.{f16,bf16}x2.f32` a pair, in the CPU
     twin (`emulate`) the same rounding in integer arithmetic (`f16_pair`). `copy_pairs(x, wp, ...)`
-    copies 16-bit x and the packed w_t into those tiles (`copies_pairs`)."""
+    copies 16-bit x and the packed w_t into those tiles (`copies_pairs`); `w_nk`: the packed w_t
+    transposed (`pack_pairs_nk`), its tile then a row of pairs a column, w_word(kp, column) in it
+    as x_word(column, kp) in x's."""
     VK = 4 if K % 4 == 0 else 1  # x loads along K, float4 when rows stay 16-byte aligned
     VN = 4 if N % 4 == 0 else 1  # w_t loads and out stores along N
     A_LOADS = BM * BK // (NT * VK)  # x vectors a thread fetches per k-tile
     B_LOADS = BK * BN // (NT * VN)
-    assert pack is None or (mma_tiles and (packs_pairs(K, N, BK, BN, NT) or copies_pairs(K, N, BM, BN, BK, NT))), \
+    assert pack is None or (mma_tiles and (packs_pairs(K, N, BK, BN, NT) or copies_pairs(K, N, BM, BN, BK, NT, w_nk))), \
         "16-bit pairs need tensor-core tiles, and packs_pairs or copies_pairs"
+    assert not w_nk or pack is not None, "w_t transposed comes as pairs"
     pairs = pack is not None  # (a bool: TVMScript's `if` takes no None)
     convert = pair_convert(pack == "bf16")
     k_vectors = BK // VK  # a row's vectors of x per k-tile: consecutive threads take them
@@ -117,6 +133,8 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
     if pairs:  # a row of x holds BK / 2 pairs (4 words of padding: a fragment's 8 x 4 lanes hit 32 banks)
         x_stride = BK // 2 + X_ROW_PAD
     x_words, w_words = (BM * x_stride, BK // (2 if pairs else 1) * w_stride) if mma_tiles else (BK * BM, BK * BN)
+    if w_nk:  # a row of pairs a column of out, padded as x's rows
+        w_words = BN * x_stride
 
     def x_word(row, k):
         if mma_tiles:
@@ -124,6 +142,8 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
         return k * BM + (row // 4 ^ step // 4 * (k // VK % (32 // step))) * 4 + row % 4
 
     def w_word(k, col):
+        if w_nk:
+            return col * x_stride + k
         return k * w_stride + col
 
     def x_vector(e, t):
@@ -235,8 +255,8 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
         copy_vectors(w, b_s, b_off, B_LOADS, w_vector, w_word, kt * BK, bx * BN, K, N, t, emulate)
 
     #: 16-byte copies a thread makes per k-tile of 16-bit x (8 values of a row) and of the packed
-    #: w_t (4 columns of a row of pairs), where `copies_pairs`
-    X_PAIR_COPIES, W_PAIR_COPIES = BM * BK // 8 // NT, BK // 2 * BN // 4 // NT
+    #: w_t (4 columns of a row of pairs; `w_nk`: 4 pairs of a column), where `copies_pairs`
+    X_PAIR_COPIES, W_PAIR_COPIES = BM * BK // 8 // NT, (BN * BK // 8 if w_nk else BK // 2 * BN // 4) // NT
 
     def x_pair_vector(e, t):
         """(row, k) within the tile of thread t's e-th copy of 16-bit x: 8 values from k."""
@@ -250,13 +270,23 @@ def gemm_staging(K: int, N: int, BM: int, BN: int, BK: int, NT: int, mma_tiles: 
         """The pair tile's word that holds x's values k and k + 1 of `row` (k even)."""
         return x_word(row, k // 2)
 
+    def w_nk_vector(e, t):
+        """(column, pair) within the tile of thread t's e-th copy of the transposed packed w_t: 4 words."""
+        return (e * NT + t) // (BK // 8), (e * NT + t) % (BK // 8) * 4
+
+    def w_nk_word(col, kp):
+        return w_word(kp, col)
+
     @T.macro
     def copy_pairs(x, wp, a_s, b_s, a_off, b_off, by, bx, t, kt, n_m, emulate):
         """Thread t's share of k-tile kt straight into the pair tiles at word offsets a_off and
         b_off: x (M, K) in 16 bits, whose neighbours along k already are the pairs, and w_t
-        packed as pairs along k (`wp`, (K / 2, N) words)."""
+        packed as pairs along k (`wp`, (K / 2, N) words; `w_nk`: (N, K / 2))."""
         copy_vectors(x, a_s, a_off, X_PAIR_COPIES, x_pair_vector, x_pair_word, by * BM, kt * BK, n_m, K, t, emulate, True)
-        copy_vectors(wp, b_s, b_off, W_PAIR_COPIES, w_pair_vector, w_word, kt * BK // 2, bx * BN, K // 2, N, t, emulate)
+        if w_nk:
+            copy_vectors(wp, b_s, b_off, W_PAIR_COPIES, w_nk_vector, w_nk_word, bx * BN, kt * BK // 2, N, K // 2, t, emulate)
+        else:
+            copy_vectors(wp, b_s, b_off, W_PAIR_COPIES, w_pair_vector, w_word, kt * BK // 2, bx * BN, K // 2, N, t, emulate)
 
     return types.SimpleNamespace(fetch=fetch, stage=stage, copy_async=copy_async, copy_pairs=copy_pairs,
                                  x_words=x_words, w_words=w_words, x_word=x_word,

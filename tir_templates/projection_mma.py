@@ -20,6 +20,11 @@ a ring of shared tiles (`block_program_async`), no registers between. A 16-bit l
 weights are constants does so (`w_pairs`): its x is already in 16 bits and w_t is packed as pairs
 along k when the model is built, so both are copied as the pair tiles hold them (`copy_pairs`);
 where the grid is large, a CTA takes a 128 x 128 tile of out, 4 warps of 64 x 64 (`CTA_TILES`).
+With `ldmatrix`, w_t comes packed as its transpose (`pack_pairs_nk`), so that both tiles hold a row
+of pairs along k per row of out or column of out, and a warp loads a k-slice's fragments four
+8 x 8 matrices an instruction (`warp_products_ldmatrix`), against a shared load a register. On the
+H200 that was 0-6% slower at every plan's shapes (kernel alone, docs/data/projection-ldmatrix-h200.jsonl),
+so no plan takes it: a quarter of the load instructions did not shorten a GEMM that waits elsewhere.
 `emulated_projection_mma_kernel` runs the same staging serially on the CPU and takes each
 product as the mma defines it (operands rounded or split as the GPU's are); the fragments' lane
 and register maps are checked against the PTX ISA's figures on plain ints (`a_fragment`,
@@ -39,6 +44,16 @@ from .gemm_signature import gemm_func, tile_grid
 from .gemm_staging import commit_copies, copies_pairs, gemm_staging, packs_pairs, wait_copies
 from .projection import few_ctas, one_small_wave
 from .persistent.dot_mma import MMA_BF16, MMA_F16, f16_half, half_bits, mma, pair_convert, tf32_rounded, tf32_split
+
+LDMATRIX_X4 = r"""
+__device__ __forceinline__ void prnn_ldmatrix_x4(unsigned int* r, const void* row) {
+  // four 8 x 8 matrices of 16-bit values, each lane giving one 16-byte row: lanes 8i..8i+7 matrix
+  // i, which lands in r[i], lane l holding its row l / 4's values 2 (l % 4) and 2 (l % 4) + 1
+  unsigned int a = (unsigned int)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+"""
 
 BM, BN, BK = 64, 64, 32  # the CTA's tile of out, and the k-slice per shared-memory round
 #: the k-slices a kernel may be built with (more columns a round: fewer global-load latencies a tile)
@@ -156,11 +171,11 @@ def plan_shared_bytes(K: int, N: int, precision: str, plan: dict) -> int:
     return _shared_bytes(staging, stages, (G - 1) * NT * (WM // 16) * (WN // 8) * 4)
 
 
-def _copies(K: int, N: int, tile: str, bk: int, k_groups: int) -> bool:
+def _copies(K: int, N: int, tile: str, bk: int, k_groups: int, w_nk: bool = False) -> bool:
     """Whether the pair copies of a `tile`, `bk` columns a k-tile, its warps in `k_groups` groups,
-    take K and N (`copies_pairs`)."""
+    take K and N (`copies_pairs`; `w_nk`: w_t transposed)."""
     bm, bn, _, _, nt = warp_grid(tile)
-    return copies_pairs(K, N, bm, bn, bk, nt * k_groups)
+    return copies_pairs(K, N, bm, bn, bk, nt * k_groups, w_nk)
 
 
 def pairs_by_rows_copy(K: int, N: int) -> bool:
@@ -188,6 +203,19 @@ def b_fragment_f16(lane, reg, half):
     return 2 * (lane % 4) + half + 8 * reg, lane // 4
 
 
+def a_row_ldmatrix(lane):
+    """(row, pair) within a 16 x 16 A tile of the 16-byte row that `lane` gives an ldmatrix.x4 whose
+    matrices are the A fragment's registers 0-3: rows 0-7 / 8-15 (matrix % 2), k 0-7 / 8-15 (matrix // 2)."""
+    return lane % 8 + lane // 8 % 2 * 8, lane // 16 * 4
+
+
+def b_row_ldmatrix(lane):
+    """(pair, column) within two n-tiles' 16 x 16 B tile (w_t transposed: a column's pairs in a row)
+    of the row that `lane` gives an ldmatrix.x4 whose matrices are registers 0-1 of the first
+    n-tile's B fragment (k 0-7, 8-15), then the second's."""
+    return lane // 8 % 2 * 4, lane // 16 * 8 + lane % 8
+
+
 def c_fragment(lane, reg):
     """(row, column) within a 16 x 8 C tile of accumulator `reg` of `lane`."""
     return lane // 4 + 8 * (reg // 2), 2 * (lane % 4) + reg % 2
@@ -212,21 +240,23 @@ def warp_grid(tile: str) -> tuple[int, int, int, int, int]:
 
 
 def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAGES: int, PAIRS: bool, tile: str,
-            W_PAIRS: bool = False, EARLY: bool = False):
+            W_PAIRS: bool = False, EARLY: bool = False, LDMATRIX: bool = False):
     """The macro launch(x, w, b, out, n_m) running the GEMM on the tensor cores (serially: `emulate`),
     a CTA per `tile` of out, BK columns of x a k-tile, its k-slices shared by G groups of its warps
     (G > 1: summed at the end through shared memory); STAGES > 0: that many k-tiles in flight by
     cp.async, else one, through registers; PAIRS: 16-bit operands staged as pairs (`pairs_staged`);
     W_PAIRS: x in 16 bits and w_t packed as pairs, both copied as they lie (`copy_pairs`; PAIRS,
     STAGES >= 2); EARLY: a kernel that may itself be launched early, touching nothing before the
-    kernel ahead of it has finished (the GEMM scan's steps)."""
+    kernel ahead of it has finished (the GEMM scan's steps); LDMATRIX: with W_PAIRS, w_t comes
+    transposed (`pack_pairs_nk`) and the fragments are loaded by ldmatrix."""
     BM, BN, WM, WN, NT = warp_grid(tile)
     WARPS_N = BN // WN
     MT, NTL = WM // 16, WN // 8  # mma tiles of a warp's tile along M and N
     SLICES = BK // slice_k(precision) // G  # k-slices a group takes of a k-tile
     TILE_NT = NT  # a group's threads, one warp tile each of the CTA's tile
     ACC = MT * NTL * 4  # accumulators a thread holds
-    staging = gemm_staging(K, N, BM, BN, BK, TILE_NT * G, mma_tiles=True, pack=precision if PAIRS else None, emulate=emulate)
+    staging = gemm_staging(K, N, BM, BN, BK, TILE_NT * G, mma_tiles=True, pack=precision if PAIRS else None,
+                           emulate=emulate, w_nk=LDMATRIX)
     smem_dtype = "uint32" if PAIRS else "float32"
     red_words = (G - 1) * TILE_NT * ACC  # the partial sums of groups 1.. (layout: words a group, a thread fastest)
     fits = _shared_bytes(staging, STAGES, red_words) <= STATIC_SHARED_BYTES
@@ -320,6 +350,34 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
                         acc[a], acc[a + 1], acc[a + 2], acc[a + 3])
 
     @T.macro
+    def ldmatrix_x4(regs, r, smem, word):
+        """regs[r : r + 4] = the four 8 x 8 matrices whose rows the warp's lanes give (this lane's:
+        the 16 bytes at `word` of `smem`)."""
+        T.cuda.func_call("prnn_ldmatrix_x4", T.address_of(regs[r]), smem.access_ptr("r", offset=word), source_code=LDMATRIX_X4)
+
+    @T.macro
+    def warp_products_ldmatrix(a_s, b_s, ao, bo, acc, t):
+        """16-bit operands, both tiles a row of pairs a row (x) or column (w_t) of out: per k-slice,
+        an A fragment (16 rows x 16 k: matrices rows 0-7 and 8-15 at k 0-7, then at k 8-15) an
+        ldmatrix, and the B fragments of two n-tiles (each 8 columns x k 0-7, k 8-15) an ldmatrix;
+        lane l gives row l % 8 of matrix l / 8."""
+        ah = T.alloc_buffer((MT * 4,), "uint32", scope="local")
+        bh = T.alloc_buffer((NTL * 2,), "uint32", scope="local")
+        for ks in T.unroll(SLICES):
+            for mt in T.unroll(MT):
+                ldmatrix_x4(ah, mt * 4, a_s, ao + x_word(warp_row(t, mt) + a_row_ldmatrix(t % 32)[0],
+                                                         k_slice(t, ks) * 8 + a_row_ldmatrix(t % 32)[1]))
+            for p in T.unroll(NTL // 2):
+                ldmatrix_x4(bh, p * 4, b_s, bo + w_word(k_slice(t, ks) * 8 + b_row_ldmatrix(t % 32)[0],
+                                                        warp_col(t, 2 * p) + b_row_ldmatrix(t % 32)[1]))
+            for nt in T.unroll(NTL):
+                for mt in T.unroll(MT):
+                    a = (mt * NTL + nt) * 4
+                    T.ptx[MMA_BF16 if precision == "bf16" else MMA_F16](
+                        acc[a], acc[a + 1], acc[a + 2], acc[a + 3], *[ah[mt * 4 + j] for j in range(4)],
+                        bh[nt * 2], bh[nt * 2 + 1], acc[a], acc[a + 1], acc[a + 2], acc[a + 3])
+
+    @T.macro
     def store(out, b, acc, by, bx, t, n_m):
         """out = acc + b from the C fragments, for the rows and columns that exist."""
         for mt, nt, j in T.grid(MT, NTL, 4):
@@ -343,7 +401,9 @@ def _launch(K: int, N: int, precision: str, emulate: bool, BK: int, G: int, STAG
 
     @T.macro
     def products(a_s, b_s, ao, bo, acc, t):
-        if half:
+        if LDMATRIX:
+            warp_products_ldmatrix(a_s, b_s, ao, bo, acc, t)
+        elif half:
             warp_products_16(a_s, b_s, ao, bo, acc, t)
         else:
             warp_products(a_s, b_s, ao, bo, acc, t)
@@ -500,27 +560,32 @@ def gemm_launch(K: int, N: int, precision: str, plan: dict, emulate: bool = Fals
     return _launch(K, N, precision, emulate, bk, groups, stages, pairs, tile, EARLY=early)
 
 
-def _check_w_pairs(K, N, precision, bk, k_groups, stages, x_dtype, tile):
+def _check_w_pairs(K, N, precision, bk, k_groups, stages, x_dtype, tile, ldmatrix=False):
     """Refuse a packed-pairs GEMM that its copies cannot run: 16-bit precision, x in those 16 bits,
-    k-tiles in flight, and rows of whole 16-byte vectors, as many a thread (`copies_pairs`)."""
+    k-tiles in flight, and rows of whole 16-byte vectors, as many a thread (`copies_pairs`);
+    `ldmatrix`: warps of an even number of 8-column n-tiles (an ldmatrix takes two)."""
     if HALF_DTYPES.get(precision) != x_dtype:
         raise ValueError(f"w_pairs needs 16-bit operands and x in their dtype, not {precision} with x in {x_dtype}")
     if stages < 2:
         raise ValueError(f"w_pairs copies k-tiles in flight: stages >= 2, not {stages}")
-    if not _copies(K, N, tile, bk, k_groups):
+    if not _copies(K, N, tile, bk, k_groups, ldmatrix):
         raise ValueError(f"w_pairs: K={K} (a multiple of 8) and N={N} (of 4) in whole 16-byte copies of a {tile} tile")
+    if ldmatrix and warp_grid(tile)[3] % 16:
+        raise ValueError(f"ldmatrix loads two n-tiles at once: a {tile} tile's warps are {warp_grid(tile)[3]} columns wide")
 
 
 def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int, stages: int,
-           pairs: bool, x_dtype: str, tile: str, w_pairs: bool = False) -> tvm.tirx.PrimFunc:
+           pairs: bool, x_dtype: str, tile: str, w_pairs: bool = False, ldmatrix: bool = False) -> tvm.tirx.PrimFunc:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
     if bk not in K_SLICES:
         raise ValueError(f"k-slice {bk}: one of {K_SLICES}")
     if bk // slice_k(precision) % k_groups:
         raise ValueError(f"{k_groups} k-groups do not divide a {bk}-column k-tile's slices at {precision}")
+    if ldmatrix and not w_pairs:
+        raise ValueError("ldmatrix loads the pair tiles that w_pairs copies: w_pairs=True")
     if w_pairs:
-        _check_w_pairs(K, N, precision, bk, k_groups, stages, x_dtype, tile)
+        _check_w_pairs(K, N, precision, bk, k_groups, stages, x_dtype, tile, ldmatrix)
     if stages and (stages < 2 or K % 4 or N % 4):
         raise ValueError(f"{stages} stages: 0, or 2 or more with K and N multiples of 4 (16-byte copies)")
     if stages and x_dtype != "float32" and not w_pairs:
@@ -534,8 +599,10 @@ def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int
         info["cta_tile"] = tile
     if w_pairs:
         info["w_pairs"] = True
-    return gemm_func(K, N, _launch(K, N, precision, emulate, bk, k_groups, stages, pairs, tile, w_pairs), info,
-                     x_dtype, w_pairs)
+    if ldmatrix:
+        info["ldmatrix"] = True
+    launch = _launch(K, N, precision, emulate, bk, k_groups, stages, pairs, tile, w_pairs, LDMATRIX=ldmatrix)
+    return gemm_func(K, N, launch, info, x_dtype, w_pairs, w_nk=ldmatrix)
 
 
 def _build_pairs_by_rows(K: int, N: int, precision: str, num_sms: int, emulate: bool) -> tvm.tirx.PrimFunc:
@@ -577,7 +644,7 @@ def emulated_pairs_gemm_by_rows(K: int, N: int, precision: str, num_sms: int = 1
 @built_once
 def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK, k_groups: int = 1,
                           stages: int = 0, pairs: bool = True, x_dtype: str = "float32", tile: str = "64x64",
-                          w_pairs: bool = False) -> tvm.tirx.PrimFunc:
+                          w_pairs: bool = False, ldmatrix: bool = False) -> tvm.tirx.PrimFunc:
     """The tensor-core CUDA GEMM for x (M, K) @ w_t (K, N) + b at `precision` ("3xtf32": fp32
     accuracy; "tf32"; "f16", "bf16": for operands that are 16-bit values), `bk` columns of x a
     k-tile, split between `k_groups` groups of the tile's warps, `stages` k-tiles in flight by cp.async
@@ -586,16 +653,17 @@ def projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = B
     16-bit only through registers, `stages` 0, unless `w_pairs`); a CTA per `tile` of out
     (`CTA_TILES`). `w_pairs`: the 16-bit GEMM whose w comes packed as pairs along k
     (gemm_staging.pack_pairs) and whose x is in the same 16 bits, both copied by cp.async into
-    `stages` k-tiles in flight as they lie (`_check_w_pairs`)."""
+    `stages` k-tiles in flight as they lie (`_check_w_pairs`); `ldmatrix`: w comes as the packed
+    w_t transposed (gemm_staging.pack_pairs_nk), its fragments loaded by ldmatrix."""
     return _build(K, N, precision, emulate=False, bk=bk, k_groups=k_groups, stages=stages, pairs=pairs,
-                  x_dtype=x_dtype, tile=tile, w_pairs=w_pairs)
+                  x_dtype=x_dtype, tile=tile, w_pairs=w_pairs, ldmatrix=ldmatrix)
 
 
 @built_once
 def emulated_projection_mma_kernel(K: int, N: int, precision: str = "3xtf32", bk: int = BK,
                                    k_groups: int = 1, stages: int = 0, pairs: bool = True,
                                    x_dtype: str = "float32", tile: str = "64x64",
-                                   w_pairs: bool = False) -> tvm.tirx.PrimFunc:
+                                   w_pairs: bool = False, ldmatrix: bool = False) -> tvm.tirx.PrimFunc:
     """The same staging run serially on the CPU (llvm), products as the mma defines them: for tests."""
     return _build(K, N, precision, emulate=True, bk=bk, k_groups=k_groups, stages=stages, pairs=pairs,
-                  x_dtype=x_dtype, tile=tile, w_pairs=w_pairs)
+                  x_dtype=x_dtype, tile=tile, w_pairs=w_pairs, ldmatrix=ldmatrix)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import ml_dtypes
 import numpy as np
@@ -245,12 +246,15 @@ def _keras_gru_step(mk, x_t, h):
 
 def projection_module(func, M, K, N):
     """A Relax function calling `func` as the importer does: out = call_tir(func, [x, w_t, b]), x
-    and w_t typed as `func` takes them (a 16-bit x; w_t packed as pairs, gemm_staging.pack_pairs)."""
+    and w_t typed as `func` takes them (a 16-bit x; w_t packed as pairs, gemm_staging.pack_pairs or
+    pack_pairs_nk)."""
     from tvm import relax  # here: the ONNX builders above need no TVM
 
     bb = relax.BlockBuilder()
-    x_dtype, (w_shape, w_dtype) = func.params[0].dtype, ((K // 2, N), "uint32") if "w_pairs" in str(
-        func.attrs["persist_rnn.projection"]) else ((K, N), "float32")
+    info = json.loads(str(func.attrs["persist_rnn.projection"]))
+    x_dtype, (w_shape, w_dtype) = func.params[0].dtype, ((K, N), "float32")
+    if info.get("w_pairs"):
+        w_shape, w_dtype = ((N, K // 2) if info.get("ldmatrix") else (K // 2, N)), "uint32"
     x, w, b = (relax.Var(n, relax.TensorType(s, d)) for n, s, d in (("x", (M, K), str(x_dtype)), ("w", w_shape, w_dtype),
                                                                      ("b", (N,), "float32")))
     with bb.function("main", [x, w, b]):

@@ -462,6 +462,7 @@ def test_projection_matches_numpy_on_gpu(tile):
     ("3xtf32", 64, 2, 0), ("tf32", 64, 2, 0), ("f16", 64, 4, 0), ("bf16", 64, 4, 0),  # one wave: warp groups
     ("f16", 32, 1, 0),  # 16-bit operands staged as pairs (so are the groups' above), one group
     ("f16", 32, 1, 3), ("bf16", 32, 1, 3), ("3xtf32", 32, 1, 4),  # past a wave: k-tiles in flight by cp.async
+    ("tf32", 32, 1, 0),  # past a wave at "tf32", from K = 192 (TF32_MIN_K): through registers
 ], ids=str)
 def test_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, stages):
     """The tensor-core GEMM as `projection_mma.gemm_plan` builds it, its 64-column k-tiles split
@@ -492,29 +493,32 @@ def test_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, stages):
 
 
 @pytest.mark.parametrize("precision", ["f16", "bf16"])
+@pytest.mark.parametrize("ldmatrix", [False, True], ids=["lds", "ldmatrix"])
 @pytest.mark.parametrize("bk,k_groups,tile", [(64, 4, "64x64"), (32, 1, "64x64"), (64, 1, "128x128x64"),
                                                 (64, 1, "128x128x64x64")], ids=str)
-def test_pairs_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, tile):
+def test_pairs_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, tile, ldmatrix):
     """The 16-bit GEMM whose x (in its 16 bits) and packed w_t are copied as they lie, 3 k-tiles in
     flight, with each plan of `projection_mma._pairs_plan` (one wave: 4 groups of warps; 64 x 64
-    tiles; 128 x 128 tiles of 4 warps, and of 8), on ragged shapes against numpy: M and N off the tiles, K
+    tiles; 128 x 128 tiles of 4 warps, and of 8), its fragments read a word at a time or (w_t packed
+    transposed) by ldmatrix, on ragged shapes against numpy: M and N off the tiles, K
     off the k-tile. Exact products, fp32 sums: fp32's bound."""
     import tvm
     from templates.test_projection_pairs import sixteen_bit_operands
     from tvm import relax
 
     from persist_rnn.bench.layer_models import projection_module
-    from tir_templates.gemm_staging import pack_pairs
+    from tir_templates.gemm_staging import pack_pairs, pack_pairs_nk
     from tir_templates.projection_mma import HALF_DTYPES, projection_mma_kernel
 
     dev = tvm.cuda(0)
     x_dtype = HALF_DTYPES[precision]
     for M, K, N in ((100, 1024, 4096), (2000, 1024, 4096), (130, 200, 72), (37, 96, 20)):
-        func = projection_mma_kernel(K, N, precision, bk, k_groups, 3, x_dtype=x_dtype, tile=tile, w_pairs=True)
+        func = projection_mma_kernel(K, N, precision, bk, k_groups, 3, x_dtype=x_dtype, tile=tile, w_pairs=True,
+                                     ldmatrix=ldmatrix)
         with tvm.transform.PassContext(opt_level=3):
             ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
         x, w, b = sixteen_bit_operands(M, K, N, precision)
-        args = (x, pack_pairs(w, precision == "bf16"), b)
+        args = (x, (pack_pairs_nk if ldmatrix else pack_pairs)(w, precision == "bf16"), b)
         got = relax.VirtualMachine(ex, dev)["main"](*(tvm.runtime.tensor(a, dev) for a in args)).numpy()
         want = x.astype("float64") @ w + b
         assert np.abs(got - want).max() <= PRECISION_TOLERANCE["fp32"] * np.abs(want).max(), (M, K, N)

@@ -12,10 +12,14 @@ import pytest
 import tvm
 
 from tir_templates.gemm_signature import PROJECTION_ATTR
-from tir_templates.gemm_staging import pack_pairs
+from tir_templates.gemm_staging import pack_pairs, pack_pairs_nk
 from tir_templates.projection_mma import (
     HALF_DTYPES,
     PAIRS_PLANS,
+    a_fragment_f16,
+    a_row_ldmatrix,
+    b_fragment_f16,
+    b_row_ldmatrix,
     emulated_pairs_gemm_by_rows,
     emulated_projection_mma_kernel,
     gemm_plan,
@@ -55,6 +59,46 @@ def test_packed_pairs_hold_rows_2i_and_2i_plus_1_low_half_first(precision):
         np.testing.assert_array_equal(half_bits.view(HALF[precision]).astype("float32"), w[e::2])
 
 
+def test_ldmatrix_rows_give_the_mma_fragments():
+    """ldmatrix.x4: lane l receives, in register i, words l % 4 of the 16-byte row that lane
+    8 i + l / 4 gave. With the rows `a_row_ldmatrix` and `b_row_ldmatrix` give, that is the pair
+    (row, k / 2) of the m16n8k16 A fragment's register i, and (k / 2, column) of the B fragments of
+    two n-tiles (registers 0-1 the first's, 2-3 the second's), as the PTX ISA's figures place them."""
+    for lane in range(32):
+        for reg in range(4):
+            row, pair = a_row_ldmatrix(8 * reg + lane // 4)
+            a_row, a_k = a_fragment_f16(lane, reg, 0)
+            assert (row, pair + lane % 4) == (a_row, a_k // 2)
+            pair, column = b_row_ldmatrix(8 * reg + lane // 4)
+            b_k, b_column = b_fragment_f16(lane, reg % 2, 0)
+            assert (pair + lane % 4, column) == (b_k // 2, b_column + reg // 2 * 8)
+
+
+def test_pairs_nk_are_the_packed_pairs_transposed():
+    _, w, _ = sixteen_bit_operands(8, 6, 5, "f16")
+    words = pack_pairs_nk(w, False)
+    assert words.shape == (5, 3) and words.flags["C_CONTIGUOUS"]
+    np.testing.assert_array_equal(words, pack_pairs(w, False).T)
+
+
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+@pytest.mark.parametrize("M,K,N,tile,bk,stages,k_groups", [
+    (100, 64, 256, "64x64", 32, 3, 1),
+    (130, 48, 132, "128x128x64x64", 64, 3, 1),  # the big tiles' plan; ragged M and N, K short of a k-tile
+    (100, 200, 72, "64x64", 64, 3, 4),          # one wave: 4 groups of warps
+], ids=str)
+def test_emulated_ldmatrix_pairs_gemm_is_exact_for_16_bit_operands(M, K, N, tile, bk, stages, k_groups, precision):
+    """w_t packed transposed (`pack_pairs_nk`): each column's pairs copied into a row of its tile,
+    zeros past the edges, the products read from there as the mma defines them."""
+    x, w, b = sixteen_bit_operands(M, K, N, precision)
+    func = emulated_projection_mma_kernel(K, N, precision, bk, k_groups, stages, x_dtype=HALF_DTYPES[precision],
+                                          tile=tile, w_pairs=True, ldmatrix=True)
+    assert json.loads(str(func.attrs[PROJECTION_ATTR]))["ldmatrix"]
+    want = x.astype("float64") @ w + b
+    got = run_pairs_on_cpu(func, x, pack_pairs_nk(w, precision == "bf16"), b, N)
+    assert np.abs(got - want).max() / np.abs(want).max() <= 1e-6
+
+
 @pytest.mark.parametrize("precision", ["f16", "bf16"])
 @pytest.mark.parametrize("M,K,N,tile,bk,stages,k_groups", [
     (100, 64, 256, "64x64", 32, 3, 1),       # whole tiles along N, ragged M
@@ -83,12 +127,18 @@ def test_emulated_pairs_gemm_is_exact_for_16_bit_operands(M, K, N, tile, bk, sta
     (dict(precision="f16", x_dtype="float16", stages=0), "stages >= 2"),
     (dict(precision="f16", x_dtype="float16", stages=3, K=36), "K=36"),
     (dict(precision="bf16", x_dtype="bfloat16", stages=3, N=66), "N=66"),
+    (dict(precision="f16", x_dtype="float16", stages=3, bk=64, tile="64x80", ldmatrix=True), "40 columns wide"),
 ], ids=str)
 def test_a_pairs_gemm_its_copies_cannot_run_is_refused(args, says):
     """16-bit precision, x in those 16 bits, k-tiles in flight, whole 16-byte vectors."""
     K, N = args.pop("K", 64), args.pop("N", 64)
     with pytest.raises(ValueError, match=says):
         projection_mma_kernel(K, N, w_pairs=True, **args)
+
+
+def test_ldmatrix_without_the_pairs_copies_is_refused():
+    with pytest.raises(ValueError, match="w_pairs=True"):
+        projection_mma_kernel(64, 64, "f16", 64, 1, 3, x_dtype="float16", ldmatrix=True)
 
 
 def test_pairs_plans_follow_the_measured_grid():
