@@ -4,6 +4,9 @@ compile on the GPU; cuDNN's best algorithm at the same precision in the same run
 a layer; a layer that fails is reported and the rest still run. Needs torch and a GPU.
 
     python benchmarks/offgrid_heldout.py --out F LSTM:512:32:fp16 GRU:768:32:bf16 ...
+
+`--tf32-min-k K` builds with projection_mma.TF32_MIN_K set to K (512: TF32 GEMMs of K < 512 on the
+FMA units, as 3xTF32's), for an A/B of that rule in one run.
 """
 from __future__ import annotations
 
@@ -28,7 +31,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("layers", nargs="*", default=HELD_OUT, help="CELL:HIDDEN:BATCH:PRECISION")
+    ap.add_argument("--tf32-min-k", type=int, help="projection_mma.TF32_MIN_K for these builds")
     args = ap.parse_args()
+    if args.tf32_min_k is not None:
+        import tir_templates.projection_mma as projection_mma
+
+        projection_mma.TF32_MIN_K = args.tf32_min_k
     for text in args.layers:
         cell, hidden, batch, precision = text.split(":")
         start = time.perf_counter()
@@ -38,6 +46,8 @@ def main():
             row = {"cell": cell.upper(), "hidden": int(hidden), "batch": int(batch), "precision": precision,
                    "error": str(err)[:300]}
         row["wall_s"] = round(time.perf_counter() - start, 1)
+        if args.tf32_min_k is not None:
+            row["tf32_min_k"] = args.tf32_min_k
         with open(args.out, "a") as f:
             f.write(json.dumps(row, default=str) + "\n")
         print(text, row.get("best_cudnn_over_ours"), row.get("best_cudnn_over_measured"), row.get("error"), flush=True)

@@ -83,17 +83,26 @@ def slice_k(precision: str) -> int:
     return MMA_K_F16 if precision in HALF_PRECISIONS else MMA_K
 
 
-def tensor_cores_pay(M: int | None, K: int, N: int, num_sms: int) -> bool:
+#: the least K at which a GEMM at precision "tf32" (one mma a product) on a full grid goes to the
+#: tensor cores: kernel alone on the H200 against the FMA GEMM's tile, (6400, 384) x (384, 1152)
+#: 154.4 -> 75.9 us, (3200, 256) x (256, 1024) 53.4 -> 27.9, (1600, 320) x (320, 1280) 34.2 -> 20.8,
+#: (12800, 192) x (192, 576) 79.9 -> 45.9 (docs/data/projection-tf32-small-k-h200.jsonl)
+TF32_MIN_K = 192
+
+
+def tensor_cores_pay(M: int | None, K: int, N: int, num_sms: int, precision: str = "3xtf32") -> bool:
     """Whether a GEMM of M rows goes to this kernel rather than the FMA GEMM, M = T B known when the
     model is built: wherever the FMA GEMM's 32 x 32 grid would not fit one wave (`one_small_wave`)
-    and either its 64 x 64 grid leaves SMs idle (`few_ctas`) or K >= 512. On the H100, kernel
+    and either its 64 x 64 grid leaves SMs idle (`few_ctas`) or K >= 512 (at "tf32", K >=
+    TF32_MIN_K: one mma a product where 3xTF32 takes three). On the H100, kernel
     alone, one run (docs/data/projection-banks-h100.jsonl), with conflict-free shared tiles:
     (100, 1024) x (1024, 4096) 27.3 us against the FMA GEMM's 45.7; (2000, 1024) x (1024, 4096)
     316 against 419; (100, 256) x (256, 1024), one wave of 32 x 32 tiles, 8.8 against 6.2. At
     K = 256 on a full grid the kernel alone won ((2000, 256) x (256, 1024): 25.0 against 28.4),
     but whole layers were mixed (docs/data/b10-b20-ab-h100.jsonl: GRU H=256 B=10 0.135 -> 0.143
-    ms, B=20 0.168 -> 0.162), so the FMA GEMM keeps those."""
-    return M is not None and not one_small_wave(M, N, num_sms) and (few_ctas(M, N, num_sms) or K >= 512)
+    ms, B=20 0.168 -> 0.162), so the FMA GEMM keeps those at 3xTF32."""
+    deep = K >= (TF32_MIN_K if precision == "tf32" else 512)
+    return M is not None and not one_small_wave(M, N, num_sms) and (few_ctas(M, N, num_sms) or deep)
 
 
 def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str, pairs_copied: bool = False) -> dict:

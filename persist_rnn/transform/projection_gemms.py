@@ -82,7 +82,7 @@ def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, 
             and all(fits(p) for p in PAIRS_PLANS.values())):
         return pairs_gemm_by_rows(K, N, mma, num_sms), True
     plan = gemm_plan(M, K, N, num_sms, mma, pairs_copied=copied) if M is not None else None
-    if not (pairs_pay(K, copied, plan) and fits(plan)) and not tensor_cores_pay(M, K, N, num_sms):
+    if not (pairs_pay(K, copied, plan) and fits(plan)) and not tensor_cores_pay(M, K, N, num_sms, mma):
         return projection_kernel(K, N, choose_tile(M, N, num_sms), num_sms, x_dtype=x_dtype), False
     if not fits(plan):  # one wave of 4 groups, or 128 x 128 tiles, past the GPU's shared memory
         plan = gemm_plan(M, K, N, num_sms, mma)

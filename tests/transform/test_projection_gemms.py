@@ -112,3 +112,14 @@ def test_an_fp32_gemm_below_k_512_stays_on_the_fma_units():
     """fp32 operands (3xTF32 on the tensor cores) keep tensor_cores_pay's K >= 512."""
     kernel, packs = projection_gemm(3200, 384, 1536, "float32", "float32", True, 132, "fp32")
     assert not packs and "mma" not in json.loads(kernel.attrs[PROJECTION_ATTR])
+
+
+@pytest.mark.parametrize("depth,rows,mma", [(384, 6400, True), (192, 12800, True), (128, 12800, False),
+                                            (384, 64, False)])
+def test_a_tf32_build_takes_the_tensor_cores_from_k_192(depth, rows, mma):
+    """At precision "tf32" (one mma a product) an fp32 GEMM on a full grid goes to the tensor cores
+    from K = 192 (TF32_MIN_K); shallower, or one wave of the FMA GEMM's 32 x 32 tiles (64 x 1152),
+    the FMA units."""
+    kernel, packs = projection_gemm(rows, depth, 1152, "float32", "float32", True, 132, "tf32")
+    info = json.loads(kernel.attrs[PROJECTION_ATTR])
+    assert not packs and (info.get("mma") == "tf32") == mma, info
