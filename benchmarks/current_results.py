@@ -197,7 +197,9 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "where 64 x 64 tiles took two (`gemm_scan_cost.step_plan`; \"The GEMM scan\" below), and run P after "
            "the scan's kernels began launching early, each placed while the one before finishes "
            "(`gemm_scan_cost.step_launched_early`). Run Q re-measured LSTM H=320 B=4 bf16, whose input "
-           "projection (K = 320) went from the FMA units to the 16-bit pairs GEMM (`projection_gemms.pairs_pay`). "
+           "projection (K = 320) went from the FMA units to the 16-bit pairs GEMM (`projection_gemms.pairs_pay`), "
+           "and run R GRU H=384 B=64 TF32, whose input projection (K = 384) went from the FMA units to the TF32 "
+           "tensor cores (`projection_mma.TF32_MIN_K`). "
            "Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",
