@@ -6,7 +6,8 @@ a layer; a layer that fails is reported and the rest still run. Needs torch and 
     python benchmarks/offgrid_heldout.py --out F LSTM:512:32:fp16 GRU:768:32:bf16 ...
 
 `--tf32-min-k K` builds with projection_mma.TF32_MIN_K set to K (512: TF32 GEMMs of K < 512 on the
-FMA units, as 3xTF32's), for an A/B of that rule in one run.
+FMA units, as 3xTF32's), `--wgmma-min-k K` with projection_wgmma.WGMMA_MIN_K set to K (a K no layer
+has: the pairs GEMM where a build for sm_90a would take the wgmma GEMM), for an A/B of either rule.
 """
 from __future__ import annotations
 
@@ -32,7 +33,12 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("layers", nargs="*", default=HELD_OUT, help="CELL:HIDDEN:BATCH:PRECISION")
     ap.add_argument("--tf32-min-k", type=int, help="projection_mma.TF32_MIN_K for these builds")
+    ap.add_argument("--wgmma-min-k", type=int, help="projection_wgmma.WGMMA_MIN_K for these builds")
     args = ap.parse_args()
+    if args.wgmma_min_k is not None:
+        import tir_templates.projection_wgmma as projection_wgmma
+
+        projection_wgmma.WGMMA_MIN_K = args.wgmma_min_k
     if args.tf32_min_k is not None:
         import tir_templates.projection_mma as projection_mma
 
@@ -46,8 +52,9 @@ def main():
             row = {"cell": cell.upper(), "hidden": int(hidden), "batch": int(batch), "precision": precision,
                    "error": str(err)[:300]}
         row["wall_s"] = round(time.perf_counter() - start, 1)
-        if args.tf32_min_k is not None:
-            row["tf32_min_k"] = args.tf32_min_k
+        for knob in ("tf32_min_k", "wgmma_min_k"):
+            if getattr(args, knob) is not None:
+                row[knob] = getattr(args, knob)
         with open(args.out, "a") as f:
             f.write(json.dumps(row, default=str) + "\n")
         print(text, row.get("best_cudnn_over_ours"), row.get("best_cudnn_over_measured"), row.get("error"), flush=True)

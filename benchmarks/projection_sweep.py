@@ -12,7 +12,8 @@ x a k-tile; "_g2": the k-tile's slices split between 2 groups of 4 warps; "_s3":
 "_unpaired": 16-bit operands staged as fp32 values, rounded where each fragment takes them, not as pairs;
 "_t128x128": a CTA per 128 x 128 tile of out, projection_mma.CTA_TILES; "_wp": x in 16 bits and
 w_t packed as pairs, copied as they lie, with "_s3" its k-tiles in flight; "_ld": with "_wp", w_t
-packed transposed and the fragments loaded by ldmatrix), the kernel's own median duration in a CUPTI
+packed transposed and the fragments loaded by ldmatrix; "wgmma_f16", "wgmma_bf16_s4_n256": the wgmma GEMM,
+projection_wgmma.py, with that many k-tiles in its ring and columns a CTA, built for sm_90a), the kernel's own median duration in a CUPTI
 trace (key + "_gpu"; a short GEMM's VM call is bound by the VM's dispatch) and each one's max
 error relative to a float64 numpy product. Needs
 torch (CUDA events) and a GPU.
@@ -34,6 +35,7 @@ from persist_rnn.bench.layer_models import projection_module
 from tir_templates.projection import TILES, projection_kernel, projection_reference
 from tir_templates.gemm_staging import pack_pairs, pack_pairs_nk
 from tir_templates.projection_mma import HALF_DTYPES, projection_mma_kernel
+from tir_templates.projection_wgmma import projection_wgmma_kernel
 
 SHAPES = [(100, 64, 256), (1000, 64, 256), (2000, 64, 256), (1000, 64, 192), (100, 256, 1024), (1000, 256, 1024),
           (2000, 256, 1024), (100, 1024, 4096), (1000, 1024, 4096), (2000, 1024, 4096), (1000, 1024, 3072),
@@ -66,6 +68,20 @@ def mma_variant(name: str) -> dict:
     return args
 
 
+def wgmma_variant(name: str) -> dict:
+    """projection_wgmma_kernel's arguments from a variant's name: "wgmma_bf16_s4_n256" -> bf16, 4
+    stages, a CTA per 128 x 256 of out."""
+    args = {"precision": name.split("_")[1]}
+    for part in name.split("_")[2:]:
+        args["stages" if part[0] == "s" else "tile_n"] = int(part[1:])
+    return args
+
+
+def packs_transposed(tile) -> bool:
+    """Whether the variant takes w_t packed transposed (pack_pairs_nk)."""
+    return str(tile).startswith("wgmma") or str(tile).startswith("mma") and bool(mma_variant(tile).get("ldmatrix"))
+
+
 def built(M, K, N, tile, build_dir=None, load=True):
     """The variant's executable, compiled for sm_90; with `build_dir`, loaded from there where an
     earlier call (`--build-only`, on a machine without a GPU) exported it, else exported there
@@ -76,10 +92,12 @@ def built(M, K, N, tile, build_dir=None, load=True):
     if path and os.path.exists(path):
         return tvm.runtime.load_module(path) if load else None
     func = (projection_reference(K, N) if tile is None
+            else projection_wgmma_kernel(K, N, **wgmma_variant(tile)) if str(tile).startswith("wgmma")
             else projection_mma_kernel(K, N, **mma_variant(tile)) if str(tile).startswith("mma")
             else projection_kernel(K, N, tile))
+    arch = "sm_90a" if str(tile).startswith("wgmma") else "sm_90"
     with tvm.transform.PassContext(opt_level=3):
-        ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+        ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": arch}))
     if path:
         ex.export_library(path)
     return ex
@@ -92,10 +110,11 @@ def time_variant(M, K, N, tile, operands, build_dir=None):
 
     ex = built(M, K, N, tile, build_dir)
     want = operands[0].astype("float64") @ operands[1] + operands[2]
-    if str(tile).startswith("mma") and mma_variant(tile).get("w_pairs"):  # the operands as the 16-bit GEMM takes them
-        bf16 = mma_variant(tile)["precision"] == "bf16"
+    wgmma = str(tile).startswith("wgmma")
+    if wgmma or str(tile).startswith("mma") and mma_variant(tile).get("w_pairs"):  # as the 16-bit GEMM takes them
+        bf16 = (wgmma_variant(tile) if wgmma else mma_variant(tile))["precision"] == "bf16"
         x16 = operands[0].astype(ml_dtypes.bfloat16 if bf16 else np.float16)
-        pack = pack_pairs_nk if mma_variant(tile).get("ldmatrix") else pack_pairs
+        pack = pack_pairs_nk if packs_transposed(tile) else pack_pairs
         operands = [x16, pack(operands[1], bf16), operands[2]]
     dev = tvm.cuda(0)
     vm = relax.VirtualMachine(ex, dev)
@@ -114,7 +133,7 @@ def main():
     ap.add_argument("--build-dir", help="executables exported here, or loaded from here where present")
     ap.add_argument("--build-only", action="store_true", help="only compile into --build-dir (no GPU needed)")
     args = ap.parse_args()
-    tiles = ([] if args.no_default else [None]) + [t if t.startswith("mma") else tuple(int(v) for v in t.split("x"))
+    tiles = ([] if args.no_default else [None]) + [t if t.startswith(("mma", "wgmma")) else tuple(int(v) for v in t.split("x"))
                                                    for t in args.tiles]
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
     for M, K, N in shapes:

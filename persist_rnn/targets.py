@@ -24,11 +24,15 @@ def as_target(target) -> tvm.target.Target:
 
 
 def _present_arch() -> str:
-    """"cuda"'s architecture: the GPU present's, else the H100's (sm_90)."""
-    from .schedule.gpu import present_gpu
+    """"cuda"'s architecture: the GPU present's, else the H100's (sm_90); a Hopper GPU's in its
+    arch-specific form (sm_90a), whose code runs only there and may use its wgmma
+    (tir_templates/projection_wgmma.py)."""
+    from .schedule.gpu import compute_capability, present_gpu
 
     present = present_gpu()
-    return present.arch if present is not None else "sm_90"
+    if present is None:
+        return "sm_90"
+    return present.arch + "a" if compute_capability(present.arch) == 90 and not present.arch.endswith("a") else present.arch
 
 
 def _parsed(target) -> tvm.target.Target:

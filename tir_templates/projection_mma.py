@@ -609,7 +609,7 @@ def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int
     if w_pairs:
         info["w_pairs"] = True
     if ldmatrix:
-        info["ldmatrix"] = True
+        info["ldmatrix"] = info["w_nk"] = True
     launch = _launch(K, N, precision, emulate, bk, k_groups, stages, pairs, tile, w_pairs, LDMATRIX=ldmatrix)
     return gemm_func(K, N, launch, info, x_dtype, w_pairs, w_nk=ldmatrix)
 

@@ -254,7 +254,7 @@ def projection_module(func, M, K, N):
     info = json.loads(str(func.attrs["persist_rnn.projection"]))
     x_dtype, (w_shape, w_dtype) = func.params[0].dtype, ((K, N), "float32")
     if info.get("w_pairs"):
-        w_shape, w_dtype = ((N, K // 2) if info.get("ldmatrix") else (K // 2, N)), "uint32"
+        w_shape, w_dtype = ((N, K // 2) if info.get("w_nk") else (K // 2, N)), "uint32"
     x, w, b = (relax.Var(n, relax.TensorType(s, d)) for n, s, d in (("x", (M, K), str(x_dtype)), ("w", w_shape, w_dtype),
                                                                      ("b", (N,), "float32")))
     with bb.function("main", [x, w, b]):

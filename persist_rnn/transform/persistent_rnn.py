@@ -30,6 +30,7 @@ from tvm import relax
 
 from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH, sm_number, supports_early_launch
 from tir_templates.gemm_scan import GEMM_SCAN, gemm_scan, gemm_scan_slots
+from tir_templates.projection_wgmma import wgmma_arch
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
 from tir_templates.spec import ATTR_KEY, CellSpec
@@ -318,7 +319,8 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                                       if gv.name_hint in int8 and _holds_int8(func)})
         if cuda:
             # the tensor cores' GEMM where it pays, else FMA
-            mod = tile_projections(mod, num_sms, precision, gpu.max_shared_bytes)
+            mod = tile_projections(mod, num_sms, precision, gpu.max_shared_bytes,
+                                   wgmma_arch(target.attrs.get("arch") and str(target.attrs["arch"])))
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
             for gv, func, spec in list(recurrences(mod)):
                 if gv.name_hint in early and _may_launch_early(func, spec):

@@ -4,8 +4,9 @@ The tensor cores' GEMM (tir_templates/projection_mma.py) where it pays (`tensor_
 16-bit GEMM copying pairs from K = 256, `pairs_pay`), at the layer's operands' precision, else the
 FMA GEMM (tir_templates/projection.py), tiled for the call sites' rows where they are static. A
 16-bit layer's GEMM whose x comes in its 16 bits and whose w_t is a constant at every call site
-takes w_t packed as pairs along k (gemm_staging.pack_pairs), replaced at the call sites, so that
-both operands are copied into shared memory as they lie; where the rows are symbolic (a batch
+takes w_t packed as pairs along k (gemm_staging.pack_pairs; transposed, pack_pairs_nk, for the
+wgmma GEMM of a build for sm_90a), replaced at the call sites, so that both operands are copied
+into shared memory as they lie; where the rows are symbolic (a batch
 known at run time), that GEMM picks its plan by the rows.
 """
 from __future__ import annotations
@@ -16,10 +17,12 @@ import json
 import tvm
 from tvm import relax
 
-from tir_templates.gemm_staging import pack_pairs
+from tir_templates.gemm_staging import pack_pairs, pack_pairs_nk
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
 from tir_templates.projection_mma import (HALF_DTYPES, PAIRS_PLANS, gemm_plan, pairs_by_rows_copy, pairs_gemm_by_rows,
                                          plan_shared_bytes, projection_mma_kernel, tensor_cores_pay)
+
+from tir_templates.projection_wgmma import WGMMA_PLAN, projection_wgmma_kernel, wgmma_pays, wgmma_shared_bytes
 
 from .call_sites import call_site_rows, constant_at_every_site, repack_constant_args
 
@@ -70,13 +73,17 @@ def pairs_pay(K: int, copied: bool, plan: dict | None) -> bool:
 
 
 def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, w_constant: bool, num_sms: int,
-                    precision: str, max_shared_bytes: int = 232448) -> tuple[tvm.tirx.PrimFunc, bool]:
+                    precision: str, max_shared_bytes: int = 232448, wgmma: bool = False) -> tuple[tvm.tirx.PrimFunc, bool]:
     """(the GEMM of one projection, whether it takes w_t packed as pairs): the tensor cores' where
     they pay, else the FMA GEMM; a 16-bit GEMM whose x comes in its 16 bits and whose w_t is a
     constant copies pairs, its plan picked by the rows at run time where they are symbolic, where
-    a CTA's `max_shared_bytes` take its plans (else the plan through registers)."""
+    a CTA's `max_shared_bytes` take its plans (else the plan through registers); on a GPU with
+    `wgmma` (sm_90a), by the warpgroups' wgmma where it pays (`wgmma_pays`)."""
     mma = projection_precision(operands, precision)
     copied = HALF_DTYPES.get(mma) == x_dtype and w_constant  # x in the 16 bits of the operands
+    if (wgmma and copied and wgmma_pays(M, K, N, num_sms)
+            and wgmma_shared_bytes(**WGMMA_PLAN) <= max_shared_bytes):
+        return projection_wgmma_kernel(K, N, mma, **WGMMA_PLAN), True
     fits = lambda plan: plan_shared_bytes(K, N, mma, plan) <= max_shared_bytes  # noqa: E731
     if (M is None and copied and K >= PAIRS_MIN_K and pairs_by_rows_copy(K, N)
             and all(fits(p) for p in PAIRS_PLANS.values())):
@@ -89,10 +96,12 @@ def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, 
     return projection_mma_kernel(K, N, mma, **plan, x_dtype=x_dtype), bool(plan.get("w_pairs"))
 
 
-def tile_projections(mod: tvm.IRModule, num_sms: int, precision: str, max_shared_bytes: int = 232448) -> tvm.IRModule:
+def tile_projections(mod: tvm.IRModule, num_sms: int, precision: str, max_shared_bytes: int = 232448,
+                     wgmma: bool = False) -> tvm.IRModule:
     """`mod` with every projection reference replaced by its GEMM (`projection_gemm`) for a GPU of
-    `num_sms` SMs and `max_shared_bytes` of shared memory a CTA, and the w_t of the GEMMs that copy
-    pairs packed at their call sites."""
+    `num_sms` SMs and `max_shared_bytes` of shared memory a CTA (`wgmma`: built for sm_90a), and
+    the w_t of the GEMMs that copy pairs packed at their call sites (transposed where the GEMM
+    takes them so: `pack_pairs_nk`)."""
     todo = list(projections(mod))
     rows = call_site_rows(mod, {gv.name_hint for gv, *_ in todo})
     sixteen_bit = {gv.name_hint for gv, _, _, operands, _ in todo if operands in HALF_DTYPES.values()}
@@ -101,7 +110,7 @@ def tile_projections(mod: tvm.IRModule, num_sms: int, precision: str, max_shared
     packers = {}
     for gv, K, N, operands, x_dtype in todo:
         kernel, packs = projection_gemm(rows.get(gv.name_hint), K, N, operands, x_dtype, gv.name_hint in constant_w,
-                                        num_sms, precision, max_shared_bytes)
+                                        num_sms, precision, max_shared_bytes, wgmma)
         if not packs:
             mod[gv] = kernel
             continue
@@ -109,7 +118,8 @@ def tile_projections(mod: tvm.IRModule, num_sms: int, precision: str, max_shared
         builder = relax.BlockBuilder(mod)
         new_gv = builder.add_func(kernel, gv.name_hint)
         mod = builder.get()
-        packers[gv.name_hint] = (_W, functools.partial(pack_pairs, bf16=operands == "bfloat16"),
+        pack = pack_pairs_nk if json.loads(str(kernel.attrs[PROJECTION_ATTR])).get("w_nk") else pack_pairs
+        packers[gv.name_hint] = (_W, functools.partial(pack, bf16=operands == "bfloat16"),
                                  "its GEMM takes w_t packed as 16-bit pairs, but a call site passes a w_t that "
                                  "is not a constant", new_gv)
     return repack_constant_args(mod, packers)

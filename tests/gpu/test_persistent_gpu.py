@@ -525,6 +525,31 @@ def test_pairs_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, tile, ldma
 
 
 @pytest.mark.parametrize("precision", ["f16", "bf16"])
+@pytest.mark.parametrize("tile_n", [128, 256])
+def test_wgmma_gemm_matches_numpy_on_gpu(precision, tile_n):
+    """The wgmma GEMM (sm_90a), x in its 16 bits and w_t packed transposed, on ragged shapes against
+    numpy: M and N off its tiles, K off its 64-column k-tiles. Exact products, fp32 sums: fp32's bound."""
+    import tvm
+    from templates.test_projection_pairs import sixteen_bit_operands
+    from tvm import relax
+
+    from persist_rnn.bench.layer_models import projection_module
+    from tir_templates.gemm_staging import pack_pairs_nk
+    from tir_templates.projection_wgmma import projection_wgmma_kernel
+
+    dev = tvm.cuda(0)
+    for M, K, N in ((3200, 768, 3072), (130, 200, 72), (37, 96, 20), (800, 1032, 4100)):
+        func = projection_wgmma_kernel(K, N, precision, 3, tile_n)
+        with tvm.transform.PassContext(opt_level=3):
+            ex = tvm.compile(projection_module(func, M, K, N), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}))
+        x, w, b = sixteen_bit_operands(M, K, N, precision)
+        args = (x, pack_pairs_nk(w, precision == "bf16"), b)
+        got = relax.VirtualMachine(ex, dev)["main"](*(tvm.runtime.tensor(a, dev) for a in args)).numpy()
+        want = x.astype("float64") @ w + b
+        assert np.abs(got - want).max() <= PRECISION_TOLERANCE["fp32"] * np.abs(want).max(), (M, K, N)
+
+
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
 def test_pairs_gemm_by_rows_matches_numpy_on_gpu(precision):
     """The pairs GEMM for rows known only at run time, one build called at rows that take each of
     its plans (on 132 SMs, N = 4096: 100 rows one wave, 800 between, 2000 the 128 x 128 tiles)."""

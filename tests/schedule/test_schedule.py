@@ -834,8 +834,12 @@ def test_a_build_is_refused_on_a_gpu_it_cannot_run_on():
 
 
 def test_cuda_means_the_present_gpus_architecture(monkeypatch):
+    """A Hopper GPU's in its arch-specific form (sm_90a: the wgmma GEMM), which the schedules,
+    calibrations and tuning logs know as sm_90."""
     monkeypatch.setattr(gpu_module, "present_gpu", lambda: PresentGPU("NVIDIA A100", "sm_80", 108))
     assert target_arch(as_target("cuda")) == "sm_80"
+    monkeypatch.setattr(gpu_module, "present_gpu", lambda: PresentGPU("NVIDIA H200", "sm_90", 132))
+    assert str(as_target("cuda").attrs["arch"]) == "sm_90a" and target_arch(as_target("cuda")) == "sm_90"
     monkeypatch.setattr(gpu_module, "present_gpu", lambda: None)
     assert target_arch(as_target("cuda")) == "sm_90"
 

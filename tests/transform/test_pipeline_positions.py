@@ -163,3 +163,22 @@ def test_a_16_bit_projection_that_dlight_schedules_builds(dtype):
     assert "prnn_cp_async16" in cuda_source(tvm.compile(out, CUDA))  # its GEMM copies 16-bit pairs (w_pairs)
     compiled = persist_rnn.compile(model, CUDA, measure=False, persistent=False)
     assert [r.lowering for r in compiled.report()] == ["reference"]
+
+
+def test_a_16_bit_layer_built_for_sm_90a_takes_the_wgmma_gemm(tmp_path):
+    """LSTM H=512 B=64 fp16, T=50: its (3200, 512) x (512, 2048) projection on a target of sm_90a
+    is the wgmma GEMM (400 CTAs of 128 x 128), the recurrence as on sm_90; nvcc takes it."""
+    from persist_rnn.bench.layer_models import LayerCase, make_model
+
+    model, _ = make_model(LayerCase(op="LSTM", seq_len=50, batch=64, input_size=512, hidden_size=512, dtype="float16"))
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+    out = PersistentRNN(target, measure=False)(persist_rnn.from_onnx(model))
+    assert [r.lowering for r in layer_report(out)] == ["persistent"]
+    source = cuda_source(tvm.compile(out, target))
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in source
+    if shutil.which("nvcc") is None:
+        return
+    (tmp_path / "model.cu").write_text(source)
+    res = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-o", str(tmp_path / "model.cubin"), str(tmp_path / "model.cu")],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]

@@ -13,7 +13,7 @@ from tvm import relax
 from persist_rnn.transform.call_sites import call_args, call_tir_sites
 from persist_rnn.transform.projection_gemms import projection_gemm, tile_projections
 from tir_templates.gemm_signature import PROJECTION_ATTR
-from tir_templates.gemm_staging import pack_pairs
+from tir_templates.gemm_staging import pack_pairs, pack_pairs_nk
 from tir_templates.projection import projection_reference
 from tir_templates.projection_mma import plan_shared_bytes
 
@@ -123,3 +123,20 @@ def test_a_tf32_build_takes_the_tensor_cores_from_k_192(depth, rows, mma):
     kernel, packs = projection_gemm(rows, depth, 1152, "float32", "float32", True, 132, "tf32")
     info = json.loads(kernel.attrs[PROJECTION_ATTR])
     assert not packs and (info.get("mma") == "tf32") == mma, info
+
+
+def test_a_build_for_sm_90a_takes_the_wgmma_gemm_where_it_pays():
+    """With wgmma (sm_90a) a 16-bit GEMM copying pairs takes the wgmma GEMM from K = 512 on a grid
+    of a 128 x 128 tile an SM, its w_t packed transposed (pack_pairs_nk); rows known only at run
+    time, one wave's rows, or sm_90, keep the pairs GEMM."""
+    kernel, packs = projection_gemm(3200, 768, 3072, "float16", "float16", True, 132, "fp32", wgmma=True)
+    assert packs and json.loads(kernel.attrs[PROJECTION_ATTR])["wgmma"]
+    for rows, wgmma in ((100, True), (3200, False)):
+        kernel, packs = projection_gemm(rows, 768, 3072, "float16", "float16", True, 132, "fp32", wgmma=wgmma)
+        assert packs and "wgmma" not in json.loads(kernel.attrs[PROJECTION_ATTR])
+    mod, w = module(w_constant=True, rows=3200, depth=512)
+    out = tile_projections(mod, 132, "fp32", wgmma=True)
+    assert gemm_info(out).get("wgmma")
+    [(_, call)] = list(call_tir_sites(out))
+    np.testing.assert_array_equal(call_args(call)[1].value.numpy(), pack_pairs_nk(w, False))
+    assert relax.analysis.check_well_formed(out)

@@ -1,0 +1,79 @@
+"""The wgmma GEMM (tir_templates/projection_wgmma.py): the accumulators' layout against the PTX
+ISA's, the 128-byte swizzle, the plan's rule, the refusals, and its CUDA through nvcc for sm_90a
+(its numbers against numpy run on the GPU: tests/gpu/test_persistent_gpu.py)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import tvm
+
+from persist_rnn.bench.layer_models import cuda_source, projection_module
+from tir_templates.projection_mma import c_fragment
+from tir_templates.projection_wgmma import (
+    d_fragment,
+    projection_wgmma_kernel,
+    swizzled_word,
+    wgmma_arch,
+    wgmma_pays,
+    wgmma_shared_bytes,
+)
+
+
+def test_the_accumulators_cover_the_warpgroups_64_rows_once():
+    """wgmma .m64nNk16 D: warp w holds rows 16 w .. 16 w + 15; accumulator i of a lane is the
+    m16n8 C fragment's register i % 4 of the (i / 4)-th 8 columns. Every (row, column) of 64 x 128
+    once over 4 warps x 32 lanes x 64 accumulators."""
+    seen = {d_fragment(w, lane, i) for w in range(4) for lane in range(32) for i in range(64)}
+    assert seen == {(r, c) for r in range(64) for c in range(128)}
+    assert d_fragment(2, 5, 6) == (32 + c_fragment(5, 2)[0], 8 + c_fragment(5, 2)[1])
+
+
+def test_the_swizzle_keeps_each_row_and_permutes_its_chunks():
+    """Chunk c of row r at chunk c ^ (r % 8) of the same 32-word row; 8 consecutive rows' chunk c
+    land on 8 different 16-byte bank groups (address bits 4-6 XOR bits 7-9)."""
+    for row in range(16):
+        words = sorted(swizzled_word(row, c) for c in range(8))
+        assert words == [row * 32 + 4 * c for c in range(8)]
+    for c in range(8):
+        assert len({swizzled_word(row, c) % 32 for row in range(8)}) == 8
+
+
+def test_the_plan_pays_from_k_512_on_a_grid_of_a_cta_an_sm():
+    assert wgmma_pays(3200, 768, 3072, 132) and wgmma_pays(800, 768, 3072, 132)
+    assert not wgmma_pays(100, 1024, 4096, 132)  # 32 CTAs: the pairs GEMM's one-wave plan
+    assert not wgmma_pays(3200, 384, 1536, 132)  # K < 512: a tie
+    assert not wgmma_pays(None, 1024, 4096, 132)  # rows known at run time
+    assert wgmma_arch("sm_90a") and not wgmma_arch("sm_90") and not wgmma_arch("sm_100a")
+    assert wgmma_shared_bytes(3, 128) == 3 * 32768 + 1024
+
+
+@pytest.mark.parametrize("args,says", [
+    (dict(precision="3xtf32"), "16-bit operands"),
+    (dict(K=100), "K=100"),
+    (dict(stages=1), "stages >= 2"),
+    (dict(tile_n=64), "128 x 64"),
+], ids=str)
+def test_a_wgmma_gemm_it_cannot_build_is_refused(args, says):
+    K = args.pop("K", 512)
+    with pytest.raises(ValueError, match=says):
+        projection_wgmma_kernel(K, 256, **args)
+
+
+@pytest.mark.parametrize("precision,tile_n", [("f16", 128), ("bf16", 256)])
+def test_the_wgmma_gemm_compiles_for_sm_90a(precision, tile_n, tmp_path):
+    """Its CUDA: the wgmma of the tile's width, its fences, and nvcc for sm_90a without spills."""
+    func = projection_wgmma_kernel(768, 3072, precision, 3, tile_n)
+    with tvm.transform.PassContext(opt_level=3):
+        built = tvm.compile(projection_module(func, 3200, 768, 3072), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}))
+    source = cuda_source(built)
+    assert f"wgmma.mma_async.sync.aligned.m64n{tile_n}k16.f32.{precision}.{precision}" in source
+    assert "fence.proxy.async.shared::cta" in source and "wgmma.wait_group.sync.aligned 0" in source
+    if shutil.which("nvcc") is None:
+        return
+    (tmp_path / "k.cu").write_text(source)
+    res = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "--resource-usage", "-o", str(tmp_path / "k.cubin"),
+                          str(tmp_path / "k.cu")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "0 bytes spill stores" in res.stderr and "serialized" not in res.stderr, res.stderr[-2000:]

@@ -1,0 +1,227 @@
+"""The 16-bit input projection on Hopper's warpgroup tensor cores: wgmma.mma_async (sm_90a).
+
+The pairs GEMM (`projection_mma.py`) runs mma.sync, one warp's 16 x 8 x 16 product an instruction,
+its fragments read from shared memory into registers first; on the H200 it reaches about 250
+TFLOP/s, and more warps, other tiles or ldmatrix did not move it. A wgmma takes both operands from
+shared memory, described once (`DESCRIPTOR`), and computes four warps' 64 x BN x 16 product an
+instruction, its accumulators in registers. Read top to bottom in `block_program`:
+    a CTA per 128 x BN tile of out (BN 128 or 256), two warpgroups of 64 rows each;
+    per k-tile of 64 columns: 16-byte cp.async copies of x (M, K) in its 16 bits and of w_t packed
+    transposed (`gemm_staging.pack_pairs_nk`: (N, K / 2) words, each column of out's pairs along
+    k in a row) into a ring of STAGES tiles, STAGES - 1 ahead, each tile rows of 128 bytes under
+    the 128-byte swizzle the descriptors name (`swizzled_word`);
+    wait for the k-tile, make the copies visible to the tensor cores (`fence.proxy.async`), sync;
+    four wgmma of k = 16 a warpgroup, committed and waited for before the slot is copied over;
+    then out = acc + b from the accumulators (`d_fragment`, the PTX ISA's layout).
+Both operands are K-major, so neither is transposed; products of 16-bit values are exact and the
+sums are fp32, as in the pairs GEMM. A build for sm_90a takes it where it pays (`wgmma_pays`).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm.script import tirx as T
+
+from .built_once import built_once
+from .early_launch import allow_next_kernel
+from .gemm_signature import gemm_func
+from .gemm_staging import CP_ASYNC, commit_copies, wait_copies
+from .projection_mma import HALF_DTYPES, c_fragment
+
+BM, BK = 128, 64  # the CTA's rows of out, and the k-columns of a tile of the ring
+#: the CTA's columns of out a kernel may be built with (a warpgroup's wgmma is m64nBNk16)
+TILE_N = (128, 256)
+NT = 256  # two warpgroups, each 64 of the BM rows
+ROW_WORDS = BK // 2  # a tile row: 64 16-bit values, 128 bytes
+ALIGN_WORDS = 256  # the swizzle repeats every 8 rows (1024 bytes): tiles start on such a boundary
+
+#: a K-major tile of 128-byte rows under the 128-byte swizzle, as a wgmma descriptor: start address,
+#: leading offset unused (1), 8-row groups 1024 bytes apart (stride), swizzle mode 1
+DESCRIPTOR = r"""
+  unsigned long long %s = (((unsigned int)__cvta_generic_to_shared(%s) & 0x3FFFF) >> 4)
+      | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);"""
+
+SMEM_WORD = r"""
+__device__ __forceinline__ unsigned int prnn_smem_word(const void* p) {
+  // the shared-memory word address of p (alignment of the ring)
+  return ((unsigned int)__cvta_generic_to_shared(p)) >> 2;
+}
+"""
+
+FENCE_PROXY_ASYNC = r"""
+__device__ __forceinline__ void prnn_fence_proxy_async() {
+  // this thread's cp.async writes to shared memory made visible to the tensor cores' reads
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+"""
+
+
+#: the plan a layer's GEMM takes where `wgmma_pays`: 3 k-tiles in the ring, 128 x 128 tiles (two
+#: CTAs an SM; 128 x 256 tiles, one an SM, were 9-15% slower: docs/data/projection-wgmma-h200.jsonl)
+WGMMA_PLAN = {"stages": 3, "tile_n": 128}
+#: the least K at which it pays (at K = 384 it tied the pairs GEMM)
+WGMMA_MIN_K = 512
+
+
+def wgmma_arch(arch: str | None) -> bool:
+    """Whether code for CUDA architecture `arch` may use wgmma: Hopper's arch-specific form, sm_90a."""
+    return arch == "sm_90a"
+
+
+def wgmma_pays(M: int | None, K: int, N: int, num_sms: int) -> bool:
+    """Whether a 16-bit GEMM of M rows (known when the model is built) whose x and w_t are copied
+    as they lie goes to this kernel rather than the pairs GEMM: K >= WGMMA_MIN_K and a grid of 128 x
+    128 tiles of at least one CTA an SM. Kernel alone on the H200 against the pairs GEMM's plan
+    (docs/data/projection-wgmma-h200.jsonl): (800, 768) x (768, 3072) 27.0 -> 21.6 us, (3200, 768) x
+    (768, 3072) 70.9 -> 64.8, (6400, 1024) x (1024, 4096) 206.3 -> 156.0, (3200, 512) x (512, 2048)
+    40.5 -> 38.2; with fewer CTAs than SMs it lost ((100, 1024) x (1024, 4096) 9.5 -> 14.6)."""
+    return (M is not None and K >= WGMMA_MIN_K and K % 8 == 0
+            and (M + BM - 1) // BM * ((N + WGMMA_PLAN["tile_n"] - 1) // WGMMA_PLAN["tile_n"]) >= num_sms)
+
+
+def wgmma_shared_bytes(stages: int, tile_n: int) -> int:
+    """Shared memory a CTA allocates: the ring and a 1024-byte boundary's slack."""
+    return 4 * (stages * (BM + tile_n) * ROW_WORDS + ALIGN_WORDS)
+
+
+def _accumulators(count: int) -> str:
+    """The asm operands of accumulators d[0..count): read and written, so that the compiler keeps
+    them in place around the asynchronous wgmma."""
+    return ", ".join(f'"+f"(d[{i}])' for i in range(count))
+
+
+def wgmma_source(kind: str, n: int) -> str:
+    """prnn_wgmma_<kind>_n<n>(d, a, b): d (64 x n of fp32 over the warpgroup) += a (64 x 16) b (16 x n),
+    a and b K-major tiles in shared memory."""
+    regs = ", ".join(f"%{i}" for i in range(n // 2))
+    return f"""
+__device__ __forceinline__ void prnn_wgmma_{kind}_n{n}(float* d, const void* a, const void* b) {{{DESCRIPTOR % ("da", "a")}{DESCRIPTOR % ("db", "b")}
+  asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} {{{regs}}}, %{n // 2}, %{n // 2 + 1}, 1, 1, 1, 0, 0;"
+               : {_accumulators(n // 2)} : "l"(da), "l"(db));
+}}
+"""
+
+
+def fence_source(n: int) -> str:
+    """prnn_wgmma_fence_n<n>(d): before a warpgroup's wgmma."""
+    return f"""
+__device__ __forceinline__ void prnn_wgmma_fence_n{n}(float* d) {{
+  asm volatile("wgmma.fence.sync.aligned;" : {_accumulators(n // 2)} :: "memory");
+}}
+"""
+
+
+def commit_wait_source(n: int) -> str:
+    """prnn_wgmma_commit_wait_n<n>(d): close the warpgroup's batch of wgmma and wait for it."""
+    return f"""
+__device__ __forceinline__ void prnn_wgmma_commit_wait_n{n}(float* d) {{
+  asm volatile("wgmma.commit_group.sync.aligned;\\n\\twgmma.wait_group.sync.aligned 0;" : {_accumulators(n // 2)} :: "memory");
+}}
+"""
+
+
+def swizzled_word(row, chunk):
+    """The word of a tile at which 16-byte chunk `chunk` (0-7) of `row` starts: rows of 32 words,
+    chunk c of row r at chunk c ^ (r % 8), the 128-byte swizzle (address bits 4-6 XOR bits 7-9)."""
+    return row * ROW_WORDS + (chunk ^ (row % 8)) * 4
+
+
+def d_fragment(warp: int, lane: int, i: int) -> tuple[int, int]:
+    """(row, column) within a warpgroup's 64 x BN of out of its accumulator i of `lane` of `warp`
+    (0-3): each warp 16 rows, each 8 columns an m16n8 C fragment (PTX ISA, wgmma .m64nNk16 D)."""
+    row, col = c_fragment(lane, i % 4)
+    return 16 * warp + row, 8 * (i // 4) + col
+
+
+def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int):
+    """The macro launch(x, w, b, out, n_m): a CTA of NT threads per BM x BN tile of out."""
+    KT = (K + BK - 1) // BK
+    ACC = BN // 2  # accumulators a thread holds: 64 x BN over a warpgroup's 128 threads
+    X_WORDS, W_WORDS = BM * ROW_WORDS, BN * ROW_WORDS  # a slot's tiles
+    SLOT = X_WORDS + W_WORDS
+    kind = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+
+    @T.macro
+    def copy_rows(src, s, off, rows, row0, n_rows, t, kt, words):
+        """Thread t's 16-byte chunks of k-tile kt of `rows` rows of src from row0 into the tile at
+        word `off`, 8 a row, zeros past n_rows and K (`words`: src holds 32-bit words, 4 a chunk)."""
+        for e in T.unroll(rows * 8 // NT):
+            row = (e * NT + t) // 8
+            chunk = (e * NT + t) % 8
+            inside = T.And(row0 + row < n_rows, kt * BK + chunk * 8 < K)
+            col = kt * ROW_WORDS + chunk * 4 if words else kt * BK + chunk * 8
+            T.cuda.func_call("prnn_cp_async16", s.access_ptr("w", offset=off + swizzled_word(row, chunk)),
+                             T.address_of(src[T.if_then_else(inside, row0 + row, 0), T.if_then_else(inside, col, 0)]),
+                             T.if_then_else(inside, 16, 0), source_code=CP_ASYNC)
+
+    @T.macro
+    def copy_tile(x, wp, s, base, by, bx, t, kt, n_m):
+        """Thread t's share of k-tile kt of x and of the packed w_t into ring slot kt % STAGES."""
+        copy_rows(x, s, base + kt % STAGES * SLOT, BM, by * BM, n_m, t, kt, False)
+        copy_rows(wp, s, base + kt % STAGES * SLOT + X_WORDS, BN, bx * BN, N, t, kt, True)
+
+    @T.macro
+    def store(out, b, acc, by, bx, t, n_m):
+        """out = acc + b for the rows and columns that exist."""
+        for i in T.unroll(ACC):
+            row = by * BM + t // 128 * 64 + d_fragment(t % 128 // 32, t % 32, i)[0]
+            col = bx * BN + d_fragment(t % 128 // 32, t % 32, i)[1]
+            if T.And(row < n_m, col < N):
+                out[row, col] = acc[i] + b[col]
+
+    @T.macro
+    def block_program(x, wp, b, out, by, bx, t, n_m):
+        s = T.alloc_buffer((wgmma_shared_bytes(STAGES, BN) // 4,), "uint32", scope="shared.dyn")
+        acc = T.alloc_buffer((ACC,), "float32", scope="local")
+        T.evaluate(allow_next_kernel())
+        # the ring's first word on a 1024-byte boundary, as the swizzle's descriptors need
+        base = (ALIGN_WORDS - T.cuda.func_call("prnn_smem_word", s.access_ptr("r"), source_code=SMEM_WORD,
+                                               return_type="uint32") % ALIGN_WORDS) % ALIGN_WORDS
+        for i in T.unroll(ACC):
+            acc[i] = T.float32(0)
+        for st in T.unroll(STAGES - 1):
+            if st < KT:
+                copy_tile(x, wp, s, base, by, bx, t, st, n_m)
+            T.evaluate(commit_copies())
+        for kt in range(KT):
+            T.evaluate(wait_copies(STAGES - 2))
+            T.cuda.func_call("prnn_fence_proxy_async", source_code=FENCE_PROXY_ASYNC)
+            T.tvm_storage_sync("shared")  # k-tile kt is in; the slot of k-tile kt - 1 is free
+            if kt + STAGES - 1 < KT:
+                copy_tile(x, wp, s, base, by, bx, t, kt + STAGES - 1, n_m)
+            T.evaluate(commit_copies())
+            T.cuda.func_call(f"prnn_wgmma_fence_n{BN}", T.address_of(acc[0]), source_code=fence_source(BN))
+            for ks in T.unroll(BK // 16):
+                T.cuda.func_call(f"prnn_wgmma_{kind}_n{BN}", T.address_of(acc[0]),
+                                 s.access_ptr("r", offset=base + kt % STAGES * SLOT + t // 128 * 64 * ROW_WORDS + ks * 8),
+                                 s.access_ptr("r", offset=base + kt % STAGES * SLOT + X_WORDS + ks * 8),
+                                 source_code=wgmma_source(kind, BN))
+            T.cuda.func_call(f"prnn_wgmma_commit_wait_n{BN}", T.address_of(acc[0]), source_code=commit_wait_source(BN))
+        store(out, b, acc, by, bx, t, n_m)
+
+    @T.macro
+    def launch(x, w, b, out, n_m):
+        for by in T.thread_binding((n_m + BM - 1) // BM, thread="blockIdx.y"):
+            for bx in T.thread_binding((N + BN - 1) // BN, thread="blockIdx.x"):
+                for t in T.thread_binding(NT, thread="threadIdx.x"):
+                    block_program(x, w, b, out, by, bx, t, n_m)
+
+    return launch
+
+
+@built_once
+def projection_wgmma_kernel(K: int, N: int, precision: str = "f16", stages: int = 3,
+                            tile_n: int = 128) -> tvm.tirx.PrimFunc:
+    """The wgmma GEMM for x (M, K) in the 16 bits of `precision` ("f16", "bf16") @ w_t, w given as
+    the packed w_t transposed (`pack_pairs_nk`), + b; a CTA per 128 x `tile_n` of out, `stages`
+    k-tiles of 64 columns in its ring."""
+    dtype = HALF_DTYPES.get(precision)
+    if dtype is None:
+        raise ValueError(f"the wgmma GEMM takes 16-bit operands: precision 'f16' or 'bf16', not {precision!r}")
+    if K % 8:
+        raise ValueError(f"the wgmma GEMM copies 16-byte chunks of x's rows: K={K} must be a multiple of 8")
+    if stages < 2:
+        raise ValueError(f"the wgmma GEMM copies k-tiles ahead: stages >= 2, not {stages}")
+    if tile_n not in TILE_N:
+        raise ValueError(f"the wgmma GEMM's tile of out is 128 x {TILE_N}, not 128 x {tile_n}")
+    info = {"mma": precision, "wgmma": True, "stages": stages, "tile_n": tile_n, "w_pairs": True, "w_nk": True}
+    return gemm_func(K, N, _launch(K, N, dtype, tile_n, stages), info, dtype, w_pairs=True, w_nk=True)
