@@ -199,7 +199,9 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "(`gemm_scan_cost.step_launched_early`). Run Q re-measured LSTM H=320 B=4 bf16, whose input "
            "projection (K = 320) went from the FMA units to the 16-bit pairs GEMM (`projection_gemms.pairs_pay`), "
            "and run R GRU H=384 B=64 TF32, whose input projection (K = 384) went from the FMA units to the TF32 "
-           "tensor cores (`projection_mma.TF32_MIN_K`). "
+           "tensor cores (`projection_mma.TF32_MIN_K`). Run S re-measured LSTM H=768 B=32 fp16 built for sm_90a, the "
+           "default on a Hopper GPU, whose input projection went to the wgmma GEMM (`projection_wgmma.wgmma_pays`; "
+           "(3200, 768) x (768, 3072) 70.9 -> 64.8 us kernel alone). "
            "Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",
