@@ -56,7 +56,7 @@ __device__ __forceinline__ void prnn_fence_proxy_async() {
 
 
 #: the plan a layer's GEMM takes where `wgmma_pays`: 3 k-tiles in the ring, 128 x 128 tiles (two
-#: CTAs an SM; 128 x 256 tiles, one an SM, were 9-15% slower: docs/data/projection-wgmma-h200.jsonl)
+#: CTAs an SM; 128 x 256 tiles, one an SM, were 8-15% slower: docs/data/projection-wgmma-h200.jsonl)
 WGMMA_PLAN = {"stages": 3, "tile_n": 128}
 #: the least K at which it pays (at K = 384 it tied the pairs GEMM)
 WGMMA_MIN_K = 512
