@@ -16,11 +16,13 @@ GRID_WIDE_LOWERINGS = ("persistent", "wavefront")
 
 def compiled_for(target) -> dict:
     """{"arch", "num_sms"} a CUDA build for `target` is planned for, here and now (the SMs of the
-    GPU present where it is of that architecture: `gpu.on_present_gpu`)."""
+    GPU present where it is of that architecture: `gpu.on_present_gpu`); "arch" as the target names
+    it, so that code for an arch-specific form (sm_90a) is known to run on that architecture only."""
     from .schedule.planner import target_arch
 
     arch = target_arch(target)
-    return {"arch": arch, "num_sms": gpu_model(arch).num_sms}
+    named = target.attrs.get("arch") if target.attrs is not None else None  # "sm_90a": that GPU's only
+    return {"arch": str(named) if named else arch, "num_sms": gpu_model(arch).num_sms}
 
 
 def gpu_problem(planned: dict, present: PresentGPU | None, grid_wide: bool) -> str:
@@ -32,6 +34,8 @@ def gpu_problem(planned: dict, present: PresentGPU | None, grid_wide: bool) -> s
     fix = 'compile it on this GPU (target "cuda" takes the architecture and SMs of the GPU present)'
     if compute_capability(present.arch) < compute_capability(planned["arch"]):
         return f"this model was compiled for {planned['arch']}; {here}: {fix}"
+    if planned["arch"].endswith("a") and compute_capability(present.arch) != compute_capability(planned["arch"]):
+        return f"this model was compiled for {planned['arch']}, whose code runs on that architecture only; {here}: {fix}"
     if grid_wide and present.num_sms < planned["num_sms"]:
         return (f"this model's persistent kernels were planned for {planned['num_sms']} SMs (up to one CTA an SM, all "
                 f"resident at once); {here}: {fix}")

@@ -831,6 +831,9 @@ def test_a_build_is_refused_on_a_gpu_it_cannot_run_on():
     assert "compiled for sm_90" in gpu_problem(planned, PresentGPU("NVIDIA A100", "sm_80", 108), grid_wide=False)
     assert gpu_problem(planned, PresentGPU("NVIDIA H200", "sm_90", 132), grid_wide=True) == ""
     assert gpu_problem(planned, None, grid_wide=True) == ""
+    hopper_only = {"arch": "sm_90a", "num_sms": 132}  # "cuda" on a Hopper GPU (wgmma)
+    assert gpu_problem(hopper_only, PresentGPU("NVIDIA H200", "sm_90", 132), grid_wide=True) == ""
+    assert "runs on that architecture only" in gpu_problem(hopper_only, PresentGPU("NVIDIA B200", "sm_100", 148), True)
 
 
 def test_cuda_means_the_present_gpus_architecture(monkeypatch):
