@@ -18,11 +18,10 @@ def compiled_for(target) -> dict:
     """{"arch", "num_sms"} a CUDA build for `target` is planned for, here and now (the SMs of the
     GPU present where it is of that architecture: `gpu.on_present_gpu`); "arch" as the target names
     it, so that code for an arch-specific form (sm_90a) is known to run on that architecture only."""
-    from .schedule.planner import target_arch
+    from .schedule.planner import named_arch, target_arch
 
     arch = target_arch(target)
-    named = target.attrs.get("arch") if target.attrs is not None else None  # "sm_90a": that GPU's only
-    return {"arch": str(named) if named else arch, "num_sms": gpu_model(arch).num_sms}
+    return {"arch": named_arch(target) or arch, "num_sms": gpu_model(arch).num_sms}
 
 
 def gpu_problem(planned: dict, present: PresentGPU | None, grid_wide: bool) -> str:

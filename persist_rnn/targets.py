@@ -32,7 +32,8 @@ def _present_arch() -> str:
     present = present_gpu()
     if present is None:
         return "sm_90"
-    return present.arch + "a" if compute_capability(present.arch) == 90 and not present.arch.endswith("a") else present.arch
+    hopper = compute_capability(present.arch) == 90 and not present.arch.endswith("a")
+    return present.arch + "a" if hopper else present.arch
 
 
 def _parsed(target) -> tvm.target.Target:

@@ -53,12 +53,18 @@ class Plan:
     lowering: str = ""
 
 
+def named_arch(target: tvm.target.Target) -> str | None:
+    """The CUDA architecture as the target names it ("sm_90a"), or None."""
+    arch = target.attrs.get("arch") if target.attrs is not None else None
+    return str(arch) if arch else None
+
+
 def target_arch(target: tvm.target.Target) -> str:
     """The target's CUDA architecture as the schedules, calibrations and tuning logs know it: its
     arch-specific form ("sm_90a", which only decides whether the wgmma GEMM may be built:
     `projection_wgmma.wgmma_arch`) is the architecture itself."""
-    arch = target.attrs.get("arch") if target.attrs is not None else None
-    return str(arch).removesuffix("a") if arch else "sm_90"
+    arch = named_arch(target)
+    return arch.removesuffix("a") if arch else "sm_90"
 
 
 def plan_layer(spec: CellSpec, target: tvm.target.Target, *, batch: int | None = None, tuning_log_path=None,

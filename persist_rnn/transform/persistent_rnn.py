@@ -41,7 +41,7 @@ from ..report import (BUCKETS_ATTR, CONFIG_ATTR, EMBEDDING_FOLDED_ATTR, LOWERING
                       kernel_configs)
 from ..schedule.gemm_scan_cost import step_launched_early, step_plan
 from ..schedule.gpu import gpu_model
-from ..schedule.planner import plan_layer, target_arch
+from ..schedule.planner import named_arch, plan_layer, target_arch
 from ..schedule.precision import checked as checked_precision
 from ..targets import as_target
 from .batch_invariants import broadcast_batch_invariants
@@ -319,8 +319,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                                       if gv.name_hint in int8 and _holds_int8(func)})
         if cuda:
             # the tensor cores' GEMM where it pays, else FMA
-            mod = tile_projections(mod, num_sms, precision, gpu.max_shared_bytes,
-                                   wgmma_arch(target.attrs.get("arch") and str(target.attrs["arch"])))
+            mod = tile_projections(mod, num_sms, precision, gpu.max_shared_bytes, wgmma_arch(named_arch(target)))
             early = early_launch_safe(mod, layers) if supports_early_launch(arch) else set()
             for gv, func, spec in list(recurrences(mod)):
                 if gv.name_hint in early and _may_launch_early(func, spec):

@@ -6,8 +6,8 @@ FMA GEMM (tir_templates/projection.py), tiled for the call sites' rows where the
 16-bit layer's GEMM whose x comes in its 16 bits and whose w_t is a constant at every call site
 takes w_t packed as pairs along k (gemm_staging.pack_pairs; transposed, pack_pairs_nk, for the
 wgmma GEMM of a build for sm_90a), replaced at the call sites, so that both operands are copied
-into shared memory as they lie; where the rows are symbolic (a batch
-known at run time), that GEMM picks its plan by the rows.
+into shared memory as they lie; where the rows are symbolic (a batch known at run time), that GEMM
+picks its plan by the rows.
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from tir_templates.gemm_staging import pack_pairs, pack_pairs_nk
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
 from tir_templates.projection_mma import (HALF_DTYPES, PAIRS_PLANS, gemm_plan, pairs_by_rows_copy, pairs_gemm_by_rows,
                                          plan_shared_bytes, projection_mma_kernel, tensor_cores_pay)
-
 from tir_templates.projection_wgmma import WGMMA_PLAN, projection_wgmma_kernel, wgmma_pays, wgmma_shared_bytes
 
 from .call_sites import call_site_rows, constant_at_every_site, repack_constant_args
