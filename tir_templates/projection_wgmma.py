@@ -15,6 +15,8 @@ instruction, its accumulators in registers. Read top to bottom in `block_program
     then out = acc + b from the accumulators (`d_fragment`, the PTX ISA's layout).
 Both operands are K-major, so neither is transposed; products of 16-bit values are exact and the
 sums are fp32, as in the pairs GEMM. A build for sm_90a takes it where it pays (`wgmma_pays`).
+`emulated_projection_wgmma_kernel` runs the same copies into the same swizzled words serially on
+the CPU, and each thread's accumulators as `d_fragment` places them, read back through the swizzle.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from .built_once import built_once
 from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func
 from .gemm_staging import CP_ASYNC, commit_copies, wait_copies
+from .persistent.dot_mma import f16_half, f16_pair
 from .projection_mma import HALF_DTYPES, c_fragment
 
 BM, BK = 128, 64  # the CTA's rows of out, and the k-columns of a tile of the ring
@@ -132,26 +135,39 @@ def d_fragment(warp: int, lane: int, i: int) -> tuple[int, int]:
     return 16 * warp + row, 8 * (i // 4) + col
 
 
-def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int):
-    """The macro launch(x, w, b, out, n_m): a CTA of NT threads per BM x BN tile of out."""
+def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
+    """The macro launch(x, w, b, out, n_m): a CTA of NT threads per BM x BN tile of out (serially,
+    on the CPU: `emulate`)."""
     KT = (K + BK - 1) // BK
     ACC = BN // 2  # accumulators a thread holds: 64 x BN over a warpgroup's 128 threads
     X_WORDS, W_WORDS = BM * ROW_WORDS, BN * ROW_WORDS  # a slot's tiles
     SLOT = X_WORDS + W_WORDS
     kind = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    bf16 = dtype == "bfloat16"
 
     @T.macro
     def copy_rows(src, s, off, rows, row0, n_rows, t, kt, words):
         """Thread t's 16-byte chunks of k-tile kt of `rows` rows of src from row0 into the tile at
-        word `off`, 8 a row, zeros past n_rows and K (`words`: src holds 32-bit words, 4 a chunk)."""
+        word `off`, 8 a row, zeros past n_rows and K (`words`: src holds 32-bit words, 4 a chunk;
+        else 16-bit values, which the CPU twin packs two a word as the copy lays them)."""
         for e in T.unroll(rows * 8 // NT):
             row = (e * NT + t) // 8
             chunk = (e * NT + t) % 8
             inside = T.And(row0 + row < n_rows, kt * BK + chunk * 8 < K)
             col = kt * ROW_WORDS + chunk * 4 if words else kt * BK + chunk * 8
-            T.cuda.func_call("prnn_cp_async16", s.access_ptr("w", offset=off + swizzled_word(row, chunk)),
-                             T.address_of(src[T.if_then_else(inside, row0 + row, 0), T.if_then_else(inside, col, 0)]),
-                             T.if_then_else(inside, 16, 0), source_code=CP_ASYNC)
+            if emulate:
+                for v in range(4):
+                    if not inside:
+                        s[off + swizzled_word(row, chunk) + v] = T.uint32(0)
+                    elif words:
+                        s[off + swizzled_word(row, chunk) + v] = src[row0 + row, col + v]
+                    else:
+                        s[off + swizzled_word(row, chunk) + v] = f16_pair(
+                            T.Cast("float32", src[row0 + row, col + 2 * v]), T.Cast("float32", src[row0 + row, col + 2 * v + 1]), bf16)
+            else:
+                T.cuda.func_call("prnn_cp_async16", s.access_ptr("w", offset=off + swizzled_word(row, chunk)),
+                                 T.address_of(src[T.if_then_else(inside, row0 + row, 0), T.if_then_else(inside, col, 0)]),
+                                 T.if_then_else(inside, 16, 0), source_code=CP_ASYNC)
 
     @T.macro
     def copy_tile(x, wp, s, base, by, bx, t, kt, n_m):
@@ -198,22 +214,48 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int):
             T.cuda.func_call(f"prnn_wgmma_commit_wait_n{BN}", T.address_of(acc[0]), source_code=commit_wait_source(BN))
         store(out, b, acc, by, bx, t, n_m)
 
+    def value(s, off, row, k):
+        """The 16-bit value at k (0-63) of `row` of the tile at word `off`, through the swizzle."""
+        return f16_half(s[off + swizzled_word(row, k // 8) + k % 8 // 2], k % 2, bf16)
+
+    @T.macro
+    def emulated_blocks(x, wp, b, out, n_m):
+        """The CTAs one after another, threads as serial loops: each k-tile's copies into its ring
+        slot, then each thread's accumulators += the k-tile's products of the rows and columns
+        `d_fragment` gives it, read from the slot as the wgmma's descriptors do."""
+        for by in range((n_m + BM - 1) // BM):
+            for bx in range((N + BN - 1) // BN):
+                s = T.alloc_buffer((STAGES * SLOT,), "uint32")
+                acc = T.alloc_buffer((NT, ACC), "float32")
+                for t, i in T.grid(NT, ACC):
+                    acc[t, i] = T.float32(0)
+                for kt in range(KT):
+                    for t in range(NT):
+                        copy_tile(x, wp, s, 0, by, bx, t, kt, n_m)
+                    for t, i, k in T.grid(NT, ACC, BK):
+                        acc[t, i] = acc[t, i] + (
+                            value(s, kt % STAGES * SLOT, t // 128 * 64 + d_fragment(t % 128 // 32, t % 32, i)[0], k)
+                            * value(s, kt % STAGES * SLOT + X_WORDS, d_fragment(t % 128 // 32, t % 32, i)[1], k))
+                for t, i in T.grid(NT, ACC):
+                    row = by * BM + t // 128 * 64 + d_fragment(t % 128 // 32, t % 32, i)[0]
+                    col = bx * BN + d_fragment(t % 128 // 32, t % 32, i)[1]
+                    if T.And(row < n_m, col < N):
+                        out[row, col] = acc[t, i] + b[col]
+
     @T.macro
     def launch(x, w, b, out, n_m):
-        for by in T.thread_binding((n_m + BM - 1) // BM, thread="blockIdx.y"):
-            for bx in T.thread_binding((N + BN - 1) // BN, thread="blockIdx.x"):
-                for t in T.thread_binding(NT, thread="threadIdx.x"):
-                    block_program(x, w, b, out, by, bx, t, n_m)
+        if emulate:
+            emulated_blocks(x, w, b, out, n_m)
+        else:
+            for by in T.thread_binding((n_m + BM - 1) // BM, thread="blockIdx.y"):
+                for bx in T.thread_binding((N + BN - 1) // BN, thread="blockIdx.x"):
+                    for t in T.thread_binding(NT, thread="threadIdx.x"):
+                        block_program(x, w, b, out, by, bx, t, n_m)
 
     return launch
 
 
-@built_once
-def projection_wgmma_kernel(K: int, N: int, precision: str = "f16", stages: int = 3,
-                            tile_n: int = 128) -> tvm.tirx.PrimFunc:
-    """The wgmma GEMM for x (M, K) in the 16 bits of `precision` ("f16", "bf16") @ w_t, w given as
-    the packed w_t transposed (`pack_pairs_nk`), + b; a CTA per 128 x `tile_n` of out, `stages`
-    k-tiles of 64 columns in its ring."""
+def _build(K: int, N: int, precision: str, stages: int, tile_n: int, emulate: bool) -> tvm.tirx.PrimFunc:
     dtype = HALF_DTYPES.get(precision)
     if dtype is None:
         raise ValueError(f"the wgmma GEMM takes 16-bit operands: precision 'f16' or 'bf16', not {precision!r}")
@@ -224,4 +266,20 @@ def projection_wgmma_kernel(K: int, N: int, precision: str = "f16", stages: int 
     if tile_n not in TILE_N:
         raise ValueError(f"the wgmma GEMM's tile of out is 128 x {TILE_N}, not 128 x {tile_n}")
     info = {"mma": precision, "wgmma": True, "stages": stages, "tile_n": tile_n, "w_pairs": True, "w_nk": True}
-    return gemm_func(K, N, _launch(K, N, dtype, tile_n, stages), info, dtype, w_pairs=True, w_nk=True)
+    return gemm_func(K, N, _launch(K, N, dtype, tile_n, stages, emulate), info, dtype, w_pairs=True, w_nk=True)
+
+
+@built_once
+def projection_wgmma_kernel(K: int, N: int, precision: str = "f16", stages: int = 3,
+                            tile_n: int = 128) -> tvm.tirx.PrimFunc:
+    """The wgmma GEMM for x (M, K) in the 16 bits of `precision` ("f16", "bf16") @ w_t, w given as
+    the packed w_t transposed (`pack_pairs_nk`), + b; a CTA per 128 x `tile_n` of out, `stages`
+    k-tiles of 64 columns in its ring."""
+    return _build(K, N, precision, stages, tile_n, emulate=False)
+
+
+@built_once
+def emulated_projection_wgmma_kernel(K: int, N: int, precision: str = "f16", stages: int = 3,
+                                     tile_n: int = 128) -> tvm.tirx.PrimFunc:
+    """The same copies and accumulators run serially on the CPU (llvm): for tests."""
+    return _build(K, N, precision, stages, tile_n, emulate=True)

@@ -1,18 +1,21 @@
 """The wgmma GEMM (tir_templates/projection_wgmma.py): the accumulators' layout against the PTX
-ISA's, the 128-byte swizzle, the plan's rule, the refusals, and its CUDA through nvcc for sm_90a
-(its numbers against numpy run on the GPU: tests/gpu/test_persistent_gpu.py)."""
+ISA's, the 128-byte swizzle, the plan's rule, the refusals, the CPU twin against numpy, and its
+CUDA through nvcc for sm_90a (the kernel against numpy on the GPU: tests/gpu/test_persistent_gpu.py)."""
 from __future__ import annotations
 
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 import tvm
 
 from persist_rnn.bench.layer_models import cuda_source, projection_module
+from tir_templates.gemm_staging import pack_pairs_nk
 from tir_templates.projection_mma import c_fragment
 from tir_templates.projection_wgmma import (
     d_fragment,
+    emulated_projection_wgmma_kernel,
     projection_wgmma_kernel,
     swizzled_word,
     wgmma_arch,
@@ -77,3 +80,18 @@ def test_the_wgmma_gemm_compiles_for_sm_90a(precision, tile_n, tmp_path):
                           str(tmp_path / "k.cu")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "0 bytes spill stores" in res.stderr and "serialized" not in res.stderr, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+@pytest.mark.parametrize("M,K,N,tile_n", [(130, 200, 72, 128), (37, 96, 260, 256), (129, 64, 128, 128)], ids=str)
+def test_emulated_wgmma_gemm_is_exact_for_16_bit_operands(M, K, N, tile_n, precision):
+    """The CPU twin: every thread's 16-byte copies into the swizzled ring, zeros past the edges
+    (M, N off the tiles, K off the k-tiles), each accumulator where `d_fragment` puts it: exact
+    products, fp32 sums (1e-6 of the output scale)."""
+    from templates.test_projection_pairs import run_pairs_on_cpu, sixteen_bit_operands
+
+    x, w, b = sixteen_bit_operands(M, K, N, precision)
+    func = emulated_projection_wgmma_kernel(K, N, precision, 3, tile_n)
+    got = run_pairs_on_cpu(func, x, pack_pairs_nk(w, precision == "bf16"), b, N)
+    want = x.astype("float64") @ w + b
+    assert np.abs(got - want).max() / np.abs(want).max() <= 1e-6
