@@ -25,7 +25,7 @@ from tvm.script import tirx as T
 
 from .built_once import built_once
 from .early_launch import allow_next_kernel
-from .gemm_signature import gemm_func
+from .gemm_signature import gemm_func, tile_grid
 from .gemm_staging import CP_ASYNC, commit_copies, wait_copies
 from .persistent.dot_mma import f16_half, f16_pair
 from .projection_mma import HALF_DTYPES, c_fragment
@@ -242,17 +242,7 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
                     if T.And(row < n_m, col < N):
                         out[row, col] = acc[t, i] + b[col]
 
-    @T.macro
-    def launch(x, w, b, out, n_m):
-        if emulate:
-            emulated_blocks(x, w, b, out, n_m)
-        else:
-            for by in T.thread_binding((n_m + BM - 1) // BM, thread="blockIdx.y"):
-                for bx in T.thread_binding((N + BN - 1) // BN, thread="blockIdx.x"):
-                    for t in T.thread_binding(NT, thread="threadIdx.x"):
-                        block_program(x, w, b, out, by, bx, t, n_m)
-
-    return launch
+    return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
 
 
 def _build(K: int, N: int, precision: str, stages: int, tile_n: int, emulate: bool) -> tvm.tirx.PrimFunc:
