@@ -23,8 +23,9 @@ where the grid is large, a CTA takes a 128 x 128 tile of out, 4 warps of 64 x 64
 With `ldmatrix`, w_t comes packed as its transpose (`pack_pairs_nk`), so that both tiles hold a row
 of pairs along k per row of out or column of out, and a warp loads a k-slice's fragments four
 8 x 8 matrices an instruction (`warp_products_ldmatrix`), against a shared load a register. On the
-H200 that was 0-6% slower at every plan's shapes (kernel alone, docs/data/projection-ldmatrix-h200.jsonl),
-so no plan takes it: a quarter of the load instructions did not shorten a GEMM that waits elsewhere.
+H200 that was 0-6% slower at the big-tile plan's shapes, 8-19% at the plan between's, 2% faster at
+one wave's (kernel alone, docs/data/projection-ldmatrix-h200.jsonl), so no plan takes it: a quarter
+of the load instructions did not shorten a GEMM that waits elsewhere.
 `emulated_projection_mma_kernel` runs the same staging serially on the CPU and takes each
 product as the mma defines it (operands rounded or split as the GPU's are); the fragments' lane
 and register maps are checked against the PTX ISA's figures on plain ints (`a_fragment`,
