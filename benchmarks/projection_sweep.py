@@ -83,7 +83,7 @@ def packs_transposed(tile) -> bool:
 
 
 def built(M, K, N, tile, build_dir=None, load=True):
-    """The variant's executable, compiled for sm_90; with `build_dir`, loaded from there where an
+    """The variant's executable, compiled for sm_90 (the wgmma GEMM's for sm_90a); with `build_dir`, loaded from there where an
     earlier call (`--build-only`, on a machine without a GPU) exported it, else exported there
     (`load` False: only made sure of; a machine without CUDA cannot load it)."""
     import tvm
