@@ -175,14 +175,25 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
         copy_rows(x, s, base + kt % STAGES * SLOT, BM, by * BM, n_m, t, kt, False)
         copy_rows(wp, s, base + kt % STAGES * SLOT + X_WORDS, BN, bx * BN, N, t, kt, True)
 
+    def tile_place(t, i):
+        """(row, column) within the CTA's tile of out of thread t's accumulator i: its warpgroup's
+        64 rows, then `d_fragment`."""
+        row, col = d_fragment(t % 128 // 32, t % 32, i)
+        return t // 128 * 64 + row, col
+
+    @T.macro
+    def store_one(out, b, value, by, bx, t, i, n_m):
+        """out = value + b at thread t's accumulator i's place, where it exists."""
+        row = by * BM + tile_place(t, i)[0]
+        col = bx * BN + tile_place(t, i)[1]
+        if T.And(row < n_m, col < N):
+            out[row, col] = value + b[col]
+
     @T.macro
     def store(out, b, acc, by, bx, t, n_m):
         """out = acc + b for the rows and columns that exist."""
         for i in T.unroll(ACC):
-            row = by * BM + t // 128 * 64 + d_fragment(t % 128 // 32, t % 32, i)[0]
-            col = bx * BN + d_fragment(t % 128 // 32, t % 32, i)[1]
-            if T.And(row < n_m, col < N):
-                out[row, col] = acc[i] + b[col]
+            store_one(out, b, acc[i], by, bx, t, i, n_m)
 
     @T.macro
     def block_program(x, wp, b, out, by, bx, t, n_m):
@@ -234,13 +245,10 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
                         copy_tile(x, wp, s, 0, by, bx, t, kt, n_m)
                     for t, i, k in T.grid(NT, ACC, BK):
                         acc[t, i] = acc[t, i] + (
-                            value(s, kt % STAGES * SLOT, t // 128 * 64 + d_fragment(t % 128 // 32, t % 32, i)[0], k)
-                            * value(s, kt % STAGES * SLOT + X_WORDS, d_fragment(t % 128 // 32, t % 32, i)[1], k))
+                            value(s, kt % STAGES * SLOT, tile_place(t, i)[0], k)
+                            * value(s, kt % STAGES * SLOT + X_WORDS, tile_place(t, i)[1], k))
                 for t, i in T.grid(NT, ACC):
-                    row = by * BM + t // 128 * 64 + d_fragment(t % 128 // 32, t % 32, i)[0]
-                    col = bx * BN + d_fragment(t % 128 // 32, t % 32, i)[1]
-                    if T.And(row < n_m, col < N):
-                        out[row, col] = acc[t, i] + b[col]
+                    store_one(out, b, acc[t, i], by, bx, t, i, n_m)
 
     return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
 
