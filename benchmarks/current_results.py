@@ -21,7 +21,7 @@ GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h
 STACKS_FILE = "wavefront-stacks-h100.jsonl"  # `persist-rnn bench --parts stacks`
 CORPUS_FILE = "corpus-latency-h100.jsonl"  # `python benchmarks/corpus_latency.py`
 OFFGRID_FILE = "offgrid-picks-h100.jsonl"  # `python benchmarks/offgrid_picks.py`
-OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-Q)
+OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-T)
 CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE, OFFGRID_PART_FILE]
 #: sections of docs/benchmarks.md written by hand (each names its data file and command), which a
 #: regeneration keeps as they stand, in this order after the generated ones
@@ -157,7 +157,7 @@ def offgrid_part_lines(rows: list) -> list[str]:
     out = ["", "## The off-grid set (`bench --parts offgrid`), H200", "",
            "The part's 20 layers (T=100, input = hidden; both cells, every hidden size of 96-2048, every batch of 1-128 "
            "and every precision appear), compiled as users compile them: no tuning log, measure off (the cost model "
-           "alone), and the default compile on the GPU (its top 5 and two tensor-core configs timed), each against "
+           "alone), and the default compile on the GPU (its top 5 and its best tensor-core configs timed), each against "
            "cuDNN's best algorithm at the same precision in the same run (torch's layer in a CUDA graph and the four "
            "algorithms called directly, each checked against torch). Run A measured the whole set; runs B and C "
            "re-measured the layers that two planner changes move (B: batch tiles of clusters only where every cluster "
@@ -201,7 +201,10 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "and run R GRU H=384 B=64 TF32, whose input projection (K = 384) went from the FMA units to the TF32 "
            "tensor cores (`projection_mma.TF32_MIN_K`). Run S re-measured LSTM H=768 B=32 fp16 built for sm_90a, the "
            "default on a Hopper GPU, whose input projection went to the wgmma GEMM (`projection_wgmma.wgmma_pays`; "
-           "(3200, 768) x (768, 3072) 70.9 -> 64.8 us kernel alone). "
+           "(3200, 768) x (768, 3072) 70.9 -> 64.8 us kernel alone). Run T re-measured GRU H=384 B=64 TF32 after the "
+           "compile on the GPU began timing, besides those configs, the model's best tensor-core config of each way "
+           "the CTAs meet (`planner.meeting_kinds`: here a cluster batch tile, timed and not taken; runs before T timed "
+           "the top 5 and two tensor-core configs only). "
            "Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",

@@ -357,18 +357,37 @@ def rank_for_any_batch(spec: CellSpec, configs: list[Config], gpu) -> list[tuple
 def to_measure(ranked: list[tuple[float, Config]], top_k: int, spec: CellSpec | None = None,
                gpu=None) -> list[Config]:
     """The model's top K of the FMA-unit configs, plus its best TENSOR_CORE_CANDIDATES tensor-core
-    configs (the model's first pick is always among them), and (given `spec` and `gpu`) each of
-    those with its A fragments partly in shared memory where its registers spill
+    configs (the model's first pick is always among them) and (given `spec`) its best tensor-core
+    config of each way the CTAs meet that those lack (`meeting_kinds`), and (given `spec` and
+    `gpu`) each of those with its A fragments partly in shared memory where its registers spill
     (`space.shared_fragments_variant`: the model does not price spills, so timing decides)."""
     simt = [c for _, c in ranked if not c.tensor_cores()][:top_k]
     tensor = [c for _, c in ranked if c.tensor_cores()][:TENSOR_CORE_CANDIDATES]
     if spec is not None:
+        tensor += meeting_kinds(spec, [c for _, c in ranked if c.tensor_cores()], tensor)
+    if spec is not None and gpu is not None:
         tensor += [v for v in (shared_fragments_variant(spec, c, gpu) for c in tensor) if v is not None]
     return simt + tensor
 
 
 #: tensor-core configs measured besides the model's top K (when the space has any)
 TENSOR_CORE_CANDIDATES = 2
+
+
+def meeting_kinds(spec: CellSpec, ranked_tensor: list[Config], chosen: list[Config]) -> list[Config]:
+    """The first of `ranked_tensor` (best first) of each way a direction's CTAs meet (a grid
+    counter, a cluster barrier, one CTA: `Config.barrier`) that no config of `chosen` has. The
+    model ranks these kinds against each other less well than configs of one kind: LSTM H=512
+    B=32 fp16, kernel alone on the H200, ran 2.08 us a step in grid batch tiles (its pick, priced
+    2.76) and 1.90 in cluster batch tiles (priced 3.03), a config the top-5 compile did not time
+    (docs/data/meeting-kinds-h200.jsonl)."""
+    seen = {c.barrier(spec) for c in chosen}
+    out = []
+    for cfg in ranked_tensor:
+        if cfg.barrier(spec) not in seen:
+            seen.add(cfg.barrier(spec))
+            out.append(cfg)
+    return out
 
 
 def _kernel(spec: CellSpec, cfg: Config, source: str, time_us) -> Plan:

@@ -856,13 +856,28 @@ def test_the_measured_compile_also_times_spilling_picks_with_shared_fragments():
     gpu = gpu_model("sm_90")
     spec = CellSpec("lstm", 1280, 1280, dtype="float16")
     ranked = _ranked(spec, gpu, 32, False, "fp32")[1]
-    plain = to_measure(ranked, 5)
+    plain = to_measure(ranked, 5, spec)
     timed = to_measure(ranked, 5, spec, gpu)
     extra = [c for c in timed if c not in plain]
     assert [c.smem_runs for c in extra] == [10] and extra[0].tile_units == 10 and not problems_on(spec, extra[0], gpu)
     small = CellSpec("gru", 512, 512, linear_before_reset=True, dtype="float16")
     assert to_measure(_ranked(small, gpu, 32, False, "fp32")[1], 5, small, gpu) == to_measure(
-        _ranked(small, gpu, 32, False, "fp32")[1], 5)
+        _ranked(small, gpu, 32, False, "fp32")[1], 5, small)
+
+
+def test_the_measured_compile_times_the_best_config_of_each_way_the_ctas_meet():
+    """The model's first two tensor-core picks for LSTM H=512 B=32 fp16 are grid batch tiles; its
+    best cluster batch tile, which ran 1.09-1.10x faster kernel alone on the H200
+    (docs/data/meeting-kinds-h200.jsonl), is timed beside them, and no kind twice."""
+    from persist_rnn.schedule.planner import TENSOR_CORE_CANDIDATES, _ranked, to_measure
+
+    spec = CellSpec("lstm", 512, 512, dtype="float16")
+    ranked = _ranked(spec, H100, 32, False, "fp32")[1]
+    first = [c for _, c in ranked if c.tensor_cores()][:TENSOR_CORE_CANDIDATES]
+    assert {c.barrier(spec) for c in first} == {"grid"}
+    timed = [c for c in to_measure(ranked, 5, spec, H100) if c.tensor_cores()]
+    cluster = Config(32, 32, 16, 8, "float16", cluster=True, batch_tile=8, mma_k_split=1)
+    assert [c for c in timed if c not in first] == [cluster]
 
 
 def test_shared_fragments_free_registers_for_one_turn_of_loads_or_none():
