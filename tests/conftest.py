@@ -19,6 +19,17 @@ def _gpu_present() -> bool:
         return False
 
 
+def pytest_configure(config):
+    """On a machine with a GPU, GPU tests in several processes at once are refused: they time
+    kernels and launch persistent grids that expect the GPU to themselves (14 workers on one
+    H200 left failures scattered through the suite)."""
+    workers = config.getoption("numprocesses", default=None)
+    if workers in (None, 0, "0") or "not gpu" in (config.getoption("markexpr", default="") or ""):
+        return
+    if _gpu_present():
+        raise pytest.UsageError("the GPU tests run in one process: drop -n, or deselect them with -m 'not gpu'")
+
+
 def pytest_collection_modifyitems(config, items):
     if _gpu_present():
         return
