@@ -362,9 +362,10 @@ def to_measure(ranked: list[tuple[float, Config]], top_k: int, spec: CellSpec | 
     `gpu`) each of those with its A fragments partly in shared memory where its registers spill
     (`space.shared_fragments_variant`: the model does not price spills, so timing decides)."""
     simt = [c for _, c in ranked if not c.tensor_cores()][:top_k]
-    tensor = [c for _, c in ranked if c.tensor_cores()][:TENSOR_CORE_CANDIDATES]
+    ranked_tensor = [c for _, c in ranked if c.tensor_cores()]
+    tensor = ranked_tensor[:TENSOR_CORE_CANDIDATES]
     if spec is not None:
-        tensor += meeting_kinds(spec, [c for _, c in ranked if c.tensor_cores()], tensor)
+        tensor += meeting_kinds(spec, ranked_tensor, tensor)
     if spec is not None and gpu is not None:
         tensor += [v for v in (shared_fragments_variant(spec, c, gpu) for c in tensor) if v is not None]
     return simt + tensor
