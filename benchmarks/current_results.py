@@ -204,7 +204,10 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "(3200, 768) x (768, 3072) 70.9 -> 64.8 us kernel alone). Run T re-measured GRU H=384 B=64 TF32 after the "
            "compile on the GPU began timing, besides those configs, the model's best tensor-core config of each way "
            "the CTAs meet (`planner.meeting_kinds`: here a cluster batch tile, timed and not taken; runs before T timed "
-           "the top 5 and two tensor-core configs only). "
+           "the top 5 and two tensor-core configs only). Run U re-measured LSTM H=768 B=32 fp16 after its input "
+           "projection's wgmma GEMM took tiles 160 columns wide, two waves where 128 columns took three "
+           "(`projection_wgmma.wgmma_plan`; (3200, 768) x (768, 3072) 64.8 -> 59.6 us kernel alone; in the same "
+           "process, tiles 128 wide ran 0.949x measure off: `docs/data/projection-wgmma-h200.jsonl`, run F). "
            "Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",

@@ -7,7 +7,9 @@ a layer; a layer that fails is reported and the rest still run. Needs torch and 
 
 `--tf32-min-k K` builds with projection_mma.TF32_MIN_K set to K (512: TF32 GEMMs of K < 512 on the
 FMA units, as 3xTF32's), `--wgmma-min-k K` with projection_wgmma.WGMMA_MIN_K set to K (a K no layer
-has: the pairs GEMM where a build for sm_90a would take the wgmma GEMM), for an A/B of either rule.
+has: the pairs GEMM where a build for sm_90a would take the wgmma GEMM), `--wgmma-tile-n N` with
+projection_wgmma.WAVE_TILES_N holding N alone (every wgmma GEMM in tiles N columns wide), for an A/B of
+each rule.
 """
 from __future__ import annotations
 
@@ -34,7 +36,13 @@ def main():
     ap.add_argument("layers", nargs="*", default=HELD_OUT, help="CELL:HIDDEN:BATCH:PRECISION")
     ap.add_argument("--tf32-min-k", type=int, help="projection_mma.TF32_MIN_K for these builds")
     ap.add_argument("--wgmma-min-k", type=int, help="projection_wgmma.WGMMA_MIN_K for these builds")
+    ap.add_argument("--wgmma-tile-n", type=int, help="the one tile width of projection_wgmma.WAVE_TILES_N")
     args = ap.parse_args()
+    if args.wgmma_tile_n is not None:
+        import tir_templates.projection_wgmma as projection_wgmma
+
+        projection_wgmma.WAVE_TILES_N = {args.wgmma_tile_n: 1.0}
+        projection_wgmma.WGMMA_PLAN = dict(projection_wgmma.WGMMA_PLAN, tile_n=args.wgmma_tile_n)
     if args.wgmma_min_k is not None:
         import tir_templates.projection_wgmma as projection_wgmma
 
@@ -52,7 +60,7 @@ def main():
             row = {"cell": cell.upper(), "hidden": int(hidden), "batch": int(batch), "precision": precision,
                    "error": str(err)[:300]}
         row["wall_s"] = round(time.perf_counter() - start, 1)
-        for knob in ("tf32_min_k", "wgmma_min_k"):
+        for knob in ("tf32_min_k", "wgmma_min_k", "wgmma_tile_n"):
             if getattr(args, knob) is not None:
                 row[knob] = getattr(args, knob)
         with open(args.out, "a") as f:

@@ -32,7 +32,7 @@ from .projection_mma import HALF_DTYPES, c_fragment
 
 BM, BK = 128, 64  # the CTA's rows of out, and the k-columns of a tile of the ring
 #: the CTA's columns of out a kernel may be built with (a warpgroup's wgmma is m64nBNk16)
-TILE_N = (128, 256)
+TILE_N = (96, 128, 160, 256)
 NT = 256  # two warpgroups, each 64 of the BM rows
 ROW_WORDS = BK // 2  # a tile row: 64 16-bit values, 128 bytes
 ALIGN_WORDS = 256  # the swizzle repeats every 8 rows (1024 bytes): tiles start on such a boundary
@@ -63,6 +63,15 @@ __device__ __forceinline__ void prnn_fence_proxy_async() {
 WGMMA_PLAN = {"stages": 3, "tile_n": 128}
 #: the least K at which it pays (at K = 384 it tied the pairs GEMM)
 WGMMA_MIN_K = 512
+#: the tile widths `wgmma_plan` weighs, each with a tile's time relative to a 128-column tile's (all
+#: three hold two CTAs an SM), fit kernel alone on the H200 (docs/data/projection-wgmma-h200.jsonl,
+#: run E): 96 columns from the one-wave (800, 768) x (768, 3072) (18.6 against 21.9 us), 160 from
+#: (3200, 768) x (768, 3072) (two waves of 160 in 59.6 us against three of 128 in 64.8)
+WAVE_TILES_N = {96: 0.85, 128: 1.0, 160: 1.38}
+#: how much sooner another width's waves must end for the plan to leave WGMMA_PLAN's: the wave
+#: model's error on run E's 13 shapes (at (6400, 1024) x (1024, 4096) it has 160 columns 1.4%
+#: sooner; they ran 0.8% later)
+WAVE_MARGIN = 0.95
 
 
 def wgmma_arch(arch: str | None) -> bool:
@@ -79,6 +88,19 @@ def wgmma_pays(M: int | None, K: int, N: int, num_sms: int) -> bool:
     40.5 -> 38.2; with fewer CTAs than SMs it lost ((100, 1024) x (1024, 4096) 9.5 -> 14.6)."""
     return (M is not None and K >= WGMMA_MIN_K and K % 8 == 0
             and (M + BM - 1) // BM * ((N + WGMMA_PLAN["tile_n"] - 1) // WGMMA_PLAN["tile_n"]) >= num_sms)
+
+
+def wgmma_plan(M: int, N: int, num_sms: int) -> dict:
+    """The plan of a GEMM of M x N out: WGMMA_PLAN, or the tile width of WAVE_TILES_N whose waves
+    of two CTAs an SM end first where they end WAVE_MARGIN sooner. (3200, 768) x (768, 3072) on
+    132 SMs: 600 tiles of 128 columns are 2.27 waves, three wave-times; 500 of 160 columns two,
+    each 1.38 times as long."""
+    def waves_time(tile_n):
+        tiles = (M + BM - 1) // BM * ((N + tile_n - 1) // tile_n)
+        return (tiles + 2 * num_sms - 1) // (2 * num_sms) * WAVE_TILES_N[tile_n]
+    base = WGMMA_PLAN["tile_n"]
+    best = min(WAVE_TILES_N, key=waves_time)
+    return dict(WGMMA_PLAN, tile_n=best if waves_time(best) <= WAVE_MARGIN * waves_time(base) else base)
 
 
 def wgmma_shared_bytes(stages: int, tile_n: int) -> int:
@@ -196,7 +218,7 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
             store_one(out, b, acc[i], by, bx, t, i, n_m)
 
     @T.macro
-    def block_program(x, wp, b, out, by, bx, t, n_m):
+    def tile_program(x, wp, b, out, by, bx, t, n_m):
         s = T.alloc_buffer((wgmma_shared_bytes(STAGES, BN) // 4,), "uint32", scope="shared.dyn")
         acc = T.alloc_buffer((ACC,), "float32", scope="local")
         T.evaluate(allow_next_kernel())
@@ -224,6 +246,14 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
                                  source_code=wgmma_source(kind, BN))
             T.cuda.func_call(f"prnn_wgmma_commit_wait_n{BN}", T.address_of(acc[0]), source_code=commit_wait_source(BN))
         store(out, b, acc, by, bx, t, n_m)
+
+    @T.macro
+    def block_program(x, wp, b, out, by, bx, t, n_m):
+        if BN == 160:  # two CTAs an SM only within 128 registers a thread (ptxas takes 136 unbounded)
+            with T.attr(0, "tirx.launch_bounds_min_blocks_per_sm", 2):
+                tile_program(x, wp, b, out, by, bx, t, n_m)
+        else:
+            tile_program(x, wp, b, out, by, bx, t, n_m)
 
     def value(s, off, row, k):
         """The 16-bit value at k (0-63) of `row` of the tile at word `off`, through the swizzle."""

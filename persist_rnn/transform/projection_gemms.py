@@ -21,7 +21,7 @@ from tir_templates.gemm_staging import pack_pairs, pack_pairs_nk
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
 from tir_templates.projection_mma import (HALF_DTYPES, PAIRS_PLANS, gemm_plan, pairs_by_rows_copy, pairs_gemm_by_rows,
                                          plan_shared_bytes, projection_mma_kernel, tensor_cores_pay)
-from tir_templates.projection_wgmma import WGMMA_PLAN, projection_wgmma_kernel, wgmma_pays, wgmma_shared_bytes
+from tir_templates.projection_wgmma import projection_wgmma_kernel, wgmma_pays, wgmma_plan, wgmma_shared_bytes
 
 from .call_sites import call_site_rows, constant_at_every_site, repack_constant_args
 
@@ -81,8 +81,8 @@ def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, 
     mma = projection_precision(operands, precision)
     copied = HALF_DTYPES.get(mma) == x_dtype and w_constant  # x in the 16 bits of the operands
     if (wgmma and copied and wgmma_pays(M, K, N, num_sms)
-            and wgmma_shared_bytes(**WGMMA_PLAN) <= max_shared_bytes):
-        return projection_wgmma_kernel(K, N, mma, **WGMMA_PLAN), True
+            and wgmma_shared_bytes(**wgmma_plan(M, N, num_sms)) <= max_shared_bytes):
+        return projection_wgmma_kernel(K, N, mma, **wgmma_plan(M, N, num_sms)), True
     fits = lambda plan: plan_shared_bytes(K, N, mma, plan) <= max_shared_bytes  # noqa: E731
     if (M is None and copied and K >= PAIRS_MIN_K and pairs_by_rows_copy(K, N)
             and all(fits(p) for p in PAIRS_PLANS.values())):

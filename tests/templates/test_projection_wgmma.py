@@ -3,6 +3,7 @@ ISA's, the 128-byte swizzle, the plan's rule, the refusals, the CPU twin against
 CUDA through nvcc for sm_90a (the kernel against numpy on the GPU: tests/gpu/test_persistent_gpu.py)."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -20,6 +21,7 @@ from tir_templates.projection_wgmma import (
     swizzled_word,
     wgmma_arch,
     wgmma_pays,
+    wgmma_plan,
     wgmma_shared_bytes,
 )
 
@@ -64,7 +66,7 @@ def test_a_wgmma_gemm_it_cannot_build_is_refused(args, says):
         projection_wgmma_kernel(K, 256, **args)
 
 
-@pytest.mark.parametrize("precision,tile_n", [("f16", 128), ("bf16", 256)])
+@pytest.mark.parametrize("precision,tile_n", [("f16", 128), ("bf16", 256), ("f16", 160), ("bf16", 96)])
 def test_the_wgmma_gemm_compiles_for_sm_90a(precision, tile_n, tmp_path):
     """Its CUDA: the wgmma of the tile's width, its fences, and nvcc for sm_90a without spills."""
     func = projection_wgmma_kernel(768, 3072, precision, 3, tile_n)
@@ -80,10 +82,12 @@ def test_the_wgmma_gemm_compiles_for_sm_90a(precision, tile_n, tmp_path):
                           str(tmp_path / "k.cu")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "0 bytes spill stores" in res.stderr and "serialized" not in res.stderr, res.stderr[-2000:]
+    if tile_n <= 160:  # two CTAs of 256 threads an SM: at most 128 registers a thread
+        assert int(re.search(r"Used (\d+) registers", res.stderr).group(1)) <= 128, res.stderr[-2000:]
 
 
 @pytest.mark.parametrize("precision", ["f16", "bf16"])
-@pytest.mark.parametrize("M,K,N,tile_n", [(130, 200, 72, 128), (37, 96, 260, 256), (129, 64, 128, 128)], ids=str)
+@pytest.mark.parametrize("M,K,N,tile_n", [(130, 200, 72, 128), (37, 96, 260, 256), (129, 64, 128, 128), (150, 72, 330, 160), (40, 64, 200, 96)], ids=str)
 def test_emulated_wgmma_gemm_is_exact_for_16_bit_operands(M, K, N, tile_n, precision):
     """The CPU twin: every thread's 16-byte copies into the swizzled ring, zeros past the edges
     (M, N off the tiles, K off the k-tiles), each accumulator where `d_fragment` puts it: exact
@@ -95,3 +99,13 @@ def test_emulated_wgmma_gemm_is_exact_for_16_bit_operands(M, K, N, tile_n, preci
     got = run_pairs_on_cpu(func, x, pack_pairs_nk(w, precision == "bf16"), b, N)
     want = x.astype("float64") @ w + b
     assert np.abs(got - want).max() / np.abs(want).max() <= 1e-6
+
+
+def test_the_plan_takes_the_tile_width_whose_waves_end_first():
+    """On 132 SMs, two CTAs an SM: (3200, 768) x (768, 3072)'s 600 tiles of 128 columns take three
+    waves, its 500 of 160 two; (800, 768) x (768, 3072) is one wave at any width, the narrowest
+    shortest; (6400, 1024) x (1024, 4096) has 160 columns only 1.4% sooner, within the margin."""
+    assert wgmma_plan(3200, 3072, 132) == {"stages": 3, "tile_n": 160}
+    assert wgmma_plan(800, 3072, 132) == {"stages": 3, "tile_n": 96}
+    assert wgmma_plan(6400, 4096, 132) == {"stages": 3, "tile_n": 128}
+    assert wgmma_plan(2000, 4096, 132) == {"stages": 3, "tile_n": 128}  # 512 tiles: two waves of 128
