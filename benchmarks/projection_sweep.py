@@ -12,7 +12,7 @@ x a k-tile; "_g2": the k-tile's slices split between 2 groups of 4 warps; "_s3":
 "_unpaired": 16-bit operands staged as fp32 values, rounded where each fragment takes them, not as pairs;
 "_t128x128": a CTA per 128 x 128 tile of out, projection_mma.CTA_TILES; "_wp": x in 16 bits and
 w_t packed as pairs, copied as they lie, with "_s3" its k-tiles in flight; "_ld": with "_wp", w_t
-packed transposed and the fragments loaded by ldmatrix; "wgmma_f16", "wgmma_bf16_s4_n256", "wgmma_f16_s3_n160_m256": the wgmma GEMM,
+packed transposed and the fragments loaded by ldmatrix; "wgmma_f16", "wgmma_bf16_s4_n256": the wgmma GEMM,
 projection_wgmma.py, with that many k-tiles in its ring and columns a CTA, built for sm_90a), the kernel's own median duration in a CUPTI
 trace (key + "_gpu"; a short GEMM's VM call is bound by the VM's dispatch) and each one's max
 error relative to a float64 numpy product. Needs
@@ -70,10 +70,10 @@ def mma_variant(name: str) -> dict:
 
 def wgmma_variant(name: str) -> dict:
     """projection_wgmma_kernel's arguments from a variant's name: "wgmma_bf16_s4_n256" -> bf16, 4
-    stages, a CTA per 128 x 256 of out; "_m256": 256 rows of out a CTA."""
+    stages, a CTA per 128 x 256 of out."""
     args = {"precision": name.split("_")[1]}
     for part in name.split("_")[2:]:
-        args[{"s": "stages", "n": "tile_n", "m": "tile_m"}[part[0]]] = int(part[1:])
+        args["stages" if part[0] == "s" else "tile_n"] = int(part[1:])
     return args
 
 

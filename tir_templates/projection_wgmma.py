@@ -30,11 +30,10 @@ from .gemm_staging import CP_ASYNC, commit_copies, wait_copies
 from .persistent.dot_mma import f16_half, f16_pair
 from .projection_mma import HALF_DTYPES, c_fragment
 
-BM, BK = 128, 64  # the CTA's rows of out (of WGMMA_PLAN), and the k-columns of a tile of the ring
+BM, BK = 128, 64  # the CTA's rows of out, and the k-columns of a tile of the ring
 #: the CTA's columns of out a kernel may be built with (a warpgroup's wgmma is m64nBNk16)
 TILE_N = (96, 128, 160, 256)
-#: the CTA's rows of out a kernel may be built with: a warpgroup of 128 threads each 64 rows
-TILE_M = (128, 256)
+NT = 256  # two warpgroups, each 64 of the BM rows
 ROW_WORDS = BK // 2  # a tile row: 64 16-bit values, 128 bytes
 ALIGN_WORDS = 256  # the swizzle repeats every 8 rows (1024 bytes): tiles start on such a boundary
 
@@ -104,9 +103,9 @@ def wgmma_plan(M: int, N: int, num_sms: int) -> dict:
     return dict(WGMMA_PLAN, tile_n=best if waves_time(best) <= WAVE_MARGIN * waves_time(base) else base)
 
 
-def wgmma_shared_bytes(stages: int, tile_n: int, tile_m: int = BM) -> int:
+def wgmma_shared_bytes(stages: int, tile_n: int) -> int:
     """Shared memory a CTA allocates: the ring and a 1024-byte boundary's slack."""
-    return 4 * (stages * (tile_m + tile_n) * ROW_WORDS + ALIGN_WORDS)
+    return 4 * (stages * (BM + tile_n) * ROW_WORDS + ALIGN_WORDS)
 
 
 def _accumulators(count: int) -> str:
@@ -158,10 +157,9 @@ def d_fragment(warp: int, lane: int, i: int) -> tuple[int, int]:
     return 16 * warp + row, 8 * (i // 4) + col
 
 
-def _launch(K: int, N: int, dtype: str, BM: int, BN: int, STAGES: int, emulate: bool):
+def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
     """The macro launch(x, w, b, out, n_m): a CTA of NT threads per BM x BN tile of out (serially,
     on the CPU: `emulate`)."""
-    NT = 2 * BM  # warpgroups of 128 threads, each 64 of the BM rows
     KT = (K + BK - 1) // BK
     ACC = BN // 2  # accumulators a thread holds: 64 x BN over a warpgroup's 128 threads
     X_WORDS, W_WORDS = BM * ROW_WORDS, BN * ROW_WORDS  # a slot's tiles
@@ -170,32 +168,10 @@ def _launch(K: int, N: int, dtype: str, BM: int, BN: int, STAGES: int, emulate: 
     bf16 = dtype == "bfloat16"
 
     @T.macro
-    def copy_last_chunk(src, s, off, row, chunk, row0, n_rows, kt, words):
-        """`copy_rows`'s copy of one chunk, in a round that not every thread takes: 16-byte chunk
-        `chunk` of `row` of k-tile kt of the rows of src from row0 into the tile at word `off`,
-        zeros past n_rows and K."""
-        inside = T.And(row0 + row < n_rows, kt * BK + chunk * 8 < K)
-        col = kt * ROW_WORDS + chunk * 4 if words else kt * BK + chunk * 8
-        if emulate:
-            for v in range(4):
-                if not inside:
-                    s[off + swizzled_word(row, chunk) + v] = T.uint32(0)
-                elif words:
-                    s[off + swizzled_word(row, chunk) + v] = src[row0 + row, col + v]
-                else:
-                    s[off + swizzled_word(row, chunk) + v] = f16_pair(
-                        T.Cast("float32", src[row0 + row, col + 2 * v]), T.Cast("float32", src[row0 + row, col + 2 * v + 1]), bf16)
-        else:
-            T.cuda.func_call("prnn_cp_async16", s.access_ptr("w", offset=off + swizzled_word(row, chunk)),
-                             T.address_of(src[T.if_then_else(inside, row0 + row, 0), T.if_then_else(inside, col, 0)]),
-                             T.if_then_else(inside, 16, 0), source_code=CP_ASYNC)
-
-    @T.macro
     def copy_rows(src, s, off, rows, row0, n_rows, t, kt, words):
         """Thread t's 16-byte chunks of k-tile kt of `rows` rows of src from row0 into the tile at
-        word `off`, 8 a row (`words`: src holds 32-bit words, 4 a chunk; else 16-bit values, which
-        the CPU twin packs two a word as the copy lays them). Where the threads do not divide the
-        tile's chunks (160 rows, 512 threads), a last round that only some threads take."""
+        word `off`, 8 a row, zeros past n_rows and K (`words`: src holds 32-bit words, 4 a chunk;
+        else 16-bit values, which the CPU twin packs two a word as the copy lays them)."""
         for e in T.unroll(rows * 8 // NT):
             row = (e * NT + t) // 8
             chunk = (e * NT + t) % 8
@@ -214,9 +190,6 @@ def _launch(K: int, N: int, dtype: str, BM: int, BN: int, STAGES: int, emulate: 
                 T.cuda.func_call("prnn_cp_async16", s.access_ptr("w", offset=off + swizzled_word(row, chunk)),
                                  T.address_of(src[T.if_then_else(inside, row0 + row, 0), T.if_then_else(inside, col, 0)]),
                                  T.if_then_else(inside, 16, 0), source_code=CP_ASYNC)
-        if rows * 8 % NT != 0:
-            if rows * 8 // NT * NT + t < rows * 8:
-                copy_last_chunk(src, s, off, (rows * 8 // NT * NT + t) // 8, t % 8, row0, n_rows, kt, words)
 
     @T.macro
     def copy_tile(x, wp, s, base, by, bx, t, kt, n_m):
@@ -246,7 +219,7 @@ def _launch(K: int, N: int, dtype: str, BM: int, BN: int, STAGES: int, emulate: 
 
     @T.macro
     def tile_program(x, wp, b, out, by, bx, t, n_m):
-        s = T.alloc_buffer((wgmma_shared_bytes(STAGES, BN, BM) // 4,), "uint32", scope="shared.dyn")
+        s = T.alloc_buffer((wgmma_shared_bytes(STAGES, BN) // 4,), "uint32", scope="shared.dyn")
         acc = T.alloc_buffer((ACC,), "float32", scope="local")
         T.evaluate(allow_next_kernel())
         # the ring's first word on a 1024-byte boundary, as the swizzle's descriptors need
@@ -276,7 +249,7 @@ def _launch(K: int, N: int, dtype: str, BM: int, BN: int, STAGES: int, emulate: 
 
     @T.macro
     def block_program(x, wp, b, out, by, bx, t, n_m):
-        if BN == 160 and BM == 128:  # two CTAs an SM only within 128 registers a thread (ptxas took 136)
+        if BN == 160:  # two CTAs an SM only within 128 registers a thread (ptxas takes 136 unbounded)
             with T.attr(0, "tirx.launch_bounds_min_blocks_per_sm", 2):
                 tile_program(x, wp, b, out, by, bx, t, n_m)
         else:
@@ -310,7 +283,7 @@ def _launch(K: int, N: int, dtype: str, BM: int, BN: int, STAGES: int, emulate: 
     return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
 
 
-def _build(K: int, N: int, precision: str, stages: int, tile_n: int, tile_m: int, emulate: bool) -> tvm.tirx.PrimFunc:
+def _build(K: int, N: int, precision: str, stages: int, tile_n: int, emulate: bool) -> tvm.tirx.PrimFunc:
     dtype = HALF_DTYPES.get(precision)
     if dtype is None:
         raise ValueError(f"the wgmma GEMM takes 16-bit operands: precision 'f16' or 'bf16', not {precision!r}")
@@ -318,25 +291,23 @@ def _build(K: int, N: int, precision: str, stages: int, tile_n: int, tile_m: int
         raise ValueError(f"the wgmma GEMM copies 16-byte chunks of x's rows: K={K} must be a multiple of 8")
     if stages < 2:
         raise ValueError(f"the wgmma GEMM copies k-tiles ahead: stages >= 2, not {stages}")
-    if tile_n not in TILE_N or tile_m not in TILE_M:
-        raise ValueError(f"the wgmma GEMM's tile of out is {TILE_M} x {TILE_N}, not {tile_m} x {tile_n}")
+    if tile_n not in TILE_N:
+        raise ValueError(f"the wgmma GEMM's tile of out is 128 x {TILE_N}, not 128 x {tile_n}")
     info = {"mma": precision, "wgmma": True, "stages": stages, "tile_n": tile_n, "w_pairs": True, "w_nk": True}
-    if tile_m != BM:
-        info["tile_m"] = tile_m
-    return gemm_func(K, N, _launch(K, N, dtype, tile_m, tile_n, stages, emulate), info, dtype, w_pairs=True, w_nk=True)
+    return gemm_func(K, N, _launch(K, N, dtype, tile_n, stages, emulate), info, dtype, w_pairs=True, w_nk=True)
 
 
 @built_once
 def projection_wgmma_kernel(K: int, N: int, precision: str = "f16", stages: int = 3,
-                            tile_n: int = 128, tile_m: int = BM) -> tvm.tirx.PrimFunc:
+                            tile_n: int = 128) -> tvm.tirx.PrimFunc:
     """The wgmma GEMM for x (M, K) in the 16 bits of `precision` ("f16", "bf16") @ w_t, w given as
-    the packed w_t transposed (`pack_pairs_nk`), + b; a CTA per `tile_m` x `tile_n` of out (a
-    warpgroup per 64 rows), `stages` k-tiles of 64 columns in its ring."""
-    return _build(K, N, precision, stages, tile_n, tile_m, emulate=False)
+    the packed w_t transposed (`pack_pairs_nk`), + b; a CTA per 128 x `tile_n` of out, `stages`
+    k-tiles of 64 columns in its ring."""
+    return _build(K, N, precision, stages, tile_n, emulate=False)
 
 
 @built_once
 def emulated_projection_wgmma_kernel(K: int, N: int, precision: str = "f16", stages: int = 3,
-                                     tile_n: int = 128, tile_m: int = BM) -> tvm.tirx.PrimFunc:
+                                     tile_n: int = 128) -> tvm.tirx.PrimFunc:
     """The same copies and accumulators run serially on the CPU (llvm): for tests."""
-    return _build(K, N, precision, stages, tile_n, tile_m, emulate=True)
+    return _build(K, N, precision, stages, tile_n, emulate=True)
