@@ -208,7 +208,10 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "after their input projections' wgmma GEMMs took tiles 160 columns wide, two waves where 128 columns took "
            "three (`projection_wgmma.wgmma_plan`; (3200, 768) x (768, 3072) 64.8 -> 59.6 us and (1600, 2048) x "
            "(2048, 6144) 119.4 -> 101.1 kernel alone; in the same process as its row, LSTM H=768 B=32 with tiles 128 "
-           "wide ran 0.949x measure off: `docs/data/projection-wgmma-h200.jsonl`, run F). "
+           "wide ran 0.949x measure off: `docs/data/projection-wgmma-h200.jsonl`, run F). Run V re-measured GRU H=384 "
+           "B=64 TF32 after the cost model began pricing a chained mma (`cost_model.features`' mma_chain, its latency "
+           "hidden by the other warps of its scheduler; docs/cost-model.md): its measure-off pick went from 2 to 4 "
+           "column splits, the config its top-5 compile takes. "
            "Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",

@@ -36,8 +36,9 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 #: (`tuning_log.lookup`). 1: records without the field; 2: clusters that run at once, tensor-core
 #: configs held to their fragments in registers, FMA units at batch 1; 3: tensor-core configs in
 #: batch tiles, several pairs a thread only in them, 16-bit and int8 layers' weights read from
-#: global memory (docs/cost-model.md)
-MODEL_VERSION = 3
+#: global memory; 4: a chained mma priced, its latency hidden by the other warps of its scheduler
+#: (docs/cost-model.md)
+MODEL_VERSION = 4
 #: the tensor-core terms: an mma's issue cost and its accumulation chain (judged, and refittable, on a
 #: side-by-side sweep: `fit.tensor_core_report`)
 MMA_FEATURES = ("mma_issue", "mma_chain")
@@ -82,8 +83,10 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
         fma = cfg.k_tiles_per_warp(spec) * splits
         lds_per_thread = 2 * cfg.k_tiles_per_warp(spec) * cfg.n_tiles()
         unique_bytes, smem_w = 128, 4 * cfg.smem_runs  # an A fragment's 4 words a k-tile held in shared memory
-        # each n-tile's mma accumulate in turn, in each of the warp's sets of C fragments (Config.acc_sets)
-        mma_chain = math.ceil(cfg.k_tiles_per_warp(spec) / cfg.acc_sets()) * cfg.mma_passes()
+        # each n-tile's mma accumulate in turn, in each of the warp's sets of C fragments (Config.acc_sets);
+        # the other warps of its scheduler hide the chain's latency, the more of them the more
+        # (per scheduler squared: ranked 57 of 67 measured pairs of column splits right, docs/cost-model.md)
+        mma_chain = math.ceil(cfg.k_tiles_per_warp(spec) / cfg.acc_sets()) * cfg.mma_passes() / per_scheduler ** 2
     else:
         mmas = mma_chain = 0
     return {
