@@ -525,7 +525,7 @@ def test_pairs_gemm_plans_match_numpy_on_gpu(precision, bk, k_groups, tile, ldma
 
 
 @pytest.mark.parametrize("precision", ["f16", "bf16"])
-@pytest.mark.parametrize("tile_n", [128, 256])
+@pytest.mark.parametrize("tile_n", [96, 128, 160, 256])
 def test_wgmma_gemm_matches_numpy_on_gpu(precision, tile_n):
     """The wgmma GEMM (sm_90a), x in its 16 bits and w_t packed transposed, on ragged shapes against
     numpy: M and N off its tiles, K off its 64-column k-tiles. Exact products, fp32 sums: fp32's bound."""
