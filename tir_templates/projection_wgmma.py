@@ -4,8 +4,9 @@ The pairs GEMM (`projection_mma.py`) runs mma.sync, one warp's 16 x 8 x 16 produ
 its fragments read from shared memory into registers first; on the H200 it reaches about 250
 TFLOP/s, and more warps, other tiles or ldmatrix did not move it. A wgmma takes both operands from
 shared memory, described once (`DESCRIPTOR`), and computes four warps' 64 x BN x 16 product an
-instruction, its accumulators in registers. Read top to bottom in `block_program`:
-    a CTA per 128 x BN tile of out (BN 128 or 256), two warpgroups of 64 rows each;
+instruction, its accumulators in registers. Read top to bottom in `tile_program`:
+    a CTA per 128 x BN tile of out (BN 96, 128, 160 or 256, `wgmma_plan`), two warpgroups of 64
+    rows each;
     per k-tile of 64 columns: 16-byte cp.async copies of x (M, K) in its 16 bits and of w_t packed
     transposed (`gemm_staging.pack_pairs_nk`: (N, K / 2) words, each column of out's pairs along
     k in a row) into a ring of STAGES tiles, STAGES - 1 ahead, each tile rows of 128 bytes under
