@@ -89,9 +89,11 @@ def test_tensor_core_configs_compile(cell, hidden, batch, arches, tmp_path):
     """The model's best tensor-core config in one grid: mma.sync with TF32 operands, no spills
     (H=1024's 128 CTAs exceed the A100's SMs; GRU's 24 rows a CTA pad their second row tile);
     without a GPU to measure, the planner picks the model's first config where the calibration
-    prices tensor cores (the H100's), else keeps to the FMA units. (At H=1024 B=20 that first
-    config is in batch tiles of a grid, 48 rows a CTA: there ptxas spills 40 bytes of 3xTF32's
-    split operands, which `Config.live_registers` allows.)"""
+    prices tensor cores (the H100's), else keeps to the FMA units. At H=1024 B=20 the model's
+    first config is in batch tiles of a grid, and its best in one grid has 8 column splits (512
+    threads, 128 registers each) since the chain term: there ptxas spills 40-72 bytes of
+    3xTF32's split operands, which `Config.live_registers` allows (LSTM H=1024 B=20 fp32's pick
+    ran 1.02x the 4-split config's speed kernel alone, docs/data/chain-term-h200.jsonl)."""
     spec = CellSpec(cell, hidden, hidden, linear_before_reset=True)
     for arch in arches:
         target = tvm.target.Target({"kind": "cuda", "arch": arch})
@@ -100,7 +102,7 @@ def test_tensor_core_configs_compile(cell, hidden, batch, arches, tmp_path):
         cfg = next(c for _, c in ranked if c.tensor_cores() and not c.batch_tile)
         source = cuda_source(plan_layer(spec, target, batch=batch, config=cfg).kernel, arch)
         assert source.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 1  # the helper
-        assert max(nvcc_stats(source, arch, tmp_path)) == 0, cfg
+        assert max(nvcc_stats(source, arch, tmp_path)) <= (128 if cfg.mma_k_split >= 8 else 0), cfg
         _assert_the_model_alone_picks(spec, target, gpu, batch, ranked)
 
 
