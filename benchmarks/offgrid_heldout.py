@@ -8,8 +8,8 @@ a layer; a layer that fails is reported and the rest still run. Needs torch and 
 `--tf32-min-k K` builds with projection_mma.TF32_MIN_K set to K (512: TF32 GEMMs of K < 512 on the
 FMA units, as 3xTF32's), `--wgmma-min-k K` with projection_wgmma.WGMMA_MIN_K set to K (a K no layer
 has: the pairs GEMM where a build for sm_90a would take the wgmma GEMM), `--wgmma-tile-n N` with
-projection_wgmma.WAVE_TILES_N holding N alone (every wgmma GEMM in tiles N columns wide), for an A/B of
-each rule.
+projection_wgmma.WAVE_TILES_N holding N alone and WGMMA_PLAN's width N (every wgmma GEMM in tiles N
+columns wide), for an A/B of each rule.
 """
 from __future__ import annotations
 

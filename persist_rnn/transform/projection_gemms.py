@@ -80,9 +80,9 @@ def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, 
     `wgmma` (sm_90a), by the warpgroups' wgmma where it pays (`wgmma_pays`)."""
     mma = projection_precision(operands, precision)
     copied = HALF_DTYPES.get(mma) == x_dtype and w_constant  # x in the 16 bits of the operands
-    if (wgmma and copied and wgmma_pays(M, K, N, num_sms)
-            and wgmma_shared_bytes(**wgmma_plan(M, N, num_sms)) <= max_shared_bytes):
-        return projection_wgmma_kernel(K, N, mma, **wgmma_plan(M, N, num_sms)), True
+    wgmma_gemm = wgmma_plan(M, N, num_sms) if wgmma and copied and wgmma_pays(M, K, N, num_sms) else None
+    if wgmma_gemm and wgmma_shared_bytes(**wgmma_gemm) <= max_shared_bytes:
+        return projection_wgmma_kernel(K, N, mma, **wgmma_gemm), True
     fits = lambda plan: plan_shared_bytes(K, N, mma, plan) <= max_shared_bytes  # noqa: E731
     if (M is None and copied and K >= PAIRS_MIN_K and pairs_by_rows_copy(K, N)
             and all(fits(p) for p in PAIRS_PLANS.values())):

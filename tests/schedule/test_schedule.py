@@ -920,6 +920,8 @@ def test_a_chained_mma_is_priced_as_its_scheduler_hides_it():
     holds. Doubling LSTM H=768 B=16 fp16's column splits halves each warp's chain and doubles the
     warps; the model now takes 4 splits (2.26 against 2.47 us a step kernel alone on the H200,
     docs/data/ksplit-h200.jsonl). Of that file's 29 pairs of column splits it ranks 26 right."""
+    from persist_rnn.bench.torch_layers import PRECISIONS
+
     spec = CellSpec("lstm", 768, 768, dtype="float16")
     pick = choose(spec, TARGET, 16, measure=False, precision="fp16").config
     assert pick.mma_k_split == 4, pick
@@ -937,8 +939,7 @@ def test_a_chained_mma_is_priced_as_its_scheduler_hides_it():
         layers.setdefault((r["cell"], r["hidden"], r["batch"], r["precision"]), []).append(r)
     right = total = 0
     for (cell, hidden, batch, precision), rs in layers.items():
-        dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(precision, "float32")
-        s = CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU", dtype=dtype)
+        s = CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU", dtype=PRECISIONS[precision][1])
         for i, a in enumerate(rs):
             for b in rs[i + 1:]:
                 ca, cb = Config.from_dict(a["config"]), Config.from_dict(b["config"])
