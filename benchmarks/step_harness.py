@@ -8,8 +8,9 @@ TVM emits the kernel's CUDA here; it is wrapped in a host program (random inputs
 timing of 5 back-to-back launches, median of 15) and built with nvcc into a binary that needs only
 the driver. The per-step time is the slope between T=100 and T=1000. Edit the `.cu` written beside
 the binary for ablations (a step without its activations, shuffles, input loads, ...):
-docs/design.md lists the ones that shaped template version 4. Configs whose direction is one CTA
-only (no grid or cluster barrier, static shared memory), the ones whose step is all latency.
+docs/design.md lists the ones that shaped template version 4. Configs in static shared memory whose
+direction is one CTA or a grid of CTAs (each launch of a grid kernel first runs the kernel that
+zeroes its barrier counters, as the layer does); not clusters.
 """
 from __future__ import annotations
 
@@ -42,7 +43,10 @@ float launch_us(long long n_t, long long n_b) {
   std::vector<float> times;
   for (int rep = 0; rep < 15; ++rep) {
     cudaEventRecord(a);
-    for (int i = 0; i < 5; ++i) main_kernel<<<%(grid)d, %(threads)d>>>(%(args)s);
+    for (int i = 0; i < 5; ++i) {
+      %(zero)s
+      %(main)s<<<%(grid)d, %(threads)d>>>(%(args)s);
+    }
     cudaEventRecord(b); cudaEventSynchronize(b);
     float ms; cudaEventElapsedTime(&ms, a, b); times.push_back(ms * 1000.f / 5);
   }
@@ -69,17 +73,26 @@ def kernel_source(cell: str, hidden: int, cfg, batch: int) -> tuple[str, int, in
     from tir_templates.spec import CellSpec
 
     spec = CellSpec(cell, hidden, hidden, linear_before_reset=(cell == "gru"))
-    if cfg.barrier(spec) != "cta" or cfg.shared_bytes(spec) > STATIC_SHARED_BYTES:
-        raise SystemExit(f"{cfg.as_dict()}: the harness times configs whose direction is one CTA, in static shared memory")
+    if cfg.barrier(spec) not in ("cta", "grid") or cfg.shared_bytes(spec) > STATIC_SHARED_BYTES:
+        raise SystemExit(f"{cfg.as_dict()}: the harness times configs whose direction is one CTA or a grid, "
+                         "in static shared memory")
     lib = build_kernel(persistent_kernel(spec, cfg), tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
-    grid = spec.num_directions * (-(-batch // cfg.batch_tile) if cfg.batch_tile else 1)
+    if cfg.barrier(spec) == "grid":
+        from tir_templates.persistent.layout import Layout
+        grid = int(Layout(spec, cfg).grid_size(batch))
+    else:
+        grid = spec.num_directions * (-(-batch // cfg.batch_tile) if cfg.batch_tile else 1)
     return lib.mod.imports[0].inspect_source(), grid, cfg.threads(spec)
 
 
 def host_program(source: str, grid: int, threads: int, batch: int, name: str) -> str:
     """`source` plus a main() that times its kernel: every pointer argument a random 64 MiB buffer
     (the lengths all T), n_t and n_b as given."""
-    params = re.search(r'extern "C" __global__ void __launch_bounds__\(\d+\) main_kernel\(([^)]*)\);', source).group(1)
+    kernels = re.findall(r'extern "C" __global__ void __launch_bounds__\(\d+\) (main_kernel\w*)\(([^)]*)\);', source)
+    zero = ""
+    if len(kernels) == 2:  # a grid kernel: the first zeroes the barrier counters (its one argument, ws)
+        zero = f"{kernels[0][0]}<<<1, 32>>>((uint*)ws_ptr);"
+    main_name, params = kernels[-1]
     decls, args = [], []
     for param in (p.strip() for p in params.split(",")):
         name_ = param.rsplit(" ", 1)[1]
@@ -92,7 +105,7 @@ def host_program(source: str, grid: int, threads: int, batch: int, name: str) ->
             decls.append(f"float* {name_} = random_buffer();")
             args.append(f"({param.split()[0]}){name_}")
     return source + HOST % {"decls": "\n  ".join(decls), "args": ", ".join(args), "grid": grid, "threads": threads,
-                            "batch": batch, "name": name}
+                            "batch": batch, "name": name, "zero": zero, "main": main_name}
 
 
 def main():
