@@ -21,7 +21,7 @@ GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h
 STACKS_FILE = "wavefront-stacks-h100.jsonl"  # `persist-rnn bench --parts stacks`
 CORPUS_FILE = "corpus-latency-h100.jsonl"  # `python benchmarks/corpus_latency.py`
 OFFGRID_FILE = "offgrid-picks-h100.jsonl"  # `python benchmarks/offgrid_picks.py`
-OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-T)
+OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-W)
 CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE, OFFGRID_PART_FILE]
 #: sections of docs/benchmarks.md written by hand (each names its data file and command), which a
 #: regeneration keeps as they stand, in this order after the generated ones
@@ -211,7 +211,11 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "wide ran 0.949x measure off: `docs/data/projection-wgmma-h200.jsonl`, run F). Run V re-measured GRU H=384 "
            "B=64 TF32 after the cost model began pricing a chained mma (`cost_model.features`' mma_chain, its latency "
            "hidden by the other warps of its scheduler; docs/cost-model.md): its measure-off pick went from 2 to 4 "
-           "column splits, the config its top-5 compile takes. "
+           "column splits, the config its top-5 compile takes. Run W re-measured the four layers of the set whose "
+           "measure-off pick moves when the cost model prices an FMA-unit warp of at most 16 sums at the scheduler "
+           "holding the most warps (`cost_model.SCHEDULER_MAX_SUMS`; docs/cost-model.md, *Warps a scheduler holds*; "
+           "kernels alone: LSTM H=320 B=4 bf16 1.08x, GRU H=192 B=16 bf16 1.01x, GRU H=896 B=2 fp32 1.04x, "
+           "GRU H=96 B=8 fp16 0.93x, `docs/data/scheduler-warps-h200.jsonl`). "
            "Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",

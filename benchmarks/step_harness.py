@@ -63,7 +63,7 @@ int main() {
 """
 
 
-def kernel_source(cell: str, hidden: int, cfg, batch: int) -> tuple[str, int, int]:
+def kernel_source(cell: str, hidden: int, cfg, batch: int, dtype: str = "float32") -> tuple[str, int, int]:
     """The kernel's CUDA source, its grid and its block size."""
     import tvm
 
@@ -72,7 +72,7 @@ def kernel_source(cell: str, hidden: int, cfg, batch: int) -> tuple[str, int, in
     from tir_templates.persistent import persistent_kernel
     from tir_templates.spec import CellSpec
 
-    spec = CellSpec(cell, hidden, hidden, linear_before_reset=(cell == "gru"))
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=(cell == "gru"), dtype=dtype)
     if cfg.barrier(spec) not in ("cta", "grid") or cfg.shared_bytes(spec) > STATIC_SHARED_BYTES:
         raise SystemExit(f"{cfg.as_dict()}: the harness times configs whose direction is one CTA or a grid, "
                          "in static shared memory")
@@ -116,9 +116,11 @@ def main():
     ap.add_argument("hidden", type=int)
     ap.add_argument("config", help="the Config as JSON")
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="the layer's dtype")
     ap.add_argument("-o", "--out", required=True, help="the binary (its source goes beside it, OUT.cu)")
     args = ap.parse_args()
-    source, grid, threads = kernel_source(args.cell, args.hidden, Config.from_dict(json.loads(args.config)), args.batch)
+    source, grid, threads = kernel_source(args.cell, args.hidden, Config.from_dict(json.loads(args.config)),
+                                          args.batch, args.dtype)
     with open(args.out + ".cu", "w") as f:
         f.write(host_program(source, grid, threads, args.batch, os.path.basename(args.out)))
     subprocess.run(["nvcc", "-arch=sm_90", "-O3", "-w", "-o", args.out, args.out + ".cu"], check=True)

@@ -37,8 +37,13 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 #: configs held to their fragments in registers, FMA units at batch 1; 3: tensor-core configs in
 #: batch tiles, several pairs a thread only in them, 16-bit and int8 layers' weights read from
 #: global memory; 4: a chained mma priced, its latency hidden by the other warps of its scheduler
-#: (docs/cost-model.md)
-MODEL_VERSION = 4
+#: (docs/cost-model.md); 5: an FMA-unit warp of few sums priced at the scheduler that holds the most warps
+MODEL_VERSION = 5
+#: the most sums (rows x batch rows of a chunk) an FMA-unit warp may keep and be priced at the
+#: scheduler that holds the most warps: of the 40 measure-off picks that rule moved on the H200,
+#: the 30 at 16 or fewer ran 1.115x faster (geomean), the 10 above 0.943x
+#: (docs/data/scheduler-warps-h200.jsonl)
+SCHEDULER_MAX_SUMS = 16
 #: the tensor-core terms: an mma's issue cost and its accumulation chain (judged, and refittable, on a
 #: side-by-side sweep: `fit.tensor_core_report`)
 MMA_FEATURES = ("mma_issue", "mma_chain")
@@ -51,7 +56,11 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     batch = min(batch, cfg.batch_tile) if cfg.batch_tile else batch
     nt = cfg.threads(spec)
     warps = nt / 32
-    per_scheduler = max(1.0, warps / 4)  # warps sharing one of the SM's four schedulers
+    # warps sharing one of the SM's four schedulers, the mean; an FMA-unit warp that keeps at most
+    # SCHEDULER_MAX_SUMS sums (rows x its chunk's batch rows) waits for the scheduler holding the
+    # most warps, ceil(warps / 4) (docs/cost-model.md, *Warps a scheduler holds*)
+    few_sums = not cfg.tensor_cores() and cfg.rows_per_group * cfg.batch_chunk <= SCHEDULER_MAX_SUMS
+    per_scheduler = max(1.0, math.ceil(warps / 4) if few_sums else warps / 4)
     kpl = cfg.cols_per_lane(spec)
     dv = 4 if kpl % 4 == 0 else 1
     bc = cfg.batch_chunk
