@@ -41,13 +41,13 @@ def _saved(file):
     return {k: data[k] for k in data.files if not k.startswith("out")}, [data[k] for k in outs]
 
 
-def _other_input(file, feeds):
-    """Batch 3 and another length along the model's time axis, same dtype and value range."""
+def _other_input(file, feeds, batch=3):
+    """`batch` rows and another length along the model's time axis, same dtype and value range."""
     [(name, x)] = feeds.items()
     steps = LAYERS[_model(file)][1]
     rng = np.random.default_rng(1)
     shape = list(x.shape)
-    shape[0] = 3
+    shape[0] = batch
     time_axis = {"crnn_ocr": 3, "conv_bilstm_speech": 2}.get(_model(file), 1)
     shape[time_axis] = steps
     if x.dtype == np.int64:
@@ -98,3 +98,18 @@ def test_matches_onnx_runtime_on_cuda(file):
     assert max_rel_error(got, torch_outputs) <= 1e-4
     for inputs in (feeds, _other_input(file, feeds)):
         assert max_rel_error(compiled.run(inputs), ort_run(model, inputs)) <= 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("file", FILES)
+def test_matches_onnx_runtime_on_cuda_in_every_bucket(file):
+    """The cost model's picks (nothing measured) for a batch in each of the compile's batch buckets
+    past the export's, each against ONNX Runtime: a pick the model moves is a kernel that runs."""
+    path = os.path.join(HERE, file + ".onnx")
+    model = onnx.load(path)
+    compiled = persist_rnn.compile(path, "cuda", measure=False)
+    feeds, _ = _saved(file)
+    for batch in (8, 16, 32, 40):
+        inputs = _other_input(file, feeds, batch)
+        assert max_rel_error(compiled.run(inputs), ort_run(model, inputs)) <= 1e-4, batch
+

@@ -22,7 +22,7 @@ def example(request):
     return persist_rnn.compile(path, "cuda", measure=False), onnx.load(path), f"examples/{request.param}_inputs.npz"
 
 
-@pytest.mark.parametrize("batch", [1, 3, 64, 100])
+@pytest.mark.parametrize("batch", [1, 3, 8, 16, 32, 64, 100])
 def test_matches_onnxruntime_with_numpy_and_torch(example, batch):
     torch = pytest.importorskip("torch")
     compiled, model, npz = example
