@@ -118,7 +118,7 @@ def test_cluster_tiles_rank_first_and_beat_the_rest_of_the_space():
     configs added after the v2 sweep): the model ranks them within the bounds, and its top-1 of
     the whole space is one of them and faster than the best of the v2 sweep's configs. The sweep
     timed the cluster barrier's kernel: at GRU B=20 the model's top-1 among its configs (3 rows a
-    group) took 1.098x the best (4 rows), where with today's distributed-shared-memory exchange the
+    group) took 1.098x the best (4 rows), where with the current distributed-shared-memory exchange the
     3 rows run 1.05x faster than the 4 (H200, docs/data/scheduler-warps-h200.jsonl)."""
     from persist_rnn.schedule.fit import ranking_quality
 
