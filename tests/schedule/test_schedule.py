@@ -60,6 +60,11 @@ def test_cost_model_is_plain_arithmetic_and_monotone_in_batch():
     assert [t for t, _ in ranked] == sorted(t for t, _ in ranked)
 
 
+def _data_rows(name):
+    """The JSON lines of docs/data/`name`."""
+    return [json.loads(line) for line in (pathlib.Path(__file__).parents[2] / "docs" / "data" / name).read_text().splitlines()]
+
+
 def _sweep_rows(*names):
     """Measured configs from docs/data: by default the exhaustive sweeps of GRNN's 18 workloads
     (before the cluster, batch-tile and shared-memory variants existed)."""
@@ -765,14 +770,12 @@ def test_the_shipped_model_picks_tensor_core_configs_where_they_win_off_the_grid
     """On the side-by-side sweep of 33 off-grid workloads (docs/data/sweep-offgrid-h100.jsonl: FMA-unit
     and tensor-core configs timed on the H100, every precision), the model's own pick, tensor cores
     allowed, is within 1.15x of the best timed config in at least 90% of them; kept to FMA-unit
-    configs it is in 23. The tensor-core prices predate the sweep, so all of it is held out."""
-    import pathlib
-
+    configs it is in 27 (23 before MODEL_VERSION 5). The tensor-core prices predate the sweep, so
+    all of it is held out."""
     from persist_rnn.schedule.cost_model import prices_tensor_cores
     from persist_rnn.schedule.fit import pick_quality
 
-    rows = [json.loads(line) for line in (pathlib.Path(__file__).parents[2] / "docs" / "data" /
-                                           "sweep-offgrid-h100.jsonl").read_text().splitlines()]
+    rows = _data_rows("sweep-offgrid-h100.jsonl")
     assert prices_tensor_cores(H100)
     picks, fma_only = pick_quality(rows, H100), pick_quality(rows, H100, tensor_cores=False)
     assert len(picks) == 33
@@ -934,8 +937,7 @@ def test_a_chained_mma_is_priced_as_its_scheduler_hides_it():
     warps = lambda c: c.threads(spec) / 32  # noqa: E731
     assert warps(four) == 2 * warps(two) and f4["mma_chain"] < f2["mma_chain"] / 2
     assert H100.weights["mma_chain"] > 0
-    rows = [json.loads(line) for line in (pathlib.Path(__file__).parents[2] / "docs" / "data" /
-                                           "ksplit-h200.jsonl").read_text().splitlines()]
+    rows = _data_rows("ksplit-h200.jsonl")
     timed = [r for r in rows if r.get("part") == "probe"]
     assert len(timed) == 32
     layers = {}
@@ -972,8 +974,7 @@ def test_an_fma_warp_of_few_sums_is_priced_at_the_scheduler_that_holds_the_most_
     at_ten = choose(gru, TARGET, 10, measure=False).config
     assert at_ten.rows_per_group * at_ten.batch_chunk > SCHEDULER_MAX_SUMS
     assert (at_ten.group_size, at_ten.rows_per_group, at_ten.smem_runs, at_ten.threads(gru)) == (32, 4, 0, 192), at_ten
-    rows = [json.loads(line) for line in (pathlib.Path(__file__).parents[2] / "docs" / "data" /
-                                           "b1-step-h200.jsonl").read_text().splitlines()]
+    rows = _data_rows("b1-step-h200.jsonl")
     layers = {}
     for r in rows:
         if r["part"] == "config":
