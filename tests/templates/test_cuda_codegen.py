@@ -374,3 +374,19 @@ def test_a_fragments_in_shared_memory_take_the_spills_out_of_the_dot(tmp_path):
     assert spills[1] < spills[0] / 2, spills
     source = cuda_source(persistent_kernel(spec, variant), "sm_90")
     assert "uint wreg_ptr[20];" in source and "buf_dyn_shmem_ptr" in source  # 5 k-tiles in registers, 15 shared
+
+
+@pytest.mark.parametrize("cfg,after", [
+    (Config(24, 32, 16, 8, "float16", batch_tile=8, mma_k_split=2), True),  # tensor cores, batch tiles of a grid
+    (Config(24, 32, 16, 8, "float16", mma_k_split=2), False),  # ... one grid for the batch
+], ids=["grid-batch-tiles", "grid"])
+def test_step_fetches_next_inputs_after_its_mma_in_batch_tiles_of_a_grid(cfg, after):
+    """In batch tiles of a grid, a tensor-core step loads step s+1's input projections after its
+    mma (issued first, they held up the loads of h(t-1): LSTM H=768 B=32 fp16 2.60 -> 2.22 us a
+    step on the H200, docs/data/fetch-after-dot-h200.jsonl); elsewhere still at the step's top."""
+    source = cuda_source(persistent_kernel(CellSpec("lstm", 768, 768, dtype="float16"), cfg), "sm_90")
+    step = source[source.index("for (int64_t s = (int64_t)0; s < n_t; ++s) {"):]
+    next_inputs = step.index("xn_ptr[0] = xw_ptr[")
+    assert "(s + (int64_t)1)" in step[next_inputs:step.index(";", next_inputs)]
+    last_mma = step.rindex("mma_sync_aligned_m16n8k16", 0, step.index("prnn_grid_barrier("))
+    assert (next_inputs > last_mma) == after

@@ -43,7 +43,8 @@ def one_step(L, a, t, sm, hs, hs_next, s):
     otherwise h(t-1) comes from the exchange buffer."""
     # step s+1's inputs (in flight all step), h(t-1) into shared memory (a resident CTA has it there)
     if hs_next is None:
-        fetch(L, a, t, t.xn, s + 1, L.first_chunk(t.cta), False)
+        if not L.FETCH_AFTER_DOT:
+            fetch(L, a, t, t.xn, s + 1, L.first_chunk(t.cta), False)
         h_into_shared(L, a, t, hs, s, s % 2, L.first_chunk(t.cta))
         if L.H16:
             keep_h_prev(L, t)
@@ -53,6 +54,8 @@ def one_step(L, a, t, sm, hs, hs_next, s):
     dot_products(L, a, t, hs, sm.gs, 0)
     if not L.LANE:
         T.tvm_storage_sync("shared")
+    if hs_next is None and L.FETCH_AFTER_DOT:
+        fetch(L, a, t, t.xn, s + 1, L.first_chunk(t.cta), False)
     update(L, a, t, hs, sm.gs, s, L.first_chunk(t.cta), hs_next)
     advance(L, t, hs_next is not None)
     # one barrier per step (it starts with a __syncthreads; a resident CTA needs only that)

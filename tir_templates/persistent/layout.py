@@ -115,6 +115,12 @@ class Layout:
         # but not with fp32 A fragments: with the next inputs live, LSTM H=1024 B=20 (3xTF32, 4
         # column splits) went from 200 registers to 255 and 20 bytes of spills
         self.CHUNKS_AHEAD = not (self.MMA and not self.F16)
+        # a tensor-core step in batch tiles of a grid fetches step s+1's input projections after its dot products,
+        # not at its top, where they held up the loads of h(t-1) issued after them: kernel alone on
+        # the H200, LSTM H=768 B=32 fp16 2.60 -> 2.22 us a step; at one or two batch rows a CTA the
+        # loads' latency then lands on the step instead (GRU H=1024 B=1 0.93x;
+        # docs/data/fetch-after-dot-h200.jsonl)
+        self.FETCH_AFTER_DOT = self.MMA and self.tiled and cfg.barrier(spec) == "grid"
         self.BF16 = self.F16 and cfg.weight_dtype == "bfloat16"  # ... the layer is bf16
         self.KS = cfg.k_splits()
         self.RT = cfg.row_tiles(spec) if self.MMA else 0
