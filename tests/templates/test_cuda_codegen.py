@@ -378,12 +378,14 @@ def test_a_fragments_in_shared_memory_take_the_spills_out_of_the_dot(tmp_path):
 
 @pytest.mark.parametrize("cfg,after", [
     (Config(24, 32, 16, 8, "float16", batch_tile=8, mma_k_split=2), True),  # tensor cores, batch tiles of a grid
+    (Config(16, 32, 16, 16, "float16", batch_tile=16, mma_k_split=2), False),  # ... of two n-tiles
     (Config(24, 32, 16, 8, "float16", mma_k_split=2), False),  # ... one grid for the batch
-], ids=["grid-batch-tiles", "grid"])
+], ids=["grid-batch-tiles", "two-n-tiles", "grid"])
 def test_step_fetches_next_inputs_after_its_mma_in_batch_tiles_of_a_grid(cfg, after):
-    """In batch tiles of a grid, a tensor-core step loads step s+1's input projections after its
-    mma (issued first, they held up the loads of h(t-1): LSTM H=768 B=32 fp16 2.60 -> 2.22 us a
-    step on the H200, docs/data/fetch-after-dot-h200.jsonl); elsewhere still at the step's top."""
+    """In batch tiles of a grid of one n-tile, a tensor-core step loads step s+1's input
+    projections after its mma (issued first, they held up the loads of h(t-1): LSTM H=768 B=32
+    fp16 2.60 -> 2.22 us a step on the H200); with two n-tiles, or one grid for the batch, still at
+    the step's top, where they ran faster (docs/data/fetch-after-dot-h200.jsonl)."""
     source = cuda_source(persistent_kernel(CellSpec("lstm", 768, 768, dtype="float16"), cfg), "sm_90")
     step = source[source.index("for (int64_t s = (int64_t)0; s < n_t; ++s) {"):]
     next_inputs = step.index("xn_ptr[0] = xw_ptr[")
