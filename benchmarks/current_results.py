@@ -138,8 +138,8 @@ def offgrid_part_lines(rows: list) -> list[str]:
     J: the layers below 1.0x after the 16-bit GEMM's 64 x 64 warp tiles, LSTM H=1280 B=128 fp32
     measure off only; K, L: the shared-fragments variant; M: the layers grid batch tiles move; N: the
     layer the GEMM scan takes; O, P: the same after its step GEMM's wider tiles, and after its
-    kernels' early launch; Q: the layer whose projection moved to the 16-bit pairs GEMM; D: a kernel
-    variant measured and not kept),
+    kernels' early launch; Q: the layer whose projection moved to the 16-bit pairs GEMM; X: the layers
+    whose step fetches its inputs after the mma; D: a kernel variant measured and not kept),
     with run A's ratio beside it, and the floors' numbers over the latest rows."""
     kept = [r for r in rows if r.get("part") == "offgrid" and r.get("run") != "D"]
     latest, top5 = {}, {}
@@ -215,7 +215,12 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "measure-off pick moves when the cost model prices an FMA-unit warp of at most 16 sums at the scheduler "
            "holding the most warps (`cost_model.SCHEDULER_MAX_SUMS`; docs/cost-model.md, *Warps a scheduler holds*; "
            "kernels alone: LSTM H=320 B=4 bf16 1.08x, GRU H=192 B=16 bf16 1.01x, GRU H=896 B=2 fp32 1.04x, "
-           "GRU H=96 B=8 fp16 0.93x, `docs/data/scheduler-warps-h200.jsonl`). "
+           "GRU H=96 B=8 fp16 0.93x, `docs/data/scheduler-warps-h200.jsonl`). Run X re-measured the two layers of the "
+           "set whose pick is a tensor-core config in batch tiles of a grid of one n-tile (8 batch rows a CTA), after "
+           "such a step began fetching step s+1's input projections after its mma, not at its top (`Layout."
+           "FETCH_AFTER_DOT`; kernels alone LSTM H=768 B=32 fp16 2.60 -> 2.22 us a step and LSTM H=640 B=16 TF32 "
+           "2.79 -> 2.34; in one job LSTM H=768 B=32 fp16 ran 0.955x with the fetch at the top, measure off: "
+           "`docs/data/fetch-after-dot-h200.jsonl`). "
            "Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",
