@@ -41,7 +41,8 @@ def one_step(L, a, t, sm, hs, hs_next, s):
     """Step s when the CTA's batch rows are one chunk. With h on chip (`hs_next` not None: a
     resident CTA, or a dsmem cluster) it reads h(t-1) from `hs` and writes h(t) to `hs_next`;
     otherwise h(t-1) comes from the exchange buffer."""
-    # step s+1's inputs (in flight all step), h(t-1) into shared memory (a resident CTA has it there)
+    # step s+1's inputs (in flight all step; after the dot where `L.FETCH_AFTER_DOT`), h(t-1) into
+    # shared memory (a resident CTA has it there)
     if hs_next is None:
         if not L.FETCH_AFTER_DOT:
             fetch(L, a, t, t.xn, s + 1, L.first_chunk(t.cta), False)

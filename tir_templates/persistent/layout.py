@@ -23,6 +23,7 @@ BLOCK_M):
     TF32              tensor cores at TF32 precision: one mma of rounded operands (else 3xTF32)
     F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
     CHUNKS_AHEAD      a step in chunks fetches each next chunk's inputs while one computes
+    FETCH_AFTER_DOT   a one-chunk step fetches step s+1's inputs after its dot products, not at its top
     INT8, WPR         weights held as int8 (int8_rows.py): a run of 4 a register; words a row holds (RR + scale)
     BF16              ... those weights bf16 (else fp16)
     H16, H16_SLOT     16-bit mma: h(t-1) exchanged in 16 bits (`hs` holds pairs); the exchange slot of them
