@@ -118,8 +118,8 @@ class Layout:
         self.CHUNKS_AHEAD = not (self.MMA and not self.F16)
         # a tensor-core step in batch tiles of a grid, of one n-tile (8 batch rows), fetches step
         # s+1's input projections after its mma, not at its top, where they held up the loads of
-        # h(t-1) issued after them. Kernel alone on the H200, 42 such picks ran 0.94-1.26x, geomean
-        # 1.09x (LSTM H=768 B=32 fp16 2.60 -> 2.22 us a step); 11 of two n-tiles 0.87-1.01x, and
+        # h(t-1) issued after them. Kernel alone on the H200, 48 such picks ran 0.94-1.26x, geomean
+        # 1.10x (LSTM H=768 B=32 fp16 2.60 -> 2.22 us a step); 11 of two n-tiles 0.87-1.01x, and
         # elsewhere (one or two batch rows a CTA) the loads' latency lands on the step instead
         # (GRU H=1024 B=1 0.93x): docs/data/fetch-after-dot-h200.jsonl
         self.FETCH_AFTER_DOT = self.MMA and self.tiled and cfg.barrier(spec) == "grid" and cfg.n_tiles() == 1
