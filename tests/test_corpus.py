@@ -112,4 +112,3 @@ def test_matches_onnx_runtime_on_cuda_in_every_bucket(file):
     for batch in (8, 16, 32, 40):
         inputs = _other_input(file, feeds, batch)
         assert max_rel_error(compiled.run(inputs), ort_run(model, inputs)) <= 1e-4, batch
-

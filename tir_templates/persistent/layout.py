@@ -116,13 +116,6 @@ class Layout:
         # but not with fp32 A fragments: with the next inputs live, LSTM H=1024 B=20 (3xTF32, 4
         # column splits) went from 200 registers to 255 and 20 bytes of spills
         self.CHUNKS_AHEAD = not (self.MMA and not self.F16)
-        # a tensor-core step in batch tiles of a grid, of one n-tile (8 batch rows), fetches step
-        # s+1's input projections after its mma, not at its top, where they held up the loads of
-        # h(t-1) issued after them. Kernel alone on the H200, 48 such picks ran 0.94-1.26x, geomean
-        # 1.10x (LSTM H=768 B=32 fp16 2.60 -> 2.22 us a step); 11 of two n-tiles 0.87-1.01x, and
-        # elsewhere (one or two batch rows a CTA) the loads' latency lands on the step instead
-        # (GRU H=1024 B=1 0.93x): docs/data/fetch-after-dot-h200.jsonl
-        self.FETCH_AFTER_DOT = self.MMA and self.tiled and cfg.barrier(spec) == "grid" and cfg.n_tiles() == 1
         self.BF16 = self.F16 and cfg.weight_dtype == "bfloat16"  # ... the layer is bf16
         self.KS = cfg.k_splits()
         self.RT = cfg.row_tiles(spec) if self.MMA else 0
@@ -130,6 +123,13 @@ class Layout:
         self.SK = cfg.smem_runs if self.MMA else 0  # the last SK k-tiles' A fragments in shared memory
         self.KREG = self.KPW - self.SK  # ... the first KREG in registers
         self.NTL = cfg.n_tiles() if self.MMA else 0
+        # a tensor-core step in batch tiles of a grid, of one n-tile (8 batch rows), fetches step
+        # s+1's input projections after its mma, not at its top, where they held up the loads of
+        # h(t-1) issued after them. Kernel alone on the H200, 48 such picks ran 0.94-1.26x, geomean
+        # 1.10x (LSTM H=768 B=32 fp16 2.60 -> 2.22 us a step); 11 of two n-tiles 0.87-1.01x, and
+        # elsewhere (one or two batch rows a CTA) the loads' latency lands on the step instead
+        # (GRU H=1024 B=1 0.93x): docs/data/fetch-after-dot-h200.jsonl
+        self.FETCH_AFTER_DOT = self.MMA and self.tiled and self.grid and self.NTL == 1
         self.ACC_SETS = cfg.acc_sets() if self.MMA else 1  # C fragments a warp alternates between by k-tile
         self.H16 = cfg.h16_exchange(spec)  # h(t-1) exchanged in 16 bits, held in `hs` as pairs (h16_exchange.py)
         self.H16_SLOT = cfg.h16_slot(spec)
