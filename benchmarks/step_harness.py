@@ -73,10 +73,8 @@ int main() {
 DYNAMIC_SHARED_BYTES = 232448
 
 
-def kernel_source(cell: str, hidden: int, cfg, batch: int, dtype: str = "float32",
-                  step_inputs: bool = False) -> tuple[str, int, int]:
-    """The kernel's CUDA source, its grid and its block size (`step_inputs`: the kernel that
-    computes its input projections in its steps, persistent/step_inputs.py)."""
+def kernel_source(cell: str, hidden: int, cfg, batch: int, dtype: str = "float32") -> tuple[str, int, int]:
+    """The kernel's CUDA source, its grid and its block size."""
     import tvm
 
     from persist_rnn.schedule.measure import build_kernel
@@ -86,7 +84,7 @@ def kernel_source(cell: str, hidden: int, cfg, batch: int, dtype: str = "float32
     spec = CellSpec(cell, hidden, hidden, linear_before_reset=(cell == "gru"), dtype=dtype)
     if cfg.barrier(spec) not in ("cta", "grid"):
         raise SystemExit(f"{cfg.as_dict()}: the harness times configs whose direction is one CTA or a grid")
-    lib = build_kernel(persistent_kernel(spec, cfg, step_inputs), tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+    lib = build_kernel(persistent_kernel(spec, cfg), tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
     if cfg.barrier(spec) == "grid":
         from tir_templates.persistent.layout import Layout
         grid = int(Layout(spec, cfg).grid_size(batch))
@@ -135,11 +133,10 @@ def main():
     ap.add_argument("config", help="the Config as JSON")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="the layer's dtype")
-    ap.add_argument("--step-inputs", action="store_true", help="the kernel that computes its input projections")
     ap.add_argument("-o", "--out", required=True, help="the binary (its source goes beside it, OUT.cu)")
     args = ap.parse_args()
     source, grid, threads = kernel_source(args.cell, args.hidden, Config.from_dict(json.loads(args.config)),
-                                          args.batch, args.dtype, args.step_inputs)
+                                          args.batch, args.dtype)
     with open(args.out + ".cu", "w") as f:
         f.write(host_program(source, grid, threads, args.batch, os.path.basename(args.out)))
     subprocess.run(["nvcc", "-arch=sm_90", "-O3", "-w", "-o", args.out, args.out + ".cu"], check=True)

@@ -27,11 +27,41 @@ import types
 
 from tvm.script import tirx as T
 
-from .cp_async import CP_ASYNC
 from .persistent.dot_mma import f16_pair, pair_convert
 
 #: floats of padding per shared row of x (row-major) and of w_t with the tensor cores' tiles
 X_ROW_PAD, W_ROW_PAD = 4, 8
+
+CP_ASYNC = r"""
+__device__ __forceinline__ void prnn_cp_async16(void* dst, const void* src, int bytes) {
+  // 16 bytes global -> shared through L2 only (.cg), no registers; the bytes past `bytes` are zeros
+  unsigned int to = (unsigned int)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(to), "l"(src), "r"(bytes) : "memory");
+}
+"""
+CP_COMMIT = r"""
+__device__ __forceinline__ void prnn_cp_commit() {
+  // the copies this thread issued since the last commit form one group
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+"""
+CP_WAIT = r"""
+__device__ __forceinline__ void prnn_cp_wait_%d() {
+  // until at most %d of this thread's groups are still in flight
+  asm volatile("cp.async.wait_group %d;" ::: "memory");
+}
+"""
+
+
+def commit_copies():
+    """Close this thread's group of async copies."""
+    return T.cuda.func_call("prnn_cp_commit", source_code=CP_COMMIT)
+
+
+def wait_copies(pending: int):
+    """Wait until at most `pending` of this thread's groups of async copies are in flight."""
+    return T.cuda.func_call(f"prnn_cp_wait_{pending}", source_code=CP_WAIT % (pending, pending, pending))
+
 
 def packs_pairs(K: int, N: int, BK: int, BN: int, NT: int) -> bool:
     """Whether a tensor-core tile can be staged as 16-bit pairs (`gemm_staging`'s `pack`): float4

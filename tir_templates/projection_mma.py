@@ -40,10 +40,9 @@ from tvm.script import tirx as T
 
 from .built_once import built_once
 from .config import MMA_K, MMA_K_F16, STATIC_SHARED_BYTES
-from .cp_async import commit_copies, wait_copies
 from .early_launch import after_previous_kernel, allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
-from .gemm_staging import copies_pairs, gemm_staging, packs_pairs
+from .gemm_staging import commit_copies, copies_pairs, gemm_staging, packs_pairs, wait_copies
 from .projection import few_ctas, one_small_wave
 from .persistent.dot_mma import MMA_BF16, MMA_F16, f16_half, half_bits, mma, pair_convert, tf32_rounded, tf32_split
 

@@ -27,7 +27,7 @@ from tvm.script import tirx as T
 from .built_once import built_once
 from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
-from .cp_async import CP_ASYNC, commit_copies, wait_copies
+from .gemm_staging import CP_ASYNC, commit_copies, wait_copies
 from .persistent.dot_mma import f16_half, f16_pair
 from .projection_mma import HALF_DTYPES, c_fragment
 

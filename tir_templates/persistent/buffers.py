@@ -112,7 +112,6 @@ class Shared:
     hm: Any
     bar: Any = None
     gx: Any = None  # the column splits' sums of the step's input projection (step_inputs.py)
-    xs: Any = None  # ... and two copies of x's rows
 
 
 def _alloc(name, shape, dtype, scope=None):
@@ -158,9 +157,8 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     hp = _alloc("hp", (1, L.UPT), "float32", "local") if L.H16 else None
     wxs = _alloc("wxs", (1, 4 * L.XK, L.NT), "uint32", L.SMEM) if L.STEP_INPUTS else None
     gx = _alloc("gx", (L.KS * L.BC, L.GTW), "float32", L.SMEM) if L.STEP_INPUTS else None
-    xs = _alloc("xs", (2 * 8 * L.XSW,), "uint32", L.SMEM) if L.STEP_INPUTS else None
     regs = Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, wt, acc, hv, bv, wq, hq, hp, wxs)
-    return Thread(regs, cta, tx), Shared(hs, hs2, gs, rs, hm, bar, gx, xs)
+    return Thread(regs, cta, tx), Shared(hs, hs2, gs, rs, hm, bar, gx)
 
 
 def emulated_registers(L: Layout, n_b) -> Registers:

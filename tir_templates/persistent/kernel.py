@@ -34,7 +34,7 @@ from .gru_two_phase import candidate_phase, reset_phase
 from .inputs import (advance, chunk_ahead_inputs, chunk_inputs, fetch, fetch_cell_states, fetch_valid, load_biases,
                      load_lengths)
 from .layout import Layout
-from .step_inputs import arrive_and_project, copy_x, first_inputs, inputs_from_shared, load_input_weights, step_inputs_problem
+from .step_inputs import arrive_and_project, inputs_from_shared, load_input_weights, project_inputs, step_inputs_problem
 from .update import update
 
 
@@ -61,14 +61,12 @@ def one_step(L, a, t, sm, hs, hs_next, s):
         T.tvm_storage_sync("shared")
     if hs_next is None and L.FETCH_AFTER_DOT and not L.STEP_INPUTS:
         fetch(L, a, t, t.xn, s + 1, L.first_chunk(t.cta), False)
-    elif L.STEP_INPUTS:  # x two steps ahead, copied while the step goes on (into the copy step s-1 read)
-        copy_x(L, a, t, sm.xs, s + 2)
     update(L, a, t, hs, sm.gs, s, L.first_chunk(t.cta), hs_next)
     if not L.STEP_INPUTS:
         advance(L, t, hs_next is not None)
     # one barrier per step (it starts with a __syncthreads; a resident CTA needs only that)
     if L.STEP_INPUTS:  # ... and the CTA computes step s+1's inputs between its arrival and its wait
-        arrive_and_project(L, a, t, sm.xs, sm.gx, s, L.barrier_index(s, 1))
+        arrive_and_project(L, a, t, sm.gx, s, L.barrier_index(s, 1))
     elif hs_next is not None and L.dsmem:
         dsmem_exchange(L, a, t, hs_next, sm.bar, s)
     elif hs_next is not None:
@@ -81,9 +79,9 @@ def one_step(L, a, t, sm, hs, hs_next, s):
 def one_chunk_steps(L, a, t, sm):
     """The CTA's batch rows are one chunk: step s+1's inputs are fetched while step s computes."""
     load_lengths(L, a, t, L.first_chunk(t.cta))
-    if L.STEP_INPUTS:  # C(t-1), and step 0's input projection
+    if L.STEP_INPUTS:  # C(t-1), and step 0's input projection, which the first step reads after a sync
         fetch_cell_states(L, a, t, t.xr, L.first_chunk(t.cta))
-        first_inputs(L, a, t, sm.xs, sm.gx)
+        project_inputs(L, a, t, sm.gx, 0)
     else:
         fetch(L, a, t, t.xr, 0, L.first_chunk(t.cta), True)
     if L.h_on_chip:  # h in shared memory for the whole sequence: steps in pairs, hs -> hs2 -> hs

@@ -24,8 +24,7 @@ BLOCK_M):
     F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
     CHUNKS_AHEAD      a step in chunks fetches each next chunk's inputs while one computes
     FETCH_AFTER_DOT   a one-chunk step fetches step s+1's inputs after its dot products, not at its top
-    STEP_INPUTS, I, XK, XSW  the step computes its next input projection itself (step_inputs.py): input
-                      size, a warp's k-tiles of x, words of a row of x in shared memory
+    STEP_INPUTS, I, XK  the step computes its next input projection itself (step_inputs.py): input size, a warp's k-tiles of x
     INT8, WPR         weights held as int8 (int8_rows.py): a run of 4 a register; words a row holds (RR + scale)
     BF16              ... those weights bf16 (else fp16)
     H16, H16_SLOT     16-bit mma: h(t-1) exchanged in 16 bits (`hs` holds pairs); the exchange slot of them
@@ -135,7 +134,6 @@ class Layout:
         self.STEP_INPUTS = step_inputs  # ... or computes them itself, while it waits at the barrier
         self.I = spec.input_size
         self.XK = spec.input_size // 16 // self.KS if step_inputs else 0
-        self.XSW = spec.input_size // 2 + 4  # words of a row of x in shared memory (step_inputs.x_stride)
         self.ACC_SETS = cfg.acc_sets() if self.MMA else 1  # C fragments a warp alternates between by k-tile
         self.H16 = cfg.h16_exchange(spec)  # h(t-1) exchanged in 16 bits, held in `hs` as pairs (h16_exchange.py)
         self.H16_SLOT = cfg.h16_slot(spec)

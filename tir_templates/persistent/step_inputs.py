@@ -20,21 +20,13 @@ from tvm.script import tirx as T
 
 from ..config import Config
 from ..spec import CellSpec
-from ..cp_async import CP_ASYNC, commit_copies, wait_copies
 from .dot_mma import MMA_BF16, MMA_F16, f16_half, f16_pair, pair_convert
-
-def x_stride(spec: CellSpec) -> int:
-    """Words of a row of x in shared memory: its pairs, and 4 words more, so that a B fragment's
-    8 rows x 4 words fall on 32 banks."""
-    return spec.input_size // 2 + 4
-
 
 def step_inputs_bytes(spec: CellSpec, cfg: Config) -> int:
     """Shared memory the step's own input projection adds: W's A fragments (`wxs`, a word per
-    lane per register of every k-tile of x), two copies of x's 8 rows (`xs`: the next step's and
-    the one after it) and the column splits' sums (`gx`, as `gs`)."""
+    lane per register of every k-tile of x) and the column splits' sums (`gx`, as `gs`)."""
     k_tiles = spec.input_size // 16 // cfg.k_splits()
-    return 4 * 4 * k_tiles * cfg.threads(spec) + 4 * 2 * 8 * x_stride(spec) + cfg.dot_result_bytes(spec)
+    return 4 * 4 * k_tiles * cfg.threads(spec) + cfg.dot_result_bytes(spec)
 
 
 def step_inputs_problem(spec: CellSpec, cfg: Config, shared_limit: int | None = None) -> str:
@@ -52,6 +44,10 @@ def step_inputs_problem(spec: CellSpec, cfg: Config, shared_limit: int | None = 
         return f"{need} bytes of shared memory with W's fragments, over the {shared_limit} a CTA may have"
     return ""
 
+
+#: k-tiles of x whose B fragments a warp loads at once (8: 16 registers, which the largest
+#: configs hold without spilling; all 24 of LSTM H=768 B=32's spilled 108 bytes)
+X_GROUP = 8
 
 GRID_ARRIVE = r"""
 __device__ __forceinline__ void prnn_grid_arrive(unsigned int* counter) {
@@ -112,6 +108,11 @@ def input_bias(L, a, cta, lr):
     return a.wb[L.dir_of(cta) * L.G * L.H + L.local_row(cta, lr)]
 
 
+def x_row(L, t, nt):
+    """The batch row of B-fragment column lane / 4 of n-tile nt: the CTA's tile's."""
+    return L.first_chunk(t.cta) * L.BC + nt * 8 + t.tx % 32 // 4
+
+
 def x_step(a, s):
     """The time index of x that step s reads (forward only), clamped: the last step's projection
     of a step past the end is computed and never read."""
@@ -119,68 +120,53 @@ def x_step(a, s):
 
 
 @T.macro
-def copy_x(L, a, t, xs, s):
-    """Step s's x of the CTA's 8 batch rows into shared copy s % 2, 16 bytes a cp.async (a row
-    past the batch copies the last row: its mma columns are never read), as one group."""
-    for e in T.unroll((8 * L.I // 8 + L.NT - 1) // L.NT):
-        if e * L.NT + t.tx < 8 * L.I // 8:
-            T.cuda.func_call(
-                "prnn_cp_async16",
-                T.address_of(xs[(s % 2 * 8 + (e * L.NT + t.tx) // (L.I // 8)) * L.XSW + (e * L.NT + t.tx) % (L.I // 8) * 4]),
-                T.address_of(a.xp[(x_step(a, s) * a.n_b + T.min(L.first_chunk(t.cta) * L.BC + (e * L.NT + t.tx) // (L.I // 8),
-                                                                 a.n_b - 1)) * (L.I // 2)
-                                  + (e * L.NT + t.tx) % (L.I // 8) * 4]),
-                16, source_code=CP_ASYNC)
-    T.evaluate(commit_copies())
-
-
-@T.macro
-def project_inputs(L, a, t, xs, gx, s):
+def project_inputs(L, a, t, gx, s):
     """Step s's input projection of the CTA's rows and batch rows into `gx`: each warp's 16 rows
-    over its split's k-tiles of x(s), from shared copy s % 2 (split 0's sums plus Wb)."""
-    for c in T.unroll(4 * L.ACC_SETS):
+    over its split's k-tiles of x(s) (the last split's sums plus nothing, split 0's plus Wb)."""
+    for c in T.unroll(L.NTL * 4 * L.ACC_SETS):
         t.acc[c] = T.float32(0)
+    # the B fragments of X_GROUP k-tiles at a time first (the pair (k, k + 1) as it lies in x: one
+    # 32-bit word), so that their loads from global memory are in flight together, then their mma
+    bx = T.alloc_buffer((X_GROUP * L.NTL * 2,), "uint32", scope="local")
     ah = T.alloc_buffer((4,), "uint32", scope="local")
-    bh = T.alloc_buffer((2,), "uint32", scope="local")
-    for i in T.unroll(L.XK):
-        for j in T.unroll(4):
-            ah[j] = t.wxs[0, i * 4 + j, t.tx]
-        for j in T.unroll(2):  # batch row lane / 4, the pair (k, k + 1) of k = 2 (lane % 4) (+8)
-            bh[j] = xs[(s % 2 * 8 + t.tx % 32 // 4) * L.XSW + input_col(L, t.tx, i, 2 * j, 0) // 2]
-        T.ptx[MMA_BF16 if L.BF16 else MMA_F16](
-            t.acc[i % L.ACC_SETS * 4], t.acc[i % L.ACC_SETS * 4 + 1], t.acc[i % L.ACC_SETS * 4 + 2],
-            t.acc[i % L.ACC_SETS * 4 + 3], ah[0], ah[1], ah[2], ah[3], bh[0], bh[1], t.acc[i % L.ACC_SETS * 4],
-            t.acc[i % L.ACC_SETS * 4 + 1], t.acc[i % L.ACC_SETS * 4 + 2], t.acc[i % L.ACC_SETS * 4 + 3])
+    for g in T.unroll((L.XK + X_GROUP - 1) // X_GROUP):
+        for i in T.unroll(X_GROUP):
+            if g * X_GROUP + i < L.XK:
+                for nt in T.unroll(L.NTL):
+                    for j in T.unroll(2):
+                        bx[(i * L.NTL + nt) * 2 + j] = T.if_then_else(
+                            x_row(L, t, nt) < a.n_b,
+                            a.xp[(x_step(a, s) * a.n_b + x_row(L, t, nt)) * (L.I // 2)
+                                 + input_col(L, t.tx, g * X_GROUP + i, 2 * j, 0) // 2], T.uint32(0))
+        for i in T.unroll(X_GROUP):
+            if g * X_GROUP + i < L.XK:
+                for j in T.unroll(4):
+                    ah[j] = t.wxs[0, (g * X_GROUP + i) * 4 + j, t.tx]
+                for nt in T.unroll(L.NTL):
+                    c = T.meta_var(((g * X_GROUP + i) % L.ACC_SETS * L.NTL + nt) * 4)
+                    T.ptx[MMA_BF16 if L.BF16 else MMA_F16](
+                        t.acc[c], t.acc[c + 1], t.acc[c + 2], t.acc[c + 3], ah[0], ah[1], ah[2], ah[3],
+                        bx[(i * L.NTL + nt) * 2], bx[(i * L.NTL + nt) * 2 + 1], t.acc[c], t.acc[c + 1],
+                        t.acc[c + 2], t.acc[c + 3])
     if L.ACC_SETS > 1:
         for k in T.unroll(1, L.ACC_SETS):
-            for c in T.unroll(4):
-                t.acc[c] = t.acc[c] + t.acc[k * 4 + c]
-    for j in T.unroll(4):  # C fragment: row lane / 4 (+8 for 2, 3), batch row 2 * (lane % 4) (+1 for 1, 3)
-        if t.tx % 4 * 2 + j % 2 < L.BC and L.mma_row_in_tile(t.tx, j // 2) < L.GTW:
-            gx[(t.tx // 32 // L.RT) * L.BC + t.tx % 4 * 2 + j % 2, L.mma_row_in_tile(t.tx, j // 2)] = t.acc[j] + T.if_then_else(
-                t.tx // 32 // L.RT == 0, input_bias(L, a, t.cta, L.mma_row_in_tile(t.tx, j // 2)), T.float32(0))
+            for c in T.unroll(L.NTL * 4):
+                t.acc[c] = t.acc[c] + t.acc[k * L.NTL * 4 + c]
+    for nt in T.unroll(L.NTL):
+        for j in T.unroll(4):  # C fragment: row lane / 4 (+8 for 2, 3), batch row 2 * (lane % 4) (+1 for 1, 3)
+            if nt * 8 + t.tx % 4 * 2 + j % 2 < L.BC and L.mma_row_in_tile(t.tx, j // 2) < L.GTW:
+                gx[(t.tx // 32 // L.RT) * L.BC + nt * 8 + t.tx % 4 * 2 + j % 2, L.mma_row_in_tile(t.tx, j // 2)] = (
+                    t.acc[nt * 4 + j] + T.if_then_else(t.tx // 32 // L.RT == 0, input_bias(L, a, t.cta, L.mma_row_in_tile(t.tx, j // 2)),
+                                                       T.float32(0)))
 
 
 @T.macro
-def first_inputs(L, a, t, xs, gx):
-    """Before the first step: x(0) and x(1) copied, step 0's projection into `gx`."""
-    copy_x(L, a, t, xs, 0)
-    copy_x(L, a, t, xs, 1)
-    T.evaluate(wait_copies(1))
-    T.tvm_storage_sync("shared")
-    project_inputs(L, a, t, xs, gx, 0)
-    T.tvm_storage_sync("shared")
-
-
-@T.macro
-def arrive_and_project(L, a, t, xs, gx, s, index):
-    """The end of step s: x(s+1) landed (x(s+2), copied since the step's dot products, may not
-    have) and the CTA's own __syncthreads, its arrival at the grid barrier, step s+1's input
-    projection (`project_inputs`), then the wait for the other CTAs (barrier `index`)."""
-    T.evaluate(wait_copies(1))
+def arrive_and_project(L, a, t, gx, s, index):
+    """The end of step s: the CTA's own __syncthreads, its arrival at the grid barrier, step
+    s+1's input projection (`project_inputs`), then the wait for the other CTAs (barrier `index`)."""
     T.tvm_storage_sync("shared")
     T.cuda.func_call("prnn_grid_arrive", T.address_of(a.ws[L.counter_of(t.cta)]), source_code=GRID_ARRIVE)
-    project_inputs(L, a, t, xs, gx, s + 1)
+    project_inputs(L, a, t, gx, s + 1)
     T.cuda.func_call("prnn_grid_wait", T.address_of(a.ws[L.counter_of(t.cta)]),
                      T.Cast("uint32", index * L.CPD), source_code=GRID_WAIT)
 
