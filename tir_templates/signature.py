@@ -61,24 +61,19 @@ def time_index(spec: CellSpec, d, s, n_valid):
 
 
 def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS, yh_written_only: bool = False,
-                    yc_written_only: bool = False, step_inputs: bool = False) -> tvm.tirx.PrimFunc:
+                    yc_written_only: bool = False) -> tvm.tirx.PrimFunc:
     """A PrimFunc with the signature above whose body is the TIR macro `body`, called as
     body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b); it carries `spec`. The exchange
     buffer's leading extent stays symbolic (at least `slots`), so that a pass can swap the callee
     of a call site without changing the callee's type. `yh_written_only`: the body never reads yh,
     which is then in the layer's dtype too (the pass that swaps such a kernel in re-types Y_h at
     its call sites, so that no cast kernel follows it); `yc_written_only` likewise for an LSTM's yc
-    (a GRU's yc is fp32 scratch: the two-phase kernel keeps z there). `step_inputs`: a kernel that
-    computes the input projection itself (persistent/step_inputs.py) takes x (T, B, I) in the
-    layer's dtype, W^T (I, D*G*H) and Wb (D*G*H,) in place of xw; its body gets x as 32-bit
-    words of 16-bit pairs where it would get xw, and W^T and Wb as two more parameters."""
+    (a GRU's yc is fp32 scratch: the two-phase kernel keeps z there)."""
     H, D = spec.hidden_size, spec.num_directions
     GH = spec.num_gates * H
     y_dtype = spec.dtype  # stores into y round to it (TVMScript casts a store to its buffer's dtype)
     yh_dtype = spec.dtype if yh_written_only else "float32"
     yc_dtype = spec.dtype if yc_written_only and spec.cell == "lstm" else "float32"
-    if step_inputs:
-        return _step_inputs_func(spec, body, slots, y_dtype, yh_dtype, yc_dtype)
 
     @T.prim_func(private=True)
     def kernel(
@@ -103,37 +98,3 @@ def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS, yh_writte
         body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b)
 
     return kernel.with_attr(ATTR_KEY, spec.to_json())
-
-
-def _step_inputs_func(spec: CellSpec, body, slots: int, y_dtype: str, yh_dtype: str, yc_dtype: str):
-    """`recurrence_func` of a kernel that computes its input projection itself: x, W^T and Wb in
-    place of xw."""
-    H, D = spec.hidden_size, spec.num_directions
-    GH = spec.num_gates * H
-    I = spec.input_size
-
-    @T.prim_func(private=True)
-    def own_inputs(
-        x_h: T.handle, wt: T.Buffer((I, D * GH), "float32"), wb: T.Buffer((D * GH,), "float32"),
-        r: T.Buffer((D, GH, H), "float32"), rb: T.Buffer((D, GH), "float32"),
-        lens_h: T.handle, h0_h: T.handle, c0_h: T.handle, p: T.Buffer((D, 3 * H), "float32"),
-        y_h: T.handle, yh_h: T.handle, yc_h: T.handle, hb_h: T.handle,
-        ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
-    ):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": 8})
-        n_t = T.int64()
-        n_b = T.int64()
-        n_slots = T.int64()
-        x = T.match_buffer(x_h, (n_t, n_b, I), spec.dtype)
-        lens = T.match_buffer(lens_h, (batch_extent(spec, "lens", n_b),), "int32")
-        h0 = T.match_buffer(h0_h, (D, batch_extent(spec, "h0", n_b), H), "float32")
-        c0 = T.match_buffer(c0_h, (D, batch_extent(spec, "c0", n_b), H), "float32")
-        y = T.match_buffer(y_h, (n_t, D, n_b, H), y_dtype)
-        yh = T.match_buffer(yh_h, (D, n_b, H), yh_dtype)
-        yc = T.match_buffer(yc_h, (D, n_b, H), yc_dtype)
-        hb = T.match_buffer(hb_h, (n_slots, D, n_b, H), "float32")
-        assert n_slots >= slots, "the exchange buffer is shorter than this kernel needs"
-        xp = T.decl_buffer((n_t * n_b * (I // 2),), "uint32", data=x.data)  # x's 16-bit pairs along k
-        body(xp, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, wt, wb)
-
-    return own_inputs.with_attr(ATTR_KEY, spec.to_json())

@@ -39,17 +39,6 @@ class Args:
     ws: Any
     n_t: Any
     n_b: Any
-    xp: Any = None  # with the input projection in the step (step_inputs.py): x as 16-bit pairs, W^T, Wb
-    wt: Any = None
-    wb: Any = None
-
-    @staticmethod
-    def of(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, wt=None, wb=None):
-        """Args from a body's parameters; with the input projection in the step, W^T and Wb come
-        last and the first is x as 16-bit pairs (`signature.recurrence_func`)."""
-        if wt is None:
-            return Args(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b)
-        return Args(None, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, xw, wt, wb)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +63,6 @@ class Registers:
     wq: Any = None
     hq: Any = None
     hp: Any = None
-    wxs: Any = None  # W's A fragments in shared memory (step_inputs.py)
 
     def swapped(self) -> Registers:
         """The two input register sets exchanged (a resident CTA alternates them by step parity)."""
@@ -111,7 +99,6 @@ class Shared:
     rs: Any
     hm: Any
     bar: Any = None
-    gx: Any = None  # the column splits' sums of the step's input projection (step_inputs.py)
 
 
 def _alloc(name, shape, dtype, scope=None):
@@ -155,10 +142,8 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     wq = _alloc("wq", (4,), "uint32", "local") if L.INT8 else None
     hq = _alloc("hq", (L.BC * L.DV,), "float32", "local") if L.INT8 else None
     hp = _alloc("hp", (1, L.UPT), "float32", "local") if L.H16 else None
-    wxs = _alloc("wxs", (1, 4 * L.XK, L.NT), "uint32", L.SMEM) if L.STEP_INPUTS else None
-    gx = _alloc("gx", (L.KS * L.BC, L.GTW), "float32", L.SMEM) if L.STEP_INPUTS else None
-    regs = Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, wt, acc, hv, bv, wq, hq, hp, wxs)
-    return Thread(regs, cta, tx), Shared(hs, hs2, gs, rs, hm, bar, gx)
+    regs = Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, wt, acc, hv, bv, wq, hq, hp)
+    return Thread(regs, cta, tx), Shared(hs, hs2, gs, rs, hm, bar)
 
 
 def emulated_registers(L: Layout, n_b) -> Registers:
@@ -177,8 +162,7 @@ def emulated_registers(L: Layout, n_b) -> Registers:
     else:
         wsm = _alloc("wsm", (L.grid_size(n_b), max(L.SR * L.RPG * L.DV, 1), L.NT), L.WDT)
     hp = _alloc("hp", (rows, L.UPT), "float32") if L.H16 else None
-    wxs = _alloc("wxs", (L.grid_size(n_b), 4 * L.XK, L.NT), "uint32") if L.STEP_INPUTS else None
-    return Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, hp=hp, wxs=wxs)
+    return Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, hp=hp)
 
 
 def emulated_thread(L: Layout, regs: Registers, cta, tx) -> Thread:

@@ -14,7 +14,7 @@ from ..config import Config
 from ..signature import WORKSPACE_WORDS, recurrence_func
 from ..spec import CellSpec
 from .buffers import Args, emulated_registers, emulated_thread
-from .checks import UnsupportedLayer, check
+from .checks import check
 from .dot_fma import emulated_dot
 from .dots import emulated_dot_products, weights_in
 from .exchange import (emulated_barrier, emulated_dsmem_exchange, emulated_end_of_step, final_state, h_into_shared, init_state,
@@ -22,36 +22,26 @@ from .exchange import (emulated_barrier, emulated_dsmem_exchange, emulated_end_o
 from .h16_exchange import keep_h_prev, own_h_prev
 from .gru_partial_sums import load_partial_weights, partial_update, publish_partials, reset_from_partials, tile_state
 from .gru_two_phase import candidate_phase, reset_phase
-from .inputs import (advance, chunk_ahead_inputs, chunk_inputs, fetch, fetch_cell_states, fetch_valid, load_biases,
-                     load_lengths)
+from .inputs import advance, chunk_ahead_inputs, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
 from .layout import Layout
-from .step_inputs import emulated_project_inputs, inputs_from_shared, load_input_weights, step_inputs_problem
 from .update import update
 
 
 @T.macro
-def emulated_step(L, a, regs, hs, hs_next, cta, s, gx=None):
-    """`kernel.one_step` of one CTA (the one-chunk path), h(t-1) already in `hs`; `gx`: the CTA's
-    input projections of this step, with `Layout.STEP_INPUTS` (then next step's go there after)."""
+def emulated_step(L, a, regs, hs, hs_next, cta, s):
+    """`kernel.one_step` of one CTA (the one-chunk path), h(t-1) already in `hs`."""
     gs = T.alloc_buffer((L.KS * L.BC, L.GTW), "float32")
     emulated_dot_products(L, a, regs, hs, gs, cta, 0)
     for tx in range(L.NT):
         t = T.meta_var(emulated_thread(L, regs, cta, tx))
-        if L.STEP_INPUTS:
-            inputs_from_shared(L, a, t, gx, L.first_chunk(cta))
-            if L.H16:
-                keep_h_prev(L, t)
-        elif hs_next is None:
+        if hs_next is None:
             fetch(L, a, t, t.xn, s + 1, L.first_chunk(cta), False)
             if L.H16:
                 keep_h_prev(L, t)
         else:
             fetch_valid(L, a, t, t.xn, s + 1)
         update(L, a, t, hs, gs, s, L.first_chunk(cta), hs_next)
-        if not L.STEP_INPUTS:
-            advance(L, t, hs_next is not None)
-    if L.STEP_INPUTS:
-        emulated_project_inputs(L, a, regs, gx, cta, s + 1)
+        advance(L, t, hs_next is not None)
 
 
 @T.macro
@@ -141,34 +131,13 @@ def emulated_dsmem_steps(L, a, regs):
 
 
 @T.macro
-def emulated_steps_with_own_inputs(L, a, regs):
-    """The grid steps of `Layout.STEP_INPUTS`: each CTA's input projections of a step in its own
-    block of `gx_all`, step 0's before the first step, each next one's at the end of a step."""
-    gx_all = T.alloc_buffer((L.grid_size(a.n_b) * L.KS * L.BC * L.GTW,), "float32")
-    for cta in range(L.grid_size(a.n_b)):
-        gx = T.decl_buffer((L.KS * L.BC, L.GTW), "float32", data=gx_all.data, elem_offset=cta * L.KS * L.BC * L.GTW)
-        emulated_project_inputs(L, a, regs, gx, cta, 0)
-    for s in range(a.n_t):
-        for cta in range(L.grid_size(a.n_b)):
-            hs = T.alloc_buffer(L.TWIN_HS_SHAPE, L.HS_DTYPE)
-            for tx in range(L.NT):
-                h_into_shared(L, a, emulated_thread(L, regs, cta, tx), hs, s, s % 2, L.first_chunk(cta))
-            gx = T.decl_buffer((L.KS * L.BC, L.GTW), "float32", data=gx_all.data, elem_offset=cta * L.KS * L.BC * L.GTW)
-            emulated_step(L, a, regs, hs, None, cta, s, gx)
-        emulated_end_of_step(L, a, L.barrier_index(s, 1))
-
-
-@T.macro
 def emulated_one_chunk_steps(L, a, regs):
     """`kernel.one_chunk_steps`: a resident CTA runs its steps in pairs, h kept in its two
     copies (CTAs never meet); otherwise a grid barrier sits between two steps."""
     for cta, tx in T.grid(L.grid_size(a.n_b), L.NT):
         t = T.meta_var(emulated_thread(L, regs, cta, tx))
         load_lengths(L, a, t, L.first_chunk(cta))
-        if L.STEP_INPUTS:
-            fetch_cell_states(L, a, t, t.xr, L.first_chunk(cta))
-        else:
-            fetch(L, a, t, t.xr, 0, L.first_chunk(cta), True)
+        fetch(L, a, t, t.xr, 0, L.first_chunk(cta), True)
     if L.resident:
         for cta in range(L.grid_size(a.n_b)):
             hs = T.alloc_buffer((L.BC, L.H), "float32")
@@ -188,16 +157,13 @@ def emulated_one_chunk_steps(L, a, regs):
             for cta, tx in T.grid(L.grid_size(a.n_b), L.NT):
                 t = T.meta_var(emulated_thread(L, regs, cta, tx))
                 own_h_prev(L, a, t, t.hn, 0, L.first_chunk(cta))
-        if L.STEP_INPUTS:
-            emulated_steps_with_own_inputs(L, a, regs)
-        else:
-            for s in range(a.n_t):
-                for cta in range(L.grid_size(a.n_b)):
-                    hs = T.alloc_buffer(L.TWIN_HS_SHAPE, L.HS_DTYPE)
-                    for tx in range(L.NT):
-                        h_into_shared(L, a, emulated_thread(L, regs, cta, tx), hs, s, s % 2, L.first_chunk(cta))
-                    emulated_step(L, a, regs, hs, None, cta, s)
-                emulated_end_of_step(L, a, L.barrier_index(s, 1))
+        for s in range(a.n_t):
+            for cta in range(L.grid_size(a.n_b)):
+                hs = T.alloc_buffer(L.TWIN_HS_SHAPE, L.HS_DTYPE)
+                for tx in range(L.NT):
+                    h_into_shared(L, a, emulated_thread(L, regs, cta, tx), hs, s, s % 2, L.first_chunk(cta))
+                emulated_step(L, a, regs, hs, None, cta, s)
+            emulated_end_of_step(L, a, L.barrier_index(s, 1))
 
 
 @T.macro
@@ -209,8 +175,6 @@ def emulated_kernel(L, a):
     for cta, tx in T.grid(L.grid_size(a.n_b), L.NT):
         t = T.meta_var(emulated_thread(L, regs, cta, tx))
         weights_in(L, a, t)
-        if L.STEP_INPUTS:
-            load_input_weights(L, a, t)
         load_biases(L, a, t)
         init_state(L, a, t)
     if L.partial_sums:
@@ -250,18 +214,15 @@ def emulated_kernel(L, a):
 
 
 @built_once
-def emulated_persistent_kernel(spec: CellSpec, cfg: Config, step_inputs: bool = False) -> tvm.tirx.PrimFunc:
+def emulated_persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc:
     """The same tiling run serially on the CPU (llvm), barriers as phase boundaries: for tests."""
     check(spec, cfg)
-    if step_inputs and step_inputs_problem(spec, cfg):
-        raise UnsupportedLayer(f"config {cfg.as_dict()}: {step_inputs_problem(spec, cfg)}")
-    L = Layout(spec, cfg, emulate=True, step_inputs=step_inputs)
+    L = Layout(spec, cfg, emulate=True)
 
     @T.macro
-    def body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, wt=None, wb=None):
-        a = T.meta_var(Args.of(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, wt, wb))
+    def body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b):
+        a = T.meta_var(Args(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b))
         emulated_kernel(L, a)
 
     # final_state writes Y_h once; C's home between steps is not Y_c (cell_state.py)
-    return recurrence_func(spec, body, L.SLOTS, yh_written_only=True, yc_written_only=L.C_SLOT is not None,
-                           step_inputs=step_inputs)
+    return recurrence_func(spec, body, L.SLOTS, yh_written_only=True, yc_written_only=L.C_SLOT is not None)

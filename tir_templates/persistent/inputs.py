@@ -59,14 +59,6 @@ def fetch_cell_state(L, a, t, xr, e, ch):
 
 
 @T.macro
-def fetch_cell_states(L, a, t, xr, ch):
-    """C(t-1) of each owned pair of chunk ch into `xr` (LSTM; nothing for other cells)."""
-    for e in T.unroll(L.UPT):
-        if L.lstm and L.owns(t.cta, t.tx, e, ch, a.n_b):
-            fetch_cell_state(L, a, t, xr, e, ch)
-
-
-@T.macro
 def fetch(L, a, t, xr, s, ch, with_c, own_lengths=True):
     """Load step s's input projection of each owned pair (and C(t-1) when `with_c`) into the
     register set `xr`. Unguarded, with the time index clamped, so the loads issue at once (a

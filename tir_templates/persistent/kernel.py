@@ -23,7 +23,7 @@ from ..early_launch import allow_next_kernel, wait_for_previous_kernel
 from ..signature import WORKSPACE_WORDS, recurrence_func
 from ..spec import CellSpec
 from .buffers import Args, cta_buffers
-from .checks import UnsupportedLayer, check
+from .checks import check
 from .dot_fma import dot_and_reduce
 from .dots import dot_products, weights_in
 from .exchange import (dsmem_exchange, dsmem_init, end_of_step, final_state, h_into_shared, init_state, load_h,
@@ -31,10 +31,8 @@ from .exchange import (dsmem_exchange, dsmem_init, end_of_step, final_state, h_i
 from .h16_exchange import keep_h_prev, own_h_prev
 from .gru_partial_sums import load_partial_weights, partial_update, publish_partials, reset_from_partials, tile_state
 from .gru_two_phase import candidate_phase, reset_phase
-from .inputs import (advance, chunk_ahead_inputs, chunk_inputs, fetch, fetch_cell_states, fetch_valid, load_biases,
-                     load_lengths)
+from .inputs import advance, chunk_ahead_inputs, chunk_inputs, fetch, fetch_valid, load_biases, load_lengths
 from .layout import Layout
-from .step_inputs import arrive_and_project, inputs_from_shared, load_input_weights, project_inputs, step_inputs_problem
 from .update import update
 
 
@@ -46,28 +44,23 @@ def one_step(L, a, t, sm, hs, hs_next, s):
     # step s+1's inputs (in flight all step; after the dot where `L.FETCH_AFTER_DOT`), h(t-1) into
     # shared memory (a resident CTA has it there)
     if hs_next is None:
-        if not L.FETCH_AFTER_DOT and not L.STEP_INPUTS:
+        if not L.FETCH_AFTER_DOT:
             fetch(L, a, t, t.xn, s + 1, L.first_chunk(t.cta), False)
         h_into_shared(L, a, t, hs, s, s % 2, L.first_chunk(t.cta))
         if L.H16:
             keep_h_prev(L, t)
-        if L.STEP_INPUTS:  # this step's inputs, which the CTA computed at the last barrier
-            inputs_from_shared(L, a, t, sm.gx, L.first_chunk(t.cta))
         T.tvm_storage_sync("shared")
     else:
         fetch_valid(L, a, t, t.xn, s + 1)
     dot_products(L, a, t, hs, sm.gs, 0)
     if not L.LANE:
         T.tvm_storage_sync("shared")
-    if hs_next is None and L.FETCH_AFTER_DOT and not L.STEP_INPUTS:
+    if hs_next is None and L.FETCH_AFTER_DOT:
         fetch(L, a, t, t.xn, s + 1, L.first_chunk(t.cta), False)
     update(L, a, t, hs, sm.gs, s, L.first_chunk(t.cta), hs_next)
-    if not L.STEP_INPUTS:
-        advance(L, t, hs_next is not None)
+    advance(L, t, hs_next is not None)
     # one barrier per step (it starts with a __syncthreads; a resident CTA needs only that)
-    if L.STEP_INPUTS:  # ... and the CTA computes step s+1's inputs between its arrival and its wait
-        arrive_and_project(L, a, t, sm.gx, s, L.barrier_index(s, 1))
-    elif hs_next is not None and L.dsmem:
+    if hs_next is not None and L.dsmem:
         dsmem_exchange(L, a, t, hs_next, sm.bar, s)
     elif hs_next is not None:
         T.tvm_storage_sync("shared")
@@ -79,11 +72,7 @@ def one_step(L, a, t, sm, hs, hs_next, s):
 def one_chunk_steps(L, a, t, sm):
     """The CTA's batch rows are one chunk: step s+1's inputs are fetched while step s computes."""
     load_lengths(L, a, t, L.first_chunk(t.cta))
-    if L.STEP_INPUTS:  # C(t-1), and step 0's input projection, which the first step reads after a sync
-        fetch_cell_states(L, a, t, t.xr, L.first_chunk(t.cta))
-        project_inputs(L, a, t, sm.gx, 0)
-    else:
-        fetch(L, a, t, t.xr, 0, L.first_chunk(t.cta), True)
+    fetch(L, a, t, t.xr, 0, L.first_chunk(t.cta), True)
     if L.h_on_chip:  # h in shared memory for the whole sequence: steps in pairs, hs -> hs2 -> hs
         load_h(L, a, t, sm.hs, 0, L.first_chunk(t.cta))
         T.tvm_storage_sync("shared")
@@ -164,8 +153,6 @@ def cta_program(L, a, cta, tx):
     t, sm = T.meta_var(cta_buffers(L, cta, tx))
     # this lane's slice of its work group's gate rows, in registers for the whole sequence
     weights_in(L, a, t)
-    if L.STEP_INPUTS:  # ... and of W, in shared memory
-        load_input_weights(L, a, t)
     load_biases(L, a, t)
     T.evaluate(wait_for_previous_kernel())  # launched early (PDL): the kernel before has now finished
     init_state(L, a, t)
@@ -218,19 +205,15 @@ def cuda_kernel(L, a):
 
 
 @built_once
-def persistent_kernel(spec: CellSpec, cfg: Config, step_inputs: bool = False) -> tvm.tirx.PrimFunc:
-    """The CUDA persistent kernel of `spec` under `cfg` (raises UnsupportedLayer); `step_inputs`:
-    one that computes its input projections in its steps, taking x, W^T and Wb (step_inputs.py)."""
+def persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc:
+    """The CUDA persistent kernel of `spec` under `cfg` (raises UnsupportedLayer)."""
     check(spec, cfg)
-    if step_inputs and step_inputs_problem(spec, cfg):
-        raise UnsupportedLayer(f"config {cfg.as_dict()}: {step_inputs_problem(spec, cfg)}")
-    L = Layout(spec, cfg, step_inputs=step_inputs)
+    L = Layout(spec, cfg)
 
     @T.macro
-    def body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, wt=None, wb=None):
-        a = T.meta_var(Args.of(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b, wt, wb))
+    def body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b):
+        a = T.meta_var(Args(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b))
         cuda_kernel(L, a)
 
     # final_state writes Y_h once; C's home between steps is not Y_c (cell_state.py)
-    return recurrence_func(spec, body, L.SLOTS, yh_written_only=True, yc_written_only=L.C_SLOT is not None,
-                           step_inputs=step_inputs)
+    return recurrence_func(spec, body, L.SLOTS, yh_written_only=True, yc_written_only=L.C_SLOT is not None)

@@ -24,7 +24,6 @@ BLOCK_M):
     F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
     CHUNKS_AHEAD      a step in chunks fetches each next chunk's inputs while one computes
     FETCH_AFTER_DOT   a one-chunk step fetches step s+1's inputs after its dot products, not at its top
-    STEP_INPUTS, I, XK  the step computes its next input projection itself (step_inputs.py): input size, a warp's k-tiles of x
     INT8, WPR         weights held as int8 (int8_rows.py): a run of 4 a register; words a row holds (RR + scale)
     BF16              ... those weights bf16 (else fp16)
     H16, H16_SLOT     16-bit mma: h(t-1) exchanged in 16 bits (`hs` holds pairs); the exchange slot of them
@@ -64,7 +63,7 @@ class Layout:
     """The constants and index maps of one (spec, config); `emulate`: the CPU twin's mapping
     (shared memory in global buffers, no fast math)."""
 
-    def __init__(self, spec: CellSpec, cfg: Config, emulate: bool = False, step_inputs: bool = False):
+    def __init__(self, spec: CellSpec, cfg: Config, emulate: bool = False):
         self.spec, self.cfg, self.emulate = spec, cfg, emulate
         self.H, self.D, self.G = spec.hidden_size, spec.num_directions, spec.num_gates
         self.TW, self.WS, self.RPG, self.BC = cfg.tile_units, cfg.group_size, cfg.rows_per_group, cfg.batch_chunk
@@ -103,7 +102,7 @@ class Layout:
         self.SENDS = (self.CPD - 1) * self.BC * self.TW // 4 if self.dsmem else 0
         self.RECV_BYTES = 16 * self.SENDS
         # past 48 KiB, h(t-1) goes to dynamic shared memory (TVM's runtime raises the kernel's limit)
-        self.SMEM = "global" if emulate else ("shared.dyn" if step_inputs or cfg.shared_bytes(spec) > STATIC_SHARED_BYTES
+        self.SMEM = "global" if emulate else ("shared.dyn" if cfg.shared_bytes(spec) > STATIC_SHARED_BYTES
                                               else "shared")
         self.LANE = cfg.lane_updates(spec)  # lanes update their units from their own sums
         self.UG = self.RPG // self.G if self.LANE else 0
@@ -131,9 +130,6 @@ class Layout:
         # elsewhere (one or two batch rows a CTA) the loads' latency lands on the step instead
         # (GRU H=1024 B=1 0.93x): docs/data/fetch-after-dot-h200.jsonl
         self.FETCH_AFTER_DOT = self.MMA and self.tiled and self.grid and self.NTL == 1
-        self.STEP_INPUTS = step_inputs  # ... or computes them itself, while it waits at the barrier
-        self.I = spec.input_size
-        self.XK = spec.input_size // 16 // self.KS if step_inputs else 0
         self.ACC_SETS = cfg.acc_sets() if self.MMA else 1  # C fragments a warp alternates between by k-tile
         self.H16 = cfg.h16_exchange(spec)  # h(t-1) exchanged in 16 bits, held in `hs` as pairs (h16_exchange.py)
         self.H16_SLOT = cfg.h16_slot(spec)
@@ -250,10 +246,7 @@ class Layout:
 
     def mma_row(self, cta, tx, j):
         """Row of R (within direction) of A-fragment register j of thread tx."""
-        return self.local_row(cta, self.mma_row_in_tile(tx, j))
-
-    def local_row(self, cta, lr):
-        """Row of R (within direction) of the CTA's gate row lr (gate-major)."""
+        lr = self.mma_row_in_tile(tx, j)
         return (lr // self.TW) * self.H + (cta % self.CPD) * self.TW + lr % self.TW
 
     def mma_col(self, tx, i, j):
