@@ -9,6 +9,10 @@ and the GPU tests': fp32 1e-4, TF32 2e-3, fp16 2e-3, bf16 8e-3 of the output sca
 refused with a PersistRNNError; anything else is a failure. One JSON line a layer.
 
     python benchmarks/conformance_sweep.py --layers 40 --seed 1 --out sweep.jsonl   # on the GPU box
+    python benchmarks/conformance_sweep.py --layers 40 --seed 2 --tensor-cores --out sweep.jsonl
+    python benchmarks/conformance_sweep.py --layers 5 --target llvm --out sweep.jsonl  # no GPU
+
+Data: docs/data/conformance-sweep-h200.jsonl (runs A and B).
 """
 from __future__ import annotations
 
