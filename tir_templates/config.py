@@ -49,7 +49,9 @@ With `stamped` the CTAs of a grid direction never meet at a counter after the fi
 publishes its units of h(t) as 8-byte words (the value beside its step's stamp, one store), and
 every CTA reads all of h(t-1) straight from those words, spinning only on a word whose stamp is
 not there yet (`persistent/stamped_exchange.py`). The barrier's release fence, atomic and poll
-leave the step; the words are twice the bytes of plain h.
+leave the step; the words are twice the bytes of plain h. A 16-bit mma step's words carry two
+units' 16-bit halves beside the stamp instead (`stamped_halves`), twice the bytes of its 16-bit
+exchange.
 """
 from __future__ import annotations
 
@@ -219,13 +221,19 @@ class Config:
         its unit of h(t) once and publishes it beside the fp32 value, and every CTA copies the
         16-bit slot into shared memory as the B fragments' pairs (half the bytes; no rounding in
         the dot, which read the same rounded values before). The fp32 h(t) stays the final state
-        and the owner's own h(t-1). Not with stamped words, h on chip or two phases."""
-        return (self.f16_mma() and not self.stamped and not self.h_on_chip(spec) and not two_phase(spec)
+        and the owner's own h(t-1). Not with h on chip or two phases; with stamped words, as
+        stamped halves (`stamped_halves`)."""
+        return (self.f16_mma() and not self.h_on_chip(spec) and not two_phase(spec)
                 and spec.hidden_size % 8 == 0)
+
+    def stamped_halves(self, spec: CellSpec) -> bool:
+        """Stamped words of a 16-bit mma step (`persistent/stamped_exchange.py`): each 8-byte word
+        holds two units' 16-bit halves of h(t), the pair a B fragment reads, beside the stamp."""
+        return bool(self.stamped) and self.h16_exchange(spec)
 
     def h16_slot(self, spec: CellSpec) -> int | None:
         """The exchange slot of 16-bit h (`h16_exchange`): one fp32 row holds both step parities'
-        halves; None without it."""
+        halves (stamped halves: this slot and the next, a copy each); None without it."""
         return self._h_slots(spec) + (self.cell_state_slot(spec) is not None) if self.h16_exchange(spec) else None
 
     def partial_sums(self, spec: CellSpec) -> bool:
@@ -269,11 +277,12 @@ class Config:
         """Leading extent of the exchange buffer: h by step parity and a spare slot, plus, with
         partial sums, one slot per (parity, gate z/r, CTA of a direction); stamped words take two
         slots each, by step parity. A 16-bit LSTM adds its cell state's slot (`cell_state_slot`), a
-        16-bit mma step its 16-bit h's (`h16_slot`)."""
-        return self._h_slots(spec) + (self.cell_state_slot(spec) is not None) + self.h16_exchange(spec)
+        16-bit mma step its 16-bit h's (`h16_slot`; stamped halves, one a copy)."""
+        h16 = STAMPED_COPIES if self.stamped_halves(spec) else int(self.h16_exchange(spec))
+        return self._h_slots(spec) + (self.cell_state_slot(spec) is not None) + h16
 
     def _h_slots(self, spec: CellSpec) -> int:
-        if self.stamped:
+        if self.stamped and not self.stamped_halves(spec):
             return 2 * STAMPED_COPIES
         return 3 + (4 * self.ctas_per_direction(spec) if self.partial_sums(spec) else 0)
 
@@ -322,8 +331,10 @@ class Config:
                                       - (self.smem_runs + self.global_runs) * self.column_run(spec))
 
     def stamped_words(self, spec: CellSpec) -> int:
-        """Stamped words of h(t-1) each thread loads a step (0 without `stamped`)."""
-        return -(-self.batch_chunk * spec.hidden_size // self.threads(spec)) if self.stamped else 0
+        """Stamped words of h(t-1) each thread loads a step (0 without `stamped`; stamped halves:
+        two units a word)."""
+        units = spec.hidden_size // 2 if self.stamped_halves(spec) else spec.hidden_size
+        return -(-self.batch_chunk * units // self.threads(spec)) if self.stamped else 0
 
     def registers(self, spec: CellSpec) -> int:
         """Estimated registers per thread: weights, accumulators, prefetched inputs and recurrent
@@ -513,9 +524,11 @@ def problems(spec: CellSpec, cfg: Config, num_sms: int, shared_limit: int = STAT
         out.append(f"batch_tile {cfg.batch_tile}: batch tiles need batch_chunk equal to the tile, and a cell with one "
                    "phase a step (not GRU with linear_before_reset=0)")
     if cfg.batch_tile and cfg.barrier(spec) == "grid" and (
-            cfg.stamped or num_sms // cfg.num_ctas(spec) * spec.num_directions > BARRIER_COUNTERS):
+            (cfg.stamped and not cfg.stamped_halves(spec))
+            or num_sms // cfg.num_ctas(spec) * spec.num_directions > BARRIER_COUNTERS):
         out.append(f"batch_tile {cfg.batch_tile} in a grid: a counter per tile and direction, at most "
-                   f"{BARRIER_COUNTERS} (tiles of {cfg.num_ctas(spec)} CTAs on {num_sms} SMs), and no stamped words")
+                   f"{BARRIER_COUNTERS} (tiles of {cfg.num_ctas(spec)} CTAs on {num_sms} SMs), and stamped words "
+                   "only as a 16-bit mma step's halves")
     if cfg.cluster and not 1 < cfg.ctas_per_direction(spec) <= max_cluster:
         out.append(f"a cluster of {cfg.ctas_per_direction(spec)} CTAs (this GPU: "
                    + (f"2 to {max_cluster})" if max_cluster else "no thread-block clusters)"))
@@ -569,14 +582,17 @@ MAX_STAMPED_WORDS = 16
 
 def stamped_problems(spec: CellSpec, cfg: Config) -> list[str]:
     """What the stamped exchange needs: CTAs that meet at a grid counter (a cluster has its own
-    barrier), one phase a step, the FMA units' dot products, and few words per thread."""
+    barrier), one phase a step, the FMA units' dot products or a 16-bit mma step that exchanges
+    h in 16 bits (its words then carry halves; fp32 words ran slower there,
+    docs/data/stamped-tc-h200.jsonl), and few words per thread."""
     out = []
     if cfg.barrier(spec) != "grid":
         out.append("stamped: h goes through stamped words only between the CTAs of a grid direction")
     if two_phase(spec):
         out.append("stamped: GRU with linear_before_reset=0 has two phases a step")
-    if cfg.tensor_cores():
-        out.append("stamped: the FMA units' dot products only")
+    if cfg.tensor_cores() and not cfg.stamped_halves(spec):
+        out.append("stamped: the FMA units' dot products, or a 16-bit mma step with h in 16 bits (hidden_size a "
+                   "multiple of 8)")
     words = cfg.stamped_words(spec)
     if words > MAX_STAMPED_WORDS:
         out.append(f"stamped: {words} words of h a thread a step (at most {MAX_STAMPED_WORDS})")

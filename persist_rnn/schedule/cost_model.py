@@ -37,8 +37,9 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 #: configs held to their fragments in registers, FMA units at batch 1; 3: tensor-core configs in
 #: batch tiles, several pairs a thread only in them, 16-bit and int8 layers' weights read from
 #: global memory; 4: a chained mma priced, its latency hidden by the other warps of its scheduler
-#: (docs/cost-model.md); 5: an FMA-unit warp of few sums priced at the scheduler that holds the most warps
-MODEL_VERSION = 5
+#: (docs/cost-model.md); 5: an FMA-unit warp of few sums priced at the scheduler that holds the most warps;
+#: 6: 16-bit tensor-core steps with stamped halves, priced as the FMA units' stamped words
+MODEL_VERSION = 6
 #: the most sums (rows x batch rows of a chunk) an FMA-unit warp may keep and be priced at the
 #: scheduler that holds the most warps: of the 40 measure-off picks that rule moved on the H200,
 #: the 30 at 16 or fewer ran 1.115x faster (geomean), the 10 above 0.943x
@@ -72,7 +73,8 @@ def features(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> dict:
     barrier = "dsmem" if resident and cfg.barrier(spec) == "cluster" else cfg.barrier(spec)
     barrier = "stamped" if cfg.stamped and barrier == "grid" else barrier
     dots = weight_passes(spec, cfg, batch)  # passes of the dot products over all rows
-    vec = 4 if H % 4 == 0 and not cfg.stamped else 1  # stamped words: one 8-byte load a unit
+    # stamped words: one 8-byte load a unit (stamped halves: a pair of units)
+    vec = (2 if cfg.stamped_halves(spec) else 1) if cfg.stamped else 4 if H % 4 == 0 else 1
     unique_bytes = 4 * dv * min(32, cfg.group_size)  # distinct h bytes one warp-wide shared load touches
     smem_w = cfg.smem_runs * dv * cfg.rows_per_group  # weights a thread reads from shared memory per chunk
     lds_per_thread = kpl // dv * bc

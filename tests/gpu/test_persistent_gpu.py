@@ -173,6 +173,26 @@ def test_stamped_exchange_matches_onnxruntime(op, hidden, direction, dtype, cfg)
     _matches_three_times(_layer_case(op, hidden, direction, dtype), cfg, TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("op,hidden,direction,dtype,cfg", [
+    ("LSTM", 256, "forward", "float16", Config(8, 32, 16, 8, "float16", batch_tile=8, mma_k_split=2, stamped=True)),
+    ("GRU", 256, "bidirectional", "bfloat16", Config(16, 32, 16, 8, "bfloat16", batch_tile=8, mma_k_split=2,
+                                                     stamped=True)),
+    ("GRU", 256, "forward", "float16", Config(8, 32, 16, 8, "float16", batch_tile=8, mma_k_split=4,
+                                              stamped=True)),  # a padded row tile, four column splits
+    ("LSTM", 256, "forward", "bfloat16", Config(8, 32, 16, 16, "bfloat16", batch_tile=16, mma_k_split=2,
+                                                smem_runs=2, stamped=True)),  # two n-tiles, shared fragments
+    ("RNN", 256, "reverse", "float16", Config(16, 32, 16, 8, "float16", mma_k_split=2, stamped=True)),  # chunks
+    ("LSTM", 256, "forward", "float16", Config(8, 32, 16, 8, "float16", batch_tile=8, mma_k_split=4,
+                                               stamped=True)),  # four column splits, as LSTM H=768 B=16's pick
+], ids=str)
+def test_stamped_halves_match_onnxruntime(op, hidden, direction, dtype, cfg):
+    """16-bit tensor-core steps reading h(t-1) as stamped words of two halves (no barrier a step):
+    grid batch tiles (ragged at B=5 and 20) and a grid walking batch chunks, fp16 and bf16, one to
+    four column splits, each (B, T) of the matrix three times: a word read before its writer stored
+    it, or a copy overwritten while a reader still wanted it, shows as a run that differs."""
+    _matches_three_times(_layer_case(op, hidden, direction, dtype), cfg, TOLERANCE[dtype])
+
+
 @pytest.mark.parametrize("op,hidden,direction,dtype", [("LSTM", 1024, "bidirectional", "float32"),
                                                       ("GRU", 512, "forward", "float32"),
                                                       ("GRU", 1024, "bidirectional", "float16"),

@@ -7,6 +7,8 @@ batch tiles, both directions, bf16, and ragged and empty sequences (a finished s
 the owner's fp32 h(t-1))."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -63,9 +65,40 @@ def test_16_bit_exchange_only_where_the_mma_reads_16_bits():
     assert not Config(4, 32, 16, 3, mma_k_split=1).h16_exchange(CellSpec("lstm", I, H, "forward"))
     assert not Config(4, 32, 16, 3, mma_k_split=1, mma_precision="tf32").h16_exchange(CellSpec("lstm", I, H, "forward"))
     assert not Config(4, 4, 4, 3, "float16").h16_exchange(lstm16)
-    assert not Config(4, 32, 16, 3, "float16", mma_k_split=1, stamped=True).h16_exchange(lstm16)
+    stamped = Config(4, 32, 16, 3, "float16", mma_k_split=1, stamped=True)  # as stamped halves, a slot a copy
+    assert stamped.h16_exchange(lstm16) and stamped.stamped_halves(lstm16)
+    assert stamped.exchange_slots(lstm16) == on.exchange_slots(lstm16) + 1
+    assert not on.stamped_halves(lstm16)
     assert not Config(16, 32, 16, 3, "float16", mma_k_split=1).h16_exchange(lstm16)  # one resident CTA
     assert Config(4, 4, 4, 3, "float16").h16_slot(lstm16) is None
+
+
+#: stamped halves (no barrier a step) against the same configs' 16-bit exchange through a barrier:
+#: grid directions, chunks (the last ragged), two n-tiles, bf16, grid batch tiles, both directions
+STAMPED_CASES = [
+    ("lstm", "bidirectional", 3, Config(4, 32, 16, 3, "float16", mma_k_split=1), dict(peepholes=True)),
+    ("gru", "forward", 10, Config(8, 32, 16, 10, "float16", mma_k_split=1), {}),
+    ("lstm", "forward", 7, Config(4, 32, 16, 3, "float16", mma_k_split=1), {}),
+    ("gru", "reverse", 7, Config(8, 32, 16, 2, "bfloat16", mma_k_split=1), {}),
+    ("lstm", "bidirectional", 5, Config(4, 32, 16, 2, "float16", batch_tile=2, mma_k_split=1), {}),
+    ("rnn", "forward", 4, Config(4, 32, 16, 4, "bfloat16", mma_k_split=1), dict(clip=1.0)),
+]
+
+
+@pytest.mark.parametrize("cell,direction,batch,cfg,flags", STAMPED_CASES, ids=lambda v: str(v))
+def test_stamped_halves_give_the_same_bits(cell, direction, batch, cfg, flags, monkeypatch):
+    """The pairs as stamped words carry the same 16 bits as the barrier's 16-bit slot: the same
+    outputs bit for bit, no barrier after the launch's first, and every word read with its stamp."""
+    spec = CellSpec(cell, I, H, direction, linear_before_reset=(cell == "gru"), dtype=cfg.weight_dtype, **flags)
+    stamped = dataclasses.replace(cfg, stamped=True)
+    assert not problems(spec, stamped, 48) and stamped.stamped_halves(spec)
+    want = _run(spec, cfg, batch, monkeypatch, h16=True)
+    got = _run(spec, stamped, batch, monkeypatch, h16=True)
+    assert got[11][BARRIER_FLAG_WORD] == 0, "a stamp or the launch's barrier would not match on the GPU"
+    assert got[11][0] == stamped.ctas_per_direction(spec)  # the launch's one barrier
+    for name, g, w in zip(("Y", "Y_h", "Y_c"), got[7:10], want[7:10]):
+        np.testing.assert_array_equal(g.astype("float32"), w.astype("float32"), err_msg=name)
+    assert np.abs(got[7].astype("float32")).max() > 0.05  # the layer did compute
 
 
 #: 16-bit mma picks whose halved copy of h would leave 0-48 KiB of dynamic shared memory beside

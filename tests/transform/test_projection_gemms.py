@@ -140,3 +140,19 @@ def test_a_build_for_sm_90a_takes_the_wgmma_gemm_where_it_pays():
     [(_, call)] = list(call_tir_sites(out))
     np.testing.assert_array_equal(call_args(call)[1].value.numpy(), pack_pairs_nk(w, False))
     assert relax.analysis.check_well_formed(out)
+
+
+@pytest.mark.parametrize("K,operands,precision,mma", [(40, "bfloat16", "fp32", False), (80, "bfloat16", "fp32", True),
+                                                       (264, "float16", "fp32", False), (36, "float32", "tf32", False),
+                                                       (40, "float32", "tf32", True)])
+def test_the_tensor_cores_take_whole_k_slices_only(K, operands, precision, mma):
+    """A GEMM whose K ends inside a k-slice (16 columns at 16 bits, 8 at TF32) goes to the FMA
+    GEMM at any rows: on the H200 the pairs GEMM of bf16 layers with 40 inputs gave wrong outputs
+    where K = 80 matched."""
+    for M in (48, 320, None):
+        kernel, packs = projection_gemm(M, K, 3072, operands, operands, True, 132, precision)
+        info = json.loads(kernel.attrs[PROJECTION_ATTR])
+        if not mma:
+            assert "mma" not in info and not packs, (M, info)
+    kernel, _ = projection_gemm(48, K, 3072, operands, operands, True, 132, precision)
+    assert ("mma" in json.loads(kernel.attrs[PROJECTION_ATTR])) == mma

@@ -45,7 +45,7 @@ class Args:
 class Registers:
     """What a thread keeps in registers: its weights (`wreg`, int8 ones as packed words and each
     row's scale; the runs that did not fit live in shared memory, `wsm`), each pair's inputs (`xr`, and step s+1's in `xn`), recurrent biases,
-    sequence lengths and h(t) (with 16-bit exchange also the fp32 h(t-1), `hp`); the partial-sum GRU's rows of R_z, R_r (`wp`); scratch for the dot
+    sequence lengths and h(t) (with 16-bit exchange also the fp32 h(t-1), `hp`; with stamped halves h(t)'s 16 bits, `hh`); the partial-sum GRU's rows of R_z, R_r (`wp`); scratch for the dot
     products. On the GPU each is the thread's own (row 0); in the CPU twin one row per (CTA, thread)."""
     wreg: Any
     wsm: Any
@@ -63,6 +63,7 @@ class Registers:
     wq: Any = None
     hq: Any = None
     hp: Any = None
+    hh: Any = None
 
     def swapped(self) -> Registers:
         """The two input register sets exchanged (a resident CTA alternates them by step parity)."""
@@ -142,7 +143,8 @@ def cta_buffers(L: Layout, cta, tx) -> tuple[Thread, Shared]:
     wq = _alloc("wq", (4,), "uint32", "local") if L.INT8 else None
     hq = _alloc("hq", (L.BC * L.DV,), "float32", "local") if L.INT8 else None
     hp = _alloc("hp", (1, L.UPT), "float32", "local") if L.H16 else None
-    regs = Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, wt, acc, hv, bv, wq, hq, hp)
+    hh = _alloc("hh", (1, L.UPT), "uint32", "local") if L.HALVES else None
+    regs = Registers(wreg, wsm, xr, xn, rbr, nv, hn, wp, sacc, wt, acc, hv, bv, wq, hq, hp, hh)
     return Thread(regs, cta, tx), Shared(hs, hs2, gs, rs, hm, bar)
 
 

@@ -16,6 +16,7 @@ from tvm.script import tirx as T
 from ..signature import BARRIER_FLAG_WORD, batch_row
 from .cell_state import keep_cell_state
 from .h16_exchange import load_h16, publish_h16
+from .dot_mma import f16_pair
 from .stamped_exchange import flat_words, load_stamped_h, publish, stamped_value
 
 GRID_BARRIER = r"""
@@ -86,12 +87,22 @@ __device__ __forceinline__ void prnn_dsmem_wait(void* bar, unsigned int parity, 
 """
 
 @T.macro
+def init_pair(L, a, d, b, j):
+    """Stamped halves: the owner of an even unit j writes the pair (j, j + 1) of h0 into copy 0,
+    stamp 1, and stamp 0 into copy 1 (`stamped_exchange.py`)."""
+    if j % 2 == 0:
+        publish(L, a, 0, d, b, j // 2, T.reinterpret("float32", f16_pair(
+            a.h0[d, batch_row(L.spec, "h0", b), j], a.h0[d, batch_row(L.spec, "h0", b), j + 1], L.BF16)), 1)
+        publish(L, a, 1, d, b, j // 2, T.float32(0), 0)
+
+
+@T.macro
 def init_state(L, a, t):
     """Each CTA copies its units (and batch rows) of h0 into slot 0 of hbuf and of c0 to C's home
     (stamped words: h0 into copy 0, stamp 1, and stamp 0 into copy 1, `stamped_exchange.py`)."""
     for e in range((L.own_rows(a.n_b) * L.TW + L.NT - 1) // L.NT):
         if L.owns_state(t.cta, t.tx, e, a.n_b):
-            if L.stamped:
+            if L.stamped and not L.HALVES:
                 publish(L, a, 0, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e), a.h0[
                     L.dir_of(t.cta), batch_row(L.spec, "h0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)],
                     1)
@@ -100,7 +111,9 @@ def init_state(L, a, t):
             else:
                 a.hb[0, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e)] = a.h0[
                     L.dir_of(t.cta), batch_row(L.spec, "h0", L.state_row(t.cta, t.tx, e)), L.state_unit(t.cta, t.tx, e)]
-                if L.H16:
+                if L.HALVES:
+                    init_pair(L, a, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e))
+                elif L.H16:
                     publish_h16(L, a, 0, L.dir_of(t.cta), L.state_row(t.cta, t.tx, e), L.state_unit(t.cta, t.tx, e),
                                 a.h0[L.dir_of(t.cta), batch_row(L.spec, "h0", L.state_row(t.cta, t.tx, e)),
                                      L.state_unit(t.cta, t.tx, e)])
@@ -126,8 +139,8 @@ def load_h(L, a, t, hs, slot, ch):
 @T.macro
 def h_into_shared(L, a, t, hs, s, slot, ch):
     """Step s's exchange `slot` (h(t-1), or r * h(t-1)) of chunk ch into `hs`: from the stamped
-    words when the direction's CTAs exchange them (`stamped_exchange.py`), from the 16-bit
-    halves (`h16_exchange.py`), else `load_h`."""
+    words (of fp32 units or 16-bit pairs) when the direction's CTAs exchange them
+    (`stamped_exchange.py`), from the 16-bit halves (`h16_exchange.py`), else `load_h`."""
     if L.stamped:
         load_stamped_h(L, a, t, hs, s, ch)
     elif L.H16:
@@ -242,14 +255,15 @@ def resident_states_out(L, a, t):
 
 @T.macro
 def final_state(L, a, t):
-    """Y_h from the exchange buffer (stamped words: copy T % 2, stamp T + 1); an empty sequence
-    has zero final states (as ONNX Runtime)."""
+    """Y_h from the exchange buffer (stamped words: copy T % 2, stamp T + 1; with stamped halves
+    the fp32 slot, which this CTA wrote: its __syncthreads after the last step orders the two);
+    an empty sequence has zero final states (as ONNX Runtime)."""
     cta, tx = t.cta, t.tx  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
     for e in range((L.own_rows(a.n_b) * L.TW + L.NT - 1) // L.NT):
         if L.owns_state(cta, tx, e, a.n_b):
             b = L.state_row(cta, tx, e)
             j = L.state_unit(cta, tx, e)
-            if L.stamped:
+            if L.stamped and not L.HALVES:
                 flat = flat_words(L, a)
                 a.yh[L.dir_of(cta), b, j] = T.if_then_else(
                     a.lens[batch_row(L.spec, "lens", b)] > 0,

@@ -102,8 +102,9 @@ def vectors_in_flight(L):
 
 
 def in_one_turn(spec, cfg) -> bool:
-    """Whether `cfg`'s 16-bit loads of h are all in flight at once (True without the exchange)."""
-    if not cfg.h16_exchange(spec):
+    """Whether `cfg`'s 16-bit loads of h are all in flight at once (True without the exchange,
+    and with stamped halves, whose words all go out together)."""
+    if not cfg.h16_exchange(spec) or cfg.stamped_halves(spec):
         return True
     L = Layout(spec, cfg)
     return vectors_in_flight(L) == h16_vectors(L)
@@ -111,10 +112,12 @@ def in_one_turn(spec, cfg) -> bool:
 
 def load_registers(spec, cfg) -> int:
     """Registers a thread of `cfg` holds for its 16-bit h loads in flight (none without the
-    16-bit exchange): what `Config.registers` leaves out, and what A fragments moved to shared
-    memory must make room for too."""
+    16-bit exchange; stamped halves: two a word): what `Config.registers` leaves out, and what A
+    fragments moved to shared memory must make room for too."""
     if not cfg.h16_exchange(spec):
         return 0
+    if cfg.stamped_halves(spec):
+        return 2 * cfg.stamped_words(spec)
     return 4 * vectors_in_flight(Layout(spec, cfg))
 
 

@@ -27,6 +27,7 @@ BLOCK_M):
     INT8, WPR         weights held as int8 (int8_rows.py): a run of 4 a register; words a row holds (RR + scale)
     BF16              ... those weights bf16 (else fp16)
     H16, H16_SLOT     16-bit mma: h(t-1) exchanged in 16 bits (`hs` holds pairs); the exchange slot of them
+    HALVES            ... as stamped words of two halves (no barrier a step)
     SENDS, RECV_BYTES  dsmem: 16-byte stores a CTA sends a step, bytes each CTA receives
     WORDS             stamped: words of h(t-1) a thread loads a step
 """
@@ -133,6 +134,7 @@ class Layout:
         self.ACC_SETS = cfg.acc_sets() if self.MMA else 1  # C fragments a warp alternates between by k-tile
         self.H16 = cfg.h16_exchange(spec)  # h(t-1) exchanged in 16 bits, held in `hs` as pairs (h16_exchange.py)
         self.H16_SLOT = cfg.h16_slot(spec)
+        self.HALVES = cfg.stamped_halves(spec)  # ... as stamped words of two halves (stamped_exchange.py)
         self.HSW = cfg.h_stride(spec)
         self.HS_DTYPE = "uint32" if self.H16 else "float32"
         # the shared copy of h (rows padded with tensor cores); with 16-bit pairs flat, rows HSW words

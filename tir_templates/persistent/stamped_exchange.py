@@ -15,6 +15,15 @@ The words sit in the exchange buffer (`Config.exchange_slots`: two slots a copy)
 flat view: word w = ((copy * D + d) * B + b) * H + j, its value at float 2w and its stamp at 2w + 1.
 The CPU twin stores the stamp as a float and flags a read whose stamp is not the expected one
 (the GPU would spin forever, or the twin's order of CTAs hides a race).
+
+A 16-bit mma step's words (`Config.stamped_halves`) hold a pair of units instead: units 2q and
+2q + 1 of h(t) rounded to the layer's 16 bits, as the B fragment reads them from `hs`
+(`h16_exchange.py`), in the value's place; H / 2 words a row, from the 16-bit slot on, a slot a
+copy. The owner of unit 2q + 1 hands its half to its neighbour lane, the owner of 2q, which
+stores the word (`publish_pairs`); the fp32 h(t) still goes to its exchange slot, for the owner
+alone (its own h(t-1), the final state). Kernel alone on the H200, LSTM H=768 fp16 in grid batch
+tiles of 8 rows: 1.97 -> 1.45 us a step at B=16, 2.20 -> 1.76 at B=32, outputs bitwise equal
+(docs/data/stamped-halves-h200.jsonl).
 """
 from __future__ import annotations
 
@@ -22,9 +31,16 @@ from tvm.script import tirx as T
 
 from ..signature import BARRIER_FLAG_WORD
 from ..stamped_words import ISSUE, SETTLE, STORE
+from .dot_mma import half_bits
 
 CLOCK = r"""
 __device__ __forceinline__ long long prnn_clock() { return clock64(); }
+"""
+NEXT_LANE = r"""
+__device__ __forceinline__ unsigned int prnn_next_lane(unsigned int bits) {
+  // the next lane's value (every lane of the warp calls this)
+  return __shfl_down_sync(0xffffffffu, bits, 1);
+}
 """
 SPIN_CHECK = r"""
 __device__ __forceinline__ void prnn_spin_check(long long since) {
@@ -39,9 +55,16 @@ def flat_words(L, a):
     return T.decl_buffer((L.SLOTS * L.D * a.n_b * L.H,), "float32", data=a.hb.data)
 
 
+def row_words(L):
+    """Words of one batch row of h: a unit each, or (stamped halves) a pair of units each."""
+    return L.H // 2 if L.HALVES else L.H
+
+
 def word(L, a, copy, d, b, j):
-    """Index of h[b, j]'s word of direction d in `copy` (its value at 2 * word)."""
-    return ((copy * L.D + d) * a.n_b + b) * L.H + j
+    """Index of h[b, j]'s word of direction d in `copy` (its value at 2 * word); with stamped
+    halves j is a pair, and the words start at the 16-bit slot."""
+    first = L.H16_SLOT * L.D * a.n_b * L.H // 2 if L.HALVES else 0
+    return first + ((copy * L.D + d) * a.n_b + b) * row_words(L) + j
 
 
 @T.macro
@@ -54,6 +77,36 @@ def publish(L, a, copy, d, b, j, value, stamp):
     else:
         T.cuda.func_call("prnn_stamped_store", T.address_of(flat[2 * word(L, a, copy, d, b, j)]), value,
                          T.Cast("uint32", stamp), source_code=STORE)
+
+
+@T.macro
+def publish_half(L, a, copy, d, b, j, value, stamp):
+    """The CPU twin's `publish_pairs`: h[b, j] rounded to 16 bits into its half of its pair's
+    word (the word's other half kept by integer arithmetic, as threads run one at a time), and
+    the stamp."""
+    flat = flat_words(L, a)
+    at = 2 * word(L, a, copy, d, b, j // 2)
+    flat[at] = T.reinterpret("float32", (T.reinterpret("uint32", flat[at])
+                                         & T.shift_left(T.uint32(0xFFFF), T.Cast("uint32", 16 * (1 - j % 2))))
+                             | T.shift_left(half_bits(value, L.BF16), T.Cast("uint32", 16 * (j % 2))))
+    flat[at + 1] = T.Cast("float32", stamp)
+
+
+@T.macro
+def publish_pairs(L, a, t, s, ch):
+    """Step s's pairs of h(t) into copy (s + 1) % 2, stamp s + 2: each owner's 16 bits (`hh`)
+    went to its lane's register; the owner of an even unit takes its neighbour's (the next unit,
+    the next lane's: `Layout.pair` puts consecutive units on consecutive threads, and every
+    tensor-core tile has an even number of units) and stores the word. Every lane runs the
+    shuffle, outside the owners' branch."""
+    cta, tx = t.cta, t.tx  # known to this macro, so that `d = L.dir_of(cta)` copies (buffers.py)
+    for e in T.unroll(L.UPT):
+        upper = T.cuda.func_call("prnn_next_lane", t.hh[t.row, e], source_code=NEXT_LANE, return_type="uint32")
+        if L.owns(cta, tx, e, ch, a.n_b):
+            b, j = L.pair(cta, tx, e, ch)
+            if j % 2 == 0:
+                publish(L, a, (s + 1) % 2, L.dir_of(cta), b, j // 2,
+                        T.reinterpret("float32", t.hh[t.row, e] | T.shift_left(upper, T.uint32(16))), s + 2)
 
 
 def stamped_value(L, a, flat, copy, d, b, j, stamp):
@@ -76,9 +129,16 @@ def check_stamp(L, a, flat, copy, d, b, j, stamp):
 
 def words_of_thread(L, a, t, e, rows):
     """Whether thread t's e-th word of a chunk (of `rows` batch rows) exists, and its (row in the
-    chunk, unit): the threads take the chunk's rows x H words in turn."""
+    chunk, unit or pair): the threads take the chunk's rows x `row_words` words in turn. Stamped
+    halves clamp instead: a word past the chunk's last (past the thread's share, or in a row the
+    ragged last tile lacks) is that last row's, loaded twice and stored where the mma reads only
+    padding. Guarded, LSTM H=768 B=32 fp16's step took 2.80 us kernel alone, unguarded 1.80
+    (docs/data/stamped-halves-h200.jsonl)."""
     i = e * L.NT + t.tx
-    return T.Cast("int64", i) < rows * L.H, i // L.H, i % L.H
+    if L.HALVES:
+        i = T.min(i, L.BC * row_words(L) - 1)
+        return True, T.min(T.Cast("int64", i // row_words(L)), rows - 1), i % row_words(L)
+    return T.Cast("int64", i) < rows * row_words(L), i // row_words(L), i % row_words(L)
 
 
 def issued(L, a, flat, copy, d, b, j):
@@ -98,11 +158,15 @@ def issue_words(L, a, t, raw, flat, copy, d, ch, rows):
 
 @T.macro
 def words_into_shared(L, a, t, hs, raw, rows):
-    """The values of thread t's words in `raw` into `hs`."""
+    """The values of thread t's words in `raw` into `hs` (stamped halves: the pairs, where the
+    16-bit exchange puts them)."""
     for e in T.unroll(L.WORDS):
         mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
         if mine:
-            hs[bi, j] = T.reinterpret("float32", T.Cast("uint32", raw[e]))
+            if L.HALVES:
+                hs[bi * L.HSW + j] = T.Cast("uint32", raw[e])
+            else:
+                hs[bi, j] = T.reinterpret("float32", T.Cast("uint32", raw[e]))
 
 
 @T.macro
@@ -119,7 +183,11 @@ def load_stamped_h(L, a, t, hs, s, ch):
         for e in range(L.WORDS):
             mine, bi, j = T.meta_var(words_of_thread(L, a, t, e, rows))
             if mine:
-                hs[bi, j] = stamped_value(L, a, flat, s % 2, d, ch * L.BC + bi, j, s + 1)
+                if L.HALVES:
+                    hs[bi * L.HSW + j] = T.reinterpret("uint32", stamped_value(L, a, flat, s % 2, d, ch * L.BC + bi,
+                                                                               j, s + 1))
+                else:
+                    hs[bi, j] = stamped_value(L, a, flat, s % 2, d, ch * L.BC + bi, j, s + 1)
                 check_stamp(L, a, flat, s % 2, d, ch * L.BC + bi, j, s + 1)
     else:
         raw = T.alloc_buffer((L.WORDS,), "uint64", scope="local")

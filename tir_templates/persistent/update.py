@@ -13,7 +13,8 @@ from .. import cells
 from .cell_state import keep_cell_state
 from .inputs import time_index
 from .h16_exchange import publish_h16
-from .stamped_exchange import publish
+from .dot_mma import half_bits
+from .stamped_exchange import publish, publish_half, publish_pairs
 
 
 def h_prev(L, t, hs, e, bi, j):
@@ -56,12 +57,17 @@ def each_owned_pair(L, a, t, ch, body, *args):
 @T.macro
 def h_out(L, a, t, e, b, j, bi, d, s, hs_next):
     """A pair's h(t) (in `hn`) where step s+1 reads it: the exchange buffer's slot (s+1) % 2, or
-    its stamped word (`stamped_exchange.py`), or the shared copy `hs_next`."""
-    if hs_next is None and L.stamped:
+    its stamped word (`stamped_exchange.py`; stamped halves: both, its 16 bits into `hh` for
+    `publish_pairs`), or the shared copy `hs_next`."""
+    if hs_next is None and L.stamped and not L.HALVES:
         publish(L, a, (s + 1) % 2, d, b, j, t.hn[t.row, e], s + 2)
     elif hs_next is None:
         a.hb[(s + 1) % 2, d, b, j] = t.hn[t.row, e]
-        if L.H16:
+        if L.HALVES and L.emulate:
+            publish_half(L, a, (s + 1) % 2, d, b, j, t.hn[t.row, e], s + 2)
+        elif L.HALVES:
+            t.hh[t.row, e] = half_bits(t.hn[t.row, e], L.BF16)
+        elif L.H16:
             publish_h16(L, a, (s + 1) % 2, d, b, j, t.hn[t.row, e])
     else:
         hs_next[bi, j] = t.hn[t.row, e]
@@ -96,3 +102,5 @@ def update(L, a, t, hs, gs, s, ch, hs_next):
     `cell_state.py`), or, when `hs_next` is not None (a resident CTA, which needs neither until
     its last step: `resident_states_out`), into that shared copy of h (`h_out`)."""
     each_owned_pair(L, a, t, ch, update_pair, hs, gs, s, hs_next)
+    if L.HALVES and not L.emulate and hs_next is None:
+        publish_pairs(L, a, t, s, ch)
