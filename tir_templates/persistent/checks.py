@@ -34,7 +34,11 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     fp16 and bf16, one and two directions, some and all k-tiles: tests/gpu/test_persistent_gpu.py
     `test_f16_mma_shared_fragments_match_onnxruntime`), and batch tiles of a grid, a barrier counter
     each (tensor cores at 3xTF32, fp16 and bf16, and the FMA units, at H=256:
-    docs/data/gpu-grid-batch-tiles-h200.log). A new variant starts here, named."""
+    docs/data/gpu-grid-batch-tiles-h200.log), and 16-bit tensor-core steps reading h(t-1) as
+    stamped halves (grid batch tiles and chunked grids, fp16 and bf16, 1-4 column splits, at
+    H=256: `test_stamped_halves_match_onnxruntime`, run F of docs/data/stamped-halves-h200.jsonl;
+    17 random layers' picks: run C of docs/data/conformance-sweep-h200.jsonl). A new variant
+    starts here, named."""
     return ""
 
 
