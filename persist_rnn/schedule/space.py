@@ -291,7 +291,7 @@ def _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds, weight_dtype
 def _stamped_twin(spec, cfg):
     """A grid tensor-core config, and its twin exchanging h as stamped halves (no barrier a step)
     where the step is a 16-bit mma's: kernel alone on the H200, LSTM H=768 fp16 in grid batch tiles
-    ran 1.35x (B=16) and 1.25x (B=32) faster so (docs/data/stamped-halves-h200.jsonl)."""
+    ran 1.25x (B=16) and 1.19x (B=32) faster so (docs/data/stamped-halves-h200.jsonl, run E)."""
     yield cfg
     if not stamped_problems(spec, dataclasses.replace(cfg, stamped=True)):
         yield dataclasses.replace(cfg, stamped=True)

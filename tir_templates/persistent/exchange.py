@@ -15,8 +15,8 @@ from tvm.script import tirx as T
 
 from ..signature import BARRIER_FLAG_WORD, batch_row
 from .cell_state import keep_cell_state
-from .h16_exchange import load_h16, publish_h16
 from .dot_mma import f16_pair
+from .h16_exchange import load_h16, publish_h16
 from .stamped_exchange import flat_words, load_stamped_h, publish, stamped_value
 
 GRID_BARRIER = r"""

@@ -22,8 +22,8 @@ A 16-bit mma step's words (`Config.stamped_halves`) hold a pair of units instead
 copy. The owner of unit 2q + 1 hands its half to its neighbour lane, the owner of 2q, which
 stores the word (`publish_pairs`); the fp32 h(t) still goes to its exchange slot, for the owner
 alone (its own h(t-1), the final state). Kernel alone on the H200, LSTM H=768 fp16 in grid batch
-tiles of 8 rows: 1.97 -> 1.45 us a step at B=16, 2.20 -> 1.76 at B=32, outputs bitwise equal
-(docs/data/stamped-halves-h200.jsonl).
+tiles of 8 rows: 2.03 -> 1.63 us a step at B=16, 2.24 -> 1.88 at B=32, the outputs those of the
+barrier bit for bit (docs/data/stamped-halves-h200.jsonl, runs A and E).
 """
 from __future__ import annotations
 
