@@ -37,15 +37,22 @@ def pair_word(L, parity, j):
     return parity * (L.H // 2) + j // 2
 
 
+def with_half(word, j, value, bf16):
+    """The fp32-typed pair `word` with unit j's half (j % 2; 0: low) replaced by `value` rounded
+    to 16 bits, the other half kept: how the CPU twin, whose threads run one at a time, writes one
+    unit of a pair."""
+    return T.reinterpret("float32", (T.reinterpret("uint32", word)
+                                     & T.shift_left(T.uint32(0xFFFF), T.Cast("uint32", 16 * (1 - j % 2))))
+                         | T.shift_left(half_bits(value, bf16), T.Cast("uint32", 16 * (j % 2))))
+
+
 @T.macro
 def publish_h16(L, a, parity, d, b, j, value):
     """h[b, j] of direction d = value, rounded to the layer's 16 bits, into `parity`'s pairs (the
-    CPU twin: the word's other half kept by integer arithmetic, its threads run one at a time)."""
+    CPU twin: the word's other half kept, `with_half`)."""
     if L.emulate:
-        a.hb[L.H16_SLOT, d, b, pair_word(L, parity, j)] = T.reinterpret("float32", (
-            T.reinterpret("uint32", a.hb[L.H16_SLOT, d, b, pair_word(L, parity, j)])
-            & T.shift_left(T.uint32(0xFFFF), T.Cast("uint32", 16 * (1 - j % 2))))
-            | T.shift_left(half_bits(value, L.BF16), T.Cast("uint32", 16 * (j % 2))))
+        a.hb[L.H16_SLOT, d, b, pair_word(L, parity, j)] = with_half(
+            a.hb[L.H16_SLOT, d, b, pair_word(L, parity, j)], j, value, L.BF16)
     else:
         T.cuda.func_call("prnn_store_half", T.address_of(a.hb[L.H16_SLOT, d, b, pair_word(L, parity, j)]),
                          T.Cast("uint32", j % 2), half_bits(value, L.BF16), source_code=STORE_HALF)

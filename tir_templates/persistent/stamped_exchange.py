@@ -31,7 +31,7 @@ from tvm.script import tirx as T
 
 from ..signature import BARRIER_FLAG_WORD
 from ..stamped_words import ISSUE, SETTLE, STORE
-from .dot_mma import half_bits
+from .h16_exchange import with_half
 
 CLOCK = r"""
 __device__ __forceinline__ long long prnn_clock() { return clock64(); }
@@ -82,13 +82,10 @@ def publish(L, a, copy, d, b, j, value, stamp):
 @T.macro
 def publish_half(L, a, copy, d, b, j, value, stamp):
     """The CPU twin's `publish_pairs`: h[b, j] rounded to 16 bits into its half of its pair's
-    word (the word's other half kept by integer arithmetic, as threads run one at a time), and
-    the stamp."""
+    word (`with_half`), and the stamp."""
     flat = flat_words(L, a)
     at = 2 * word(L, a, copy, d, b, j // 2)
-    flat[at] = T.reinterpret("float32", (T.reinterpret("uint32", flat[at])
-                                         & T.shift_left(T.uint32(0xFFFF), T.Cast("uint32", 16 * (1 - j % 2))))
-                             | T.shift_left(half_bits(value, L.BF16), T.Cast("uint32", 16 * (j % 2))))
+    flat[at] = with_half(flat[at], j, value, L.BF16)
     flat[at + 1] = T.Cast("float32", stamp)
 
 
