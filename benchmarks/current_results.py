@@ -21,7 +21,7 @@ GRID_FILES = ["b1-fp32-h100.jsonl", "grid-fp32-b10-b20-h100.jsonl", "grid-tf32-h
 STACKS_FILE = "wavefront-stacks-h100.jsonl"  # `persist-rnn bench --parts stacks`
 CORPUS_FILE = "corpus-latency-h100.jsonl"  # `python benchmarks/corpus_latency.py`
 OFFGRID_FILE = "offgrid-picks-h100.jsonl"  # `python benchmarks/offgrid_picks.py`
-OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-W)
+OFFGRID_PART_FILE = "offgrid-h200.jsonl"  # `persist-rnn bench --parts offgrid` (runs A-Z)
 CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE, OFFGRID_PART_FILE]
 #: sections of docs/benchmarks.md written by hand (each names its data file and command), which a
 #: regeneration keeps as they stand, in this order after the generated ones
@@ -220,7 +220,12 @@ def offgrid_part_lines(rows: list) -> list[str]:
            "such a step began fetching step s+1's input projections after its mma, not at its top (`Layout."
            "FETCH_AFTER_DOT`; kernels alone LSTM H=768 B=32 fp16 2.60 -> 2.22 us a step and LSTM H=640 B=16 TF32 "
            "2.79 -> 2.34; in one job LSTM H=768 B=32 fp16 ran 0.955x with the fetch at the top, measure off: "
-           "`docs/data/fetch-after-dot-h200.jsonl`). "
+           "`docs/data/fetch-after-dot-h200.jsonl`). Run Y re-measured the two layers whose measure-off pick became "
+           "a 16-bit tensor-core step reading h(t-1) as stamped halves (`persistent/stamped_exchange.py`, no barrier a "
+           "step; `docs/data/stamped-halves-h200.jsonl`). Run Z re-measured LSTM H=2048 B=2 fp16, whose pick went from "
+           "the FMA units to the tensor cores with 26 of each warp's 64 k-tiles of A fragments in shared memory, "
+           "offered where registers alone hold no tensor-core config (`space._shared_fragments`; kernel alone 5.32 -> "
+           "3.52 us a step, `docs/data/lstm2048-shared-fragments-h200.jsonl`). "
            "Error: against torch's strict fp32 layer, over the output scale. Command: "
            "`persist-rnn bench --parts offgrid [--layer ...]` "
            f"(`docs/data/{OFFGRID_PART_FILE}`).", "",

@@ -8,6 +8,8 @@ into tiles, one CTA or cluster each (`batch_tiles`). A config that only lacks re
 with the fewest runs of weight columns moved to shared memory that make it fit (`_smem_weights`);
 where no config holds all of a layer's weights on chip, the runs that shared memory cannot take
 are read from global memory each step instead (`Config.global_runs`: L2 keeps them when they fit).
+Where no 16-bit tensor-core config fits in registers, those that lack only registers come with the
+fewest k-tiles of their A fragments in shared memory that make them fit (`_shared_fragments`).
 Tensor-core configs (`Config.mma_k_split`, one-phase cells) split each row tile's columns over 1
 to 16 warps: an fp32 layer's at 3xTF32 and, in a build at precision "tf32", at TF32 too; an fp16
 layer's on its fp16 weights, a bf16 layer's on its bf16 weights; they too come in batch tiles
@@ -83,14 +85,32 @@ def _fitting(spec: CellSpec, gpu: GPUModel, batch: int | None, groups, precision
     """The configs with work groups of `groups` lanes that fit, weights moved to shared memory
     where registers alone cannot hold them (and, with `stream`, to global memory where shared
     memory cannot either)."""
-    out = []
+    out, spilling = [], []
     for cfg in _configs(spec, gpu, batch, groups, _weight_dtypes(spec), mma_precisions(spec, precision)):
         if not cfg.tensor_cores() and cfg.rows_per_group * cfg.batch_chunk > MAX_ACCUMULATORS:
             continue
         fit = cfg if not problems_on(spec, cfg, gpu) else _smem_weights(spec, cfg, gpu, stream)
         if fit is not None:
             out.append(fit)
+        elif cfg.tensor_cores():
+            spilling.append(cfg)
+    if not any(c.tensor_cores() for c in out):
+        out += [fit for fit in (_shared_fragments(spec, cfg, gpu) for cfg in spilling) if fit is not None]
     return out
+
+
+def _shared_fragments(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
+    """A 16-bit tensor-core config that lacks only registers, with the fewest of its k-tiles' A
+    fragments in shared memory that make it fit (`shared_fragments_variant`), for a layer where
+    registers alone hold no tensor-core config. Kernel alone on the H200, LSTM H=2048 at 16 bits
+    (32 MiB of weights; 26-33 of a warp's 64 k-tiles there): 1.5-11x the FMA-unit picks it had at
+    B=1-16, and 9.5 and 17 us a step at B=32 and 64 against about 40 for the GEMM scan it had
+    (docs/data/lstm2048-shared-fragments-h200.jsonl). Offered beside configs that fit in registers
+    too, they moved GRU H=1536 B=32's pick to one 0.77x as fast, so they are offered only here."""
+    problems = problems_on(spec, cfg, gpu)
+    if not problems or not all(_REGISTERS in p for p in problems):
+        return None
+    return shared_fragments_variant(spec, cfg, gpu)
 
 
 def _weight_dtypes(spec: CellSpec) -> tuple[str, ...]:
@@ -172,8 +192,8 @@ def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel, stream: bool = Fal
     """`cfg` with the fewest runs of weight columns moved to shared memory that make it fit, if
     the registers were what it lacked (None otherwise); with `stream`, where shared memory cannot
     take them all, as many as it can take there and the rest in global memory. Tensor-core
-    configs: none (their A fragments go to shared memory only in a timed variant,
-    `shared_fragments_variant`)."""
+    configs: none (their A fragments go to shared memory in `shared_fragments_variant`, and in
+    `_shared_fragments` where registers hold no tensor-core config)."""
     if cfg.tensor_cores():
         return None
     problems = problems_on(spec, cfg, gpu)

@@ -266,6 +266,17 @@ def test_f16_mma_shared_fragments_match_onnxruntime(op, direction, dtype, cfg):
     _matches_three_times(case, cfg, TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("dtype,cfg", [
+    ("float16", Config(16, 32, 16, 16, "float16", mma_k_split=2, smem_runs=33)),  # B=16's pick: 2 chunks at B=20
+    ("bfloat16", Config(16, 32, 16, 4, "bfloat16", mma_k_split=2, smem_runs=26, stamped=True)),  # B=4's
+], ids=str)
+def test_lstm_2048_shared_fragments_match_onnxruntime(dtype, cfg):
+    """LSTM H=2048 at 16 bits (32 MiB of weights): tensor-core steps whose fragments only fit with
+    26-33 of a warp's 64 k-tiles in shared memory (`space._smem_weights`), the measure-off picks
+    at B=4 and 16, each (B, T) of the matrix three times within the dtype's bound."""
+    _matches_three_times(_layer_case("LSTM", 2048, "forward", dtype), cfg, TOLERANCE[dtype])
+
+
 @pytest.mark.parametrize("op,direction,dtype,cfg", [
     ("LSTM", "forward", "float16", Config(8, 32, 16, 8, "float16", batch_tile=8, mma_k_split=2)),  # 3 tiles at B=20
     ("GRU", "bidirectional", "float32", Config(16, 32, 16, 8, batch_tile=8, mma_k_split=2)),  # 6 counters

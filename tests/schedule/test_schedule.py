@@ -741,7 +741,8 @@ def test_fp16_layers_get_f16_tensor_core_configs_only_on_fp16_weights():
     mma = [c for c in candidate_configs(spec, H100, 20, "tf32") if c.tensor_cores()]
     assert mma and all(c.f16_mma() and c.mma_k() == 16 and c.mma_passes() == 1 for c in mma)
     fp32 = CellSpec("lstm", 1024, 1024)
-    assert mma[0].weight_regs(spec) * 2 == dataclasses.replace(mma[0], weight_dtype="float32").weight_regs(fp32)
+    held = next(c for c in mma if not c.smem_runs)  # every fragment in registers
+    assert held.weight_regs(spec) * 2 == dataclasses.replace(held, weight_dtype="float32").weight_regs(fp32)
     assert any("bf16 layers with weights of their own dtype" in p
                for p in problems_on(spec, dataclasses.replace(mma[0], weight_dtype="float32"), H100))
     assert any("is for fp32 layers" in p for p in problems_on(spec, dataclasses.replace(mma[0], mma_precision="tf32"), H100))
