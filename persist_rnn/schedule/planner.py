@@ -29,8 +29,8 @@ from .gemm_scan_cost import gemm_scan_us
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
-from .space import (candidate_configs, most_common_problem, no_tensor_cores, problems_on, shared_fragments_variant,
-                    unmeasured_variant)
+from .space import (candidate_configs, most_common_problem, no_tensor_cores, problems_on, shared_fragment_fits,
+                    shared_fragments_variant, unmeasured_variant)
 from .streamed_cost import streamed_scan_us
 
 
@@ -138,7 +138,8 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
         return scan
     dev = present_device() if measure is None or measure else None
     if dev is not None and batch is not None:
-        timed = measure_configs(spec, to_measure(ranked, top_k, spec, gpu), target, dev, batch, progress=progress)
+        timed = measure_configs(spec, measured_candidates(spec, gpu, batch, ranked, top_k, precision, unverified),
+                                target, dev, batch, progress=progress)
         best_us, best = timed[0]
         plan = Plan(None, best, "measured", time_us=best_us)
         how = timing(spec, dev)
@@ -265,7 +266,8 @@ def prefetch_builds(spec: CellSpec, target: tvm.target.Target, batches, *, tunin
             ranked = _ranked(spec, gpu, batch, unverified, precision)[1]
             if not ranked or scan_plan(spec, ranked, batch, gpu, precision) is not None:
                 continue
-            submitted += len(builds().submit(spec, to_measure(ranked, top_k, spec, gpu), target))
+            submitted += len(builds().submit(spec, measured_candidates(spec, gpu, batch, ranked, top_k, precision,
+                                                                       unverified), target))
     return submitted
 
 
@@ -369,6 +371,20 @@ def to_measure(ranked: list[tuple[float, Config]], top_k: int, spec: CellSpec | 
     if spec is not None and gpu is not None:
         tensor += [v for v in (shared_fragments_variant(spec, c, gpu) for c in tensor) if v is not None]
     return simt + tensor
+
+
+def measured_candidates(spec: CellSpec, gpu, batch: int, ranked: list[tuple[float, Config]], top_k: int,
+                        precision: str, unverified: bool) -> list[Config]:
+    """What a compile on a GPU times at `batch`: `to_measure`'s configs, and the model's best
+    16-bit tensor-core config with A fragments in shared memory of those the space offers only
+    where registers hold no tensor-core config (`space.shared_fragment_fits`). Beside configs
+    that fit, the model priced them too well at GRU H=1536 B=32 fp16 (its step ran 0.79x) and
+    too poorly at LSTM H=1280 B=64 fp16 (its whole layer 0.565x -> 0.738x cuDNN's best), so
+    timing decides (docs/data/lstm2048-shared-fragments-h200.jsonl, runs A-C)."""
+    chosen = to_measure(ranked, top_k, spec, gpu)
+    wider = [c for c in shared_fragment_fits(spec, gpu, batch, precision)
+             if c not in chosen and (unverified or not unverified_reason(spec, c))]
+    return chosen + [rank(spec, wider, gpu, batch)[0][1]] if wider else chosen
 
 
 #: tensor-core configs measured besides the model's top K (when the space has any)

@@ -99,6 +99,14 @@ def _fitting(spec: CellSpec, gpu: GPUModel, batch: int | None, groups, precision
     return out
 
 
+def shared_fragment_fits(spec: CellSpec, gpu: GPUModel, batch: int | None, precision: str = "fp32") -> list[Config]:
+    """Every 16-bit tensor-core config that lacks only registers, with its fewest k-tiles of A
+    fragments in shared memory that make it fit (`_shared_fragments`), whether or not others fit
+    in registers: what a compile on a GPU may time beside its candidates (`planner.to_measure`)."""
+    configs = _configs(spec, gpu, batch, GROUP_SIZES, _weight_dtypes(spec), mma_precisions(spec, precision))
+    return [fit for fit in (_shared_fragments(spec, c, gpu) for c in configs if c.tensor_cores()) if fit is not None]
+
+
 def _shared_fragments(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
     """A 16-bit tensor-core config that lacks only registers, with the fewest of its k-tiles' A
     fragments in shared memory that make it fit (`shared_fragments_variant`), for a layer where

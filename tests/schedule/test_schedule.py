@@ -873,6 +873,26 @@ def test_the_measured_compile_also_times_spilling_picks_with_shared_fragments():
         _ranked(small, gpu, 32, False, "fp32")[1], 5, small)
 
 
+def test_the_measured_compile_times_shared_fragments_the_space_offers_only_without_them():
+    """LSTM H=1280 B=64 fp16 has tensor-core configs that fit in registers, so the space leaves
+    out those that fit only with fragments in shared memory; a compile on a GPU times the model's
+    best of them beside its candidates (the grid batch tiles of 32 rows that ran the layer 1.32x
+    faster on the H200), and LSTM H=2048, whose space is all such configs, gets one more of them."""
+    from persist_rnn.schedule.planner import _ranked, measured_candidates, to_measure
+
+    spec = CellSpec("lstm", 1280, 1280, dtype="float16")
+    ranked = _ranked(spec, H100, 64, False, "fp32")[1]
+    extra = [c for c in measured_candidates(spec, H100, 64, ranked, 5, "fp32", False)
+             if c not in to_measure(ranked, 5, spec, H100)]
+    assert extra == [Config(20, 32, 16, 32, "float16", batch_tile=32, smem_runs=14, mma_k_split=2)]
+    assert extra[0] not in [c for _, c in ranked] and not problems_on(spec, extra[0], H100)
+    large = CellSpec("lstm", 2048, 2048, dtype="float16")
+    ranked = _ranked(large, H100, 16, False, "fp32")[1]
+    timed = measured_candidates(large, H100, 16, ranked, 5, "fp32", False)
+    assert len(timed) == len(to_measure(ranked, 5, large, H100)) + 1 and len(set(timed)) == len(timed)
+    assert all(c.smem_runs for c in timed if c.tensor_cores())
+
+
 def test_the_measured_compile_times_the_best_config_of_each_way_the_ctas_meet():
     """The model's first two tensor-core picks for LSTM H=512 B=32 fp16 are grid batch tiles; its
     best cluster batch tile, which ran 1.09-1.10x faster kernel alone on the H200
