@@ -153,12 +153,18 @@ def no_tensor_cores(spec: CellSpec, gpu: GPUModel, batch: int | None, precision:
     kinds = mma_precisions(spec, precision)
     configs = [c for c in _configs(spec, gpu, batch, GROUP_SIZES, _weight_dtypes(spec)[:1], kinds) if c.tensor_cores()]
     fitting = [c for c in configs if not problems_on(spec, c, gpu)]
+    fitting = fitting or [fit for fit in map(lambda c: _shared_fragments(spec, c, gpu), configs) if fit is not None]
     if any(not unverified_reason(spec, c) for c in fitting):
         return ""
     if fitting:  # only variants that have not run on a GPU
         return unverified_reason(spec, fitting[0])
     counts = collections.Counter(p for c in configs for p in problems_on(spec, c, gpu))
-    return counts.most_common(1)[0][0] if counts else "no tiling of the hidden size takes a 16-row tile"
+    if not counts:
+        return "no tiling of the hidden size takes a 16-row tile"
+    top = counts.most_common(1)[0][0]
+    if _REGISTERS in top and any(c.f16_mma() for c in configs):  # `_shared_fragments` fit none either
+        top += "; with A fragments in shared memory, more than shared memory holds"
+    return top
 
 
 def batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GPUModel) -> list[int]:

@@ -109,8 +109,9 @@ def test_tensor_core_configs_compile(cell, hidden, batch, arches, tmp_path):
 def test_too_large_for_the_chip_says_why(tmp_path):
     """fp32 LSTM H=1024 needs 128 CTAs of 8 units in registers: the A100's 108 SMs cannot hold
     them; with part of the weights in shared memory 64 CTAs can. fp16 bidirectional H=1024 fits
-    the A100's registers and shared memory in no way: it reads the rest from global memory, and
-    the report names what pruned the tensor-core configs."""
+    the A100 only with part of its tensor-core fragments in shared memory, and compiles for sm_80;
+    H=1536 fits its registers and shared memory in no way: it reads the rest from global memory,
+    and the report names what pruned the tensor-core configs."""
     spec = CellSpec("lstm", 1024, 1024)
     a100 = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
     plan = plan_layer(spec, a100, batch=10, measure=False)
@@ -120,8 +121,12 @@ def test_too_large_for_the_chip_says_why(tmp_path):
     assert plan.kernel is not None and plan.config.smem_runs == 0
     fp16 = CellSpec("lstm", 1024, 1024, "bidirectional", dtype="float16")
     plan = plan_layer(fp16, a100, batch=10, measure=False)
+    assert plan.config.f16_mma() and plan.config.smem_runs > 0 and not plan.config.global_runs
+    nvcc_stats(cuda_source(plan.kernel, "sm_80"), "sm_80", tmp_path)
+    fp16 = CellSpec("lstm", 1536, 1536, "bidirectional", dtype="float16")
+    plan = plan_layer(fp16, a100, batch=10, measure=False)
     assert plan.kernel is not None and plan.config.global_runs > 0, plan.reason
-    assert "no tensor-core config runs this layer" in plan.reason
+    assert "no tensor-core config runs this layer" in plan.reason and "shared memory" in plan.reason
 
 
 def test_reference_scan_compiles_for_cuda(tmp_path):
