@@ -380,7 +380,8 @@ def measured_candidates(spec: CellSpec, gpu, batch: int, ranked: list[tuple[floa
     where registers hold no tensor-core config (`space.shared_fragment_fits`). Beside configs
     that fit, the model priced them too well at GRU H=1536 B=32 fp16 (its step ran 0.79x) and
     too poorly at LSTM H=1280 B=64 fp16 (its whole layer 0.565x -> 0.738x cuDNN's best), so
-    timing decides (docs/data/lstm2048-shared-fragments-h200.jsonl, runs A-C)."""
+    timing decides: LSTM H=1280 B=64's compile took it, GRU H=1536 B=32's did not
+    (docs/data/lstm2048-shared-fragments-h200.jsonl, runs A-D)."""
     chosen = to_measure(ranked, top_k, spec, gpu)
     wider = [c for c in shared_fragment_fits(spec, gpu, batch, precision)
              if c not in chosen and (unverified or not unverified_reason(spec, c))]

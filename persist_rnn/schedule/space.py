@@ -114,7 +114,8 @@ def _shared_fragments(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | No
     (32 MiB of weights; 26-33 of a warp's 64 k-tiles there): 1.5-11x the FMA-unit picks it had at
     B=1-16, and 9.5 and 17 us a step at B=32 and 64 against about 40 for the GEMM scan it had
     (docs/data/lstm2048-shared-fragments-h200.jsonl). Offered beside configs that fit in registers
-    too, they moved GRU H=1536 B=32's pick to one 0.77x as fast, so they are offered only here."""
+    too, they moved GRU H=1536 B=32's pick to one 0.77x as fast, so they are offered only here
+    (a compile on a GPU times the best of them: `shared_fragment_fits`)."""
     problems = problems_on(spec, cfg, gpu)
     if not problems or not all(_REGISTERS in p for p in problems):
         return None
@@ -153,7 +154,7 @@ def no_tensor_cores(spec: CellSpec, gpu: GPUModel, batch: int | None, precision:
     kinds = mma_precisions(spec, precision)
     configs = [c for c in _configs(spec, gpu, batch, GROUP_SIZES, _weight_dtypes(spec)[:1], kinds) if c.tensor_cores()]
     fitting = [c for c in configs if not problems_on(spec, c, gpu)]
-    fitting = fitting or [fit for fit in map(lambda c: _shared_fragments(spec, c, gpu), configs) if fit is not None]
+    fitting = fitting or [fit for fit in (_shared_fragments(spec, c, gpu) for c in configs) if fit is not None]
     if any(not unverified_reason(spec, c) for c in fitting):
         return ""
     if fitting:  # only variants that have not run on a GPU

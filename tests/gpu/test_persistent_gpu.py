@@ -272,7 +272,7 @@ def test_f16_mma_shared_fragments_match_onnxruntime(op, direction, dtype, cfg):
 ], ids=str)
 def test_lstm_2048_shared_fragments_match_onnxruntime(dtype, cfg):
     """LSTM H=2048 at 16 bits (32 MiB of weights): tensor-core steps whose fragments only fit with
-    26-33 of a warp's 64 k-tiles in shared memory (`space._smem_weights`), the measure-off picks
+    26-33 of a warp's 64 k-tiles in shared memory (`space._shared_fragments`), the measure-off picks
     at B=4 and 16, each (B, T) of the matrix three times within the dtype's bound."""
     _matches_three_times(_layer_case("LSTM", 2048, "forward", dtype), cfg, TOLERANCE[dtype])
 
