@@ -14,6 +14,10 @@ Ours is checked against ONNX Runtime (CPU) on the QDQ form of the same int8 weig
 activations). One JSON line per layer.
 
     python benchmarks/quantized_layers.py --out quantized.jsonl [--hidden 1024 2048] [--batch 1] [--int8-top 6]
+        [--force 2048:16:before='{"tile_units": 16, ...}']
+
+`--force H:B:NAME=CONFIG` also times that config (Config's fields, JSON) forced on the layer of
+hidden size H at batch B, as `NAME_ms` (e.g. the pick of the code before a change).
 """
 from __future__ import annotations
 
@@ -85,7 +89,7 @@ def not_int8_pick(hidden, batch):
     return choose(CellSpec("lstm", hidden, hidden, int8_weights=True), as_target("cuda"), batch, measure=False).config
 
 
-def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_held=True):
+def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_held=True, forced=None):
     from persist_rnn.bench.cudnn_direct import algorithm_rows
 
     layer = torch_layer("LSTM", hidden, seed=hidden + batch)
@@ -122,6 +126,11 @@ def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_h
         forced = persist_rnn.compile(quantized, "cuda", config=cfg)
         row[f"int8_forced{k}_err_vs_qdq"] = max_rel_error(forced.run(feeds), qdq_reference(quantized, feeds))
         calls[f"int8_forced{k}_ms"] = vm_call(forced, feeds)
+    for name, cfg in (forced or {}).items():  # configs asked for by name (`--force`)
+        build = persist_rnn.compile(quantized, "cuda", config=cfg)
+        row[f"{name}_config"] = cfg.as_dict()
+        row[f"{name}_err_vs_qdq"] = max_rel_error(build.run(feeds), qdq_reference(quantized, feeds))
+        calls[f"{name}_ms"] = vm_call(build, feeds)
     theirs, tx, want, bound = at_precision(layer, x, "fp16")
     with torch.no_grad():
         times = interleaved_ms({**calls, "cudnn_fp16_graph_ms": graph_replay(lambda: theirs(tx))})
@@ -132,7 +141,7 @@ def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_h
     row.update(cudnn_direct=direct, best_cudnn_fp16=best, best_cudnn_fp16_ms=timed[best],
                best_cudnn_fp16_over_ours=timed[best] / times["ours_ms"],
                fp16_build_over_ours=times["ours_fp16_build_ms"] / times["ours_ms"])
-    for name in ("fp32_held", "without_int8"):
+    for name in ("fp32_held", "without_int8", *(forced or {})):
         if f"{name}_ms" in times:
             row[f"{name}_over_ours"] = times[f"{name}_ms"] / times["ours_ms"]
     return row
@@ -149,12 +158,21 @@ def main():
     ap.add_argument("--int8-top", type=int, default=1,
                     help="time the cost model's best N int8 configs, forced (1: only where it held the weights otherwise)")
     ap.add_argument("--no-fp32-held", action="store_true", help="skip the build holding the weights in fp32")
+    ap.add_argument("--force", action="append", default=[], metavar="H:B:NAME=CONFIG",
+                    help="also time CONFIG (JSON) forced on the layer of hidden size H at batch B, as NAME_ms")
     args = ap.parse_args()
+    from tir_templates.config import Config
+
+    forced = {}
+    for text in args.force:
+        where, config = text.split("=", 1)
+        hidden, batch, name = where.split(":")
+        forced.setdefault((int(hidden), int(batch)), {})[name] = Config.from_dict(json.loads(config))
     for hidden in args.hidden:
         for batch in args.batch:
             for scales in args.scales:
                 row = layer_row(torch, hidden, batch, scales == "channel", int8_top=args.int8_top,
-                                fp32_held=not args.no_fp32_held)
+                                fp32_held=not args.no_fp32_held, forced=forced.get((hidden, batch)))
                 print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}), flush=True)
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")

@@ -78,6 +78,9 @@ class LayerReport:
     module: str = ""
     #: its weights are int8 values (a quantized model's) held in fp16 by its kernel (some bucket's, at least)
     int8_weights_in_fp16: bool = False
+    #: ... and multiplied on the tensor cores (the 16-bit mma), h(t-1) rounded to fp16 for them
+    #: (some bucket's, at least; config.tensor_core_dtypes)
+    int8_weights_on_tensor_cores: bool = False
     #: ... held as int8 in registers, four to a register, by its kernel (every bucket's: int8_rows.py)
     int8_weights_as_int8: bool = False
     #: its kernel reads part of its weights from global memory each step, as none fit on chip
@@ -107,6 +110,8 @@ class LayerReport:
             stacked += f" ({self.stack_reason})"
         int8 = (", int8 weights held as int8" if self.int8_weights_as_int8
                 else ", int8 weights held in fp16" if self.int8_weights_in_fp16 else "")
+        if self.int8_weights_on_tensor_cores:
+            int8 += " on the tensor cores (h(t-1) rounded to fp16 for them)"
         streams = ", part of its weights read from global memory each step" if self.weights_from_global_memory else ""
         name = f"{self.module} ({self.node})" if self.module else self.node
         return (f"{name}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "
@@ -172,6 +177,7 @@ def layer_report(mod: tvm.IRModule) -> list[LayerReport]:
                               cooperative_launch=COOPERATIVE_LAUNCH[1][0] in list(launch),
                               tf32_step=any(c.tf32() for c in configs),
                               int8_weights_in_fp16=spec.int8_weights and any(c.weight_dtype == "float16" for c in configs),
+                              int8_weights_on_tensor_cores=spec.int8_weights and any(c.f16_mma() for c in configs),
                               int8_weights_as_int8=any(c.int8_weights() for c in configs),
                               weights_from_global_memory=any(c.global_runs for c in configs),
                               buckets=json.loads(_attr(func, BUCKETS_ATTR, "[]")),

@@ -599,17 +599,28 @@ def stamped_problems(spec: CellSpec, cfg: Config) -> list[str]:
     return out
 
 
+def tensor_core_dtypes(spec: CellSpec) -> tuple[tuple[str, str], ...]:
+    """The (weight dtype, layer dtype) pairs the tensor cores take for `spec`: a layer's own, and
+    for an fp32 layer of int8 weights (`CellSpec.int8_weights`) also fp16 weights on the 16-bit mma,
+    h(t-1) rounded to fp16 for it as the weights are. fp16's 11 bits round h 8x finer than ONNX
+    Runtime's own DynamicQuantizeLSTM, which rounds h to 8 bits every step; a numpy LSTM (T=100,
+    H=256-2048, B=1 and 16, int8 per tensor and per channel, weights and h rounded to fp16) erred
+    by at most 1.02e-4 of the output scale against fp32, within INT8_WEIGHTS_TOLERANCE (1e-3)."""
+    own = ((spec.dtype, spec.dtype),)
+    return own + ((("float16", "float32"),) if spec.int8_weights and spec.dtype == "float32" else ())
+
+
 def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
     """What the tensor-core dot products need: one phase a step, weights in registers at the
     layer's precision (fp32 layers: fp32, for 3xTF32 or TF32; fp16 and bf16 layers: their own
-    dtype, for the 16-bit mma)
+    dtype, for the 16-bit mma; a quantized fp32 layer: also fp16, `tensor_core_dtypes`)
     and k-tiles split evenly over the warps of a row tile."""
     out = []
     if two_phase(spec):
         out.append("tensor cores: GRU with linear_before_reset=0 has two phases a step (FMA units only)")
-    if (cfg.weight_dtype, spec.dtype) not in (("float32", "float32"), ("float16", "float16"), ("bfloat16", "bfloat16")):
+    if (cfg.weight_dtype, spec.dtype) not in tensor_core_dtypes(spec):
         out.append("tensor cores: fp32 layers with fp32 weights (3xTF32 or TF32), fp16 and bf16 layers with weights "
-                   "of their own dtype")
+                   "of their own dtype, and fp32 layers of int8 weights (a quantized model's) with fp16 weights")
     if cfg.f16_mma() and cfg.mma_precision != "3xtf32":
         out.append(f"tensor cores: mma_precision {cfg.mma_precision!r} is for fp32 layers (a 16-bit layer's mma is "
                    "at its own dtype)")

@@ -23,7 +23,7 @@ from tvm.relax.frontend.onnx import onnx_frontend as F
 
 from ..errors import PersistRNNError, last_line
 from .canonical import emit_canonical
-from .layer import read_layer
+from .layer import fp16_projection, read_layer
 from .gathers import CONVERTERS as GATHERS
 from .op_fixes import CONVERTERS as OP_FIXES
 from .quantized import int8_weight_nodes
@@ -57,6 +57,8 @@ class _RecurrentConverter(F.OnnxOpConverter):
         opts = _options.get()
         if layer.spec.node in opts.int8_weights:
             layer.spec = dataclasses.replace(layer.spec, int8_weights=True)
+            if opts.target_kind == "cuda" and layer.gemm_operands == "float32" and not opts.unroll:
+                layer = fp16_projection(bb, layer)
         if opts.unroll:
             opts.unrolled.append(layer.spec.to_json())
             return emit_unrolled(bb, layer)

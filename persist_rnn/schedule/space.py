@@ -29,7 +29,7 @@ import itertools
 import math
 
 from tir_templates.config import (HALF_DTYPES, INT8, MMA_N, SPILL_SLACK, Config, dsmem_problems, problems,
-                                   stamped_problems, two_phase)
+                                   stamped_problems, tensor_core_dtypes, two_phase)
 from tir_templates.persistent.checks import unverified_reason
 from tir_templates.persistent.h16_exchange import in_one_turn, load_registers
 from tir_templates.spec import CellSpec
@@ -128,7 +128,8 @@ def _weight_dtypes(spec: CellSpec) -> tuple[str, ...]:
     shorter: on the H100 an fp16 LSTM H=64 B=1 took 52 us with fp16 weights, the fp32 layer 36),
     fp16 for an fp16 layer, bf16 for a bf16 layer (its tensor-core configs only: `problems`), and
     fp16 for an fp32 layer whose weights are int8 values (`CellSpec.int8_weights`: fp16 rounds
-    them by at most an eighth of their int8 step; the FMA units' configs only, with fp32 h), and
+    them by at most an eighth of their int8 step; the FMA units with fp32 h, or the 16-bit mma,
+    `tensor_core_dtypes`), and
     int8 where R is exactly int8 values times a scale a row (`CellSpec.int8_rows`: a quarter of
     fp32's registers, every weight in them)."""
     if spec.dtype in HALF_DTYPES:
@@ -289,7 +290,9 @@ def _configs(spec, gpu, batch, group_sizes, weight_dtypes, mma_kinds=("3xtf32",)
                     tiled = Config(tw, ws, rpg, tile, wdt, barriers, cluster=H // tw > 1, batch_tile=tile)
                     yield from _cluster_twins(spec, tiled) if tiled.cluster else [tiled]
         if group_sizes is GROUP_SIZES:
-            yield from _tensor_core_configs(spec, tw, barriers, batch, gpu, mma_kinds, weight_dtypes[0])  # the layer's dtype
+            for wdt, _ in tensor_core_dtypes(spec):  # the layer's dtype, and fp16 for a quantized fp32 layer
+                kinds = mma_kinds if wdt == spec.dtype else ("3xtf32",)  # (fp16 weights: the 16-bit mma)
+                yield from _tensor_core_configs(spec, tw, barriers, batch, gpu, kinds, wdt)
 
 
 def _cluster_twins(spec, cfg):
