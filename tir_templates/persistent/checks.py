@@ -37,8 +37,10 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     docs/data/gpu-grid-batch-tiles-h200.log), and 16-bit tensor-core steps reading h(t-1) as
     stamped halves (grid batch tiles and chunked grids, fp16 and bf16, 1-4 column splits, at
     H=256: `test_stamped_halves_match_onnxruntime`, run F of docs/data/stamped-halves-h200.jsonl;
-    17 random layers' picks: run C of docs/data/conformance-sweep-h200.jsonl). A new variant
-    starts here, named."""
+    17 random layers' picks: run C of docs/data/conformance-sweep-h200.jsonl), and the 16-bit mma
+    on a quantized fp32 layer's fp16 weights (grid, stamped halves, shared fragments, grid and
+    cluster batch tiles, bidirectional, at H=256; the model's picks at H=512-2048:
+    docs/data/gpu-quantized-tensor-cores-h200.log). A new variant starts here, named."""
     return ""
 
 
