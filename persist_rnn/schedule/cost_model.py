@@ -40,8 +40,9 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 #: (docs/cost-model.md); 5: an FMA-unit warp of few sums priced at the scheduler that holds the most warps;
 #: 6: 16-bit tensor-core steps with stamped halves, priced as the FMA units' stamped words;
 #: 7: 16-bit tensor-core configs with A fragments in shared memory where registers hold none
-#: (`space._shared_fragments`)
-MODEL_VERSION = 7
+#: (`space._shared_fragments`); 8: a quantized fp32 layer's 16-bit mma configs (fp16 weights and h,
+#: `config.tensor_core_dtypes`)
+MODEL_VERSION = 8
 #: the most sums (rows x batch rows of a chunk) an FMA-unit warp may keep and be priced at the
 #: scheduler that holds the most warps: of the 40 measure-off picks that rule moved on the H200,
 #: the 30 at 16 or fewer ran 1.115x faster (geomean), the 10 above 0.943x
