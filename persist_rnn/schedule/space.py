@@ -40,6 +40,9 @@ from .precision import mma_precisions
 GROUP_SIZES = (4, 8, 16, 32)
 NARROW_GROUPS = (1, 2)
 MAX_PASSES = 4
+#: passes over the weights a 16-bit tensor-core step may make where MAX_PASSES' chunks fit no
+#: tensor-core config (`_deep_chunks`)
+MAX_DEEP_PASSES = 16
 TENSOR_CORE_SPLITS = (1, 2, 4, 8, 16)
 UNKNOWN_BATCH_CHUNK = 8
 #: an FMA-unit thread's accumulators (rows_per_group x batch_chunk) past which ptxas spills them
@@ -96,6 +99,32 @@ def _fitting(spec: CellSpec, gpu: GPUModel, batch: int | None, groups, precision
             spilling.append(cfg)
     if not any(c.tensor_cores() for c in out):
         out += [fit for fit in (_shared_fragments(spec, cfg, gpu) for cfg in spilling) if fit is not None]
+    if groups is GROUP_SIZES and not any(c.tensor_cores() for c in out):
+        out += _deep_chunks(spec, gpu, batch)
+    return out
+
+
+def _deep_chunks(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[Config]:
+    """16-bit tensor-core configs walking the batch in chunks of 8 or 16 rows, more than
+    MAX_PASSES of them, with the fewest k-tiles of A fragments in shared memory that make them fit:
+    for a layer whose MAX_PASSES chunks fit no tensor-core config (LSTM H=2048 B=128 fp16, whose
+    chunk of 32 rows alone takes 256 KiB of shared memory as an fp32 copy of h), which else runs
+    the GEMM scan."""
+    if batch is None:
+        return []
+    out = []
+    for bc, (wdt, _) in itertools.product((16, 8), tensor_core_dtypes(spec)):
+        if wdt not in HALF_DTYPES or not MAX_PASSES < math.ceil(batch / bc) <= MAX_DEEP_PASSES:
+            continue
+        for tw, ks in itertools.product(_divisors(spec.hidden_size, spec.hidden_size), TENSOR_CORE_SPLITS):
+            if spec.num_directions * (spec.hidden_size // tw) > gpu.num_sms:
+                continue
+            for cfg in _stamped_twin(spec, Config(tw, 32, 16, bc, wdt, 2, mma_k_split=ks)):
+                if cfg.updates_per_thread(spec) > 1:
+                    continue
+                fit = cfg if not problems_on(spec, cfg, gpu) else _shared_fragments(spec, cfg, gpu)
+                if fit is not None:
+                    out.append(fit)
     return out
 
 

@@ -1007,3 +1007,24 @@ def test_an_fma_warp_of_few_sums_is_priced_at_the_scheduler_that_holds_the_most_
         spec = CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU")
         picked = min(rs, key=lambda r: step_us(spec, Config.from_dict(r["config"]), H100, 1))
         assert picked["measured_us"] <= 1.15 * min(r["measured_us"] for r in rs), (cell, hidden, picked)
+
+
+@pytest.mark.parametrize("cell,hidden,batch,dtype,ks,smem_runs", [
+    ("lstm", 2048, 128, "float16", 2, 33),  # 31.8 us a step against the GEMM scan's 53.4
+    ("gru", 2048, 128, "bfloat16", 4, 17),  # 33.6 against 66.5
+])
+def test_deep_chunks_run_the_tensor_cores_where_four_passes_fit_none(cell, hidden, batch, dtype, ks, smem_runs):
+    """Where no tensor-core config of at most MAX_PASSES chunks fits (a chunk of 32 rows' fp32 copy
+    of h alone passes shared memory at H=2048), chunks of 16 rows in 8 passes with shared fragments
+    (`space._deep_chunks`) take the layer from the GEMM scan: kernel alone on the H200 1.68x and
+    1.98x its step; LSTM H=2048 B=128 fp16 whole 6.26 -> 4.09 ms (docs/data/deep-chunks-h200.jsonl).
+    At B=64 four passes fit, and the space holds no deeper chunk."""
+    from persist_rnn.schedule.space import MAX_PASSES, candidate_configs
+
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=cell == "gru", dtype=dtype)
+    plan = choose(spec, TARGET, batch, measure=False)
+    assert plan.lowering == "" and plan.config is not None, plan.reason
+    pick = plan.config
+    assert pick.f16_mma() and (pick.batch_chunk, pick.mma_k_split, pick.smem_runs) == (16, ks, smem_runs), pick
+    assert -(-batch // pick.batch_chunk) > MAX_PASSES
+    assert all(-(-64 // c.batch_chunk) <= MAX_PASSES for c in candidate_configs(spec, H100, 64))
