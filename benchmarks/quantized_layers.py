@@ -89,7 +89,15 @@ def not_int8_pick(hidden, batch):
     return choose(CellSpec("lstm", hidden, hidden, int8_weights=True), as_target("cuda"), batch, measure=False).config
 
 
-def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_held=True, forced=None):
+def time_forced(quantized, feeds, exact, cfg, name, row, calls):
+    """`cfg` forced on the quantized model: its error against `exact` (the QDQ reference) into
+    `row` as NAME_err_vs_qdq, its call into `calls` as NAME_ms, to be timed with the others."""
+    build = persist_rnn.compile(quantized, "cuda", config=cfg)
+    row[f"{name}_err_vs_qdq"] = max_rel_error(build.run(feeds), exact)
+    calls[f"{name}_ms"] = vm_call(build, feeds)
+
+
+def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_held=True, named_configs=None):
     from persist_rnn.bench.cudnn_direct import algorithm_rows
 
     layer = torch_layer("LSTM", hidden, seed=hidden + batch)
@@ -97,11 +105,12 @@ def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_h
     float_model = onnx_from_torch("LSTM", layer, seq_len, batch)
     quantized = quantize(float_model, per_channel)
     feeds = {"X": x.cpu().numpy()}
+    exact = qdq_reference(quantized, feeds)
     ours = persist_rnn.compile(quantized, "cuda", measure=False)
     [report] = ours.report()
     row = {"cell": "LSTM", "hidden": hidden, "batch": batch, "seq_len": seq_len,
            "scales": "per channel" if per_channel else "per tensor", "lowering": report.lowering,
-           "config": report.config, "ours_err_vs_qdq": max_rel_error(ours.run(feeds), qdq_reference(quantized, feeds))}
+           "config": report.config, "ours_err_vs_qdq": max_rel_error(ours.run(feeds), exact)}
     calls = {"ours_ms": vm_call(ours, feeds)}
     if fp32_held:
         as_fp32 = persist_rnn.compile(dequantized(quantized), "cuda", measure=False)
@@ -109,10 +118,8 @@ def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_h
         calls["fp32_held_ms"] = vm_call(as_fp32, feeds)
     if report.config.get("weight_dtype") == "int8":  # the pick without int8 weights (fp16 or fp32), forced
         other = not_int8_pick(hidden, batch)
-        without = persist_rnn.compile(quantized, "cuda", config=other)
         row["without_int8_config"] = other.as_dict()
-        row["without_int8_err_vs_qdq"] = max_rel_error(without.run(feeds), qdq_reference(quantized, feeds))
-        calls["without_int8_ms"] = vm_call(without, feeds)
+        time_forced(quantized, feeds, exact, other, "without_int8", row, calls)
     fp16_model = onnx_from_torch("LSTM", layer, seq_len, batch, dtype="float16")
     fp16_feeds = {"X": feeds["X"].astype("float16")}
     ours_fp16 = persist_rnn.compile(fp16_model, "cuda", measure=False)
@@ -123,14 +130,10 @@ def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_h
     top = int8_ranked(hidden, batch, int8_top if report.config.get("weight_dtype") != "int8" or int8_top > 1 else 0)
     row["int8_forced_configs"] = [c.as_dict() for c in top]
     for k, cfg in enumerate(top):
-        forced = persist_rnn.compile(quantized, "cuda", config=cfg)
-        row[f"int8_forced{k}_err_vs_qdq"] = max_rel_error(forced.run(feeds), qdq_reference(quantized, feeds))
-        calls[f"int8_forced{k}_ms"] = vm_call(forced, feeds)
-    for name, cfg in (forced or {}).items():  # configs asked for by name (`--force`)
-        build = persist_rnn.compile(quantized, "cuda", config=cfg)
+        time_forced(quantized, feeds, exact, cfg, f"int8_forced{k}", row, calls)
+    for name, cfg in (named_configs or {}).items():  # configs asked for by name (`--force`)
         row[f"{name}_config"] = cfg.as_dict()
-        row[f"{name}_err_vs_qdq"] = max_rel_error(build.run(feeds), qdq_reference(quantized, feeds))
-        calls[f"{name}_ms"] = vm_call(build, feeds)
+        time_forced(quantized, feeds, exact, cfg, name, row, calls)
     theirs, tx, want, bound = at_precision(layer, x, "fp16")
     with torch.no_grad():
         times = interleaved_ms({**calls, "cudnn_fp16_graph_ms": graph_replay(lambda: theirs(tx))})
@@ -141,7 +144,7 @@ def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_h
     row.update(cudnn_direct=direct, best_cudnn_fp16=best, best_cudnn_fp16_ms=timed[best],
                best_cudnn_fp16_over_ours=timed[best] / times["ours_ms"],
                fp16_build_over_ours=times["ours_fp16_build_ms"] / times["ours_ms"])
-    for name in ("fp32_held", "without_int8", *(forced or {})):
+    for name in ("fp32_held", "without_int8", *(named_configs or {})):
         if f"{name}_ms" in times:
             row[f"{name}_over_ours"] = times[f"{name}_ms"] / times["ours_ms"]
     return row
@@ -172,7 +175,7 @@ def main():
         for batch in args.batch:
             for scales in args.scales:
                 row = layer_row(torch, hidden, batch, scales == "channel", int8_top=args.int8_top,
-                                fp32_held=not args.no_fp32_held, forced=forced.get((hidden, batch)))
+                                fp32_held=not args.no_fp32_held, named_configs=forced.get((hidden, batch)))
                 print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}), flush=True)
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")
