@@ -81,7 +81,7 @@ class LayerReport:
     #: ... and multiplied on the tensor cores (the 16-bit mma), h(t-1) rounded to fp16 for them
     #: (some bucket's, at least; config.tensor_core_dtypes)
     int8_weights_on_tensor_cores: bool = False
-    #: ... held as int8 in registers, four to a register, by its kernel (every bucket's: int8_rows.py)
+    #: ... held as int8 in registers, four to a register, by its kernel (some bucket's, at least: int8_rows.py)
     int8_weights_as_int8: bool = False
     #: its kernel reads part of its weights from global memory each step, as none fit on chip
     #: (`Config.global_runs`; some bucket's, at least)

@@ -12,12 +12,18 @@ byte placed under the exponent of 2^23 reads as the float 2^23 + (q + 128) (`int
 `int8_value` in the CPU twin), and it multiplies the row's dot product by s once, after the sum.
 Against the fp32 weights q * s (each rounded to fp32) the dot product differs only by fp32
 rounding.
+
+A layer whose batch buckets differ (int8 at B=1, fp16 on the tensor cores above it) gets R packed
+for all of them: the other buckets read each weight back as q * s while they load it
+(`packed_weight`), which is the fp32 weight bit for bit.
 """
 from __future__ import annotations
 
 import numpy as np
 from tvm.script import tirx as T
 
+#: the attribute of a kernel whose every bucket takes R packed, int8 or not (persistent/buckets.py)
+PACKED_R_ATTR = "persist_rnn.packed_r"
 #: the float whose low mantissa byte a permute fills: 2^23 (0x4B000000), and what to subtract
 #: from 2^23 + (q + 128) to get q
 EXPONENT_WORD, OFFSET = 0x4B000000, 8388608.0 + 128.0
@@ -90,6 +96,20 @@ def word(r, d, row, j):
 def scale(r, d, row, hidden: int):
     """The scale of packed row `row` of direction d."""
     return r[d, row, hidden // 4]
+
+
+def packed_weight(r, d, row, col, hidden: int):
+    """The fp32 weight q * s at (d, row, col) of a packed R, exactly as the unpacked R holds it
+    (`row_scales` made every q * s round to it). For kernels that hold fp16 or fp32 weights
+    beside int8 buckets, which read it once, as they load their weights (`Layout.PACKED_R`)."""
+    bits = ((word(r, d, row, col // 4) >> T.Cast("uint32", col % 4 * 8)) & T.uint32(0xFF)) | T.uint32(EXPONENT_WORD)
+    return (T.reinterpret("float32", bits) - T.float32(OFFSET)) * scale(r, d, row, hidden)
+
+
+def r_weight(L, r, d, row, col):
+    """R's fp32 weight at (d, row, col) as a kernel of layout L loads it: from the packed words
+    where R comes packed for another bucket (`L.PACKED_R`), else as R holds it."""
+    return packed_weight(r, d, row, col, L.H) if L.PACKED_R else r[d, row, col]
 
 
 def int8_value(w, k: int):

@@ -20,7 +20,7 @@ from tir_templates.persistent import (
     persistent_kernel,
     unverified_reason,
 )
-from tir_templates.persistent.buckets import bucketed_kernel
+from tir_templates.persistent.buckets import bucketed_kernel, reads_packed_r
 from tir_templates.spec import CellSpec
 
 from . import tuning_log
@@ -296,15 +296,18 @@ def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, 
     """One config per batch bucket (batch <= its bound; the last takes every larger batch too),
     each chosen as for a static build of its bound; neighbours with one config share a kernel. A
     bucket with no config of its own is served by its neighbour's (every config runs every batch).
-    Weights held as int8 are in every bucket or in none (their R is packed, `int8_rows.py`)."""
+    Where some buckets hold int8 weights, R comes packed to all of them (`int8_rows.py`): the
+    others read it back as they load their weights, except a config that reads R every step
+    (global runs); then the kind most buckets chose serves them all."""
     if measure and present_device() is not None:
         prefetch_builds(spec, target, sorted(buckets), tuning_log_path=tuning_log_path, top_k=top_k,
                         unverified=unverified, precision=precision)
     chosen = [(b, choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
                          progress=progress, unverified=unverified, precision=precision)) for b in sorted(buckets)]
     int8 = [p.config.int8_weights() for _, p in chosen if p.config is not None]
-    if any(int8) and not all(int8):  # R is packed for every bucket or none: the kind most buckets chose
-        kind = 2 * sum(int8) > len(int8)
+    packed_r = any(int8) and not all(int8)
+    if packed_r and not all(reads_packed_r(p.config) for _, p in chosen if p.config is not None):
+        packed_r, kind = False, 2 * sum(int8) > len(int8)
         chosen = [(b, p if p.config is None or p.config.int8_weights() == kind else
                    choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
                           progress=progress, unverified=unverified, precision=precision, int8=kind))
@@ -322,7 +325,8 @@ def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, 
     rows = [dict(max_batch=b if i < len(merged) - 1 else None, config=p.config.as_dict(), source=p.source,
                  time_us=p.time_us) for i, (b, p) in enumerate(merged)]
     try:
-        kernel = bucketed_kernel(spec, [(r["max_batch"], p.config) for r, (_, p) in zip(rows, merged)])
+        kernel = bucketed_kernel(spec, [(r["max_batch"], p.config) for r, (_, p) in zip(rows, merged)],
+                                 packed_r=packed_r and any(p.config.int8_weights() for _, p in merged))
     except UnsupportedLayer as err:
         return Plan(None, reason=str(err))
     sources = {p.source for _, p in merged}

@@ -30,6 +30,7 @@ from tvm import relax
 
 from tir_templates.early_launch import COOPERATIVE_LAUNCH, EARLY_LAUNCH, sm_number, supports_early_launch
 from tir_templates.gemm_scan import GEMM_SCAN, gemm_scan, gemm_scan_slots
+from tir_templates.int8_rows import PACKED_R_ATTR
 from tir_templates.projection_wgmma import wgmma_arch
 from tir_templates.reference import reference_scan
 from tir_templates.signature import EXCHANGE_SLOTS
@@ -204,15 +205,16 @@ EARLY_LAUNCH_BARRIERS = ("cta", "cluster")
 
 
 def _holds_int8(func) -> bool:
-    """Whether `func` is a persistent kernel whose buckets hold their weights as int8 (all of them
-    or none: `planner.plan_buckets`), so that its call sites take R packed."""
+    """Whether `func` is a persistent kernel some of whose buckets hold their weights as int8, so
+    that its call sites take R packed; its other buckets must then read R packed too
+    (PACKED_R_ATTR, `planner.plan_buckets`)."""
     if str(func.attrs.get(LOWERING_ATTR, "")) != "persistent":
         return False
     kinds = {cfg.int8_weights() for cfg in kernel_configs(func)}
-    if len(kinds) > 1:
+    if len(kinds) > 1 and not func.attrs.get(PACKED_R_ATTR, False):
         raise PersistRNNError(f"{func.attrs.get('global_symbol', 'a layer')}: buckets with and without int8 weights "
-                              "share one R")
-    return kinds == {True}
+                              "share one R, and those without cannot read it packed")
+    return True in kinds
 
 
 def _may_launch_early(func, spec: CellSpec) -> bool:

@@ -39,7 +39,8 @@ from persist_rnn.schedule.space import candidate_configs, problems_on
 from persist_rnn.transform import PersistentRNN
 from persist_rnn.transform.call_sites import call_args, call_tir_sites
 from tir_templates.config import Config
-from tir_templates.int8_rows import unpack
+from tir_templates.int8_rows import PACKED_R_ATTR, unpack
+from tir_templates.persistent.buckets import reads_packed_r
 from tir_templates.spec import ATTR_KEY, CellSpec
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
@@ -312,6 +313,19 @@ def test_int8_kernels_take_r_packed(tmp_path, per_channel):
     np.testing.assert_array_equal(unpack(r.value.numpy()), _dequantized_r(prepared))
 
 
+def test_a_symbolic_batch_takes_r_packed_for_buckets_of_both_kinds(tmp_path):
+    """A symbolic batch (the exporters' default): the B=1 bucket holds H=2048's weights as int8, the
+    larger ones in fp16 on the tensor cores, all from the one packed R."""
+    model, _ = _float_lstm(2048, steps=5)
+    prepared, _ = prepare(_quantized(model, tmp_path, per_channel=False))
+    mod = PersistentRNN(CUDA, measure=False)(persist_rnn.from_onnx(prepared))
+    [(spec, kernel, r)] = _recurrences(mod)
+    kinds = [c.int8_weights() for c in kernel_configs(kernel)]
+    assert kinds[0] and not all(kinds) and kernel.attrs[PACKED_R_ATTR]
+    assert any(c.f16_mma() for c in kernel_configs(kernel))
+    np.testing.assert_array_equal(unpack(r.value.numpy()), _dequantized_r(prepared))
+
+
 def test_weights_not_int8_values_times_a_scale_a_row_keep_r_as_it_is():
     """A zero point of 3 puts some q - zero_point past int8: no int8 kernel, R untouched."""
     rng = np.random.default_rng(3)
@@ -333,15 +347,19 @@ def test_weights_not_int8_values_times_a_scale_a_row_keep_r_as_it_is():
     np.testing.assert_array_equal(r.value.numpy(), ((q.astype(np.float32) - 3) * np.float32(0.004)).astype(np.float32))
 
 
-def test_int8_weights_are_in_every_bucket_or_in_none():
-    """R is packed for all of a layer's buckets or for none: where the model's picks differ by
-    bucket (LSTM H=2048: int8 at B=1, fp16 on the tensor cores at B=4), the kind most buckets chose
-    serves them all."""
+def test_buckets_of_a_symbolic_batch_keep_their_own_kind_of_weights():
+    """Where the model's picks differ by bucket (LSTM H=2048: int8 at B=1, fp16 on the tensor cores
+    at B=4), each bucket keeps its pick: R comes packed to all, the kernel says so, and the pass
+    packs it. A bucket that reads R every step (global runs) cannot read it packed: then the kind
+    most buckets chose serves them all."""
     spec = CellSpec("lstm", 2048, 2048, int8_weights=True, int8_rows=True)
     picks = {b: choose(spec, CUDA, b, measure=False).config.int8_weights() for b in (1, 4)}
     assert picks == {1: True, 4: False}, picks
     plan = plan_layer(spec, CUDA, measure=False)
-    assert len({Config.from_dict(b["config"]).int8_weights() for b in plan.buckets}) == 1
+    kinds = {b["max_batch"]: Config.from_dict(b["config"]).int8_weights() for b in plan.buckets}
+    assert kinds[1] and not kinds[None], plan.buckets
+    assert plan.kernel.attrs[PACKED_R_ATTR]
+    assert all(reads_packed_r(Config.from_dict(b["config"])) for b in plan.buckets)
 
 
 @pytest.mark.gpu

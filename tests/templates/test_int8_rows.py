@@ -8,8 +8,10 @@ import pytest
 
 from persist_rnn.schedule.measure import kernel_arrays
 from tir_templates.config import Config, problems
-from tir_templates.int8_rows import pack, row_scales, unpack
+from tir_templates.int8_rows import PACKED_R_ATTR, pack, row_scales, unpack
 from tir_templates.persistent import BARRIER_FLAG_WORD, emulated_persistent_kernel
+from tir_templates.persistent.buckets import emulated_bucketed_kernel
+from tir_templates.persistent.checks import UnsupportedLayer
 from tir_templates.reference import reference_scan
 from tir_templates.spec import CellSpec
 from templates.llvm_runs import run_on_llvm
@@ -88,3 +90,47 @@ def test_int8_configs_are_only_for_what_the_kernel_holds():
     assert any("int8" in p for p in problems(three_columns, Config(8, 8, 4, 1, "int8"), 132))
     gru0 = CellSpec("gru", 256, 256, int8_weights=True, int8_rows=True)
     assert any("partial sums" in p for p in problems(gru0, Config(16, 8, 2, 1, "int8", gru_barriers=1), 132))
+
+
+MIXED = [
+    # (cell, buckets): int8 at small batches, the others' weights read back from the packed R
+    ("lstm", [(1, Config(4, 4, 2, 1, "int8", stamped=True)),
+              (3, Config(4, 8, 2, 2, smem_runs=1)),  # fp32 weights, a run in shared memory
+              (None, Config(4, 32, 16, 3, "float16", mma_k_split=1))]),  # the 16-bit mma
+    ("gru0", [(2, Config(4, 4, 2, 2, "int8")), (None, Config(4, 4, 2, 2, "float16", gru_barriers=1))]),  # partial sums
+]
+
+
+@pytest.mark.parametrize("cell,buckets", MIXED, ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("batch", [1, 2, 3, 5])
+def test_buckets_without_int8_weights_read_the_packed_r_back_exactly(cell, buckets, batch):
+    """A symbolic batch's buckets may differ in kind (LSTM H=2048: int8 at B=1, fp16 on the tensor
+    cores from B=4). R then comes packed to all of them, and a bucket without int8 weights computes
+    from it exactly what it computes from R itself; an int8 bucket matches the reference."""
+    spec = CellSpec(cell.rstrip("0"), I, H, linear_before_reset=(cell == "gru"), int8_weights=True, int8_rows=True)
+    slots = max(cfg.exchange_slots(spec) for _, cfg in buckets)
+    arrays = kernel_arrays(spec, batch, STEPS, seed=batch, slots=slots)
+    arrays[1] = _int8_r(arrays[1].shape, per_row=cell == "lstm", seed=batch)
+    arrays[3] = np.random.default_rng(batch).integers(0, STEPS + 1, batch).astype("int32")
+    packed = [a.copy() for a in arrays]
+    packed[1] = pack(arrays[1])
+    got = run_on_llvm(emulated_bucketed_kernel(spec, buckets, packed_r=True), packed)
+    cfg = next(c for bound, c in buckets if bound is None or batch <= bound)
+    outputs = slice(7, 10 if cell == "lstm" else 9)
+    if cfg.int8_weights():
+        want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+        for g, w in zip(got[outputs], want[outputs]):
+            np.testing.assert_allclose(g, w, atol=1e-5)
+    else:
+        want = run_on_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
+        for g, w in zip(got[outputs], want[outputs]):
+            np.testing.assert_array_equal(g, w)
+    assert got[11][BARRIER_FLAG_WORD] == 0
+
+
+def test_a_bucket_reading_r_every_step_cannot_take_it_packed():
+    spec = CellSpec("lstm", I, H, int8_weights=True, int8_rows=True)
+    buckets = [(1, Config(4, 4, 2, 1, "int8")), (None, Config(4, 2, 4, 2, global_runs=1))]
+    with pytest.raises(UnsupportedLayer, match="packed"):
+        emulated_bucketed_kernel(spec, buckets, packed_r=True)
+    assert PACKED_R_ATTR not in (emulated_bucketed_kernel(spec, buckets).attrs or {})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ..int8_rows import OFFSET, int8_floats, int8_value, scale, word
+from ..int8_rows import OFFSET, int8_floats, int8_value, r_weight, scale, word
 
 
 @T.macro
@@ -56,16 +56,18 @@ def load_weights(L, a, t):
             load_int8_row(L, a, t, q)
         elif L.RR > 0:
             for i in T.unroll(L.RR):
-                for v in (T.vectorized if L.SR == 0 else T.unroll)(L.DV):  # a run: one 16-byte load (spilled with SR)
+                # a run: one 16-byte load (spilled with SR; a packed R's word is read per weight)
+                for v in (T.vectorized if L.SR == 0 and not L.PACKED_R else T.unroll)(L.DV):
                     t.wreg[t.row, q * L.KR + i * L.DV + v] = T.Cast(L.WDT, T.if_then_else(
                         t.tx // L.WS < L.NG,
-                        a.r[L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q), L.col(t.tx % L.WS, i, v)], T.float32(0)))
+                        r_weight(L, a.r, L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q), L.col(t.tx % L.WS, i, v)),
+                        T.float32(0)))
         if L.SR > 0:
             for i in T.unroll(L.SR):
                 for v in T.unroll(L.DV):
                     t.wsm[t.block, (i * L.RPG + q) * L.DV + v, t.tx] = T.Cast(L.WDT, T.if_then_else(
                         t.tx // L.WS < L.NG,
-                        a.r[L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q), L.col(t.tx % L.WS, L.RR + i, v)],
+                        r_weight(L, a.r, L.dir_of(t.cta), L.weight_row(t.cta, t.tx, q), L.col(t.tx % L.WS, L.RR + i, v)),
                         T.float32(0)))
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
+from ..int8_rows import r_weight
+
 #: the tensor cores' instruction: D = A B + C, m16n8k8, TF32 operands, fp32 accumulators
 MMA_TF32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 #: ... m16n8k16 with fp16 operands (two halves a 32-bit register, the lower k in the low half)
@@ -81,7 +83,7 @@ def b_operand(L, x):
 
 def weight(L, a, t, j, col):
     """R's element in A-fragment register j's row and column `col` (a padded tile's rows: zero)."""
-    return T.if_then_else(L.mma_row_in_tile(t.tx, j) < L.GTW, a.r[L.dir_of(t.cta), L.mma_row(t.cta, t.tx, j), col],
+    return T.if_then_else(L.mma_row_in_tile(t.tx, j) < L.GTW, r_weight(L, a.r, L.dir_of(t.cta), L.mma_row(t.cta, t.tx, j), col),
                           T.float32(0))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .. import cells
+from ..int8_rows import r_weight
 from ..signature import batch_row
 from .inputs import time_index, valid_steps
 from .update import each_owned_pair
@@ -22,7 +23,7 @@ def load_partial_weights(L, a, t):
     for k in T.unroll(L.PR):
         for u in T.unroll(L.TW):
             t.wp[t.row, k * L.TW + u] = T.Cast(L.WDT, T.if_then_else(
-                k * L.NT + t.tx < 2 * L.H, a.r[L.dir_of(t.cta), k * L.NT + t.tx, (t.cta % L.CPD) * L.TW + u],
+                k * L.NT + t.tx < 2 * L.H, r_weight(L, a.r, L.dir_of(t.cta), k * L.NT + t.tx, (t.cta % L.CPD) * L.TW + u),
                 T.float32(0)))
 
 

@@ -25,6 +25,7 @@ BLOCK_M):
     CHUNKS_AHEAD      a step in chunks fetches each next chunk's inputs while one computes
     FETCH_AFTER_DOT   a one-chunk step fetches step s+1's inputs after its dot products, not at its top
     INT8, WPR         weights held as int8 (int8_rows.py): a run of 4 a register; words a row holds (RR + scale)
+    PACKED_R          R arrives packed for another bucket's int8 weights: read each weight back as q * s
     BF16              ... those weights bf16 (else fp16)
     H16, H16_SLOT     16-bit mma: h(t-1) exchanged in 16 bits (`hs` holds pairs); the exchange slot of them
     HALVES            ... as stamped words of two halves (no barrier a step)
@@ -62,9 +63,9 @@ def both(a, b):
 
 class Layout:
     """The constants and index maps of one (spec, config); `emulate`: the CPU twin's mapping
-    (shared memory in global buffers, no fast math)."""
+    (shared memory in global buffers, no fast math); `packed_r`: R comes packed (int8_rows.py)."""
 
-    def __init__(self, spec: CellSpec, cfg: Config, emulate: bool = False):
+    def __init__(self, spec: CellSpec, cfg: Config, emulate: bool = False, packed_r: bool = False):
         self.spec, self.cfg, self.emulate = spec, cfg, emulate
         self.H, self.D, self.G = spec.hidden_size, spec.num_directions, spec.num_gates
         self.TW, self.WS, self.RPG, self.BC = cfg.tile_units, cfg.group_size, cfg.rows_per_group, cfg.batch_chunk
@@ -90,6 +91,9 @@ class Layout:
         self.WDT = cfg.weight_dtype
         self.INT8 = cfg.int8_weights()
         self.WPR = self.RR + 1 if self.INT8 else 0
+        self.PACKED_R = packed_r and not self.INT8
+        if self.PACKED_R and self.GR:
+            raise ValueError("weights read from global memory each step cannot come from a packed R")
         self.lstm = spec.cell == "lstm"
         self.phases = 2 if two_phase(spec) and not self.partial_sums else 1
         self.grid = cfg.barrier(spec) == "grid"  # a direction's CTAs meet at a counter in global memory
