@@ -14,10 +14,12 @@ Ours is checked against ONNX Runtime (CPU) on the QDQ form of the same int8 weig
 activations). One JSON line per layer.
 
     python benchmarks/quantized_layers.py --out quantized.jsonl [--hidden 1024 2048] [--batch 1] [--int8-top 6]
-        [--force 2048:16:before='{"tile_units": 16, ...}']
+        [--force 2048:16:before='{"tile_units": 16, ...}'] [--symbolic]
 
 `--force H:B:NAME=CONFIG` also times that config (Config's fields, JSON) forced on the layer of
-hidden size H at batch B, as `NAME_ms` (e.g. the pick of the code before a change).
+hidden size H at batch B, as `NAME_ms` (e.g. the pick of the code before a change). `--symbolic`
+exports the layers (ours, quantized and fp16) with a symbolic batch, as exporters write them, and
+times the static build of the quantized layer beside them as `static_ms`.
 """
 from __future__ import annotations
 
@@ -97,37 +99,46 @@ def time_forced(quantized, feeds, exact, cfg, name, row, calls):
     calls[f"{name}_ms"] = vm_call(build, feeds)
 
 
-def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_held=True, named_configs=None):
+def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_held=True, named_configs=None,
+              symbolic=False):
     from persist_rnn.bench.cudnn_direct import algorithm_rows
 
     layer = torch_layer("LSTM", hidden, seed=hidden + batch)
     x = torch.randn(seq_len, batch, hidden, device="cuda")
-    float_model = onnx_from_torch("LSTM", layer, seq_len, batch)
+    batch_dim = "batch" if symbolic else batch  # symbolic: as exporters write it, a kernel per batch bucket
+    float_model = onnx_from_torch("LSTM", layer, seq_len, batch_dim)
     quantized = quantize(float_model, per_channel)
     feeds = {"X": x.cpu().numpy()}
     exact = qdq_reference(quantized, feeds)
     ours = persist_rnn.compile(quantized, "cuda", measure=False)
     [report] = ours.report()
-    row = {"cell": "LSTM", "hidden": hidden, "batch": batch, "seq_len": seq_len,
+    row = {"cell": "LSTM", "hidden": hidden, "batch": batch, "seq_len": seq_len, "symbolic_batch": symbolic,
            "scales": "per channel" if per_channel else "per tensor", "lowering": report.lowering,
            "config": report.config, "ours_err_vs_qdq": max_rel_error(ours.run(feeds), exact)}
     calls = {"ours_ms": vm_call(ours, feeds)}
+    if symbolic:  # the bucket this batch runs, and the static build of the same layer beside it
+        row["buckets"] = report.buckets
+        static = persist_rnn.compile(quantize(onnx_from_torch("LSTM", layer, seq_len, batch), per_channel), "cuda",
+                                     measure=False)
+        row["static_config"] = static.report()[0].config
+        calls["static_ms"] = vm_call(static, feeds)
     if fp32_held:
         as_fp32 = persist_rnn.compile(dequantized(quantized), "cuda", measure=False)
         row["fp32_held_lowering"] = as_fp32.report()[0].lowering
         calls["fp32_held_ms"] = vm_call(as_fp32, feeds)
-    if report.config.get("weight_dtype") == "int8":  # the pick without int8 weights (fp16 or fp32), forced
+    if report.config.get("weight_dtype") == "int8" and not symbolic:  # the pick without int8 weights, forced
         other = not_int8_pick(hidden, batch)
         row["without_int8_config"] = other.as_dict()
         time_forced(quantized, feeds, exact, other, "without_int8", row, calls)
-    fp16_model = onnx_from_torch("LSTM", layer, seq_len, batch, dtype="float16")
+    fp16_model = onnx_from_torch("LSTM", layer, seq_len, batch_dim, dtype="float16")
     fp16_feeds = {"X": feeds["X"].astype("float16")}
     ours_fp16 = persist_rnn.compile(fp16_model, "cuda", measure=False)
     row["fp16_build_config"] = ours_fp16.report()[0].config
     calls["ours_fp16_build_ms"] = vm_call(ours_fp16, fp16_feeds)
     # the model's best int8 configs, forced: how far its pick is from the best of them, and (where
     # it held the weights otherwise) whether that was right
-    top = int8_ranked(hidden, batch, int8_top if report.config.get("weight_dtype") != "int8" or int8_top > 1 else 0)
+    top = [] if symbolic else int8_ranked(hidden, batch, int8_top if report.config.get("weight_dtype") != "int8"
+                                         or int8_top > 1 else 0)
     row["int8_forced_configs"] = [c.as_dict() for c in top]
     for k, cfg in enumerate(top):
         time_forced(quantized, feeds, exact, cfg, f"int8_forced{k}", row, calls)
@@ -144,7 +155,7 @@ def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_h
     row.update(cudnn_direct=direct, best_cudnn_fp16=best, best_cudnn_fp16_ms=timed[best],
                best_cudnn_fp16_over_ours=timed[best] / times["ours_ms"],
                fp16_build_over_ours=times["ours_fp16_build_ms"] / times["ours_ms"])
-    for name in ("fp32_held", "without_int8", *(named_configs or {})):
+    for name in ("fp32_held", "without_int8", "static", *(named_configs or {})):
         if f"{name}_ms" in times:
             row[f"{name}_over_ours"] = times[f"{name}_ms"] / times["ours_ms"]
     return row
@@ -161,6 +172,8 @@ def main():
     ap.add_argument("--int8-top", type=int, default=1,
                     help="time the cost model's best N int8 configs, forced (1: only where it held the weights otherwise)")
     ap.add_argument("--no-fp32-held", action="store_true", help="skip the build holding the weights in fp32")
+    ap.add_argument("--symbolic", action="store_true",
+                    help="export the layers with a symbolic batch (a kernel per batch bucket), as exporters do")
     ap.add_argument("--force", action="append", default=[], metavar="H:B:NAME=CONFIG",
                     help="also time CONFIG (JSON) forced on the layer of hidden size H at batch B, as NAME_ms")
     args = ap.parse_args()
@@ -175,7 +188,8 @@ def main():
         for batch in args.batch:
             for scales in args.scales:
                 row = layer_row(torch, hidden, batch, scales == "channel", int8_top=args.int8_top,
-                                fp32_held=not args.no_fp32_held, named_configs=forced.get((hidden, batch)))
+                                fp32_held=not args.no_fp32_held, named_configs=forced.get((hidden, batch)),
+                                symbolic=args.symbolic)
                 print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}), flush=True)
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")

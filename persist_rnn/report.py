@@ -108,10 +108,12 @@ class LayerReport:
             stacked += f" (own kernel: {self.stack_reason})" if self.stack_reason else " (own kernel)"
         elif self.lowering == "wavefront" and self.stack_reason:  # one wavefront kernel: whose choice
             stacked += f" ({self.stack_reason})"
-        int8 = (", int8 weights held as int8" if self.int8_weights_as_int8
-                else ", int8 weights held in fp16" if self.int8_weights_in_fp16 else "")
+        held = (["as int8"] if self.int8_weights_as_int8 else []) + (["in fp16"] if self.int8_weights_in_fp16 else [])
         if self.int8_weights_on_tensor_cores:
-            int8 += " on the tensor cores (h(t-1) rounded to fp16 for them)"
+            held[-1] += " on the tensor cores (h(t-1) rounded to fp16 for them)"
+        int8 = ", int8 weights held " + " or ".join(held) if held else ""
+        if len(held) > 1:
+            int8 += ", by batch bucket"
         streams = ", part of its weights read from global memory each step" if self.weights_from_global_memory else ""
         name = f"{self.module} ({self.node})" if self.module else self.node
         return (f"{name}: {self.cell.upper()} input {self.input_size} hidden {self.hidden_size}, "

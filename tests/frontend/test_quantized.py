@@ -245,19 +245,21 @@ def test_int8_weights_may_be_held_in_fp16(hidden):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_a_quantized_h2048_lstm_builds_persistent_for_cuda(tmp_path):
-    """Its weights on chip in every batch bucket: at B=1 the model holds them as int8, every one in
-    registers; from B=2 on in fp16 on the tensor cores, which the buckets then share (one R serves
-    them: `test_int8_weights_are_in_every_bucket_or_in_none`), and the report says so."""
+    """Its weights on chip in every batch bucket of a symbolic batch: at B=1 the model holds them as
+    int8, every one in registers; from B=4 on in fp16 on the tensor cores, read from the same
+    packed R (`test_a_symbolic_batch_takes_r_packed_for_buckets_of_both_kinds`), and the report
+    says so."""
     spec = CellSpec("lstm", 2048, 2048, int8_weights=True, int8_rows=True)
     assert choose(spec, CUDA, 1, measure=False).config.int8_weights()
     model, _ = _float_lstm(2048, steps=5)
     compiled = persist_rnn.compile(_quantized(model, tmp_path, per_channel=True), CUDA, measure=False)
     [layer] = compiled.report()
-    assert (layer.lowering, layer.config["weight_dtype"]) == ("persistent", "float16"), layer.reason
-    configs = [Config.from_dict(b["config"]) for b in layer.buckets]
-    assert {c.weight_dtype for c in configs} == {"float16"} and all(c.f16_mma() for c in configs[1:])
-    assert layer.int8_weights_on_tensor_cores and not layer.int8_weights_as_int8
-    assert "persistent, int8 weights held in fp16 on the tensor cores (h(t-1) rounded to fp16" in layer.line()
+    assert (layer.lowering, layer.config["weight_dtype"]) == ("persistent", "int8"), layer.reason
+    configs = {b["max_batch"]: Config.from_dict(b["config"]) for b in layer.buckets}
+    assert configs[1].int8_weights() and configs[4].f16_mma() and configs[None].f16_mma()
+    assert layer.int8_weights_as_int8 and layer.int8_weights_on_tensor_cores
+    assert ("persistent, int8 weights held as int8 or in fp16 on the tensor cores (h(t-1) rounded to fp16 for them), "
+            "by batch bucket") in layer.line()
     assert not layer.weights_from_global_memory
 
 
@@ -381,6 +383,23 @@ def test_a_quantized_lstm_runs_persistent_on_the_gpu(tmp_path, hidden, per_chann
     want = ort.InferenceSession(_as_qdq(quantized).SerializeToString()).run(None, feeds)
     assert max_rel_error(got, want) <= INT8_WEIGHTS_TOLERANCE
     _within_ort_rounding(got, quantized, feeds, INT8_WEIGHTS_TOLERANCE)
+
+
+@pytest.mark.gpu
+def test_each_bucket_of_a_symbolic_batch_matches_onnxruntime_on_the_gpu(tmp_path):
+    """LSTM H=2048 with a symbolic batch: int8 weights in the small batches' buckets, fp16 on the
+    tensor cores in the others, read from the one packed R; every bucket within the int8 weights'
+    bound of the QDQ form."""
+    hidden = 2048
+    model, _ = _float_lstm(hidden, steps=20, r_std=1 / np.sqrt(hidden))
+    quantized = _quantized(model, tmp_path, per_channel=True)
+    compiled = persist_rnn.compile(quantized, "cuda", measure=False)
+    [layer] = compiled.report()
+    assert layer.int8_weights_as_int8 and layer.int8_weights_on_tensor_cores, layer.line()
+    reference = ort.InferenceSession(_as_qdq(quantized).SerializeToString())
+    for batch in (1, 2, 5, 16):
+        _, feeds = _float_lstm(hidden, steps=20, batch=batch, r_std=1 / np.sqrt(hidden))
+        assert max_rel_error(compiled.run(feeds), reference.run(None, feeds)) <= INT8_WEIGHTS_TOLERANCE, batch
 
 
 @pytest.mark.gpu
