@@ -14,12 +14,13 @@ Ours is checked against ONNX Runtime (CPU) on the QDQ form of the same int8 weig
 activations). One JSON line per layer.
 
     python benchmarks/quantized_layers.py --out quantized.jsonl [--hidden 1024 2048] [--batch 1] [--int8-top 6]
-        [--force 2048:16:before='{"tile_units": 16, ...}'] [--symbolic]
+        [--force 2048:16:before='{"tile_units": 16, ...}'] [--symbolic] [--trace]
 
 `--force H:B:NAME=CONFIG` also times that config (Config's fields, JSON) forced on the layer of
 hidden size H at batch B, as `NAME_ms` (e.g. the pick of the code before a change). `--symbolic`
 exports the layers (ours, quantized and fp16) with a symbolic batch, as exporters write them, and
-times the static build of the quantized layer beside them as `static_ms`.
+times the static build of the quantized layer beside them as `static_ms`; `--trace` records each
+build's kernels in one call (`kernels`).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import onnx
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import persist_rnn  # noqa: E402
-from persist_rnn.bench.gpu_timing import cuda_ms, graph_replay, interleaved_ms, vm_call  # noqa: E402
+from persist_rnn.bench.gpu_timing import cuda_ms, graph_replay, interleaved_ms, kernel_trace, vm_call  # noqa: E402
 from persist_rnn.bench.layer_models import max_rel_error  # noqa: E402
 from persist_rnn.bench.suite import matched_ms  # noqa: E402
 from persist_rnn.bench.torch_layers import PRECISIONS, at_precision, onnx_from_torch, torch_layer  # noqa: E402
@@ -100,7 +101,7 @@ def time_forced(quantized, feeds, exact, cfg, name, row, calls):
 
 
 def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_held=True, named_configs=None,
-              symbolic=False):
+              symbolic=False, trace=False):
     from persist_rnn.bench.cudnn_direct import algorithm_rows
 
     layer = torch_layer("LSTM", hidden, seed=hidden + batch)
@@ -150,6 +151,11 @@ def layer_row(torch, hidden, batch, per_channel, seq_len=100, int8_top=1, fp32_h
         times = interleaved_ms({**calls, "cudnn_fp16_graph_ms": graph_replay(lambda: theirs(tx))})
         direct = algorithm_rows(theirs, tx, want, cuda_ms, math=PRECISIONS["fp16"][2])
     row.update(times)
+    if trace:  # each build's kernels in one call: [name, gap before it (µs), duration (µs)]
+        from model_kernels import CALLS, per_call
+
+        row["kernels"] = {name: per_call(kernel_trace(calls[f"{name}_ms"], CALLS, torch.cuda.synchronize))
+                          for name in ("ours", "static", "ours_fp16_build") if f"{name}_ms" in calls}
     timed = {"torch_graph": times["cudnn_fp16_graph_ms"], **matched_ms(direct, bound)}
     best = min(timed, key=timed.get)
     row.update(cudnn_direct=direct, best_cudnn_fp16=best, best_cudnn_fp16_ms=timed[best],
@@ -174,6 +180,7 @@ def main():
     ap.add_argument("--no-fp32-held", action="store_true", help="skip the build holding the weights in fp32")
     ap.add_argument("--symbolic", action="store_true",
                     help="export the layers with a symbolic batch (a kernel per batch bucket), as exporters do")
+    ap.add_argument("--trace", action="store_true", help="record each build's kernels in one call (CUPTI)")
     ap.add_argument("--force", action="append", default=[], metavar="H:B:NAME=CONFIG",
                     help="also time CONFIG (JSON) forced on the layer of hidden size H at batch B, as NAME_ms")
     args = ap.parse_args()
@@ -189,7 +196,7 @@ def main():
             for scales in args.scales:
                 row = layer_row(torch, hidden, batch, scales == "channel", int8_top=args.int8_top,
                                 fp32_held=not args.no_fp32_held, named_configs=forced.get((hidden, batch)),
-                                symbolic=args.symbolic)
+                                symbolic=args.symbolic, trace=args.trace)
                 print(json.dumps({k: v for k, v in row.items() if k != "cudnn_direct"}), flush=True)
                 with open(args.out, "a") as f:
                     f.write(json.dumps(row) + "\n")

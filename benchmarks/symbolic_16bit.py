@@ -5,6 +5,10 @@ All measure off, no tuning log; each through TVM's VM, inputs on the GPU, timed 
 kernel's µs a call from a CUPTI trace of the symbolic build. One JSON line per (layer, batch).
 
     python benchmarks/symbolic_16bit.py --out F [--layer LSTM:768:fp16 ...] [--batches 1,8,32,64]
+        [--no-fma-gemm] [--pairs-gemm]
+
+On sm_90a a symbolic build's GEMM of K >= 512 is the wgmma GEMM by rows; `--pairs-gemm` also times
+the build with the pairs GEMM by rows there (`symbolic_pairs_gemm`).
 """
 from __future__ import annotations
 
@@ -47,6 +51,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--layer", action="append", help="CELL:HIDDEN:PRECISION (fp16 or bf16); default LSTM:768:fp16")
     ap.add_argument("--batches", default="1,8,32,64")
+    ap.add_argument("--no-fma-gemm", action="store_true", help="skip the build with its projection on the FMA GEMM")
+    ap.add_argument("--pairs-gemm", action="store_true",
+                    help="also the build whose GEMM is the pairs GEMM by rows where the wgmma GEMM by rows would be")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     dev = tvm.cuda(0)
@@ -56,25 +63,34 @@ def main():
         layer = torch_layer(cell, hidden, seed=hidden)
         symbolic = compile_onnx(symbolic_batch(onnx_from_torch(cell, layer, T, batches[-1], dtype)), "cuda",
                                 tuning_log=None, measure=False)
-        min_k = projection_gemms.PAIRS_MIN_K
-        projection_gemms.PAIRS_MIN_K = 1 << 30  # the FMA GEMM for symbolic rows
-        try:
-            fma = compile_onnx(symbolic_batch(onnx_from_torch(cell, layer, T, batches[-1], dtype)), "cuda",
-                               tuning_log=None, measure=False)
-        finally:
-            projection_gemms.PAIRS_MIN_K = min_k
+        variants = {"symbolic": symbolic}
+        if not args.no_fma_gemm:
+            min_k = projection_gemms.PAIRS_MIN_K
+            projection_gemms.PAIRS_MIN_K = 1 << 30  # the FMA GEMM for symbolic rows
+            try:
+                variants["symbolic_fma_gemm"] = compile_onnx(symbolic_batch(onnx_from_torch(
+                    cell, layer, T, batches[-1], dtype)), "cuda", tuning_log=None, measure=False)
+            finally:
+                projection_gemms.PAIRS_MIN_K = min_k
+        if args.pairs_gemm:
+            by_rows_pays = projection_gemms.by_rows_pays
+            projection_gemms.by_rows_pays = lambda K, N: False  # the pairs GEMM by rows, not the wgmma GEMM
+            try:
+                variants["symbolic_pairs_gemm"] = compile_onnx(symbolic_batch(onnx_from_torch(
+                    cell, layer, T, batches[-1], dtype)), "cuda", tuning_log=None, measure=False)
+            finally:
+                projection_gemms.by_rows_pays = by_rows_pays
         for batch in batches:
             feeds = {"X": np.random.default_rng(batch).standard_normal((T, batch, hidden)).astype(dtype)}
             static = compile_onnx(onnx_from_torch(cell, layer, T, batch, dtype), "cuda", tuning_log=None, measure=False)
-            calls = {name: vm_call(c, feeds) for name, c in (("symbolic", symbolic), ("symbolic_fma_gemm", fma),
-                                                               ("static", static))}
+            calls = {name: vm_call(c, feeds) for name, c in (*variants.items(), ("static", static))}
             want = static.run(feeds)[0].astype("float32")
             got = symbolic.run(feeds)[0].astype("float32")
             row = {"cell": cell, "hidden": hidden, "precision": precision, "batch": batch, "seq_len": T,
                    **{f"{k}_ms": v for k, v in interleaved_ms(calls).items()},
                    "symbolic_vs_static_max_diff": float(np.abs(got - want).max() / max(1.0, np.abs(want).max())),
-                   "symbolic_kernels_us": kernels_us(calls["symbolic"], dev.sync),
-                   "symbolic_fma_gemm_kernels_us": kernels_us(calls["symbolic_fma_gemm"], dev.sync)}
+                   **{f"{name}_kernels_us": kernels_us(calls[name], dev.sync) for name in variants},
+                   "static_kernels_us": kernels_us(calls["static"], dev.sync)}
             print(json.dumps(row), flush=True)
             with open(args.out, "a") as f:
                 f.write(json.dumps(row) + "\n")

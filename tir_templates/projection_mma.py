@@ -128,12 +128,12 @@ def gemm_plan(M: int, K: int, N: int, num_sms: int, precision: str, pairs_copied
         plan = _pairs_plan(M, N, num_sms)
         if _copies(K, N, plan.get("tile", "64x64"), plan["bk"], plan["k_groups"]):
             return plan
-    if _one_wave(M, N, num_sms):
+    if fits_one_wave(M, N, num_sms):
         return {"bk": 64, "k_groups": 4 if precision in HALF_PRECISIONS else 2, "stages": 0}
     return {"bk": BK, "k_groups": 1, "stages": 0}
 
 
-def _one_wave(M, N: int, num_sms: int):
+def fits_one_wave(M, N: int, num_sms: int):
     """Whether M rows' grid of 64 x 64 tiles fits one wave (M an int, or the runtime rows)."""
     return (M + BM - 1) // BM * ((N + BN - 1) // BN) <= num_sms
 
@@ -159,7 +159,7 @@ def _pairs_plan(M: int, N: int, num_sms: int) -> dict:
     (4 warps: 73 -> 67 us and 178 -> 165, 5-10% on four such GEMMs at fp16 and bf16; a 128 x 256
     tile, 4 stages or 32-column k-tiles were slower, run C); between, 64 x 64 tiles ((800, 768) x
     (768, 3072) 35.6 -> 27.3, where 128 x 128 tiles took 32-36)."""
-    if _one_wave(M, N, num_sms):
+    if fits_one_wave(M, N, num_sms):
         return dict(PAIRS_PLANS["one wave"])
     return dict(PAIRS_PLANS["big tiles" if _big_tiles_fill(M, N, num_sms) else "between"])
 
@@ -177,7 +177,8 @@ def plan_shared_bytes(K: int, N: int, precision: str, plan: dict) -> int:
     tile, G, bk, stages = plan.get("tile", "64x64"), plan["k_groups"], plan["bk"], plan["stages"]
     BM, BN, WM, WN, NT = warp_grid(tile)
     pairs = plan.get("w_pairs") or plan.get("pairs", True) and pairs_staged(K, N, precision, bk, G, stages, tile)
-    staging = gemm_staging(K, N, BM, BN, bk, NT * G, mma_tiles=True, pack=precision if pairs else None)
+    staging = gemm_staging(K, N, BM, BN, bk, NT * G, mma_tiles=True, pack=precision if pairs else None,
+                           w_nk=bool(plan.get("ldmatrix")))
     return _shared_bytes(staging, stages, (G - 1) * NT * (WM // 16) * (WN // 8) * 4)
 
 
@@ -188,9 +189,17 @@ def _copies(K: int, N: int, tile: str, bk: int, k_groups: int, w_nk: bool = Fals
     return copies_pairs(K, N, bm, bn, bk, nt * k_groups, w_nk)
 
 
+def pairs_plan_copies(K: int, N: int, name: str, ldmatrix: bool = False) -> bool:
+    """Whether plan `name` of PAIRS_PLANS copies K and N (`ldmatrix`: w_t transposed, warps of
+    whole pairs of n-tiles)."""
+    plan = PAIRS_PLANS[name]
+    tile = plan.get("tile", "64x64")
+    return _copies(K, N, tile, plan["bk"], plan["k_groups"], ldmatrix) and not (ldmatrix and warp_grid(tile)[3] % 16)
+
+
 def pairs_by_rows_copy(K: int, N: int) -> bool:
     """Whether every plan of PAIRS_PLANS copies K and N, so that the plan can wait for the runtime rows."""
-    return all(_copies(K, N, p.get("tile", "64x64"), p["bk"], p["k_groups"]) for p in PAIRS_PLANS.values())
+    return all(pairs_plan_copies(K, N, name) for name in PAIRS_PLANS)
 
 
 def a_fragment(lane, reg):
@@ -615,19 +624,26 @@ def _build(K: int, N: int, precision: str, emulate: bool, bk: int, k_groups: int
     return gemm_func(K, N, launch, info, x_dtype, w_pairs, w_nk=ldmatrix)
 
 
+def pairs_plan_launch(K: int, N: int, precision: str, name: str, emulate: bool, ldmatrix: bool = False):
+    """The launch macro of plan `name` of PAIRS_PLANS (`ldmatrix`: w_t packed transposed, as the
+    wgmma GEMM takes it), for a GEMM whose host picks its plan by the runtime rows."""
+    plan = PAIRS_PLANS[name]
+    return _launch(K, N, precision, emulate, plan["bk"], plan["k_groups"], plan["stages"], True,
+                   plan.get("tile", "64x64"), True, LDMATRIX=ldmatrix)
+
+
 def _build_pairs_by_rows(K: int, N: int, precision: str, num_sms: int, emulate: bool) -> tvm.tirx.PrimFunc:
     """The 16-bit pairs GEMM whose plan waits for the runtime rows: each plan of PAIRS_PLANS a
     kernel, the host picks one by `_pairs_plan`'s rule for a GPU of `num_sms` SMs."""
     x_dtype = HALF_DTYPES.get(precision)
     if x_dtype is None or not pairs_by_rows_copy(K, N):
         raise ValueError(f"a pairs GEMM by rows needs 16-bit operands and K={K} (a multiple of 8), N={N} (of 4)")
-    one_wave, big, between = (
-        _launch(K, N, precision, emulate, p["bk"], p["k_groups"], p["stages"], True, p.get("tile", "64x64"), True)
-        for p in (PAIRS_PLANS[k] for k in ("one wave", "big tiles", "between")))
+    one_wave, big, between = (pairs_plan_launch(K, N, precision, name, emulate)
+                              for name in ("one wave", "big tiles", "between"))
 
     @T.macro
     def launch(x, w, b, out, n_m):
-        if _one_wave(n_m, N, num_sms):
+        if fits_one_wave(n_m, N, num_sms):
             one_wave(x, w, b, out, n_m)
         elif _big_tiles_fill(n_m, N, num_sms):
             big(x, w, b, out, n_m)

@@ -15,7 +15,9 @@ instruction, its accumulators in registers. Read top to bottom in `tile_program`
     four wgmma of k = 16 a warpgroup, committed and waited for before the slot is copied over;
     then out = acc + b from the accumulators (`d_fragment`, the PTX ISA's layout).
 Both operands are K-major, so neither is transposed; products of 16-bit values are exact and the
-sums are fp32, as in the pairs GEMM. A build for sm_90a takes it where it pays (`wgmma_pays`).
+sums are fp32, as in the pairs GEMM. A build for sm_90a takes it where it pays (`wgmma_pays`);
+where the rows are known only at run time (a symbolic batch), `wgmma_gemm_by_rows` launches it
+for rows that fill the GPU and the pairs GEMM's ldmatrix plans, which read the same w_t, for fewer.
 `emulated_projection_wgmma_kernel` runs the same copies into the same swizzled words serially on
 the CPU, and each thread's accumulators as `d_fragment` places them, read back through the swizzle.
 """
@@ -29,7 +31,7 @@ from .early_launch import allow_next_kernel
 from .gemm_signature import gemm_func, tile_grid
 from .gemm_staging import CP_ASYNC, commit_copies, wait_copies
 from .persistent.dot_mma import f16_half, f16_pair
-from .projection_mma import HALF_DTYPES, c_fragment
+from .projection_mma import HALF_DTYPES, c_fragment, fits_one_wave, pairs_plan_copies, pairs_plan_launch
 
 BM, BK = 128, 64  # the CTA's rows of out, and the k-columns of a tile of the ring
 #: the CTA's columns of out a kernel may be built with (a warpgroup's wgmma is m64nBNk16)
@@ -80,6 +82,12 @@ def wgmma_arch(arch: str | None) -> bool:
     return arch == "sm_90a"
 
 
+def wgmma_fills(M, N: int, num_sms: int):
+    """Whether M rows' grid of 128 x 128 tiles holds a CTA for every SM (M an int, or the runtime
+    rows)."""
+    return (M + BM - 1) // BM * ((N + WGMMA_PLAN["tile_n"] - 1) // WGMMA_PLAN["tile_n"]) >= num_sms
+
+
 def wgmma_pays(M: int | None, K: int, N: int, num_sms: int) -> bool:
     """Whether a 16-bit GEMM of M rows (known when the model is built) whose x and w_t are copied
     as they lie goes to this kernel rather than the pairs GEMM: K >= WGMMA_MIN_K and a grid of 128 x
@@ -87,8 +95,15 @@ def wgmma_pays(M: int | None, K: int, N: int, num_sms: int) -> bool:
     (docs/data/projection-wgmma-h200.jsonl): (800, 768) x (768, 3072) 27.0 -> 21.6 us, (3200, 768) x
     (768, 3072) 70.9 -> 64.8, (6400, 1024) x (1024, 4096) 206.3 -> 156.0, (3200, 512) x (512, 2048)
     40.5 -> 38.2; with fewer CTAs than SMs it lost ((100, 1024) x (1024, 4096) 9.5 -> 14.6)."""
-    return (M is not None and K >= WGMMA_MIN_K and K % 8 == 0
-            and (M + BM - 1) // BM * ((N + WGMMA_PLAN["tile_n"] - 1) // WGMMA_PLAN["tile_n"]) >= num_sms)
+    return M is not None and K >= WGMMA_MIN_K and K % 8 == 0 and wgmma_fills(M, N, num_sms)
+
+
+def by_rows_pays(K: int, N: int) -> bool:
+    """Whether a 16-bit GEMM of K and N whose x and w_t are copied as they lie, its rows known only
+    at run time, takes `wgmma_gemm_by_rows`: K >= WGMMA_MIN_K, in whole 16-byte copies, and the
+    ldmatrix plans of the pairs GEMM that serve fewer rows copy it too."""
+    return (K >= WGMMA_MIN_K and K % 8 == 0
+            and all(pairs_plan_copies(K, N, name, ldmatrix=True) for name in BY_ROWS_PAIRS_PLANS))
 
 
 def wgmma_plan(M: int, N: int, num_sms: int) -> dict:
@@ -223,8 +238,13 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
         s = T.alloc_buffer((wgmma_shared_bytes(STAGES, BN) // 4,), "uint32", scope="shared.dyn")
         acc = T.alloc_buffer((ACC,), "float32", scope="local")
         T.evaluate(allow_next_kernel())
-        # the ring's first word on a 1024-byte boundary, as the swizzle's descriptors need
-        base = (ALIGN_WORDS - T.cuda.func_call("prnn_smem_word", s.access_ptr("r"), source_code=SMEM_WORD,
+        # the ring's first word on a 1024-byte boundary, as the swizzle's descriptors need. The
+        # address and the wgmma's operands are passed as accesses of no kind (access_ptr("")): the
+        # sync after each k-tile's wait orders every read and write of the ring, and TVM, seeing
+        # reads, put a second __syncthreads between a k-tile's copies and its wgmma (1.02-1.04x
+        # kernel alone without it, run I of docs/data/projection-wgmma-h200.jsonl) and refused the
+        # kernel inside a host branch (`wgmma_gemm_by_rows`)
+        base = (ALIGN_WORDS - T.cuda.func_call("prnn_smem_word", s.access_ptr(""), source_code=SMEM_WORD,
                                                return_type="uint32") % ALIGN_WORDS) % ALIGN_WORDS
         for i in T.unroll(ACC):
             acc[i] = T.float32(0)
@@ -242,8 +262,8 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
             T.cuda.func_call(f"prnn_wgmma_fence_n{BN}", T.address_of(acc[0]), source_code=fence_source(BN))
             for ks in T.unroll(BK // 16):
                 T.cuda.func_call(f"prnn_wgmma_{kind}_n{BN}", T.address_of(acc[0]),
-                                 s.access_ptr("r", offset=base + kt % STAGES * SLOT + t // 128 * 64 * ROW_WORDS + ks * 8),
-                                 s.access_ptr("r", offset=base + kt % STAGES * SLOT + X_WORDS + ks * 8),
+                                 s.access_ptr("", offset=base + kt % STAGES * SLOT + t // 128 * 64 * ROW_WORDS + ks * 8),
+                                 s.access_ptr("", offset=base + kt % STAGES * SLOT + X_WORDS + ks * 8),
                                  source_code=wgmma_source(kind, BN))
             T.cuda.func_call(f"prnn_wgmma_commit_wait_n{BN}", T.address_of(acc[0]), source_code=commit_wait_source(BN))
         store(out, b, acc, by, bx, t, n_m)
@@ -296,6 +316,47 @@ def _build(K: int, N: int, precision: str, stages: int, tile_n: int, emulate: bo
         raise ValueError(f"the wgmma GEMM's tile of out is 128 x {TILE_N}, not 128 x {tile_n}")
     info = {"mma": precision, "wgmma": True, "stages": stages, "tile_n": tile_n, "w_pairs": True, "w_nk": True}
     return gemm_func(K, N, _launch(K, N, dtype, tile_n, stages, emulate), info, dtype, w_pairs=True, w_nk=True)
+
+
+#: the pairs GEMM's plans that serve the rows too few for a CTA an SM, w_t read transposed
+BY_ROWS_PAIRS_PLANS = ("one wave", "between")
+
+
+def _build_by_rows(K: int, N: int, precision: str, num_sms: int, emulate: bool) -> tvm.tirx.PrimFunc:
+    """The 16-bit GEMM whose kernel waits for the runtime rows (a symbolic batch): the wgmma GEMM's
+    WGMMA_PLAN where its tiles hold a CTA for every SM (`wgmma_fills`), else the pairs GEMM's plan
+    for the rows with its fragments by ldmatrix, which reads the same transposed w_t."""
+    dtype = HALF_DTYPES.get(precision)
+    if dtype is None or not by_rows_pays(K, N):
+        raise ValueError(f"the wgmma GEMM by rows takes 16-bit operands, K >= {WGMMA_MIN_K} (a multiple of 8) and "
+                         f"the ldmatrix plans' copies: not {precision} with K={K}, N={N}")
+    wgmma = _launch(K, N, dtype, WGMMA_PLAN["tile_n"], WGMMA_PLAN["stages"], emulate)
+    one_wave, between = (pairs_plan_launch(K, N, precision, name, emulate, ldmatrix=True) for name in BY_ROWS_PAIRS_PLANS)
+
+    @T.macro
+    def launch(x, w, b, out, n_m):
+        if wgmma_fills(n_m, N, num_sms):
+            wgmma(x, w, b, out, n_m)
+        elif fits_one_wave(n_m, N, num_sms):
+            one_wave(x, w, b, out, n_m)
+        else:
+            between(x, w, b, out, n_m)
+
+    info = {"mma": precision, "wgmma": True, "plan": f"by rows, {num_sms} SMs", "w_pairs": True, "w_nk": True}
+    return gemm_func(K, N, launch, info, dtype, w_pairs=True, w_nk=True)
+
+
+@built_once
+def wgmma_gemm_by_rows(K: int, N: int, precision: str, num_sms: int = 132) -> tvm.tirx.PrimFunc:
+    """The wgmma GEMM for rows known only at run time, the pairs GEMM's ldmatrix plans below a CTA
+    an SM (`_build_by_rows`); w given as the packed w_t transposed (`pack_pairs_nk`)."""
+    return _build_by_rows(K, N, precision, num_sms, emulate=False)
+
+
+@built_once
+def emulated_wgmma_gemm_by_rows(K: int, N: int, precision: str, num_sms: int = 132) -> tvm.tirx.PrimFunc:
+    """The same dispatch over the CPU twins: for tests."""
+    return _build_by_rows(K, N, precision, num_sms, emulate=True)
 
 
 @built_once

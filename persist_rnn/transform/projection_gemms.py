@@ -21,7 +21,8 @@ from tir_templates.gemm_staging import pack_pairs, pack_pairs_nk
 from tir_templates.projection import PROJECTION_ATTR, choose_tile, projection_kernel
 from tir_templates.projection_mma import (HALF_DTYPES, PAIRS_PLANS, gemm_plan, pairs_by_rows_copy, pairs_gemm_by_rows,
                                          plan_shared_bytes, projection_mma_kernel, slice_k, tensor_cores_pay)
-from tir_templates.projection_wgmma import projection_wgmma_kernel, wgmma_pays, wgmma_plan, wgmma_shared_bytes
+from tir_templates.projection_wgmma import (BY_ROWS_PAIRS_PLANS, WGMMA_PLAN, by_rows_pays, projection_wgmma_kernel,
+                                            wgmma_gemm_by_rows, wgmma_pays, wgmma_plan, wgmma_shared_bytes)
 
 from .call_sites import call_site_rows, constant_at_every_site, repack_constant_args
 
@@ -91,6 +92,10 @@ def projection_gemm(M: int | None, K: int, N: int, operands: str, x_dtype: str, 
     if wgmma_gemm and wgmma_shared_bytes(**wgmma_gemm) <= max_shared_bytes:
         return projection_wgmma_kernel(K, N, mma, **wgmma_gemm), True
     fits = lambda plan: plan_shared_bytes(K, N, mma, plan) <= max_shared_bytes  # noqa: E731
+    if (M is None and wgmma and copied and by_rows_pays(K, N)
+            and wgmma_shared_bytes(**WGMMA_PLAN) <= max_shared_bytes
+            and all(fits(dict(PAIRS_PLANS[name], ldmatrix=True)) for name in BY_ROWS_PAIRS_PLANS)):
+        return wgmma_gemm_by_rows(K, N, mma, num_sms), True
     if (M is None and copied and K >= PAIRS_MIN_K and pairs_by_rows_copy(K, N)
             and all(fits(p) for p in PAIRS_PLANS.values())):
         return pairs_gemm_by_rows(K, N, mma, num_sms), True

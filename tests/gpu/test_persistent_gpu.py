@@ -607,6 +607,34 @@ def test_pairs_gemm_by_rows_matches_numpy_on_gpu(precision):
         assert np.abs(got - want).max() <= PRECISION_TOLERANCE["fp32"] * np.abs(want).max(), M
 
 
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+def test_wgmma_gemm_by_rows_matches_numpy_on_gpu(precision):
+    """The wgmma GEMM for rows known only at run time (sm_90a), one build called at rows that take
+    each of its kernels (on 132 SMs, N = 4096: 100 rows the ldmatrix one-wave plan, 300 its between
+    plan, 800 and 2000 the wgmma GEMM)."""
+    import tvm
+    from templates.test_projection_pairs import sixteen_bit_operands
+    from tvm import relax
+
+    from persist_rnn.bench.layer_models import projection_module
+    from tir_templates.gemm_staging import pack_pairs_nk
+    from tir_templates.projection_wgmma import wgmma_gemm_by_rows
+
+    K, N = 1024, 4096
+    func = wgmma_gemm_by_rows(K, N, precision, 132)
+    with tvm.transform.PassContext(opt_level=3):
+        ex = tvm.compile(projection_module(func, tvm.tirx.Var("m", "int64"), K, N),
+                         target=tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}))
+    dev = tvm.cuda(0)
+    vm = relax.VirtualMachine(ex, dev)
+    for M in (100, 300, 800, 2000):
+        x, w, b = sixteen_bit_operands(M, K, N, precision)
+        args = (x, pack_pairs_nk(w, precision == "bf16"), b)
+        got = vm["main"](*(tvm.runtime.tensor(a, dev) for a in args)).numpy()
+        want = x.astype("float64") @ w + b
+        assert np.abs(got - want).max() <= PRECISION_TOLERANCE["fp32"] * np.abs(want).max(), M
+
+
 def test_narrow_dense_matches_numpy_on_gpu():
     """The narrow dense kernel (a warp per row, N <= 32), rows symbolic, against numpy: one row,
     rows not a multiple of the CTA's 4 warps, K not a multiple of 32, N = 1 and 32."""

@@ -12,14 +12,20 @@ import pytest
 import tvm
 
 from persist_rnn.bench.layer_models import cuda_source, projection_module
+from templates.test_projection_pairs import run_pairs_on_cpu, sixteen_bit_operands
 from tir_templates.gemm_staging import pack_pairs_nk
 from tir_templates.projection_mma import c_fragment
+from tir_templates.projection_mma import fits_one_wave
 from tir_templates.projection_wgmma import (
+    by_rows_pays,
     d_fragment,
     emulated_projection_wgmma_kernel,
+    emulated_wgmma_gemm_by_rows,
     projection_wgmma_kernel,
     swizzled_word,
     wgmma_arch,
+    wgmma_fills,
+    wgmma_gemm_by_rows,
     wgmma_pays,
     wgmma_plan,
     wgmma_shared_bytes,
@@ -92,8 +98,6 @@ def test_emulated_wgmma_gemm_is_exact_for_16_bit_operands(M, K, N, tile_n, preci
     """The CPU twin: every thread's 16-byte copies into the swizzled ring, zeros past the edges
     (M, N off the tiles, K off the k-tiles), each accumulator where `d_fragment` puts it: exact
     products, fp32 sums (1e-6 of the output scale)."""
-    from templates.test_projection_pairs import run_pairs_on_cpu, sixteen_bit_operands
-
     x, w, b = sixteen_bit_operands(M, K, N, precision)
     func = emulated_projection_wgmma_kernel(K, N, precision, 3, tile_n)
     got = run_pairs_on_cpu(func, x, pack_pairs_nk(w, precision == "bf16"), b, N)
@@ -109,3 +113,37 @@ def test_the_plan_takes_the_tile_width_whose_waves_end_first():
     assert wgmma_plan(800, 3072, 132) == {"stages": 3, "tile_n": 96}
     assert wgmma_plan(6400, 4096, 132) == {"stages": 3, "tile_n": 128}
     assert wgmma_plan(2000, 4096, 132) == {"stages": 3, "tile_n": 128}  # 512 tiles: two waves of 128
+
+
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+def test_emulated_wgmma_gemm_by_rows_runs_the_kernel_of_the_runtime_rows(precision):
+    """Rows known only at run time (a symbolic batch), on 4 SMs: 20 rows the pairs GEMM's one-wave
+    plan, 70 its between plan (both by ldmatrix from the transposed w_t), 200 and 600 the wgmma GEMM;
+    each exact for 16-bit operands."""
+    K, N = 512, 256
+    assert by_rows_pays(K, N) and not by_rows_pays(384, N) and not by_rows_pays(516, N)
+    assert [(fits_one_wave(M, N, 4), wgmma_fills(M, N, 4)) for M in (20, 70, 200, 600)] == [
+        (True, False), (False, False), (False, True), (False, True)]
+    func = emulated_wgmma_gemm_by_rows(K, N, precision, num_sms=4)
+    for M in (20, 70, 200, 600):
+        x, w, b = sixteen_bit_operands(M, K, N, precision)
+        got = run_pairs_on_cpu(func, x, pack_pairs_nk(w, precision == "bf16"), b, N)
+        want = x.astype("float64") @ w + b
+        assert np.abs(got - want).max() / np.abs(want).max() <= 1e-6, M
+
+
+def test_the_wgmma_gemm_by_rows_compiles_for_sm_90a(tmp_path):
+    """Its three kernels: the wgmma GEMM and the two ldmatrix plans, through nvcc without spills."""
+    func = wgmma_gemm_by_rows(1024, 4096, "f16")
+    with tvm.transform.PassContext(opt_level=3):
+        built = tvm.compile(projection_module(func, tvm.tirx.Var("m", "int64"), 1024, 4096), target=tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}))
+    source = cuda_source(built)
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in source and "ldmatrix" in source
+    assert len(re.findall(r'extern "C" __global__ void [^;{]*\{', source)) == 3
+    if shutil.which("nvcc") is None:
+        return
+    (tmp_path / "k.cu").write_text(source)
+    res = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "--resource-usage", "-o", str(tmp_path / "k.cubin"),
+                          str(tmp_path / "k.cu")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stderr.count("0 bytes spill stores") == 3, res.stderr[-2000:]

@@ -127,14 +127,32 @@ def test_a_tf32_build_takes_the_tensor_cores_from_k_192(depth, rows, mma):
 
 def test_a_build_for_sm_90a_takes_the_wgmma_gemm_where_it_pays():
     """With wgmma (sm_90a) a 16-bit GEMM copying pairs takes the wgmma GEMM from K = 512 on a grid
-    of a 128 x 128 tile an SM, its w_t packed transposed (pack_pairs_nk); rows known only at run
-    time, one wave's rows, or sm_90, keep the pairs GEMM."""
+    of a 128 x 128 tile an SM, its w_t packed transposed (pack_pairs_nk); one wave's rows, or
+    sm_90, keep the pairs GEMM."""
     kernel, packs = projection_gemm(3200, 768, 3072, "float16", "float16", True, 132, "fp32", wgmma=True)
     assert packs and json.loads(kernel.attrs[PROJECTION_ATTR])["wgmma"]
     for rows, wgmma in ((100, True), (3200, False)):
         kernel, packs = projection_gemm(rows, 768, 3072, "float16", "float16", True, 132, "fp32", wgmma=wgmma)
         assert packs and "wgmma" not in json.loads(kernel.attrs[PROJECTION_ATTR])
     mod, w = module(w_constant=True, rows=3200, depth=512)
+    out = tile_projections(mod, 132, "fp32", wgmma=True)
+    assert gemm_info(out).get("wgmma")
+    [(_, call)] = list(call_tir_sites(out))
+    np.testing.assert_array_equal(call_args(call)[1].value.numpy(), pack_pairs_nk(w, False))
+    assert relax.analysis.check_well_formed(out)
+
+
+def test_symbolic_rows_on_sm_90a_take_the_wgmma_gemm_by_rows_from_k_512():
+    """Rows known only at run time on sm_90a: from K = 512 the wgmma GEMM by rows (the ldmatrix pairs
+    plans below a CTA an SM), w_t packed transposed; a shallower K, or sm_90, the pairs GEMM by rows."""
+    kernel, packs = projection_gemm(None, 1024, 4096, "float16", "float16", True, 132, "fp32", wgmma=True)
+    info = json.loads(kernel.attrs[PROJECTION_ATTR])
+    assert packs and info["wgmma"] and info["w_nk"] and info["plan"] == "by rows, 132 SMs"
+    for depth, wgmma in ((384, True), (1024, False)):
+        kernel, packs = projection_gemm(None, depth, 4096, "float16", "float16", True, 132, "fp32", wgmma=wgmma)
+        info = json.loads(kernel.attrs[PROJECTION_ATTR])
+        assert packs and "wgmma" not in info and "w_nk" not in info and info["plan"] == "by rows, 132 SMs"
+    mod, w = module(w_constant=True, rows="m", depth=512)
     out = tile_projections(mod, 132, "fp32", wgmma=True)
     assert gemm_info(out).get("wgmma")
     [(_, call)] = list(call_tir_sites(out))
