@@ -39,6 +39,24 @@ def gemm_func(K: int, N: int, launch, info: dict, x_dtype: str = "float32", w_pa
     return kernel.with_attr(PROJECTION_ATTR, json.dumps({"K": K, "N": N, **info}))
 
 
+def launch_by_rows(cases: list, otherwise):
+    """The macro launch(x, w, b, out, n_m) of a GEMM whose rows are known only at run time: the
+    launch of the first (takes, launch) of `cases` whose takes(n_m) holds, else `otherwise` (the
+    host picks; each launch is a kernel of its own)."""
+    if not cases:
+        return otherwise
+    (takes, first), rest = cases[0], launch_by_rows(cases[1:], otherwise)
+
+    @T.macro
+    def launch(x, w, b, out, n_m):
+        if takes(n_m):
+            first(x, w, b, out, n_m)
+        else:
+            rest(x, w, b, out, n_m)
+
+    return launch
+
+
 def tile_grid(N: int, BM: int, BN: int, NT: int, block_program, emulated_blocks, emulate: bool):
     """The macro launch(x, w, b, out, n_m) of a tiled GEMM: block_program(x, w, b, out, by, bx,
     t, n_m) on a CTA of NT threads per BM x BN tile of out, or `emulated_blocks` (serially)."""

@@ -41,7 +41,7 @@ from tvm.script import tirx as T
 from .built_once import built_once
 from .config import MMA_K, MMA_K_F16, STATIC_SHARED_BYTES
 from .early_launch import after_previous_kernel, allow_next_kernel
-from .gemm_signature import gemm_func, tile_grid
+from .gemm_signature import gemm_func, launch_by_rows, tile_grid
 from .gemm_staging import commit_copies, copies_pairs, gemm_staging, packs_pairs, wait_copies
 from .projection import few_ctas, one_small_wave
 from .persistent.dot_mma import MMA_BF16, MMA_F16, f16_half, half_bits, mma, pair_convert, tf32_rounded, tf32_split
@@ -640,15 +640,8 @@ def _build_pairs_by_rows(K: int, N: int, precision: str, num_sms: int, emulate: 
         raise ValueError(f"a pairs GEMM by rows needs 16-bit operands and K={K} (a multiple of 8), N={N} (of 4)")
     one_wave, big, between = (pairs_plan_launch(K, N, precision, name, emulate)
                               for name in ("one wave", "big tiles", "between"))
-
-    @T.macro
-    def launch(x, w, b, out, n_m):
-        if fits_one_wave(n_m, N, num_sms):
-            one_wave(x, w, b, out, n_m)
-        elif _big_tiles_fill(n_m, N, num_sms):
-            big(x, w, b, out, n_m)
-        else:
-            between(x, w, b, out, n_m)
+    launch = launch_by_rows([(lambda n_m: fits_one_wave(n_m, N, num_sms), one_wave),
+                             (lambda n_m: _big_tiles_fill(n_m, N, num_sms), big)], between)
 
     info = {"mma": precision, "plan": f"by rows, {num_sms} SMs", "pairs": True, "w_pairs": True}
     return gemm_func(K, N, launch, info, x_dtype, w_pairs=True)

@@ -28,7 +28,7 @@ from tvm.script import tirx as T
 
 from .built_once import built_once
 from .early_launch import allow_next_kernel
-from .gemm_signature import gemm_func, tile_grid
+from .gemm_signature import gemm_func, launch_by_rows, tile_grid
 from .gemm_staging import CP_ASYNC, commit_copies, wait_copies
 from .persistent.dot_mma import f16_half, f16_pair
 from .projection_mma import HALF_DTYPES, c_fragment, fits_one_wave, pairs_plan_copies, pairs_plan_launch
@@ -332,15 +332,8 @@ def _build_by_rows(K: int, N: int, precision: str, num_sms: int, emulate: bool) 
                          f"the ldmatrix plans' copies: not {precision} with K={K}, N={N}")
     wgmma = _launch(K, N, dtype, WGMMA_PLAN["tile_n"], WGMMA_PLAN["stages"], emulate)
     one_wave, between = (pairs_plan_launch(K, N, precision, name, emulate, ldmatrix=True) for name in BY_ROWS_PAIRS_PLANS)
-
-    @T.macro
-    def launch(x, w, b, out, n_m):
-        if wgmma_fills(n_m, N, num_sms):
-            wgmma(x, w, b, out, n_m)
-        elif fits_one_wave(n_m, N, num_sms):
-            one_wave(x, w, b, out, n_m)
-        else:
-            between(x, w, b, out, n_m)
+    launch = launch_by_rows([(lambda n_m: wgmma_fills(n_m, N, num_sms), wgmma),
+                             (lambda n_m: fits_one_wave(n_m, N, num_sms), one_wave)], between)
 
     info = {"mma": precision, "wgmma": True, "plan": f"by rows, {num_sms} SMs", "w_pairs": True, "w_nk": True}
     return gemm_func(K, N, launch, info, dtype, w_pairs=True, w_nk=True)

@@ -72,6 +72,15 @@ def test_a_wgmma_gemm_it_cannot_build_is_refused(args, says):
         projection_wgmma_kernel(K, 256, **args)
 
 
+def _nvcc_sm_90a(source: str, tmp_path):
+    """nvcc's cubin for sm_90a of `source`, its resource usage in stderr (the build must pass)."""
+    (tmp_path / "k.cu").write_text(source)
+    res = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "--resource-usage", "-o", str(tmp_path / "k.cubin"),
+                          str(tmp_path / "k.cu")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res
+
+
 @pytest.mark.parametrize("precision,tile_n", [("f16", 128), ("bf16", 256), ("f16", 160), ("bf16", 96)])
 def test_the_wgmma_gemm_compiles_for_sm_90a(precision, tile_n, tmp_path):
     """Its CUDA: the wgmma of the tile's width, its fences, and nvcc for sm_90a without spills."""
@@ -83,10 +92,7 @@ def test_the_wgmma_gemm_compiles_for_sm_90a(precision, tile_n, tmp_path):
     assert "fence.proxy.async.shared::cta" in source and "wgmma.wait_group.sync.aligned 0" in source
     if shutil.which("nvcc") is None:
         return
-    (tmp_path / "k.cu").write_text(source)
-    res = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "--resource-usage", "-o", str(tmp_path / "k.cubin"),
-                          str(tmp_path / "k.cu")], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-2000:]
+    res = _nvcc_sm_90a(source, tmp_path)
     assert "0 bytes spill stores" in res.stderr and "serialized" not in res.stderr, res.stderr[-2000:]
     if tile_n <= 160:  # two CTAs of 256 threads an SM: at most 128 registers a thread
         assert int(re.search(r"Used (\d+) registers", res.stderr).group(1)) <= 128, res.stderr[-2000:]
@@ -142,8 +148,4 @@ def test_the_wgmma_gemm_by_rows_compiles_for_sm_90a(tmp_path):
     assert len(re.findall(r'extern "C" __global__ void [^;{]*\{', source)) == 3
     if shutil.which("nvcc") is None:
         return
-    (tmp_path / "k.cu").write_text(source)
-    res = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "--resource-usage", "-o", str(tmp_path / "k.cubin"),
-                          str(tmp_path / "k.cu")], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert res.stderr.count("0 bytes spill stores") == 3, res.stderr[-2000:]
+    assert _nvcc_sm_90a(source, tmp_path).stderr.count("0 bytes spill stores") == 3
