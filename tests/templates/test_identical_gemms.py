@@ -1,12 +1,12 @@
 """The input-projection GEMMs' generated code is byte for byte what ran on the GPU, so that a
 restructuring can prove it changed nothing: the FMA GEMM's tiles, the tensor-core GEMM's plans at
 each precision (through registers, k-tiles in flight, groups of warps) and the 16-bit GEMM that
-copies pairs (each plan, and by the runtime rows), and the wgmma GEMM. The md5 of each case's CUDA
+copies pairs (each plan, and by the runtime rows), and the wgmma GEMM (and by the runtime rows). The md5 of each case's CUDA
 source (sm_90; the wgmma GEMM's sm_90a) and
 of its CPU twin's TVMScript must equal the values recorded in `fixtures/projection_md5.json`,
 recorded from code whose GEMMs passed their GPU tests on the H200 (`test_pairs_gemm_plans_match_numpy_on_gpu`,
 `test_pairs_gemm_by_rows_matches_numpy_on_gpu`, `test_tensor_core_projection_matches_onnxruntime`,
-`test_wgmma_gemm_matches_numpy_on_gpu`).
+`test_wgmma_gemm_matches_numpy_on_gpu`, `test_wgmma_gemm_by_rows_matches_numpy_on_gpu`).
 A deliberate kernel change re-records them (`python tests/templates/test_identical_gemms.py --force`,
 or `--replace NAME ...`; md5_records.py) and says so in its commit, with the GPU tests that ran since."""
 from __future__ import annotations
@@ -27,7 +27,12 @@ from tir_templates.projection_mma import (
     pairs_gemm_by_rows,
     projection_mma_kernel,
 )
-from tir_templates.projection_wgmma import emulated_projection_wgmma_kernel, projection_wgmma_kernel
+from tir_templates.projection_wgmma import (
+    emulated_projection_wgmma_kernel,
+    emulated_wgmma_gemm_by_rows,
+    projection_wgmma_kernel,
+    wgmma_gemm_by_rows,
+)
 
 from md5_records import check, record_main
 
@@ -42,7 +47,7 @@ def _pairs(precision: str, plan: str) -> dict:
 
 
 #: name -> (kind, K, N, arguments): "fma" projection_kernel, "mma" projection_mma_kernel, "rows"
-#: pairs_gemm_by_rows, "wgmma" projection_wgmma_kernel
+#: pairs_gemm_by_rows, "wgmma" projection_wgmma_kernel, "wgmma-rows" wgmma_gemm_by_rows
 CASES = {
     "fma-64x64x8": ("fma", 1024, 4096, {"tile": (64, 64, 8)}),
     "fma-32x32x4-k64": ("fma", 256, 1024, {"tile": (32, 32, 4, 64)}),
@@ -59,6 +64,7 @@ CASES = {
     "pairs-bf16-by-rows": ("rows", 768, 3072, {"precision": "bf16"}),
     "wgmma-f16": ("wgmma", 1024, 4096, {"precision": "f16"}),
     "wgmma-bf16-256-ragged": ("wgmma", 200, 72, {"precision": "bf16", "tile_n": 256}),
+    "wgmma-f16-by-rows": ("wgmma-rows", 1024, 4096, {"precision": "f16"}),
 }
 
 
@@ -67,8 +73,9 @@ def digests(name: str) -> dict:
     kernel, twin = {"fma": (projection_kernel, emulated_projection_kernel),
                     "mma": (projection_mma_kernel, emulated_projection_mma_kernel),
                     "rows": (pairs_gemm_by_rows, emulated_pairs_gemm_by_rows),
-                    "wgmma": (projection_wgmma_kernel, emulated_projection_wgmma_kernel)}[kind]
-    arch = "sm_90a" if kind == "wgmma" else "sm_90"
+                    "wgmma": (projection_wgmma_kernel, emulated_projection_wgmma_kernel),
+                    "wgmma-rows": (wgmma_gemm_by_rows, emulated_wgmma_gemm_by_rows)}[kind]
+    arch = "sm_90a" if kind.startswith("wgmma") else "sm_90"
     lib = tvm.compile(tvm.IRModule({"main": kernel(K, N, **args).with_attr("global_symbol", "main")}),
                       target=tvm.target.Target({"kind": "cuda", "arch": arch}))
     md5 = lambda text: hashlib.md5(text.encode()).hexdigest()
