@@ -364,6 +364,25 @@ def test_buckets_of_a_symbolic_batch_keep_their_own_kind_of_weights():
     assert all(reads_packed_r(Config.from_dict(b["config"])) for b in plan.buckets)
 
 
+def test_a_bucket_reading_r_every_step_leaves_the_buckets_one_kind(monkeypatch):
+    """Where a bucket without int8 weights reads R from global memory every step, R cannot come
+    packed: the kind most buckets chose serves them all, and the kernel takes R as it is."""
+    from persist_rnn.schedule import planner
+
+    spec = CellSpec("lstm", 64, 64, int8_weights=True, int8_rows=True)
+    int8_cfg, global_cfg = Config(16, 8, 4, 1, "int8"), Config(16, 8, 4, 2, "float16", global_runs=1)
+    plain_cfg = Config(16, 8, 4, 2, "float16")
+
+    def choose(spec, target, batch, int8=None, **_):
+        cfg = {None: int8_cfg if batch == 1 else global_cfg, True: int8_cfg, False: plain_cfg}[int8]
+        return planner.Plan(None, cfg, "cost_model")
+
+    monkeypatch.setattr(planner, "choose", choose)
+    plan = planner.plan_buckets(spec, CUDA, (1, 4, 16))
+    assert {Config.from_dict(b["config"]).int8_weights() for b in plan.buckets} == {False}
+    assert PACKED_R_ATTR not in plan.kernel.attrs
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("hidden,per_channel", [(256, False), (512, True), (1024, False), (1024, True), (2048, False),
                                                 (2048, True)])
