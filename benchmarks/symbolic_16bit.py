@@ -2,7 +2,7 @@
 for each batch (static shapes), and against its symbolic build with the input projection on the FMA
 GEMM (what a symbolic batch got before the tensor-core GEMM picked its plan by the runtime rows).
 All measure off, no tuning log; each through TVM's VM, inputs on the GPU, timed in turn; each
-kernel's µs a call from a CUPTI trace of the symbolic build. One JSON line per (layer, batch).
+kernel's µs a call from a CUPTI trace of every build. One JSON line per (layer, batch).
 
     python benchmarks/symbolic_16bit.py --out F [--layer LSTM:768:fp16 ...] [--batches 1,8,32,64]
         [--no-fma-gemm] [--pairs-gemm]
