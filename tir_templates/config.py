@@ -599,15 +599,14 @@ def stamped_problems(spec: CellSpec, cfg: Config) -> list[str]:
     return out
 
 
-def tensor_core_dtypes(spec: CellSpec) -> tuple[tuple[str, str], ...]:
-    """The (weight dtype, layer dtype) pairs the tensor cores take for `spec`: a layer's own, and
-    for an fp32 layer of int8 weights (`CellSpec.int8_weights`) also fp16 weights on the 16-bit mma,
+def tensor_core_dtypes(spec: CellSpec) -> tuple[str, ...]:
+    """The weight dtypes the tensor cores take for `spec`: the layer's own, and for an fp32 layer
+    of int8 weights (`CellSpec.int8_weights`) also fp16 weights on the 16-bit mma,
     h(t-1) rounded to fp16 for it as the weights are. fp16's 11 bits round h 8x finer than ONNX
     Runtime's own DynamicQuantizeLSTM, which rounds h to 8 bits every step; a numpy LSTM (T=100,
     H=256-2048, B=1 and 16, int8 per tensor and per channel, weights and h rounded to fp16) erred
     by at most 1.02e-4 of the output scale against fp32, within INT8_WEIGHTS_TOLERANCE (1e-3)."""
-    own = ((spec.dtype, spec.dtype),)
-    return own + ((("float16", "float32"),) if spec.int8_weights and spec.dtype == "float32" else ())
+    return (spec.dtype,) + (("float16",) if spec.int8_weights and spec.dtype == "float32" else ())
 
 
 def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
@@ -618,7 +617,7 @@ def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
     out = []
     if two_phase(spec):
         out.append("tensor cores: GRU with linear_before_reset=0 has two phases a step (FMA units only)")
-    if (cfg.weight_dtype, spec.dtype) not in tensor_core_dtypes(spec):
+    if cfg.weight_dtype not in tensor_core_dtypes(spec):
         out.append("tensor cores: fp32 layers with fp32 weights (3xTF32 or TF32), fp16 and bf16 layers with weights "
                    "of their own dtype, and fp32 layers of int8 weights (a quantized model's) with fp16 weights")
     if cfg.f16_mma() and cfg.mma_precision != "3xtf32":

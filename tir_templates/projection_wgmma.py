@@ -95,15 +95,19 @@ def wgmma_pays(M: int | None, K: int, N: int, num_sms: int) -> bool:
     (docs/data/projection-wgmma-h200.jsonl): (800, 768) x (768, 3072) 27.0 -> 21.6 us, (3200, 768) x
     (768, 3072) 70.9 -> 64.8, (6400, 1024) x (1024, 4096) 206.3 -> 156.0, (3200, 512) x (512, 2048)
     40.5 -> 38.2; with fewer CTAs than SMs it lost ((100, 1024) x (1024, 4096) 9.5 -> 14.6)."""
-    return M is not None and K >= WGMMA_MIN_K and K % 8 == 0 and wgmma_fills(M, N, num_sms)
+    return M is not None and _takes_k(K) and wgmma_fills(M, N, num_sms)
+
+
+def _takes_k(K: int) -> bool:
+    """Whether K is deep enough for the wgmma GEMM to pay (WGMMA_MIN_K) and in whole 16-byte copies."""
+    return K >= WGMMA_MIN_K and K % 8 == 0
 
 
 def by_rows_pays(K: int, N: int) -> bool:
     """Whether a 16-bit GEMM of K and N whose x and w_t are copied as they lie, its rows known only
     at run time, takes `wgmma_gemm_by_rows`: K >= WGMMA_MIN_K, in whole 16-byte copies, and the
     ldmatrix plans of the pairs GEMM that serve fewer rows copy it too."""
-    return (K >= WGMMA_MIN_K and K % 8 == 0
-            and all(pairs_plan_copies(K, N, name, ldmatrix=True) for name in BY_ROWS_PAIRS_PLANS))
+    return _takes_k(K) and all(pairs_plan_copies(K, N, name, ldmatrix=True) for name in BY_ROWS_PAIRS_PLANS)
 
 
 def wgmma_plan(M: int, N: int, num_sms: int) -> dict:
@@ -241,8 +245,8 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
         # the ring's first word on a 1024-byte boundary, as the swizzle's descriptors need. The
         # address and the wgmma's operands are passed as accesses of no kind (access_ptr("")): the
         # sync after each k-tile's wait orders every read and write of the ring, and TVM, seeing
-        # reads, put a second __syncthreads between a k-tile's copies and its wgmma (1.02-1.04x
-        # kernel alone without it, run I of docs/data/projection-wgmma-h200.jsonl) and refused the
+        # reads, would put a second __syncthreads between a k-tile's copies and its wgmma (1.02-1.04x
+        # kernel alone without it, run I of docs/data/projection-wgmma-h200.jsonl) and refuse the
         # kernel inside a host branch (`wgmma_gemm_by_rows`)
         base = (ALIGN_WORDS - T.cuda.func_call("prnn_smem_word", s.access_ptr(""), source_code=SMEM_WORD,
                                                return_type="uint32") % ALIGN_WORDS) % ALIGN_WORDS

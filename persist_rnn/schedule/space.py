@@ -113,7 +113,7 @@ def _deep_chunks(spec: CellSpec, gpu: GPUModel, batch: int | None) -> list[Confi
     if batch is None:
         return []
     out = []
-    for bc, (wdt, _) in itertools.product((16, 8), tensor_core_dtypes(spec)):
+    for bc, wdt in itertools.product((16, 8), tensor_core_dtypes(spec)):
         if wdt not in HALF_DTYPES or not MAX_PASSES < math.ceil(batch / bc) <= MAX_DEEP_PASSES:
             continue
         for tw, ks in itertools.product(_divisors(spec.hidden_size, spec.hidden_size), TENSOR_CORE_SPLITS):
@@ -319,7 +319,7 @@ def _configs(spec, gpu, batch, group_sizes, weight_dtypes, mma_kinds=("3xtf32",)
                     tiled = Config(tw, ws, rpg, tile, wdt, barriers, cluster=H // tw > 1, batch_tile=tile)
                     yield from _cluster_twins(spec, tiled) if tiled.cluster else [tiled]
         if group_sizes is GROUP_SIZES:
-            for wdt, _ in tensor_core_dtypes(spec):  # the layer's dtype, and fp16 for a quantized fp32 layer
+            for wdt in tensor_core_dtypes(spec):  # the layer's dtype, and fp16 for a quantized fp32 layer
                 kinds = mma_kinds if wdt == spec.dtype else ("3xtf32",)  # (fp16 weights: the 16-bit mma)
                 yield from _tensor_core_configs(spec, tw, barriers, batch, gpu, kinds, wdt)
 
