@@ -6,12 +6,19 @@ against the streamed scan's (fp32 FMA sums) on the same inputs.
     python benchmarks/gemm_scan_layers.py LSTM:1280:128:fp32 GRU:4096:16:fp32:bi ...
 
 One JSON line a layer: µs a step of each, the cost model's prediction of each, and the largest
-difference of Y from the streamed scan's over Y's scale. Data: docs/data/gemm-scan-h200.jsonl.
+difference of Y from the streamed scan's over Y's scale. `--wgmma auto` (16-bit layers, sm_90a)
+also times the scan with its step GEMM on the wgmma tensor cores in each plan `wgmma_plans` lists
+(CTA tiles of 64 or 128 rows by 128 columns, K split 1-8 ways), each checked against the
+mma.sync scan's Y. Data: docs/data/gemm-scan-h200.jsonl.
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import json
+import multiprocessing
+import os
+import tempfile
 
 import numpy as np
 import tvm
@@ -25,7 +32,7 @@ from persist_rnn.schedule.planner import _ranked, model_pick
 from persist_rnn.schedule.space import unmeasured_variant
 from persist_rnn.schedule.streamed_cost import streamed_scan_us
 from persist_rnn.targets import as_target
-from tir_templates.gemm_scan import gemm_precision, gemm_scan, gemm_scan_slots
+from tir_templates.gemm_scan import gemm_precision, gemm_scan, gemm_scan_slots, wgmma_step_problem
 from tir_templates.spec import CellSpec
 from tir_templates.streamed import streamed_scan
 
@@ -45,6 +52,23 @@ def layer(text: str) -> tuple[CellSpec, int, str]:
                      linear_before_reset=cell.upper() == "GRU", dtype=dtype), int(batch), build_precision)
 
 
+def wgmma_plans(spec: CellSpec, batch: int) -> list[dict]:
+    """The wgmma step plans timed for a layer: 64-row tiles up to 64 rows (both where more), 128
+    columns, every split of K's k-tiles up to 8 ways that divides them."""
+    plans = [{"bm": bm, "tile_n": 128, "splits": splits}
+             for bm in ((64,) if batch <= 64 else (64, 128)) for splits in range(1, 9)]
+    return [plan for plan in plans if not wgmma_step_problem(spec, plan)]
+
+
+def export_wgmma_scan(spec_json: str, batch: int, precision: str, plan: dict, path: str) -> str:
+    """Build the wgmma scan of a layer for sm_90a in a worker process and export it to `path`."""
+    spec = CellSpec.from_json(spec_json)
+    func = gemm_scan(spec, batch, precision, early_launch=True, wgmma=plan)
+    target = tvm.target.Target({**json.loads(str(as_target("cuda"))), "arch": "sm_90a"})
+    build_kernel(func.with_attr("global_symbol", "main"), target).export_library(path)
+    return path
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("layers", nargs="+", help="CELL:HIDDEN:BATCH:PRECISION[:bi]")
@@ -54,7 +78,18 @@ def main():
     ap.add_argument("--plain-too", action="store_true",
                     help="also time the scan's kernels launched one after another, not early (plain_us)")
     ap.add_argument("--early", action="store_true", help="launch the scan's kernels early whatever its tiles")
+    ap.add_argument("--wgmma", default="", help="'auto': also time the wgmma step's plans (`wgmma_plans`)")
     args = ap.parse_args()
+    wgmma_builds = {}  # (layer, plan) -> future of its exported library, every core building
+    if args.wgmma == "auto":
+        pool = cf.ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("spawn"))
+        out_dir = tempfile.mkdtemp(prefix="wgmma_scans_")
+        for text in args.layers:
+            spec, batch, build_precision = layer(text)
+            for plan in wgmma_plans(spec, batch):
+                path = os.path.join(out_dir, f"scan{len(wgmma_builds)}.so")
+                wgmma_builds[text, json.dumps(plan)] = pool.submit(export_wgmma_scan, spec.to_json(), batch,
+                                                                   build_precision, plan, path)
     target, dev = as_target("cuda"), present_device()
     gpu = gpu_model("sm_90")
     picks = {}  # layer -> (the persistent config a compile builds, the model's price of its pick)
@@ -77,7 +112,9 @@ def main():
         row["plan"] = step_plan(spec, batch, gpu.num_sms)
         row["early_launch"] = args.early or step_launched_early(row["plan"])  # as the pass builds it on sm_90
         func = gemm_scan(spec, batch, build_precision, plan=row["plan"], early_launch=row["early_launch"])
-        arrays = kernel_arrays(spec, batch, args.steps, slots=gemm_scan_slots(spec, batch))
+        wgmma = wgmma_plans(spec, batch) if args.wgmma == "auto" else []
+        slots = max([gemm_scan_slots(spec, batch)] + [gemm_scan_slots(spec, batch, plan) for plan in wgmma])
+        arrays = kernel_arrays(spec, batch, args.steps, slots=slots)
         arrays[1] = arrays[1] / (0.3 * hidden ** 0.5)  # R of N(0, 1/H): a layer that is not chaotic
         lib = build_kernel(func.with_attr("global_symbol", "main"), target)
         row["gemm_scan_us"] = time_kernel(lib, dev, as_params(func, arrays), cold=cold) / args.steps
@@ -94,6 +131,13 @@ def main():
             us = time_kernel(other_lib, dev, as_params(other, arrays), cold=cold) / args.steps
             err = float(np.abs(run(other_lib, dev, other, arrays) - got).max())
             row["plans"].append({"plan": plan, "us": us, "max_diff_from_default": err})
+        row["wgmma"] = []
+        for plan in wgmma:
+            other = gemm_scan(spec, batch, build_precision, early_launch=True, wgmma=plan)
+            other_lib = tvm.runtime.load_module(wgmma_builds[text, json.dumps(plan)].result())
+            us = time_kernel(other_lib, dev, as_params(other, arrays), cold=cold) / args.steps
+            err = float(np.abs(run(other_lib, dev, other, arrays) - got).max() / max(np.abs(got).max(), 1e-30))
+            row["wgmma"].append({"plan": plan, "us": round(us, 3), "diff_from_mma_sync": err})
         if args.scan_only:
             print(json.dumps(row), flush=True)
             continue

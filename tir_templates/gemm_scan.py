@@ -33,7 +33,9 @@ from tvm.script import tirx as T
 
 from . import cells, scan_states
 from .early_launch import EARLY_LAUNCH, after_previous_kernel
+from .persistent.dot_mma import f16_pair
 from .projection_mma import gemm_launch
+from .projection_wgmma import split_k_launch, split_k_problem
 from .signature import recurrence_func, time_index
 from .spec import CellSpec
 
@@ -58,10 +60,23 @@ def gemm_scan_problem(spec: CellSpec, batch: int | None) -> str:
     return ""
 
 
-def gemm_scan_slots(spec: CellSpec, batch: int) -> int:
-    """Slots of D*B*H words the scan's exchange buffer needs: h, the gates, R^T."""
+def gemm_scan_slots(spec: CellSpec, batch: int, wgmma: dict | None = None) -> int:
+    """Slots of D*B*H words the scan's exchange buffer needs: h, the gates, R^T; with the `wgmma`
+    step: h, each split's gates, h(t-1) and R in 16-bit pairs."""
     G, H = spec.num_gates, spec.hidden_size
+    if wgmma:
+        return 1 + wgmma["splits"] * G + math.ceil((batch + G * H) / (2 * batch))
     return 1 + G + math.ceil(G * H / batch)
+
+
+def wgmma_step_problem(spec: CellSpec, wgmma: dict) -> str:
+    """Why the wgmma step GEMM (`wgmma`: {"bm", "tile_n", "splits"}, projection_wgmma's
+    `split_k_launch`) cannot run `spec`'s steps (empty when it can): 16-bit layers only, whose R is
+    16-bit values already and whose persistent steps round h(t-1) to the same 16 bits."""
+    if spec.dtype not in ("float16", "bfloat16"):
+        return f"the wgmma step takes fp16 and bf16 layers, not {spec.dtype}"
+    H, GH = spec.hidden_size, spec.num_gates * spec.hidden_size
+    return split_k_problem(H, GH, wgmma["bm"], wgmma["tile_n"], wgmma["splits"])
 
 
 def gemm_precision(spec: CellSpec, precision: str = "fp32") -> str:
@@ -81,21 +96,29 @@ STEP_PLAN = {"bk": 64, "k_groups": 2, "stages": 0}
 
 
 def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool = False,
-              plan: dict | None = None, early_launch: bool = False) -> tvm.tirx.PrimFunc:
+              plan: dict | None = None, early_launch: bool = False, wgmma: dict | None = None) -> tvm.tirx.PrimFunc:
     """The GEMM scan of `spec` at `batch` rows (its serial CPU twin: `emulate`), the GEMM at
-    `gemm_precision(spec, precision)` in `plan` (projection_mma's plan dict; default STEP_PLAN).
-    Each of its kernels lets the next start and then waits for the one before, touching nothing
-    until then; `early_launch` (sm_90 on) asks TVM's runtime to launch them so (early_launch.py),
-    each CTA placed while the kernel ahead finishes."""
-    problem = gemm_scan_problem(spec, batch)
+    `gemm_precision(spec, precision)` in `plan` (projection_mma's plan dict; default STEP_PLAN),
+    or, for a 16-bit layer on sm_90a, on the wgmma tensor cores (`wgmma`: {"bm", "tile_n",
+    "splits"}, gemm_scan_cost.wgmma_step; `wgmma_step_problem`). Each of its kernels lets the next
+    start and then waits for the one before, touching nothing until then; `early_launch` (sm_90
+    on) asks TVM's runtime to launch them so (early_launch.py), each CTA placed while the kernel
+    ahead finishes."""
+    problem = gemm_scan_problem(spec, batch) or (wgmma_step_problem(spec, wgmma) if wgmma else "")
     if problem:
         raise ValueError(f"the GEMM scan cannot run this layer: {problem}")
     H, D, G = spec.hidden_size, spec.num_directions, spec.num_gates
     GH = G * H
     lstm = spec.cell == "lstm"
     mma = gemm_precision(spec, precision)
-    gemm = gemm_launch(H, GH, mma, plan or STEP_PLAN, emulate, early=True)
+    on_wgmma = bool(wgmma)
+    splits = wgmma["splits"] if on_wgmma else 1
+    if on_wgmma:
+        gemm = split_k_launch(H, GH, mma, wgmma["bm"], wgmma["tile_n"], splits, emulate, early=True)
+    else:
+        gemm = gemm_launch(H, GH, mma, plan or STEP_PLAN, emulate, early=True)
     start = scan_states.initial_states(spec, emulate, early=True)
+    bf16 = spec.dtype == "bfloat16"
 
     def gates_at(n_b):
         """The first word of the gates (after h)."""
@@ -104,6 +127,24 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
     def weights_at(n_b):
         """The first word of R^T (after the gates)."""
         return (1 + G) * D * n_b * H
+
+    def h16_at(n_b):
+        """wgmma: the first word of h(t-1) in 16-bit pairs (after each split's gates)."""
+        return (1 + splits * G) * D * n_b * H
+
+    def r16_at(n_b):
+        """wgmma: the first word of R in 16-bit pairs (after h(t-1)'s)."""
+        return h16_at(n_b) + D * n_b * H // 2
+
+    def gate_sum(hf, n_b, dd, b, g, j):
+        """The step's gate g of direction dd at (batch row b, unit j): its splits' partial sums."""
+        if splits == 1:
+            return hf[gates_at(n_b) + (dd * n_b + b) * GH + g * H + j]
+        at = gates_at(n_b) + (dd * splits * n_b + b) * GH + g * H + j
+        total = hf[at]
+        for split in range(1, splits):
+            total = total + hf[at + split * n_b * GH]
+        return total
 
     @T.macro
     def transpose_tile(r, hf, n_b, dd, k0, n0, ty, tx, tile):
@@ -134,57 +175,114 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
                                        blk % n_tiles * TILE, ty, tx, tile)
 
     @T.macro
-    def step_gemm(rb, hb, n_b, dd):
-        """gates[dd] = h(t-1)[dd] R[dd]^T + Rb[dd] on the tensor cores."""
-        x = T.decl_buffer((n_b, H), "float32", data=hb.data, elem_offset=dd * n_b * H)
-        w = T.decl_buffer((H, GH), "float32", data=hb.data, elem_offset=weights_at(n_b) + dd * H * GH)
-        b = T.decl_buffer((GH,), "float32", data=rb.data, elem_offset=dd * GH)
-        out = T.decl_buffer((n_b, GH), "float32", data=hb.data, elem_offset=gates_at(n_b) + dd * n_b * GH)
-        gemm(x, w, b, out, n_b)
+    def pack_word(r, hb, hf, n_b, i):
+        """wgmma: word i of R in 16-bit pairs ((D, G*H, H / 2), the step GEMM's w as it lies: R is
+        w_t transposed), then of h(t-1)'s ((D, B, H / 2), from slot 0)."""
+        if i < D * GH * (H // 2):
+            dd = i // (GH * (H // 2))
+            n = i // (H // 2) % GH
+            k = i % (H // 2) * 2
+            hf[r16_at(n_b) + i] = T.reinterpret("float32", f16_pair(r[dd, n, k], r[dd, n, k + 1], bf16))
+        elif i < D * GH * (H // 2) + D * n_b * (H // 2):
+            w = i - D * GH * (H // 2)
+            dd = w // (n_b * (H // 2))
+            b = w // (H // 2) % n_b
+            k = w % (H // 2) * 2
+            hf[h16_at(n_b) + w] = T.reinterpret("float32", f16_pair(hb[0, dd, b, k], hb[0, dd, b, k + 1], bf16))
 
     @T.macro
-    def update(xw, lens, p, y, yh, yc, hb, hf, i, s, n_t, n_b):
-        """Element i of (direction, batch row, unit): the cell equations at step s."""
-        if i < D * n_b * H:
+    def pack(r, hb, hf, n_b):
+        """wgmma: R and h(-1) in 16-bit pairs into their places in the exchange buffer."""
+        if emulate:
+            for i in range(D * GH * (H // 2) + D * n_b * (H // 2)):
+                pack_word(r, hb, hf, n_b, i)
+        else:
+            for blk in T.thread_binding((D * GH * (H // 2) + D * n_b * (H // 2) + UPDATE_THREADS - 1) // UPDATE_THREADS,
+                                        thread="blockIdx.x"):
+                for tx in T.thread_binding(UPDATE_THREADS, thread="threadIdx.x"):
+                    after_previous_kernel()
+                    pack_word(r, hb, hf, n_b, blk * UPDATE_THREADS + tx)
+
+    @T.macro
+    def step_gemm(rb, hb, n_b, dd):
+        """gates[dd] = h(t-1)[dd] R[dd]^T + Rb[dd] on the tensor cores (wgmma: each split's
+        partial sums of them)."""
+        if on_wgmma:
+            x = T.decl_buffer((n_b, H // 2), "float32", data=hb.data, elem_offset=h16_at(n_b) + dd * n_b * (H // 2))
+            w = T.decl_buffer((GH, H // 2), "float32", data=hb.data, elem_offset=r16_at(n_b) + dd * GH * (H // 2))
+            b = T.decl_buffer((GH,), "float32", data=rb.data, elem_offset=dd * GH)
+            out = T.decl_buffer((splits * n_b, GH), "float32", data=hb.data,
+                                elem_offset=gates_at(n_b) + dd * splits * n_b * GH)
+            gemm(x, w, b, out, n_b)
+        else:
+            x = T.decl_buffer((n_b, H), "float32", data=hb.data, elem_offset=dd * n_b * H)
+            w = T.decl_buffer((H, GH), "float32", data=hb.data, elem_offset=weights_at(n_b) + dd * H * GH)
+            b = T.decl_buffer((GH,), "float32", data=rb.data, elem_offset=dd * GH)
+            out = T.decl_buffer((n_b, GH), "float32", data=hb.data, elem_offset=gates_at(n_b) + dd * n_b * GH)
+            gemm(x, w, b, out, n_b)
+
+    @T.macro
+    def update(xw, lens, p, y, yh, yc, hb, hf, dd, b, j, s, n_t, n_b):
+        """Unit j of direction dd's batch row b: the cell equations at step s."""
+        n_valid = scan_states.valid_steps(spec, lens, b, n_t)
+        if s < n_valid:
+            t = time_index(spec, dd, s, n_valid)
+            rec = [gate_sum(hf, n_b, dd, b, g, j) for g in range(G)]
+            if lstm:
+                yc[dd, b, j] = cells.lstm_cell_state(spec, dd, cells.gate_slice(xw, (t, b, dd), j, H, G), rec,
+                                                     yc[dd, b, j], cells.gate_slice(p, (dd,), j, H, 3))
+            yh[dd, b, j] = cells.hidden(spec, dd, cells.gate_slice(xw, (t, b, dd), j, H, G), rec, hb[0, dd, b, j],
+                                        yc[dd, b, j], cells.gate_slice(p, (dd,), j, H, 3))
+            y[t, dd, b, j] = yh[dd, b, j]
+            hb[0, dd, b, j] = yh[dd, b, j]
+        else:  # past the row's length: Y is zero there and the state stays
+            y[s, dd, b, j] = T.float32(0)
+
+    @T.macro
+    def update_element(xw, lens, p, y, yh, yc, hb, hf, i, s, n_t, n_b):
+        """Element i of (direction, batch row, unit); wgmma: of (direction, batch row, pair of
+        units), and the pair's h(t) in 16 bits for the next step's GEMM."""
+        if on_wgmma:
+            if i < D * n_b * (H // 2):
+                dd = i // (n_b * (H // 2))
+                b = i // (H // 2) % n_b
+                k = i % (H // 2) * 2
+                update(xw, lens, p, y, yh, yc, hb, hf, dd, b, k, s, n_t, n_b)
+                update(xw, lens, p, y, yh, yc, hb, hf, dd, b, k + 1, s, n_t, n_b)
+                hf[h16_at(n_b) + i] = T.reinterpret("float32", f16_pair(hb[0, dd, b, k], hb[0, dd, b, k + 1], bf16))
+        elif i < D * n_b * H:
             dd = i // (n_b * H)
             b = i // H % n_b
             j = i % H
-            n_valid = scan_states.valid_steps(spec, lens, b, n_t)
-            if s < n_valid:
-                t = time_index(spec, dd, s, n_valid)
-                rec = [hf[gates_at(n_b) + (dd * n_b + b) * GH + g * H + j] for g in range(G)]
-                if lstm:
-                    yc[dd, b, j] = cells.lstm_cell_state(spec, dd, cells.gate_slice(xw, (t, b, dd), j, H, G), rec,
-                                                         yc[dd, b, j], cells.gate_slice(p, (dd,), j, H, 3))
-                yh[dd, b, j] = cells.hidden(spec, dd, cells.gate_slice(xw, (t, b, dd), j, H, G), rec, hb[0, dd, b, j],
-                                            yc[dd, b, j], cells.gate_slice(p, (dd,), j, H, 3))
-                y[t, dd, b, j] = yh[dd, b, j]
-                hb[0, dd, b, j] = yh[dd, b, j]
-            else:  # past the row's length: Y is zero there and the state stays
-                y[s, dd, b, j] = T.float32(0)
+            update(xw, lens, p, y, yh, yc, hb, hf, dd, b, j, s, n_t, n_b)
 
     @T.macro
     def step_update(xw, lens, p, y, yh, yc, hb, hf, s, n_t, n_b):
         if emulate:
-            for i in range(D * n_b * H):
-                update(xw, lens, p, y, yh, yc, hb, hf, i, s, n_t, n_b)
+            for i in range(D * n_b * H // (2 if on_wgmma else 1)):
+                update_element(xw, lens, p, y, yh, yc, hb, hf, i, s, n_t, n_b)
         else:
-            for blk in T.thread_binding((D * n_b * H + UPDATE_THREADS - 1) // UPDATE_THREADS, thread="blockIdx.x"):
+            for blk in T.thread_binding((D * n_b * H // (2 if on_wgmma else 1) + UPDATE_THREADS - 1) // UPDATE_THREADS,
+                                        thread="blockIdx.x"):
                 for tx in T.thread_binding(UPDATE_THREADS, thread="threadIdx.x"):
                     after_previous_kernel()
-                    update(xw, lens, p, y, yh, yc, hb, hf, blk * UPDATE_THREADS + tx, s, n_t, n_b)
+                    update_element(xw, lens, p, y, yh, yc, hb, hf, blk * UPDATE_THREADS + tx, s, n_t, n_b)
 
     @T.macro
     def scan(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b):
         assert n_b == batch, "the GEMM scan was built for another batch size"
         hf = T.decl_buffer((hb.shape[0] * D * n_b * H,), "float32", data=hb.data)
-        transpose(r, hf, n_b)
-        start(lens, h0, c0, yh, yc, hb, n_t, n_b)
+        if on_wgmma:
+            start(lens, h0, c0, yh, yc, hb, n_t, n_b)
+            pack(r, hb, hf, n_b)
+        else:
+            transpose(r, hf, n_b)
+            start(lens, h0, c0, yh, yc, hb, n_t, n_b)
         for s in range(n_t):  # on the host: the GEMM of each direction, then the update, a step
             step_gemm(rb, hb, n_b, 0)
             if D == 2:
                 step_gemm(rb, hb, n_b, 1)
             step_update(xw, lens, p, y, yh, yc, hb, hf, s, n_t, n_b)
 
-    func = recurrence_func(spec, scan, slots=gemm_scan_slots(spec, batch)).with_attr("persist_rnn.lowering", GEMM_SCAN)
+    func = recurrence_func(spec, scan, slots=gemm_scan_slots(spec, batch, wgmma)).with_attr("persist_rnn.lowering", GEMM_SCAN)
     return func.with_attr(*EARLY_LAUNCH) if early_launch else func

@@ -27,7 +27,7 @@ import tvm
 from tvm.script import tirx as T
 
 from .built_once import built_once
-from .early_launch import allow_next_kernel
+from .early_launch import after_previous_kernel, allow_next_kernel
 from .gemm_signature import gemm_func, launch_by_rows, tile_grid
 from .gemm_staging import CP_ASYNC, commit_copies, wait_copies
 from .persistent.dot_mma import f16_half, f16_pair
@@ -123,9 +123,9 @@ def wgmma_plan(M: int, N: int, num_sms: int) -> dict:
     return dict(WGMMA_PLAN, tile_n=best if waves_time(best) <= WAVE_MARGIN * waves_time(base) else base)
 
 
-def wgmma_shared_bytes(stages: int, tile_n: int) -> int:
+def wgmma_shared_bytes(stages: int, tile_n: int, bm: int = BM) -> int:
     """Shared memory a CTA allocates: the ring and a 1024-byte boundary's slack."""
-    return 4 * (stages * (BM + tile_n) * ROW_WORDS + ALIGN_WORDS)
+    return 4 * (stages * (bm + tile_n) * ROW_WORDS + ALIGN_WORDS)
 
 
 def _accumulators(count: int) -> str:
@@ -177,15 +177,30 @@ def d_fragment(warp: int, lane: int, i: int) -> tuple[int, int]:
     return 16 * warp + row, 8 * (i // 4) + col
 
 
-def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
-    """The macro launch(x, w, b, out, n_m): a CTA of NT threads per BM x BN tile of out (serially,
-    on the CPU: `emulate`)."""
+def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool, bm: int = BM, splits: int = 1,
+            x_words: bool = False, early: bool = False):
+    """The macro launch(x, w, b, out, n_m): a CTA of a warpgroup per 64 of its `bm` rows per bm x BN
+    tile of out (serially, on the CPU: `emulate`). `splits` > 1 (the GEMM scan's step,
+    `split_k_launch`): a CTA per tile and per split of K's k-tiles, each writing its partial sums to
+    its own (n_m, N) of out, (splits * n_m, N), b added by split 0. `x_words`: x comes as 32-bit
+    words of two 16-bit values, (n_m, K / 2), any 32-bit dtype. `early`: launched early, it waits
+    for the kernel ahead before touching anything (early_launch.py)."""
     KT = (K + BK - 1) // BK
+    KTS = KT // splits  # k-tiles a split
+    NT = 2 * bm  # threads: a warpgroup per 64 rows
     ACC = BN // 2  # accumulators a thread holds: 64 x BN over a warpgroup's 128 threads
-    X_WORDS, W_WORDS = BM * ROW_WORDS, BN * ROW_WORDS  # a slot's tiles
+    X_WORDS, W_WORDS = bm * ROW_WORDS, BN * ROW_WORDS  # a slot's tiles
     SLOT = X_WORDS + W_WORDS
     kind = {"float16": "f16", "bfloat16": "bf16"}[dtype]
     bf16 = dtype == "bfloat16"
+
+    def k_tile(split, kt):
+        """K's k-tile that is k-tile kt of its `split`."""
+        return kt if splits == 1 else split * KTS + kt
+
+    def word(src, row, col):
+        """src's 32-bit word at (row, col) as the ring holds it (the CPU twin's copy)."""
+        return src[row, col] if src.dtype == "uint32" else T.reinterpret("uint32", src[row, col])
 
     @T.macro
     def copy_rows(src, s, off, rows, row0, n_rows, t, kt, words):
@@ -202,7 +217,7 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
                     if not inside:
                         s[off + swizzled_word(row, chunk) + v] = T.uint32(0)
                     elif words:
-                        s[off + swizzled_word(row, chunk) + v] = src[row0 + row, col + v]
+                        s[off + swizzled_word(row, chunk) + v] = word(src, row0 + row, col + v)
                     else:
                         s[off + swizzled_word(row, chunk) + v] = f16_pair(
                             T.Cast("float32", src[row0 + row, col + 2 * v]), T.Cast("float32", src[row0 + row, col + 2 * v + 1]), bf16)
@@ -212,10 +227,10 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
                                  T.if_then_else(inside, 16, 0), source_code=CP_ASYNC)
 
     @T.macro
-    def copy_tile(x, wp, s, base, by, bx, t, kt, n_m):
-        """Thread t's share of k-tile kt of x and of the packed w_t into ring slot kt % STAGES."""
-        copy_rows(x, s, base + kt % STAGES * SLOT, BM, by * BM, n_m, t, kt, False)
-        copy_rows(wp, s, base + kt % STAGES * SLOT + X_WORDS, BN, bx * BN, N, t, kt, True)
+    def copy_tile(x, wp, s, base, by, bx, t, split, kt, n_m):
+        """Thread t's share of k-tile kt of `split` of x and of the packed w_t into ring slot kt % STAGES."""
+        copy_rows(x, s, base + kt % STAGES * SLOT, bm, by * bm, n_m, t, k_tile(split, kt), x_words)
+        copy_rows(wp, s, base + kt % STAGES * SLOT + X_WORDS, BN, bx * BN, N, t, k_tile(split, kt), True)
 
     def tile_place(t, i):
         """(row, column) within the CTA's tile of out of thread t's accumulator i: its warpgroup's
@@ -223,25 +238,36 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
         row, col = d_fragment(t % 128 // 32, t % 32, i)
         return t // 128 * 64 + row, col
 
+    def out_row(split, row, n_m):
+        """The row of out that holds `split`'s sums of `row`."""
+        return row if splits == 1 else split * n_m + row
+
+    def bias(b, split, col):
+        """b at col for split 0's sums, nothing for the other splits'."""
+        return b[col] if splits == 1 else T.if_then_else(split == 0, b[col], T.float32(0))
+
     @T.macro
-    def store_one(out, b, value, by, bx, t, i, n_m):
+    def store_one(out, b, value, by, bx, t, split, i, n_m):
         """out = value + b at thread t's accumulator i's place, where it exists."""
-        row = by * BM + tile_place(t, i)[0]
+        row = by * bm + tile_place(t, i)[0]
         col = bx * BN + tile_place(t, i)[1]
         if T.And(row < n_m, col < N):
-            out[row, col] = value + b[col]
+            out[out_row(split, row, n_m), col] = value + bias(b, split, col)
 
     @T.macro
-    def store(out, b, acc, by, bx, t, n_m):
+    def store(out, b, acc, by, bx, t, split, n_m):
         """out = acc + b for the rows and columns that exist."""
         for i in T.unroll(ACC):
-            store_one(out, b, acc[i], by, bx, t, i, n_m)
+            store_one(out, b, acc[i], by, bx, t, split, i, n_m)
 
     @T.macro
-    def tile_program(x, wp, b, out, by, bx, t, n_m):
-        s = T.alloc_buffer((wgmma_shared_bytes(STAGES, BN) // 4,), "uint32", scope="shared.dyn")
+    def tile_program(x, wp, b, out, by, bx, t, split, n_m):
+        s = T.alloc_buffer((wgmma_shared_bytes(STAGES, BN, bm) // 4,), "uint32", scope="shared.dyn")
         acc = T.alloc_buffer((ACC,), "float32", scope="local")
-        T.evaluate(allow_next_kernel())
+        if early:
+            after_previous_kernel()
+        else:
+            T.evaluate(allow_next_kernel())
         # the ring's first word on a 1024-byte boundary, as the swizzle's descriptors need. The
         # address and the wgmma's operands are passed as accesses of no kind (access_ptr("")): the
         # sync after each k-tile's wait orders every read and write of the ring, and TVM, seeing
@@ -253,15 +279,15 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
         for i in T.unroll(ACC):
             acc[i] = T.float32(0)
         for st in T.unroll(STAGES - 1):
-            if st < KT:
-                copy_tile(x, wp, s, base, by, bx, t, st, n_m)
+            if st < KTS:
+                copy_tile(x, wp, s, base, by, bx, t, split, st, n_m)
             T.evaluate(commit_copies())
-        for kt in range(KT):
+        for kt in range(KTS):
             T.evaluate(wait_copies(STAGES - 2))
             T.cuda.func_call("prnn_fence_proxy_async", source_code=FENCE_PROXY_ASYNC)
             T.tvm_storage_sync("shared")  # k-tile kt is in; the slot of k-tile kt - 1 is free
-            if kt + STAGES - 1 < KT:
-                copy_tile(x, wp, s, base, by, bx, t, kt + STAGES - 1, n_m)
+            if kt + STAGES - 1 < KTS:
+                copy_tile(x, wp, s, base, by, bx, t, split, kt + STAGES - 1, n_m)
             T.evaluate(commit_copies())
             T.cuda.func_call(f"prnn_wgmma_fence_n{BN}", T.address_of(acc[0]), source_code=fence_source(BN))
             for ks in T.unroll(BK // 16):
@@ -270,42 +296,64 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool):
                                  s.access_ptr("", offset=base + kt % STAGES * SLOT + X_WORDS + ks * 8),
                                  source_code=wgmma_source(kind, BN))
             T.cuda.func_call(f"prnn_wgmma_commit_wait_n{BN}", T.address_of(acc[0]), source_code=commit_wait_source(BN))
-        store(out, b, acc, by, bx, t, n_m)
+        store(out, b, acc, by, bx, t, split, n_m)
 
     @T.macro
     def block_program(x, wp, b, out, by, bx, t, n_m):
         if BN == 160:  # two CTAs an SM only within 128 registers a thread (ptxas takes 136 unbounded)
             with T.attr(0, "tirx.launch_bounds_min_blocks_per_sm", 2):
-                tile_program(x, wp, b, out, by, bx, t, n_m)
+                tile_program(x, wp, b, out, by, bx, t, 0, n_m)
         else:
-            tile_program(x, wp, b, out, by, bx, t, n_m)
+            tile_program(x, wp, b, out, by, bx, t, 0, n_m)
 
     def value(s, off, row, k):
         """The 16-bit value at k (0-63) of `row` of the tile at word `off`, through the swizzle."""
         return f16_half(s[off + swizzled_word(row, k // 8) + k % 8 // 2], k % 2, bf16)
 
     @T.macro
-    def emulated_blocks(x, wp, b, out, n_m):
-        """The CTAs one after another, threads as serial loops: each k-tile's copies into its ring
-        slot, then each thread's accumulators += the k-tile's products of the rows and columns
-        `d_fragment` gives it, read from the slot as the wgmma's descriptors do."""
-        for by in range((n_m + BM - 1) // BM):
-            for bx in range((N + BN - 1) // BN):
-                s = T.alloc_buffer((STAGES * SLOT,), "uint32")
-                acc = T.alloc_buffer((NT, ACC), "float32")
-                for t, i in T.grid(NT, ACC):
-                    acc[t, i] = T.float32(0)
-                for kt in range(KT):
-                    for t in range(NT):
-                        copy_tile(x, wp, s, 0, by, bx, t, kt, n_m)
-                    for t, i, k in T.grid(NT, ACC, BK):
-                        acc[t, i] = acc[t, i] + (
-                            value(s, kt % STAGES * SLOT, tile_place(t, i)[0], k)
-                            * value(s, kt % STAGES * SLOT + X_WORDS, tile_place(t, i)[1], k))
-                for t, i in T.grid(NT, ACC):
-                    store_one(out, b, acc[t, i], by, bx, t, i, n_m)
+    def emulated_tile(x, wp, b, out, by, bx, split, n_m):
+        """A CTA's threads as serial loops: each k-tile's copies into its ring slot, then each
+        thread's accumulators += the k-tile's products of the rows and columns `d_fragment` gives
+        it, read from the slot as the wgmma's descriptors do."""
+        s = T.alloc_buffer((STAGES * SLOT,), "uint32")
+        acc = T.alloc_buffer((NT, ACC), "float32")
+        for t, i in T.grid(NT, ACC):
+            acc[t, i] = T.float32(0)
+        for kt in range(KTS):
+            for t in range(NT):
+                copy_tile(x, wp, s, 0, by, bx, t, split, kt, n_m)
+            for t, i, k in T.grid(NT, ACC, BK):
+                acc[t, i] = acc[t, i] + (
+                    value(s, kt % STAGES * SLOT, tile_place(t, i)[0], k)
+                    * value(s, kt % STAGES * SLOT + X_WORDS, tile_place(t, i)[1], k))
+        for t, i in T.grid(NT, ACC):
+            store_one(out, b, acc[t, i], by, bx, t, split, i, n_m)
 
-    return tile_grid(N, BM, BN, NT, block_program, emulated_blocks, emulate)
+    @T.macro
+    def emulated_blocks(x, wp, b, out, n_m):
+        """The CTAs one after another (`emulated_tile`)."""
+        for by in range((n_m + bm - 1) // bm):
+            for bx in range((N + BN - 1) // BN):
+                emulated_tile(x, wp, b, out, by, bx, 0, n_m)
+
+    if splits == 1:
+        return tile_grid(N, bm, BN, NT, block_program, emulated_blocks, emulate)
+
+    @T.macro
+    def split_launch(x, wp, b, out, n_m):
+        if emulate:
+            for split in range(splits):
+                for by in range((n_m + bm - 1) // bm):
+                    for bx in range((N + BN - 1) // BN):
+                        emulated_tile(x, wp, b, out, by, bx, split, n_m)
+        else:
+            for split in T.thread_binding(splits, thread="blockIdx.z"):
+                for by in T.thread_binding((n_m + bm - 1) // bm, thread="blockIdx.y"):
+                    for bx in T.thread_binding((N + BN - 1) // BN, thread="blockIdx.x"):
+                        for t in T.thread_binding(NT, thread="threadIdx.x"):
+                            tile_program(x, wp, b, out, by, bx, t, split, n_m)
+
+    return split_launch
 
 
 def _build(K: int, N: int, precision: str, stages: int, tile_n: int, emulate: bool) -> tvm.tirx.PrimFunc:
@@ -320,6 +368,38 @@ def _build(K: int, N: int, precision: str, stages: int, tile_n: int, emulate: bo
         raise ValueError(f"the wgmma GEMM's tile of out is 128 x {TILE_N}, not 128 x {tile_n}")
     info = {"mma": precision, "wgmma": True, "stages": stages, "tile_n": tile_n, "w_pairs": True, "w_nk": True}
     return gemm_func(K, N, _launch(K, N, dtype, tile_n, stages, emulate), info, dtype, w_pairs=True, w_nk=True)
+
+
+#: the rows of out a CTA may take in the GEMM scan's step (`split_k_launch`): a warpgroup per 64
+SCAN_TILE_M = (64, 128)
+
+
+def split_k_problem(K: int, N: int, bm: int, tile_n: int, splits: int) -> str:
+    """Why `split_k_launch` cannot run a GEMM of K and N so (empty when it can)."""
+    k_tiles = (K + BK - 1) // BK
+    if K % 8:
+        return f"K={K} is not a multiple of 8 (16-byte copies of x's rows)"
+    if bm not in SCAN_TILE_M or tile_n not in TILE_N:
+        return f"a CTA tile of {bm} x {tile_n}: rows one of {SCAN_TILE_M}, columns one of {TILE_N}"
+    if splits < 1 or k_tiles % splits:
+        return f"{splits} splits do not divide K={K}'s {k_tiles} k-tiles of {BK}"
+    return ""
+
+
+def split_k_launch(K: int, N: int, precision: str, bm: int, tile_n: int, splits: int, emulate: bool = False,
+                   early: bool = False):
+    """The macro launch(x, w, b, out, n_m) of the GEMM scan's step (gemm_scan.py): x, h(t-1) in
+    16-bit pairs as 32-bit words (n_m, K / 2); w, R packed so ((N, K / 2) words, `pack_pairs_nk`'s
+    layout: R is w_t transposed); out, `splits` partial sums of (n_m, N) one after another, b in
+    the first. A CTA per bm x tile_n tile of out and split of K: at the scan's few rows, splitting K
+    gives the GPU CTAs enough where the tiles alone leave SMs idle, each a shorter chain of
+    k-tiles. `early`: each CTA waits for the kernel ahead before touching anything."""
+    dtype = HALF_DTYPES.get(precision)
+    problem = split_k_problem(K, N, bm, tile_n, splits) or ("" if dtype else f"precision {precision!r} is not 16-bit")
+    if problem:
+        raise ValueError(f"the wgmma step GEMM cannot run: {problem}")
+    return _launch(K, N, dtype, tile_n, WGMMA_PLAN["stages"], emulate, bm=bm, splits=splits, x_words=True,
+                   early=early)
 
 
 #: the pairs GEMM's plans that serve the rows too few for a CTA an SM, w_t read transposed

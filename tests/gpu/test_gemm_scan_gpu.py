@@ -10,7 +10,9 @@ import tvm
 
 import persist_rnn
 from persist_rnn.bench.layer_models import LayerCase, cuda_source, max_rel_error, reference
+from persist_rnn.schedule.gpu import compute_capability, present_gpu
 from persist_rnn.schedule.measure import as_params, build_kernel, kernel_arrays
+from persist_rnn.targets import as_target
 from tir_templates.gemm_scan import gemm_scan, gemm_scan_slots
 from tir_templates.reference import reference_scan
 from tir_templates.spec import CellSpec
@@ -33,19 +35,20 @@ CASES = [
 ]
 
 
-def check_against_the_reference(spec: CellSpec, batch: int, precision: str, plan: dict | None = None):
+def check_against_the_reference(spec: CellSpec, batch: int, precision: str, plan: dict | None = None,
+                                wgmma: dict | None = None):
     """The scan's Y, Y_h (Y_c) on the GPU, its kernels launched early (each placed while the one
     before runs, as the pass has it where the step GEMM's tiles are wider; launched one after
     another they gave the same outputs in docs/data/gemm-scan-h200.jsonl runs H and I), against the
     reference scan's on the CPU, lengths ragged."""
-    arrays = kernel_arrays(spec, batch, 6, seed=5, slots=gemm_scan_slots(spec, batch))
+    arrays = kernel_arrays(spec, batch, 6, seed=5, slots=gemm_scan_slots(spec, batch, wgmma))
     arrays[3] = np.random.default_rng(batch).integers(0, 7, batch).astype("int32")
     arrays[3][0] = 0  # an empty sequence
     if spec.dtype != "float32":  # a 16-bit layer's R is 16-bit values
         arrays[1] = arrays[1].astype(spec.dtype).astype("float32")
     want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
-    func = gemm_scan(spec, batch, precision=precision, plan=plan, early_launch=True)
-    lib = build_kernel(func.with_attr("global_symbol", "main"), tvm.target.Target("cuda"))
+    func = gemm_scan(spec, batch, precision=precision, plan=plan, early_launch=True, wgmma=wgmma)
+    lib = build_kernel(func.with_attr("global_symbol", "main"), as_target("cuda") if wgmma else tvm.target.Target("cuda"))
     dev = tvm.cuda(0)
     tensors = [tvm.runtime.tensor(a, dev) for a in as_params(func, arrays)]
     lib["main"](*tensors)
@@ -73,6 +76,20 @@ def test_gemm_scan_in_wider_tiles_matches_the_reference(cell, hidden, batch, dty
     spec = CellSpec(cell, 8, hidden, "bidirectional" if cell == "gru" else "forward", linear_before_reset=1,
                     dtype=dtype)
     check_against_the_reference(spec, batch, "fp32", {"bk": 64, "k_groups": 2, "stages": 0, "tile": tile})
+
+
+@pytest.mark.parametrize("cell,direction,hidden,batch,dtype,wgmma", [
+    ("lstm", "forward", 256, 40, "float16", {"bm": 64, "tile_n": 128, "splits": 2}),  # ragged rows of a 64-row tile
+    ("gru", "bidirectional", 192, 70, "bfloat16", {"bm": 64, "tile_n": 128, "splits": 3}),  # two tiles of rows
+    ("lstm", "reverse", 128, 130, "float16", {"bm": 128, "tile_n": 96, "splits": 1}),  # ragged columns
+    ("rnn", "forward", 512, 16, "bfloat16", {"bm": 64, "tile_n": 128, "splits": 8}),
+], ids=str)
+def test_gemm_scan_on_wgmma_matches_the_reference(cell, direction, hidden, batch, dtype, wgmma):
+    """The step GEMM on Hopper's wgmma in each CTA tile and split of K (sm_90a only)."""
+    if compute_capability(present_gpu().arch) != 90:
+        pytest.skip("wgmma needs a Hopper GPU")
+    spec = CellSpec(cell, 8, hidden, direction, linear_before_reset=1, dtype=dtype)
+    check_against_the_reference(spec, batch, "fp32", wgmma=wgmma)
 
 
 def test_a_layer_past_the_chip_at_a_large_batch_runs_the_gemm_scan():
