@@ -44,6 +44,8 @@ def check_against_the_reference(spec: CellSpec, batch: int, precision: str, plan
     arrays = kernel_arrays(spec, batch, 6, seed=5, slots=gemm_scan_slots(spec, batch, wgmma))
     arrays[3] = np.random.default_rng(batch).integers(0, 7, batch).astype("int32")
     arrays[3][0] = 0  # an empty sequence
+    if spec.hidden_size >= 256:  # R of N(0, 1/H): at R's std of 0.3 a layer this wide is chaotic, and any
+        arrays[1] /= 0.3 * spec.hidden_size ** 0.5  # rounding of h grows past the bounds (either GEMM)
     if spec.dtype != "float32":  # a 16-bit layer's R is 16-bit values
         arrays[1] = arrays[1].astype(spec.dtype).astype("float32")
     want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])

@@ -12,7 +12,8 @@ import tvm
 
 from persist_rnn.bench.layer_models import cuda_source
 from persist_rnn.schedule.measure import kernel_arrays
-from tir_templates.gemm_scan import GEMM_SCAN, gemm_precision, gemm_scan, gemm_scan_problem, gemm_scan_slots
+from tir_templates.gemm_scan import (GEMM_SCAN, gemm_precision, gemm_scan, gemm_scan_problem, gemm_scan_slots,
+                                     wgmma_step_problem)
 from tir_templates.reference import reference_scan
 from tir_templates.spec import Activation, CellSpec
 from templates.llvm_runs import run_on_llvm
@@ -72,6 +73,58 @@ def test_emulated_gemm_scan_in_wider_tiles_matches_the_reference(cell, hidden, b
     got = run_on_llvm(gemm_scan(spec, batch, emulate=True, plan=plan), [a.copy() for a in arrays])
     g, w = got[7].astype("float32"), want[7].astype("float32")
     assert np.abs(g - w).max() <= BOUNDS[dtype if dtype != "float32" else "fp32"] * np.abs(w).max()
+
+
+@pytest.mark.parametrize("cell,direction,hidden,batch,dtype,wgmma", [
+    ("lstm", "forward", 128, 5, "float16", {"bm": 64, "tile_n": 128, "splits": 2}),
+    ("gru", "bidirectional", 192, 3, "bfloat16", {"bm": 128, "tile_n": 96, "splits": 3}),  # a k-tile a split
+    ("rnn", "reverse", 64, 70, "float16", {"bm": 64, "tile_n": 128, "splits": 1}),  # two tiles of 64 rows
+    ("lstm", "bidirectional", 72, 4, "bfloat16", {"bm": 64, "tile_n": 96, "splits": 2}),  # ragged k-tile, columns
+], ids=str)
+def test_emulated_gemm_scan_on_wgmma_matches_the_reference(cell, direction, hidden, batch, dtype, wgmma):
+    """The step GEMM on the wgmma tensor cores (projection_wgmma.split_k_launch's twin): h(t-1) and
+    R in 16-bit pairs, each split of K's k-tiles its own partial sums, which the update adds."""
+    spec = CellSpec(cell, 8, hidden, direction, linear_before_reset=1, dtype=dtype)
+    arrays = kernel_arrays(spec, batch, STEPS, seed=7, slots=gemm_scan_slots(spec, batch, wgmma))
+    arrays[3] = np.arange(batch, dtype="int32") % (STEPS + 1)  # ragged, row 0 empty
+    arrays[1] = (arrays[1] / (0.3 * hidden ** 0.5)).astype(dtype).astype("float32")  # not chaotic
+    want = run_on_llvm(reference_scan(spec, "llvm"), [a.copy() for a in arrays])
+    got = run_on_llvm(gemm_scan(spec, batch, emulate=True, wgmma=wgmma), [a.copy() for a in arrays])
+    for name, g, w in zip(("Y", "Y_h", "Y_c")[:3 if cell == "lstm" else 2], got[7:10], want[7:10]):
+        g, w = g.astype("float32"), w.astype("float32")
+        assert np.abs(g - w).max() <= BOUNDS[dtype] * np.abs(w).max(), name
+    assert not got[7][:, :, 0].any()
+
+
+def test_what_the_wgmma_step_refuses():
+    plan = {"bm": 64, "tile_n": 128, "splits": 2}
+    assert "fp16 and bf16" in wgmma_step_problem(CellSpec("lstm", 8, 128), plan)
+    assert "multiple of 8" in wgmma_step_problem(CellSpec("lstm", 8, 132, dtype="float16"), plan)
+    assert "do not divide" in wgmma_step_problem(CellSpec("lstm", 8, 192, dtype="float16"), plan)  # 3 k-tiles
+    assert "rows one of" in wgmma_step_problem(CellSpec("lstm", 8, 128, dtype="float16"), dict(plan, bm=32))
+    assert not wgmma_step_problem(CellSpec("gru", 8, 128, dtype="bfloat16"), plan)
+    with pytest.raises(ValueError, match="fp16 and bf16"):
+        gemm_scan(CellSpec("lstm", 8, 128), 4, wgmma=plan)
+
+
+def test_the_wgmma_steps_exchange_buffer_holds_each_splits_gates_and_16_bit_pairs():
+    spec = CellSpec("lstm", 8, 2048, dtype="float16")
+    # h, 4 splits of 4 gates, then h(t-1) (64 * 1024 words) and R (8192 * 1024 words) in slots of 64 * 2048
+    assert gemm_scan_slots(spec, 64, {"bm": 64, "tile_n": 128, "splits": 4}) == 1 + 16 + 65
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_the_wgmma_step_builds_for_sm_90a_without_spills(tmp_path):
+    """Start, pack, a wgmma GEMM a direction, update: each launched early; the GEMM's warpgroup
+    keeps its 64 accumulators (64 x 128 columns) in registers."""
+    spec = CellSpec("lstm", 64, 2048, "bidirectional", dtype="float16")
+    source = codegen_source(gemm_scan(spec, 64, wgmma={"bm": 64, "tile_n": 128, "splits": 4}), "sm_90a")
+    heads = [line for line in source.splitlines() if line.startswith('extern "C" __global__') and "{" in line]
+    assert len(heads) == 5
+    assert source.count("prnn_griddep_launch();\n  prnn_griddep_wait();") == 5
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in source
+    assert "mma.sync" not in source
+    assert nvcc_stats(source, "sm_90a", tmp_path) == [0] * 5
 
 
 def test_gemm_precision_follows_the_layer_and_the_build():
