@@ -9,7 +9,7 @@ One JSON line a layer: µs a step of each, the cost model's prediction of each, 
 difference of Y from the streamed scan's over Y's scale. `--wgmma auto` (16-bit layers, sm_90a)
 also times the scan with its step GEMM on the wgmma tensor cores in each plan `wgmma_plans` lists
 (CTA tiles of 64 or 128 rows by 128 columns, K split 1-8 ways), each checked against the
-mma.sync scan's Y. Data: docs/data/gemm-scan-h200.jsonl.
+mma.sync scan's Y; `--wgmma step` the plan a build for sm_90a takes. Data: docs/data/gemm-scan-h200.jsonl.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import numpy as np
 import tvm
 
 from persist_rnn.bench.torch_layers import PRECISIONS
-from persist_rnn.schedule.gemm_scan_cost import gemm_scan_us, step_launched_early, step_plan
+from persist_rnn.schedule.gemm_scan_cost import gemm_scan_us, step_launched_early, step_plan, wgmma_step
 from persist_rnn.schedule.gpu import gpu_model, present_device
 from persist_rnn.schedule.measure import (MEASURE_STEPS, as_params, build_kernel, builds, kernel_arrays,
                                           measure_configs, time_kernel, timing)
@@ -78,15 +78,16 @@ def main():
     ap.add_argument("--plain-too", action="store_true",
                     help="also time the scan's kernels launched one after another, not early (plain_us)")
     ap.add_argument("--early", action="store_true", help="launch the scan's kernels early whatever its tiles")
-    ap.add_argument("--wgmma", default="", help="'auto': also time the wgmma step's plans (`wgmma_plans`)")
+    ap.add_argument("--wgmma", default="", help="'auto': also time the wgmma step's plans (`wgmma_plans`); "
+                    "'step': the one plan a build takes (gemm_scan_cost.wgmma_step)")
     args = ap.parse_args()
     wgmma_builds = {}  # (layer, plan) -> future of its exported library, every core building
-    if args.wgmma == "auto":
+    if args.wgmma in ("auto", "step"):
         pool = cf.ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("spawn"))
         out_dir = tempfile.mkdtemp(prefix="wgmma_scans_")
         for text in args.layers:
             spec, batch, build_precision = layer(text)
-            for plan in wgmma_plans(spec, batch):
+            for plan in wgmma_plans(spec, batch) if args.wgmma == "auto" else [wgmma_step(spec, batch, True)]:
                 path = os.path.join(out_dir, f"scan{len(wgmma_builds)}.so")
                 wgmma_builds[text, json.dumps(plan)] = pool.submit(export_wgmma_scan, spec.to_json(), batch,
                                                                    build_precision, plan, path)
@@ -107,12 +108,13 @@ def main():
         row = {"cell": cell.upper(), "hidden": hidden, "batch": batch, "precision": precision,
                "directions": spec.num_directions, "gemm": gemm_precision(spec, build_precision),
                "gemm_scan_predicted_us": round(gemm_scan_us(spec, batch, gpu.num_sms, build_precision), 2),
+               "wgmma_predicted_us": round(gemm_scan_us(spec, batch, gpu.num_sms, build_precision, sm90a=True), 2),
                "streamed_predicted_us": round(streamed_scan_us(spec, batch), 2)}
         cold = timing(spec, dev) == "cold"
         row["plan"] = step_plan(spec, batch, gpu.num_sms)
         row["early_launch"] = args.early or step_launched_early(row["plan"])  # as the pass builds it on sm_90
         func = gemm_scan(spec, batch, build_precision, plan=row["plan"], early_launch=row["early_launch"])
-        wgmma = wgmma_plans(spec, batch) if args.wgmma == "auto" else []
+        wgmma = {"auto": wgmma_plans(spec, batch), "step": [wgmma_step(spec, batch, True)]}.get(args.wgmma, [])
         slots = max([gemm_scan_slots(spec, batch)] + [gemm_scan_slots(spec, batch, plan) for plan in wgmma])
         arrays = kernel_arrays(spec, batch, args.steps, slots=slots)
         arrays[1] = arrays[1] / (0.3 * hidden ** 0.5)  # R of N(0, 1/H): a layer that is not chaotic

@@ -9,7 +9,9 @@ a layer; a layer that fails is reported and the rest still run. Needs torch and 
 FMA units, as 3xTF32's), `--wgmma-min-k K` with projection_wgmma.WGMMA_MIN_K set to K (a K no layer
 has: the pairs GEMM where a build for sm_90a would take the wgmma GEMM), `--wgmma-tile-n N` with
 projection_wgmma.WAVE_TILES_N holding N alone and WGMMA_PLAN's width N (every wgmma GEMM in tiles N
-columns wide), for an A/B of each rule.
+columns wide), `--no-wgmma-step` with the GEMM scan's step on mma.sync where a build for sm_90a
+would run it on wgmma (gemm_scan_cost.wgmma_step giving none: the pricing and lowering before it),
+for an A/B of each rule.
 """
 from __future__ import annotations
 
@@ -37,7 +39,15 @@ def main():
     ap.add_argument("--tf32-min-k", type=int, help="projection_mma.TF32_MIN_K for these builds")
     ap.add_argument("--wgmma-min-k", type=int, help="projection_wgmma.WGMMA_MIN_K for these builds")
     ap.add_argument("--wgmma-tile-n", type=int, help="the one tile width of projection_wgmma.WAVE_TILES_N")
+    ap.add_argument("--no-wgmma-step", action="store_true", help="the GEMM scan's step on mma.sync (no wgmma_step)")
     args = ap.parse_args()
+    if args.no_wgmma_step:
+        import persist_rnn.schedule.gemm_scan_cost as gemm_scan_cost
+        import persist_rnn.schedule.planner as planner
+        import persist_rnn.transform.persistent_rnn as persistent_rnn
+
+        for module in (gemm_scan_cost, planner, persistent_rnn):
+            module.wgmma_step = lambda *_: None
     if args.wgmma_tile_n is not None:
         import tir_templates.projection_wgmma as projection_wgmma
 
@@ -63,6 +73,8 @@ def main():
         for knob in ("tf32_min_k", "wgmma_min_k", "wgmma_tile_n"):
             if getattr(args, knob) is not None:
                 row[knob] = getattr(args, knob)
+        if args.no_wgmma_step:
+            row["no_wgmma_step"] = True
         with open(args.out, "a") as f:
             f.write(json.dumps(row, default=str) + "\n")
         print(text, row.get("best_cudnn_over_ours"), row.get("best_cudnn_over_measured"), row.get("error"), flush=True)

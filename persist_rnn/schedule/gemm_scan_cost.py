@@ -14,12 +14,14 @@ us a step:
 - TF32: LSTM H=1280 B=64 30.4, LSTM H=1536 B=32 35.6;
 - 16 bits: fp16 GRU H=1280 B=128 24.6, LSTM H=2048 B=16 and B=32 39.4 and 40.3; bf16 LSTM
   H=4096 B=16 (two waves) 94.9.
+On sm_90a a 16-bit layer's step GEMM runs on the wgmma tensor cores instead (`wgmma_step`), priced
+by the weights it streams and the partial sums it writes (`wgmma_scan_us`).
 """
 from __future__ import annotations
 
 import math
 
-from tir_templates.gemm_scan import STEP_PLAN, gemm_precision
+from tir_templates.gemm_scan import STEP_PLAN, gemm_precision, wgmma_step_problem
 from tir_templates.projection_mma import warp_grid
 from tir_templates.spec import CellSpec
 
@@ -75,8 +77,44 @@ def step_launched_early(plan: dict) -> bool:
     return plan.get("tile", "64x64") != "64x64"
 
 
-def gemm_scan_us(spec: CellSpec, batch: int, num_sms: int, precision: str = "fp32") -> float:
-    """Predicted microseconds of one step of the GEMM scan at `batch` rows on `num_sms` SMs."""
+#: the wgmma step's plan: CTA tiles of 64 rows by 128 columns, K split in two where its k-tiles
+#: split evenly. Kernels alone on the H200 (`benchmarks/gemm_scan_layers.py --wgmma auto`,
+#: docs/data/gemm-scan-h200.jsonl runs J and K: 24 16-bit layers, H=640-4096, B=16-128, each split
+#: of 1-8 and tiles of 64 and 128 rows): two splits were within 1.14x of the fastest on the 10
+#: layers that the scan runs (H >= 3072) and on 20 of all 24; 128-row tiles were never faster
+WGMMA_STEP = {"bm": 64, "tile_n": 128, "splits": 2}
+#: microseconds a direction's wgmma step takes: fixed (its two launches from the host loop), per MiB of
+#: 16-bit R it streams, per MB of partial sums the GEMM writes and the update reads. Least squares on
+#: the same runs' plans as WGMMA_STEP gives them (24 layers, within 22%: LSTM H=4096 B=16 51.7
+#: predicted, 53.4 timed; GRU H=3072 B=64 bf16 35.8 and 41.6)
+WGMMA_US, WGMMA_US_PER_MIB, WGMMA_US_PER_SUMS_MB = 11.9, 0.289, 1.116
+
+
+def wgmma_step(spec: CellSpec, batch: int, sm90a: bool) -> dict | None:
+    """The wgmma step plan (gemm_scan's `wgmma`) a GEMM scan of `spec` takes in a build for sm_90a
+    (`sm90a`): WGMMA_STEP, one split where K's k-tiles are odd; None off sm_90a, for fp32 layers,
+    or where the step cannot take the layer (`wgmma_step_problem`)."""
+    if not sm90a:
+        return None
+    k_tiles = (spec.hidden_size + 63) // 64
+    plan = dict(WGMMA_STEP, splits=WGMMA_STEP["splits"] if k_tiles % WGMMA_STEP["splits"] == 0 else 1)
+    return None if wgmma_step_problem(spec, plan) else plan
+
+
+def wgmma_scan_us(spec: CellSpec, batch: int, plan: dict) -> float:
+    """Predicted microseconds of one step of the GEMM scan on the wgmma step `plan`."""
+    G, H = spec.num_gates, spec.hidden_size
+    weights_mib = G * H * H * 2 / 2 ** 20
+    sums_mb = batch * G * H * 4 * (plan["splits"] + 1) / 1e6
+    return spec.num_directions * (WGMMA_US + WGMMA_US_PER_MIB * weights_mib + WGMMA_US_PER_SUMS_MB * sums_mb)
+
+
+def gemm_scan_us(spec: CellSpec, batch: int, num_sms: int, precision: str = "fp32", sm90a: bool = False) -> float:
+    """Predicted microseconds of one step of the GEMM scan at `batch` rows on `num_sms` SMs (on the
+    wgmma step where a build for sm_90a takes it: `wgmma_step`)."""
+    wgmma = wgmma_step(spec, batch, sm90a)
+    if wgmma:
+        return wgmma_scan_us(spec, batch, wgmma)
     H, D = spec.hidden_size, spec.num_directions
     waves = _waves(spec, batch, num_sms, step_tile(spec, batch, num_sms))
     gemm = waves * H * WAVE_US_PER_K[gemm_precision(spec, precision)]

@@ -15,6 +15,7 @@ import tvm
 
 from tir_templates.config import HALF_DTYPES, Config
 from tir_templates.gemm_scan import GEMM_SCAN, gemm_scan_problem
+from tir_templates.projection_wgmma import wgmma_arch
 from tir_templates.persistent import (
     UnsupportedLayer,
     persistent_kernel,
@@ -25,7 +26,7 @@ from tir_templates.spec import CellSpec
 
 from . import tuning_log
 from .cost_model import prices_tensor_cores, rank, step_us
-from .gemm_scan_cost import gemm_scan_us
+from .gemm_scan_cost import gemm_scan_us, wgmma_step
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
@@ -131,9 +132,9 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
             why = (f"no persistent config fits {gpu.name} ({kib} KiB of recurrent weights, at most {gpu.num_sms} "
                    f"co-resident CTAs): every config of the space is pruned, most often because "
                    f"{most_common_problem(spec, gpu, batch)}")
-        gemm = gemm_scan_note(spec, None, batch, gpu, precision)
+        gemm = gemm_scan_note(spec, None, batch, gpu, precision, sm90a=wgmma_arch(named_arch(target)))
         return Plan(None, reason=f"{gemm}; {why}" if gemm else why, lowering=GEMM_SCAN if gemm else "")
-    scan = scan_plan(spec, ranked, batch, gpu, precision)
+    scan = scan_plan(spec, ranked, batch, gpu, precision, sm90a=wgmma_arch(named_arch(target)))
     if scan is not None:
         return scan
     dev = present_device() if measure is None or measure else None
@@ -154,11 +155,11 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
 
 
 def scan_plan(spec: CellSpec, ranked: list[tuple[float, Config]], batch: int | None, gpu,
-              precision: str) -> Plan | None:
+              precision: str, sm90a: bool = False) -> Plan | None:
     """The scan a kernel a step that `choose` takes over the persistent configs `ranked` (best
     first), decided before any measurement: the GEMM scan (`gemm_scan_note`), else the streamed
     scan (`streamed_scan_note`); None where a persistent config runs the layer."""
-    gemm = gemm_scan_note(spec, ranked[0], batch, gpu, precision)
+    gemm = gemm_scan_note(spec, ranked[0], batch, gpu, precision, sm90a)
     if gemm:
         return Plan(None, reason=gemm, lowering=GEMM_SCAN)
     scan = streamed_scan_note(spec, ranked, batch)
@@ -193,18 +194,19 @@ STREAMING_MARGINS = {"float32": 0.85, "float16": 1.0, "bfloat16": 1.0}
 
 
 def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int | None, gpu,
-                   precision: str) -> str:
+                   precision: str, sm90a: bool = False) -> str:
     """Why the GEMM scan (a tensor-core GEMM and an update a step) runs the layer: where no
     persistent config holds its weights on chip (the model's best, `best`, reads some from global
     memory each step, or none fits), and the scan's step is predicted shorter (gemm_scan_cost.py)
     than the streamed scan's and, by STREAMING_MARGINS, than that config's. Decided before any
     measurement, as the streamed scan is: a measuring compile times persistent configs only.
-    Empty otherwise, or where the scan cannot take the layer (`gemm_scan_problem`). Against
+    Empty otherwise, or where the scan cannot take the layer (`gemm_scan_problem`). `sm90a`: a
+    build for sm_90a, whose 16-bit scans run the wgmma step (`gemm_scan_cost.wgmma_step`). Against
     configs that hold the weights on chip the scan was slower where the model expected it faster
     (fp16 LSTM H=2048 B=16: 39.4 against 29.6 us a step), so it is not weighed there."""
     if gemm_scan_problem(spec, batch) or (best is not None and not best[1].global_runs):
         return ""
-    gemm_us = gemm_scan_us(spec, batch, gpu.num_sms, precision)
+    gemm_us = gemm_scan_us(spec, batch, gpu.num_sms, precision, sm90a)
     rivals = [("the streamed scan's", streamed_scan_us(spec, batch), 1.0)]
     if best is not None:
         margin = STREAMING_MARGINS[spec.dtype]
@@ -214,7 +216,8 @@ def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int
     if any(us * margin <= gemm_us for _, us, margin in rivals):
         return ""
     against = " and ".join(f"{name} ({us:.1f} us)" for name, us, _ in rivals)
-    return (f"a tensor-core GEMM and an update a step: its step ({gemm_us:.1f} us predicted) is shorter than "
+    on = " (the GEMM on the wgmma tensor cores)" if wgmma_step(spec, batch, sm90a) else ""
+    return (f"a tensor-core GEMM and an update a step{on}: its step ({gemm_us:.1f} us predicted) is shorter than "
             f"{against}; no config holds the weights on chip")
 
 
@@ -264,7 +267,7 @@ def prefetch_builds(spec: CellSpec, target: tvm.target.Target, batches, *, tunin
         wl = tuning_log.workload(spec, batch, gpu.arch, precision)
         if _logged(spec, gpu, wl, tuning_log_path, True, unverified, precision) is None:
             ranked = _ranked(spec, gpu, batch, unverified, precision)[1]
-            if not ranked or scan_plan(spec, ranked, batch, gpu, precision) is not None:
+            if not ranked or scan_plan(spec, ranked, batch, gpu, precision, wgmma_arch(named_arch(target))) is not None:
                 continue
             submitted += len(builds().submit(spec, measured_candidates(spec, gpu, batch, ranked, top_k, precision,
                                                                        unverified), target))

@@ -106,3 +106,21 @@ def test_a_layer_past_the_chip_at_a_large_batch_runs_the_gemm_scan():
     assert [r.lowering for r in built.report()] == ["gemm_scan"], built.report()[0].line()
     assert "* 88)" in cuda_source(built.executable)  # the step GEMM in 64 x 80 tiles (w_t's rows 88 words apart)
     assert max_rel_error(built.run(feeds), want) <= 1e-4
+
+
+def test_a_16_bit_layer_past_the_chip_runs_the_wgmma_step():
+    """fp16 LSTM H=2560 B=8 on a Hopper GPU: its persistent configs read weights from global memory,
+    and the planner gives it the GEMM scan with its step GEMM on wgmma (a build for sm_90a);
+    lengths ragged, initial states; against ONNX Runtime's fp32 run of the same fp16 weights."""
+    if compute_capability(present_gpu().arch) != 90:
+        pytest.skip("wgmma needs a Hopper GPU")
+    batch = 8
+    case = LayerCase(op="LSTM", hidden_size=2560, input_size=64, batch=batch, seq_len=6, dtype="float16",
+                     seq_lens=[(5 * i) % 7 for i in range(batch)], initial_h=True, initial_c=True,
+                     weight_scale=1.0 / 2560 ** 0.5)
+    model, feeds, want = reference(case)
+    built = persist_rnn.compile(model, "cuda", measure=False)
+    (layer,) = built.report()
+    assert layer.lowering == "gemm_scan" and "wgmma" in layer.line(), layer.line()
+    assert "wgmma.mma_async" in cuda_source(built.executable)
+    assert max_rel_error(built.run(feeds), want) <= BOUNDS["float16"]

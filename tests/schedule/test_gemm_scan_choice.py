@@ -12,7 +12,8 @@ import tvm
 
 import persist_rnn
 from persist_rnn.bench.layer_models import LayerCase, cuda_source, make_model
-from persist_rnn.schedule.gemm_scan_cost import gemm_scan_us, step_launched_early, step_plan, step_tile
+from persist_rnn.schedule.gemm_scan_cost import (WGMMA_STEP, gemm_scan_us, step_launched_early, step_plan, step_tile,
+                                                 wgmma_scan_us, wgmma_step)
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.planner import STREAMING_MARGINS, gemm_scan_note, plan_layer
 from persist_rnn.schedule.streamed_cost import streamed_scan_us
@@ -22,6 +23,7 @@ from tir_templates.spec import CellSpec
 
 H100 = gpu_model("sm_90")
 CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+HOPPER = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 
 
 def test_a_layer_past_the_chip_at_a_large_batch_gets_the_gemm_scan():
@@ -142,3 +144,31 @@ def test_a_tune_builds_no_persistent_candidates_for_a_layer_the_gemm_scan_takes(
     monkeypatch.setattr(planner, "builds", lambda: Builds())
     assert planner.prefetch_builds(CellSpec("lstm", 1280, 1280), CUDA, (128,)) == 0 and not submitted
     assert planner.prefetch_builds(CellSpec("lstm", 1280, 1280), CUDA, (64,)) > 0  # on chip at B=64
+
+
+def test_a_build_for_sm_90a_runs_a_16_bit_scans_step_on_wgmma():
+    """bf16 LSTM H=4096 B=16: the scan either way, its step priced as the wgmma step where the build
+    may use wgmma (kernels alone on the H200: 53.4 us against 95.3 on mma.sync,
+    docs/data/gemm-scan-h200.jsonl); fp32 layers and builds for sm_90 keep the mma.sync step."""
+    spec = CellSpec("lstm", 4096, 4096, dtype="bfloat16")
+    assert wgmma_step(spec, 16, True) == WGMMA_STEP and wgmma_step(spec, 16, False) is None
+    assert wgmma_step(CellSpec("lstm", 4096, 4096), 16, True) is None  # fp32
+    assert wgmma_step(CellSpec("lstm", 1344, 1344, dtype="float16"), 16, True)["splits"] == 1  # 21 k-tiles
+    hopper = plan_layer(spec, HOPPER, batch=16, measure=False)
+    assert hopper.lowering == GEMM_SCAN and "wgmma" in hopper.reason
+    assert f"({wgmma_scan_us(spec, 16, WGMMA_STEP):.1f} us predicted)" in hopper.reason
+    assert gemm_scan_us(spec, 16, H100.num_sms, sm90a=True) < gemm_scan_us(spec, 16, H100.num_sms)
+    sm90 = plan_layer(spec, CUDA, batch=16, measure=False)
+    assert sm90.lowering == GEMM_SCAN and "wgmma" not in sm90.reason
+
+
+def test_the_pass_builds_the_wgmma_step_for_sm_90a():
+    """fp16 LSTM H=2560 B=8: its persistent configs stream weights from global memory; priced on
+    the wgmma step, the scan is shorter, and the pass builds it with that step's exchange buffer
+    (h, each split's gates, h(t-1) and R in 16-bit pairs)."""
+    case = LayerCase(op="LSTM", seq_len=3, batch=8, input_size=16, hidden_size=2560, dtype="float16")
+    model, _ = make_model(case)
+    built = persist_rnn.compile(model, HOPPER, tuning_log=None, measure=False)
+    (layer,) = built.report()
+    assert layer.lowering == GEMM_SCAN and "wgmma" in layer.line(), layer.line()
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in cuda_source(built.executable)
