@@ -79,14 +79,15 @@ def step_launched_early(plan: dict) -> bool:
 
 #: the wgmma step's plan: CTA tiles of 64 rows by 128 columns, K split in two where its k-tiles
 #: split evenly. Kernels alone on the H200 (`benchmarks/gemm_scan_layers.py --wgmma auto`,
-#: docs/data/gemm-scan-h200.jsonl runs J and K: 24 16-bit layers, H=640-4096, B=16-128, each split
-#: of 1-8 and tiles of 64 and 128 rows): two splits were within 1.14x of the fastest on the 10
-#: layers that the scan runs (H >= 3072) and on 20 of all 24; 128-row tiles were never faster
+#: docs/data/gemm-scan-h200.jsonl runs J and K: 24 16-bit layers, H=640-4096, B=16-128, K split
+#: 1-8 ways, tiles of 64 rows and, past B=64, of 128): within 1.15x of the fastest plan on each of
+#: the 10 layers of H >= 3072, which the scan runs, geomean 1.08x over all 24 (at most 1.52x, GRU
+#: H=640 B=128, whose weights stay on chip); tiles of 128 rows were never the fastest
 WGMMA_STEP = {"bm": 64, "tile_n": 128, "splits": 2}
 #: microseconds a direction's wgmma step takes: fixed (its two launches from the host loop), per MiB of
 #: 16-bit R it streams, per MB of partial sums the GEMM writes and the update reads. Least squares on
-#: the same runs' plans as WGMMA_STEP gives them (24 layers, within 22%: LSTM H=4096 B=16 51.7
-#: predicted, 53.4 timed; GRU H=3072 B=64 bf16 35.8 and 41.6)
+#: the same runs' layers in WGMMA_STEP's plan (24, within 22%: LSTM H=4096 B=16 51.7 predicted, 53.4
+#: timed; GRU H=3072 B=64 bf16 35.8 and 41.6); on run L's 11 layers it priced 0.85-1.02x their time
 WGMMA_US, WGMMA_US_PER_MIB, WGMMA_US_PER_SUMS_MB = 11.9, 0.289, 1.116
 
 
