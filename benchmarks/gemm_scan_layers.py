@@ -87,7 +87,7 @@ def main():
         out_dir = tempfile.mkdtemp(prefix="wgmma_scans_")
         for text in args.layers:
             spec, batch, build_precision = layer(text)
-            for plan in wgmma_plans(spec, batch) if args.wgmma == "auto" else [wgmma_step(spec, batch, True)]:
+            for plan in wgmma_plans(spec, batch) if args.wgmma == "auto" else [wgmma_step(spec, True)]:
                 path = os.path.join(out_dir, f"scan{len(wgmma_builds)}.so")
                 wgmma_builds[text, json.dumps(plan)] = pool.submit(export_wgmma_scan, spec.to_json(), batch,
                                                                    build_precision, plan, path)
@@ -114,7 +114,7 @@ def main():
         row["plan"] = step_plan(spec, batch, gpu.num_sms)
         row["early_launch"] = args.early or step_launched_early(row["plan"])  # as the pass builds it on sm_90
         func = gemm_scan(spec, batch, build_precision, plan=row["plan"], early_launch=row["early_launch"])
-        wgmma = {"auto": wgmma_plans(spec, batch), "step": [wgmma_step(spec, batch, True)]}.get(args.wgmma, [])
+        wgmma = {"auto": wgmma_plans(spec, batch), "step": [wgmma_step(spec, True)]}.get(args.wgmma, [])
         slots = max([gemm_scan_slots(spec, batch)] + [gemm_scan_slots(spec, batch, plan) for plan in wgmma])
         arrays = kernel_arrays(spec, batch, args.steps, slots=slots)
         arrays[1] = arrays[1] / (0.3 * hidden ** 0.5)  # R of N(0, 1/H): a layer that is not chaotic

@@ -20,6 +20,13 @@ Read top to bottom:
 The exchange buffer holds, in float words: h (D, B, H) in slot 0, the gates (D, B, G*H) after
 it, then R^T (D, H, G*H): `gemm_scan_slots` slots of D*B*H words.
 
+A 16-bit layer built for sm_90a runs the step's GEMM on the wgmma tensor cores instead (`wgmma`,
+gemm_scan_cost.wgmma_step): the start packs R into 16-bit pairs after the states' start (R, (G*H,
+H), is the GEMM's w_t transposed, as the wgmma GEMM reads it), the GEMM (projection_wgmma's
+`split_k_launch`) writes each split of K's partial sums to a place of its own, and the update, a
+thread per pair of units, adds them in order and writes h(t) in 16-bit pairs too. Its exchange
+buffer holds h, each split's gates (D, splits * B, G*H), h(t-1) and R in pairs.
+
 GRU with linear_before_reset=0 multiplies r * h(t-1) by R_h, a second GEMM after the reset gate's
 update; the scan does not take it (`gemm_scan_problem`). `emulate=True` is the CPU twin: launches
 as serial loops, the GEMM's products as the mma defines them (projection_mma's twin).

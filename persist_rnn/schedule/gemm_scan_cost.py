@@ -91,7 +91,7 @@ WGMMA_STEP = {"bm": 64, "tile_n": 128, "splits": 2}
 WGMMA_US, WGMMA_US_PER_MIB, WGMMA_US_PER_SUMS_MB = 11.9, 0.289, 1.116
 
 
-def wgmma_step(spec: CellSpec, batch: int, sm90a: bool) -> dict | None:
+def wgmma_step(spec: CellSpec, sm90a: bool) -> dict | None:
     """The wgmma step plan (gemm_scan's `wgmma`) a GEMM scan of `spec` takes in a build for sm_90a
     (`sm90a`): WGMMA_STEP, one split where K's k-tiles are odd; None off sm_90a, for fp32 layers,
     or where the step cannot take the layer (`wgmma_step_problem`)."""
@@ -113,7 +113,7 @@ def wgmma_scan_us(spec: CellSpec, batch: int, plan: dict) -> float:
 def gemm_scan_us(spec: CellSpec, batch: int, num_sms: int, precision: str = "fp32", sm90a: bool = False) -> float:
     """Predicted microseconds of one step of the GEMM scan at `batch` rows on `num_sms` SMs (on the
     wgmma step where a build for sm_90a takes it: `wgmma_step`)."""
-    wgmma = wgmma_step(spec, batch, sm90a)
+    wgmma = wgmma_step(spec, sm90a)
     if wgmma:
         return wgmma_scan_us(spec, batch, wgmma)
     H, D = spec.hidden_size, spec.num_directions

@@ -216,7 +216,7 @@ def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int
     if any(us * margin <= gemm_us for _, us, margin in rivals):
         return ""
     against = " and ".join(f"{name} ({us:.1f} us)" for name, us, _ in rivals)
-    on = " (the GEMM on the wgmma tensor cores)" if wgmma_step(spec, batch, sm90a) else ""
+    on = " (the GEMM on the wgmma tensor cores)" if wgmma_step(spec, sm90a) else ""
     return (f"a tensor-core GEMM and an update a step{on}: its step ({gemm_us:.1f} us predicted) is shorter than "
             f"{against}; no config holds the weights on chip")
 

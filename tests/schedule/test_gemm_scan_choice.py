@@ -151,9 +151,9 @@ def test_a_build_for_sm_90a_runs_a_16_bit_scans_step_on_wgmma():
     may use wgmma (kernels alone on the H200: 53.4 us against 95.3 on mma.sync,
     docs/data/gemm-scan-h200.jsonl); fp32 layers and builds for sm_90 keep the mma.sync step."""
     spec = CellSpec("lstm", 4096, 4096, dtype="bfloat16")
-    assert wgmma_step(spec, 16, True) == WGMMA_STEP and wgmma_step(spec, 16, False) is None
-    assert wgmma_step(CellSpec("lstm", 4096, 4096), 16, True) is None  # fp32
-    assert wgmma_step(CellSpec("lstm", 1344, 1344, dtype="float16"), 16, True)["splits"] == 1  # 21 k-tiles
+    assert wgmma_step(spec, True) == WGMMA_STEP and wgmma_step(spec, False) is None
+    assert wgmma_step(CellSpec("lstm", 4096, 4096), True) is None  # fp32
+    assert wgmma_step(CellSpec("lstm", 1344, 1344, dtype="float16"), True)["splits"] == 1  # 21 k-tiles
     hopper = plan_layer(spec, HOPPER, batch=16, measure=False)
     assert hopper.lowering == GEMM_SCAN and "wgmma" in hopper.reason
     assert f"({wgmma_scan_us(spec, 16, WGMMA_STEP):.1f} us predicted)" in hopper.reason
