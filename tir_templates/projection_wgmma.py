@@ -181,8 +181,9 @@ def _launch(K: int, N: int, dtype: str, BN: int, STAGES: int, emulate: bool, bm:
             x_words: bool = False, early: bool = False):
     """The macro launch(x, w, b, out, n_m): a CTA of a warpgroup per 64 of its `bm` rows per bm x BN
     tile of out (serially, on the CPU: `emulate`). `splits` > 1 (the GEMM scan's step,
-    `split_k_launch`): a CTA per tile and per split of K's k-tiles, each writing its partial sums to
-    its own (n_m, N) of out, (splits * n_m, N), b added by split 0. `x_words`: x comes as 32-bit
+    `split_k_launch`): a CTA per tile and per split of K's k-tiles (`splits` dividing them:
+    `split_k_problem`), each writing its partial sums to its own (n_m, N) of out, (splits * n_m, N),
+    b added by split 0. `x_words`: x comes as 32-bit
     words of two 16-bit values, (n_m, K / 2), any 32-bit dtype. `early`: launched early, it waits
     for the kernel ahead before touching anything (early_launch.py)."""
     KT = (K + BK - 1) // BK

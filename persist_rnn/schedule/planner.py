@@ -203,7 +203,8 @@ def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int
     Empty otherwise, or where the scan cannot take the layer (`gemm_scan_problem`). `sm90a`: a
     build for sm_90a, whose 16-bit scans run the wgmma step (`gemm_scan_cost.wgmma_step`). Against
     configs that hold the weights on chip the scan was slower where the model expected it faster
-    (fp16 LSTM H=2048 B=16: 39.4 against 29.6 us a step), so it is not weighed there."""
+    (fp16 LSTM H=2048 B=16: 39.4 against 29.6 us a step), and on wgmma too (fp16 LSTM H=2048 B=64:
+    30.5 against 16.7), so it is not weighed there."""
     if gemm_scan_problem(spec, batch) or (best is not None and not best[1].global_runs):
         return ""
     gemm_us = gemm_scan_us(spec, batch, gpu.num_sms, precision, sm90a)
