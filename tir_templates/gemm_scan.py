@@ -83,6 +83,8 @@ def wgmma_step_problem(spec: CellSpec, wgmma: dict) -> str:
     if spec.dtype not in ("float16", "bfloat16"):
         return f"the wgmma step takes fp16 and bf16 layers, not {spec.dtype}"
     H, GH = spec.hidden_size, spec.num_gates * spec.hidden_size
+    if H % 8:
+        return f"hidden_size {H} is not a multiple of 8 (h(t-1)'s rows are copied in 16-byte chunks)"
     return split_k_problem(H, GH, wgmma["bm"], wgmma["tile_n"], wgmma["splits"])
 
 

@@ -14,7 +14,7 @@ import math
 import tvm
 
 from tir_templates.config import HALF_DTYPES, Config
-from tir_templates.gemm_scan import GEMM_SCAN, gemm_scan_problem
+from tir_templates.gemm_scan import GEMM_SCAN, gemm_scan_problem, wgmma_step_problem
 from tir_templates.projection_wgmma import wgmma_arch
 from tir_templates.persistent import (
     UnsupportedLayer,
@@ -26,7 +26,7 @@ from tir_templates.spec import CellSpec
 
 from . import tuning_log
 from .cost_model import prices_tensor_cores, rank, step_us
-from .gemm_scan_cost import gemm_scan_us, wgmma_step
+from .gemm_scan_cost import WGMMA_STEP, gemm_scan_us, wgmma_step
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
@@ -218,6 +218,8 @@ def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int
         return ""
     against = " and ".join(f"{name} ({us:.1f} us)" for name, us, _ in rivals)
     on = " (the GEMM on the wgmma tensor cores)" if wgmma_step(spec, sm90a) else ""
+    if sm90a and not on and spec.dtype in HALF_DTYPES:  # a 16-bit layer the wgmma step cannot take
+        on = f" (the GEMM on mma.sync: {wgmma_step_problem(spec, dict(WGMMA_STEP, splits=1))})"
     return (f"a tensor-core GEMM and an update a step{on}: its step ({gemm_us:.1f} us predicted) is shorter than "
             f"{against}; no config holds the weights on chip")
 

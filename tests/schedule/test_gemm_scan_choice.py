@@ -162,6 +162,14 @@ def test_a_build_for_sm_90a_runs_a_16_bit_scans_step_on_wgmma():
     assert sm90.lowering == GEMM_SCAN and "wgmma" not in sm90.reason
 
 
+def test_a_16_bit_scan_the_wgmma_step_cannot_take_says_why():
+    """fp16 LSTM H=4092: rows of h(t-1) in whole 16-byte copies need H a multiple of 8, so its step
+    stays on mma.sync, and the report says so."""
+    plan = plan_layer(CellSpec("lstm", 4092, 4092, dtype="float16"), HOPPER, batch=16, measure=False)
+    assert plan.lowering == GEMM_SCAN
+    assert "(the GEMM on mma.sync: hidden_size 4092 is not a multiple of 8" in plan.reason
+
+
 def test_the_pass_builds_the_wgmma_step_for_sm_90a():
     """fp16 LSTM H=2560 B=8: its persistent configs stream weights from global memory; priced on
     the wgmma step, the scan is shorter, and the pass builds it with that step's exchange buffer

@@ -99,7 +99,7 @@ def test_emulated_gemm_scan_on_wgmma_matches_the_reference(cell, direction, hidd
 def test_what_the_wgmma_step_refuses():
     plan = {"bm": 64, "tile_n": 128, "splits": 2}
     assert "fp16 and bf16" in wgmma_step_problem(CellSpec("lstm", 8, 128), plan)
-    assert "multiple of 8" in wgmma_step_problem(CellSpec("lstm", 8, 132, dtype="float16"), plan)
+    assert "hidden_size 132 is not a multiple of 8" in wgmma_step_problem(CellSpec("lstm", 8, 132, dtype="float16"), plan)
     assert "do not divide" in wgmma_step_problem(CellSpec("lstm", 8, 192, dtype="float16"), plan)  # 3 k-tiles
     assert "rows one of" in wgmma_step_problem(CellSpec("lstm", 8, 128, dtype="float16"), dict(plan, bm=32))
     assert not wgmma_step_problem(CellSpec("gru", 8, 128, dtype="bfloat16"), plan)
