@@ -294,7 +294,8 @@ def tune(model, target, top_k, log_path, batches, precision, unverified):
     layers = [(spec, static_batches.get(gv.name_hint)) for gv, _, spec in recurrences(mod)]
     start = time.perf_counter()
     submitted = sum(prefetch_builds(spec, tgt, [batch] if batch else buckets, tuning_log_path=log_path, top_k=top_k,
-                                    unverified=unverified, precision=precision) for spec, batch in layers)
+                                    unverified=unverified, precision=precision, bucket=not batch)
+                    for spec, batch in layers)
     with tqdm(total=submitted, unit="candidate", desc="tuning") as bar:
         for spec, batch in layers:
             plan = plan_layer(spec, tgt, batch=batch, tuning_log_path=log_path, top_k=top_k, measure=True,

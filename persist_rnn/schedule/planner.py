@@ -110,10 +110,12 @@ def tensor_core_note(spec: CellSpec, gpu, batch: int | None, precision: str, con
 
 def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuning_log_path=None, top_k: int = 5,
            measure=None, progress=None, unverified: bool = False, precision: str = "fp32",
-           int8: bool | None = None) -> Plan:
+           int8: bool | None = None, bucket: bool = False) -> Plan:
     """`plan_layer`'s choice of config for one batch, without building the kernel; `int8`: only
-    configs that hold the weights as int8 (True) or only others (False)."""
+    configs that hold the weights as int8 (True) or only others (False); `bucket`: a batch bucket
+    of a symbolic batch (`wgmma_scan_priced`)."""
     gpu = gpu_model(target_arch(target))
+    sm90a = wgmma_scan_priced(target, bucket)
     wl = tuning_log.workload(spec, batch, gpu.arch, precision)
     rec = _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision)
     if rec is not None and int8 in (None, rec.config.int8_weights()):
@@ -132,9 +134,9 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
             why = (f"no persistent config fits {gpu.name} ({kib} KiB of recurrent weights, at most {gpu.num_sms} "
                    f"co-resident CTAs): every config of the space is pruned, most often because "
                    f"{most_common_problem(spec, gpu, batch)}")
-        gemm = gemm_scan_note(spec, None, batch, gpu, precision, sm90a=wgmma_arch(named_arch(target)))
+        gemm = gemm_scan_note(spec, None, batch, gpu, precision, sm90a)
         return Plan(None, reason=f"{gemm}; {why}" if gemm else why, lowering=GEMM_SCAN if gemm else "")
-    scan = scan_plan(spec, ranked, batch, gpu, precision, sm90a=wgmma_arch(named_arch(target)))
+    scan = scan_plan(spec, ranked, batch, gpu, precision, sm90a)
     if scan is not None:
         return scan
     dev = present_device() if measure is None or measure else None
@@ -258,19 +260,27 @@ def _ranked(spec, gpu, batch, unverified, precision):
     return fitting, rank(spec, usable, gpu, batch) if batch is not None else rank_for_any_batch(spec, usable, gpu)
 
 
+def wgmma_scan_priced(target: tvm.target.Target, bucket: bool) -> bool:
+    """Whether `choose` prices a 16-bit GEMM scan's step on wgmma: in a build for sm_90a, except
+    for a bucket of a symbolic batch, which no GEMM scan serves (the scan needs the batch at build
+    time, and such a bucket takes its neighbour's config): there the mma.sync step's price leaves
+    the buckets of 16-bit layers of H=2560-4096 at B=4-32 their own persistent configs."""
+    return wgmma_arch(named_arch(target)) and not bucket
+
+
 def prefetch_builds(spec: CellSpec, target: tvm.target.Target, batches, *, tuning_log_path=None, top_k: int = 5,
-                    unverified: bool = False, precision: str = "fp32") -> int:
+                    unverified: bool = False, precision: str = "fp32", bucket: bool = False) -> int:
     """Start compiling, in the background (`measure.Builds`), every candidate that a measuring
-    `choose` will time for each of `batches`, so that a tune's buckets and layers build on every
-    core at once; returns how many were submitted. None where `choose` takes a scan a kernel a
-    step, which it decides before measuring."""
+    `choose` will time for each of `batches` (`bucket`: batch buckets of a symbolic batch), so
+    that a tune's buckets and layers build on every core at once; returns how many were
+    submitted. None where `choose` takes a scan a kernel a step, which it decides before measuring."""
     gpu = gpu_model(target_arch(target))
     submitted = 0
     for batch in batches:
         wl = tuning_log.workload(spec, batch, gpu.arch, precision)
         if _logged(spec, gpu, wl, tuning_log_path, True, unverified, precision) is None:
             ranked = _ranked(spec, gpu, batch, unverified, precision)[1]
-            if not ranked or scan_plan(spec, ranked, batch, gpu, precision, wgmma_arch(named_arch(target))) is not None:
+            if not ranked or scan_plan(spec, ranked, batch, gpu, precision, wgmma_scan_priced(target, bucket)) is not None:
                 continue
             submitted += len(builds().submit(spec, measured_candidates(spec, gpu, batch, ranked, top_k, precision,
                                                                        unverified), target))
@@ -307,16 +317,17 @@ def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, 
     (global runs); then the kind most buckets chose serves them all."""
     if measure and present_device() is not None:
         prefetch_builds(spec, target, sorted(buckets), tuning_log_path=tuning_log_path, top_k=top_k,
-                        unverified=unverified, precision=precision)
+                        unverified=unverified, precision=precision, bucket=True)
     chosen = [(b, choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
-                         progress=progress, unverified=unverified, precision=precision)) for b in sorted(buckets)]
+                         progress=progress, unverified=unverified, precision=precision, bucket=True))
+              for b in sorted(buckets)]
     int8 = [p.config.int8_weights() for _, p in chosen if p.config is not None]
     packed_r = any(int8) and not all(int8)
     if packed_r and not all(reads_packed_r(p.config) for _, p in chosen if p.config is not None):
         packed_r, kind = False, 2 * sum(int8) > len(int8)
         chosen = [(b, p if p.config is None or p.config.int8_weights() == kind else
                    choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
-                          progress=progress, unverified=unverified, precision=precision, int8=kind))
+                          progress=progress, unverified=unverified, precision=precision, int8=kind, bucket=True))
                   for b, p in chosen]
     usable = [(b, p) for b, p in chosen if p.config is not None]
     if not usable:  # (the GEMM scan holds R^T in slots of a batch known at build time: not here)

@@ -5,6 +5,7 @@ the step GEMM's tiles fill one wave where the batch fills their rows; the pass t
 the exchange buffer it needs, and the report names it and says why."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -180,3 +181,15 @@ def test_the_pass_builds_the_wgmma_step_for_sm_90a():
     (layer,) = built.report()
     assert layer.lowering == GEMM_SCAN and "wgmma" in layer.line(), layer.line()
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in cuda_source(built.executable)
+
+
+def test_a_symbolic_batchs_buckets_do_not_price_the_wgmma_step():
+    """No GEMM scan serves a bucket of a symbolic batch (it needs the batch at build time); priced on
+    wgmma the scan would win the B=4-32 buckets of fp16 LSTM H=2560 and leave them to a neighbour's
+    config, untimed. Their configs are those of a build for sm_90, whose scan is priced on mma.sync."""
+    spec = CellSpec("lstm", 2560, 2560, dtype="float16")
+    assert plan_layer(spec, HOPPER, batch=8, measure=False).lowering == GEMM_SCAN  # a static batch: the scan
+    hopper = plan_layer(spec, HOPPER, batch=None, measure=False)
+    sm90 = plan_layer(spec, CUDA, batch=None, measure=False)
+    assert hopper.kernel is not None and hopper.buckets == sm90.buckets
+    assert len({json.dumps(row["config"], sort_keys=True) for row in hopper.buckets}) > 1  # buckets of their own
