@@ -60,6 +60,14 @@ def wgmma_plans(spec: CellSpec, batch: int) -> list[dict]:
     return [plan for plan in plans if not wgmma_step_problem(spec, plan)]
 
 
+def timed_wgmma_plans(mode: str, spec: CellSpec, batch: int) -> list[dict]:
+    """The wgmma step plans `--wgmma mode` times for a layer: "auto", `wgmma_plans`; "step", the
+    build's (gemm_scan_cost.wgmma_step); "", none."""
+    if mode == "auto":
+        return wgmma_plans(spec, batch)
+    return [wgmma_step(spec, True)] if mode == "step" else []
+
+
 def export_wgmma_scan(spec_json: str, batch: int, precision: str, plan: dict, path: str) -> str:
     """Build the wgmma scan of a layer for sm_90a in a worker process and export it to `path`."""
     spec = CellSpec.from_json(spec_json)
@@ -78,16 +86,16 @@ def main():
     ap.add_argument("--plain-too", action="store_true",
                     help="also time the scan's kernels launched one after another, not early (plain_us)")
     ap.add_argument("--early", action="store_true", help="launch the scan's kernels early whatever its tiles")
-    ap.add_argument("--wgmma", default="", help="'auto': also time the wgmma step's plans (`wgmma_plans`); "
+    ap.add_argument("--wgmma", default="", choices=("", "auto", "step"), help="'auto': also time the wgmma step's plans (`wgmma_plans`); "
                     "'step': the one plan a build takes (gemm_scan_cost.wgmma_step)")
     args = ap.parse_args()
     wgmma_builds = {}  # (layer, plan) -> future of its exported library, every core building
-    if args.wgmma in ("auto", "step"):
+    if args.wgmma:
         pool = cf.ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("spawn"))
         out_dir = tempfile.mkdtemp(prefix="wgmma_scans_")
         for text in args.layers:
             spec, batch, build_precision = layer(text)
-            for plan in wgmma_plans(spec, batch) if args.wgmma == "auto" else [wgmma_step(spec, True)]:
+            for plan in timed_wgmma_plans(args.wgmma, spec, batch):
                 path = os.path.join(out_dir, f"scan{len(wgmma_builds)}.so")
                 wgmma_builds[text, json.dumps(plan)] = pool.submit(export_wgmma_scan, spec.to_json(), batch,
                                                                    build_precision, plan, path)
@@ -114,7 +122,7 @@ def main():
         row["plan"] = step_plan(spec, batch, gpu.num_sms)
         row["early_launch"] = args.early or step_launched_early(row["plan"])  # as the pass builds it on sm_90
         func = gemm_scan(spec, batch, build_precision, plan=row["plan"], early_launch=row["early_launch"])
-        wgmma = {"auto": wgmma_plans(spec, batch), "step": [wgmma_step(spec, True)]}.get(args.wgmma, [])
+        wgmma = timed_wgmma_plans(args.wgmma, spec, batch)
         slots = max([gemm_scan_slots(spec, batch)] + [gemm_scan_slots(spec, batch, plan) for plan in wgmma])
         arrays = kernel_arrays(spec, batch, args.steps, slots=slots)
         arrays[1] = arrays[1] / (0.3 * hidden ** 0.5)  # R of N(0, 1/H): a layer that is not chaotic

@@ -145,6 +145,14 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
         """wgmma: the first word of R in 16-bit pairs (after h(t-1)'s)."""
         return h16_at(n_b) + D * n_b * H // 2
 
+    def packed_words(n_b):
+        """wgmma: the words of R and of h(-1) that the start packs into 16-bit pairs."""
+        return D * GH * (H // 2) + D * n_b * (H // 2)
+
+    def update_threads(n_b):
+        """The update's threads: one a (direction, batch row, unit), a pair of units on wgmma."""
+        return D * n_b * H // 2 if on_wgmma else D * n_b * H
+
     def gate_sum(hf, n_b, dd, b, g, j):
         """The step's gate g of direction dd at (batch row b, unit j): its splits' partial sums."""
         if splits == 1:
@@ -192,7 +200,7 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
             n = i // (H // 2) % GH
             k = i % (H // 2) * 2
             hf[r16_at(n_b) + i] = T.reinterpret("float32", f16_pair(r[dd, n, k], r[dd, n, k + 1], bf16))
-        elif i < D * GH * (H // 2) + D * n_b * (H // 2):
+        elif i < packed_words(n_b):
             w = i - D * GH * (H // 2)
             dd = w // (n_b * (H // 2))
             b = w // (H // 2) % n_b
@@ -203,11 +211,10 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
     def pack(r, hb, hf, n_b):
         """wgmma: R and h(-1) in 16-bit pairs into their places in the exchange buffer."""
         if emulate:
-            for i in range(D * GH * (H // 2) + D * n_b * (H // 2)):
+            for i in range(packed_words(n_b)):
                 pack_word(r, hb, hf, n_b, i)
         else:
-            for blk in T.thread_binding((D * GH * (H // 2) + D * n_b * (H // 2) + UPDATE_THREADS - 1) // UPDATE_THREADS,
-                                        thread="blockIdx.x"):
+            for blk in T.thread_binding((packed_words(n_b) + UPDATE_THREADS - 1) // UPDATE_THREADS, thread="blockIdx.x"):
                 for tx in T.thread_binding(UPDATE_THREADS, thread="threadIdx.x"):
                     after_previous_kernel()
                     pack_word(r, hb, hf, n_b, blk * UPDATE_THREADS + tx)
@@ -252,14 +259,14 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
         """Element i of (direction, batch row, unit); wgmma: of (direction, batch row, pair of
         units), and the pair's h(t) in 16 bits for the next step's GEMM."""
         if on_wgmma:
-            if i < D * n_b * (H // 2):
+            if i < update_threads(n_b):
                 dd = i // (n_b * (H // 2))
                 b = i // (H // 2) % n_b
                 k = i % (H // 2) * 2
                 update(xw, lens, p, y, yh, yc, hb, hf, dd, b, k, s, n_t, n_b)
                 update(xw, lens, p, y, yh, yc, hb, hf, dd, b, k + 1, s, n_t, n_b)
                 hf[h16_at(n_b) + i] = T.reinterpret("float32", f16_pair(hb[0, dd, b, k], hb[0, dd, b, k + 1], bf16))
-        elif i < D * n_b * H:
+        elif i < update_threads(n_b):
             dd = i // (n_b * H)
             b = i // H % n_b
             j = i % H
@@ -268,11 +275,10 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
     @T.macro
     def step_update(xw, lens, p, y, yh, yc, hb, hf, s, n_t, n_b):
         if emulate:
-            for i in range(D * n_b * H // (2 if on_wgmma else 1)):
+            for i in range(update_threads(n_b)):
                 update_element(xw, lens, p, y, yh, yc, hb, hf, i, s, n_t, n_b)
         else:
-            for blk in T.thread_binding((D * n_b * H // (2 if on_wgmma else 1) + UPDATE_THREADS - 1) // UPDATE_THREADS,
-                                        thread="blockIdx.x"):
+            for blk in T.thread_binding((update_threads(n_b) + UPDATE_THREADS - 1) // UPDATE_THREADS, thread="blockIdx.x"):
                 for tx in T.thread_binding(UPDATE_THREADS, thread="threadIdx.x"):
                     after_previous_kernel()
                     update_element(xw, lens, p, y, yh, yc, hb, hf, blk * UPDATE_THREADS + tx, s, n_t, n_b)

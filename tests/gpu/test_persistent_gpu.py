@@ -580,31 +580,38 @@ def test_wgmma_gemm_matches_numpy_on_gpu(precision, tile_n):
         assert np.abs(got - want).max() <= PRECISION_TOLERANCE["fp32"] * np.abs(want).max(), (M, K, N)
 
 
-@pytest.mark.parametrize("precision", ["f16", "bf16"])
-def test_pairs_gemm_by_rows_matches_numpy_on_gpu(precision):
-    """The pairs GEMM for rows known only at run time, one build called at rows that take each of
-    its plans (on 132 SMs, N = 4096: 100 rows one wave, 800 between, 2000 the 128 x 128 tiles)."""
+def _check_gemm_by_rows(func, arch: str, pack, rows, precision: str):
+    """One build of a 16-bit GEMM whose rows are symbolic (`func`, w given as `pack` packs w_t),
+    called at each of `rows`, against numpy's float64 product."""
     import tvm
     from templates.test_projection_pairs import sixteen_bit_operands
     from tvm import relax
 
     from persist_rnn.bench.layer_models import projection_module
-    from tir_templates.gemm_staging import pack_pairs
-    from tir_templates.projection_mma import pairs_gemm_by_rows
 
     K, N = 1024, 4096
-    func = pairs_gemm_by_rows(K, N, precision, 132)
     with tvm.transform.PassContext(opt_level=3):
         ex = tvm.compile(projection_module(func, tvm.tirx.Var("m", "int64"), K, N),
-                         target=tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+                         target=tvm.target.Target({"kind": "cuda", "arch": arch}))
     dev = tvm.cuda(0)
     vm = relax.VirtualMachine(ex, dev)
-    for M in (100, 800, 2000):
+    for M in rows:
         x, w, b = sixteen_bit_operands(M, K, N, precision)
-        args = (x, pack_pairs(w, precision == "bf16"), b)
+        args = (x, pack(w, precision == "bf16"), b)
         got = vm["main"](*(tvm.runtime.tensor(a, dev) for a in args)).numpy()
         want = x.astype("float64") @ w + b
         assert np.abs(got - want).max() <= PRECISION_TOLERANCE["fp32"] * np.abs(want).max(), M
+
+
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+def test_pairs_gemm_by_rows_matches_numpy_on_gpu(precision):
+    """The pairs GEMM for rows known only at run time, one build called at rows that take each of
+    its plans (on 132 SMs, N = 4096: 100 rows one wave, 800 between, 2000 the 128 x 128 tiles)."""
+    from tir_templates.gemm_staging import pack_pairs
+    from tir_templates.projection_mma import pairs_gemm_by_rows
+
+    _check_gemm_by_rows(pairs_gemm_by_rows(1024, 4096, precision, 132), "sm_90", pack_pairs, (100, 800, 2000),
+                        precision)
 
 
 @pytest.mark.parametrize("precision", ["f16", "bf16"])
@@ -612,27 +619,11 @@ def test_wgmma_gemm_by_rows_matches_numpy_on_gpu(precision):
     """The wgmma GEMM for rows known only at run time (sm_90a), one build called at rows that take
     each of its kernels (on 132 SMs, N = 4096: 100 rows the ldmatrix one-wave plan, 300 its between
     plan, 800 and 2000 the wgmma GEMM)."""
-    import tvm
-    from templates.test_projection_pairs import sixteen_bit_operands
-    from tvm import relax
-
-    from persist_rnn.bench.layer_models import projection_module
     from tir_templates.gemm_staging import pack_pairs_nk
     from tir_templates.projection_wgmma import wgmma_gemm_by_rows
 
-    K, N = 1024, 4096
-    func = wgmma_gemm_by_rows(K, N, precision, 132)
-    with tvm.transform.PassContext(opt_level=3):
-        ex = tvm.compile(projection_module(func, tvm.tirx.Var("m", "int64"), K, N),
-                         target=tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}))
-    dev = tvm.cuda(0)
-    vm = relax.VirtualMachine(ex, dev)
-    for M in (100, 300, 800, 2000):
-        x, w, b = sixteen_bit_operands(M, K, N, precision)
-        args = (x, pack_pairs_nk(w, precision == "bf16"), b)
-        got = vm["main"](*(tvm.runtime.tensor(a, dev) for a in args)).numpy()
-        want = x.astype("float64") @ w + b
-        assert np.abs(got - want).max() <= PRECISION_TOLERANCE["fp32"] * np.abs(want).max(), M
+    _check_gemm_by_rows(wgmma_gemm_by_rows(1024, 4096, precision, 132), "sm_90a", pack_pairs_nk,
+                        (100, 300, 800, 2000), precision)
 
 
 def test_narrow_dense_matches_numpy_on_gpu():
