@@ -60,18 +60,20 @@ def wgmma_plans(spec: CellSpec, batch: int) -> list[dict]:
     return [plan for plan in plans if not wgmma_step_problem(spec, plan)]
 
 
-def timed_wgmma_plans(mode: str, spec: CellSpec, batch: int) -> list[dict]:
-    """The wgmma step plans `--wgmma mode` times for a layer: "auto", `wgmma_plans`; "step", the
-    build's (gemm_scan_cost.wgmma_step); "", none."""
+def timed_wgmma_plans(mode: str, spec: CellSpec, batch: int, splits: str = "") -> list[dict]:
+    """The wgmma step plans `--wgmma mode` times for a layer: "auto", `wgmma_plans` (those of the
+    comma-separated `splits` where given); "step", the build's (gemm_scan_cost.wgmma_step); "", none."""
     if mode == "auto":
-        return wgmma_plans(spec, batch)
-    return [wgmma_step(spec, True)] if mode == "step" else []
+        return [plan for plan in wgmma_plans(spec, batch)
+                if not splits or plan["splits"] in {int(s) for s in splits.split(",")}]
+    return [wgmma_step(spec, batch, gpu_model("sm_90").num_sms, True)] if mode == "step" else []
 
 
-def export_wgmma_scan(spec_json: str, batch: int, precision: str, plan: dict, path: str) -> str:
-    """Build the wgmma scan of a layer for sm_90a in a worker process and export it to `path`."""
+def export_wgmma_scan(spec_json: str, batch: int, precision: str, plan: dict, path: str, early: bool = True) -> str:
+    """Build the wgmma scan of a layer for sm_90a in a worker process (its kernels launched early, or
+    one after another) and export it to `path`."""
     spec = CellSpec.from_json(spec_json)
-    func = gemm_scan(spec, batch, precision, early_launch=True, wgmma=plan)
+    func = gemm_scan(spec, batch, precision, early_launch=early, wgmma=plan)
     target = tvm.target.Target({**json.loads(str(as_target("cuda"))), "arch": "sm_90a"})
     build_kernel(func.with_attr("global_symbol", "main"), target).export_library(path)
     return path
@@ -88,6 +90,9 @@ def main():
     ap.add_argument("--early", action="store_true", help="launch the scan's kernels early whatever its tiles")
     ap.add_argument("--wgmma", default="", choices=("", "auto", "step"), help="'auto': also time the wgmma step's plans (`wgmma_plans`); "
                     "'step': the one plan a build takes (gemm_scan_cost.wgmma_step)")
+    ap.add_argument("--wgmma-splits", default="", help="with --wgmma auto: only these splits of K (e.g. 1,2,4)")
+    ap.add_argument("--wgmma-plain", action="store_true",
+                    help="also time each wgmma plan with its kernels launched one after another (plain_us)")
     args = ap.parse_args()
     wgmma_builds = {}  # (layer, plan) -> future of its exported library, every core building
     if args.wgmma:
@@ -95,10 +100,13 @@ def main():
         out_dir = tempfile.mkdtemp(prefix="wgmma_scans_")
         for text in args.layers:
             spec, batch, build_precision = layer(text)
-            for plan in timed_wgmma_plans(args.wgmma, spec, batch):
+            for plan in timed_wgmma_plans(args.wgmma, spec, batch, args.wgmma_splits):
                 path = os.path.join(out_dir, f"scan{len(wgmma_builds)}.so")
                 wgmma_builds[text, json.dumps(plan)] = pool.submit(export_wgmma_scan, spec.to_json(), batch,
                                                                    build_precision, plan, path)
+                if args.wgmma_plain:
+                    wgmma_builds[text, json.dumps(plan), "plain"] = pool.submit(
+                        export_wgmma_scan, spec.to_json(), batch, build_precision, plan, path[:-3] + "_plain.so", False)
     target, dev = as_target("cuda"), present_device()
     gpu = gpu_model("sm_90")
     picks = {}  # layer -> (the persistent config a compile builds, the model's price of its pick)
@@ -122,7 +130,7 @@ def main():
         row["plan"] = step_plan(spec, batch, gpu.num_sms)
         row["early_launch"] = args.early or step_launched_early(row["plan"])  # as the pass builds it on sm_90
         func = gemm_scan(spec, batch, build_precision, plan=row["plan"], early_launch=row["early_launch"])
-        wgmma = timed_wgmma_plans(args.wgmma, spec, batch)
+        wgmma = timed_wgmma_plans(args.wgmma, spec, batch, args.wgmma_splits)
         slots = max([gemm_scan_slots(spec, batch)] + [gemm_scan_slots(spec, batch, plan) for plan in wgmma])
         arrays = kernel_arrays(spec, batch, args.steps, slots=slots)
         arrays[1] = arrays[1] / (0.3 * hidden ** 0.5)  # R of N(0, 1/H): a layer that is not chaotic
@@ -147,7 +155,12 @@ def main():
             other_lib = tvm.runtime.load_module(wgmma_builds[text, json.dumps(plan)].result())
             us = time_kernel(other_lib, dev, as_params(other, arrays), cold=cold) / args.steps
             err = float(np.abs(run(other_lib, dev, other, arrays) - got).max() / max(np.abs(got).max(), 1e-30))
-            row["wgmma"].append({"plan": plan, "us": round(us, 3), "diff_from_mma_sync": err})
+            entry = {"plan": plan, "us": round(us, 3), "diff_from_mma_sync": err}
+            if args.wgmma_plain:
+                plain_lib = tvm.runtime.load_module(wgmma_builds[text, json.dumps(plan), "plain"].result())
+                entry["plain_us"] = round(time_kernel(plain_lib, dev, as_params(other, arrays), cold=cold) / args.steps, 3)
+                entry["plain_max_diff"] = float(np.abs(run(plain_lib, dev, other, arrays) - run(other_lib, dev, other, arrays)).max())
+            row["wgmma"].append(entry)
         if args.scan_only:
             print(json.dumps(row), flush=True)
             continue

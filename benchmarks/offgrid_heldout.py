@@ -11,7 +11,8 @@ has: the pairs GEMM where a build for sm_90a would take the wgmma GEMM), `--wgmm
 projection_wgmma.WAVE_TILES_N holding N alone and WGMMA_PLAN's width N (every wgmma GEMM in tiles N
 columns wide), `--no-wgmma-step` with the GEMM scan's step on mma.sync where a build for sm_90a
 would run it on wgmma (gemm_scan_cost.wgmma_step giving none: the pricing and lowering before it),
-for an A/B of each rule.
+`--wgmma-splits N` with that step's K split N ways (one where N does not divide its k-tiles) rather
+than as many as prices least, for an A/B of each rule.
 """
 from __future__ import annotations
 
@@ -40,7 +41,15 @@ def main():
     ap.add_argument("--wgmma-min-k", type=int, help="projection_wgmma.WGMMA_MIN_K for these builds")
     ap.add_argument("--wgmma-tile-n", type=int, help="the one tile width of projection_wgmma.WAVE_TILES_N")
     ap.add_argument("--no-wgmma-step", action="store_true", help="the GEMM scan's step on mma.sync (no wgmma_step)")
+    ap.add_argument("--wgmma-splits", type=int, help="the wgmma step's K split this many ways (one where it does not divide)")
     args = ap.parse_args()
+    if args.wgmma_splits is not None:
+        import persist_rnn.schedule.gemm_scan_cost as gemm_scan_cost
+
+        every_plan = gemm_scan_cost.wgmma_plans
+        gemm_scan_cost.wgmma_plans = lambda spec: [
+            plan for plan in every_plan(spec)
+            if plan["splits"] == (args.wgmma_splits if any(p["splits"] == args.wgmma_splits for p in every_plan(spec)) else 1)]
     if args.no_wgmma_step:
         import persist_rnn.schedule.gemm_scan_cost as gemm_scan_cost
         import persist_rnn.schedule.planner as planner
@@ -75,6 +84,8 @@ def main():
                 row[knob] = getattr(args, knob)
         if args.no_wgmma_step:
             row["no_wgmma_step"] = True
+        if args.wgmma_splits is not None:
+            row["wgmma_splits"] = args.wgmma_splits
         with open(args.out, "a") as f:
             f.write(json.dumps(row, default=str) + "\n")
         print(text, row.get("best_cudnn_over_ours"), row.get("best_cudnn_over_measured"), row.get("error"), flush=True)

@@ -15,7 +15,8 @@ us a step:
 - 16 bits: fp16 GRU H=1280 B=128 24.6, LSTM H=2048 B=16 and B=32 39.4 and 40.3; bf16 LSTM
   H=4096 B=16 (two waves) 94.9.
 On sm_90a a 16-bit layer's step GEMM runs on the wgmma tensor cores instead (`wgmma_step`), priced
-by the weights it streams and the partial sums it writes (`wgmma_scan_us`).
+by the weights it streams, the partial sums it writes and the k-tiles its CTAs take one after
+another (`wgmma_scan_us`), K split as many ways as that prices least.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import math
 
 from tir_templates.gemm_scan import STEP_PLAN, gemm_precision, wgmma_step_problem
 from tir_templates.projection_mma import warp_grid
+from tir_templates.projection_wgmma import WGMMA_PLAN, wgmma_shared_bytes
 from tir_templates.spec import CellSpec
 
 #: a wave of the step GEMM's CTA tiles, 64 rows by 64-128 columns, against one of 64 x 64 tiles:
@@ -77,45 +79,60 @@ def step_launched_early(plan: dict) -> bool:
     return plan.get("tile", "64x64") != "64x64"
 
 
-#: the wgmma step's plan: CTA tiles of 64 rows by 128 columns, K split in two where its k-tiles
-#: split evenly. Kernels alone on the H200 (`benchmarks/gemm_scan_layers.py --wgmma auto`,
-#: docs/data/gemm-scan-h200.jsonl runs J and K: 24 16-bit layers, H=640-4096, B=16-128, K split
-#: 1-8 ways, tiles of 64 rows and, past B=64, of 128): within 1.15x of the fastest plan on each of
-#: the 10 layers of H >= 3072, which the scan runs, geomean 1.08x over all 24 (at most 1.52x, GRU
-#: H=640 B=128, whose weights stay on chip); tiles of 128 rows were never the fastest
-WGMMA_STEP = {"bm": 64, "tile_n": 128, "splits": 2}
-#: microseconds a direction's wgmma step takes: fixed (its two launches from the host loop), per MiB of
-#: 16-bit R it streams, per MB of partial sums the GEMM writes and the update reads. Least squares on
-#: the same runs' layers in WGMMA_STEP's plan (24, within 22%: LSTM H=4096 B=16 51.7 predicted, 53.4
-#: timed; GRU H=3072 B=64 bf16 35.8 and 41.6); on run L's 11 layers it priced 0.85-1.02x their time
-WGMMA_US, WGMMA_US_PER_MIB, WGMMA_US_PER_SUMS_MB = 11.9, 0.289, 1.116
+#: the wgmma step's CTA tile: 64 rows (one warpgroup) by 128 columns. Tiles of 128 rows were never
+#: the fastest plan of 24 16-bit layers on the H200 (docs/data/gemm-scan-h200.jsonl, runs J and K)
+WGMMA_TILE = {"bm": 64, "tile_n": 128}
+#: the most ways the wgmma step splits K (each split's partial sums a slot of the exchange buffer)
+MAX_SPLITS = 8
+#: CTAs of the wgmma step an SM holds at once: its 3-stage ring of 64- and 128-row k-tiles takes
+#: 72 KiB of shared memory, three of which fit an H100's or H200's 227 KiB
+WGMMA_CTAS_PER_SM = (227 * 1024) // wgmma_shared_bytes(WGMMA_PLAN["stages"], WGMMA_TILE["tile_n"], WGMMA_TILE["bm"])
+#: microseconds a direction's wgmma step takes: fixed (its two launches from the host loop), per MiB
+#: of 16-bit R it streams, per MB of partial sums the GEMM writes and the update reads, and per k-tile
+#: of a split (a CTA's k-tiles, one after another) in each wave of WGMMA_CTAS_PER_SM CTAs an SM. Least
+#: squares on 16-bit layers' steps in tiles of 64 rows, K split 1-8 ways (kernels alone on the H200,
+#: `benchmarks/gemm_scan_layers.py --wgmma auto`, runs J, K and N: 26 layers, 140 plans; median
+#: error 5%). Fitted on runs J and K alone, the plan priced least on run N's 16 layers ran within
+#: 1.03x of the fastest (geomean; at most 1.35x, LSTM H=1280 B=64, whose weights stay on chip),
+#: against 1.08x for K split in two on each; on the layers the scan runs, 1.11-1.15x faster than two
+#: splits at LSTM H=2560 B=8 and B=16, GRU H=3072 B=8 and B=64 (fp16 and bf16)
+WGMMA_US, WGMMA_US_PER_MIB, WGMMA_US_PER_SUMS_MB, WGMMA_US_PER_WAVE_KTILE = 9.32, 0.215, 0.972, 0.376
 
 
-def wgmma_step(spec: CellSpec, sm90a: bool) -> dict | None:
-    """The wgmma step plan (gemm_scan's `wgmma`) a GEMM scan of `spec` takes in a build for sm_90a
-    (`sm90a`): WGMMA_STEP, one split where K's k-tiles are odd; None off sm_90a, for fp32 layers,
-    or where the step cannot take the layer (`wgmma_step_problem`)."""
-    if not sm90a:
-        return None
-    k_tiles = (spec.hidden_size + 63) // 64
-    plan = dict(WGMMA_STEP, splits=WGMMA_STEP["splits"] if k_tiles % WGMMA_STEP["splits"] == 0 else 1)
-    return None if wgmma_step_problem(spec, plan) else plan
+def wgmma_plans(spec: CellSpec) -> list[dict]:
+    """The wgmma step plans (gemm_scan's `wgmma`) that can run `spec`: WGMMA_TILE, K split 1 to
+    MAX_SPLITS ways where its k-tiles divide so (`wgmma_step_problem`)."""
+    plans = [dict(WGMMA_TILE, splits=splits) for splits in range(1, MAX_SPLITS + 1)]
+    return [plan for plan in plans if not wgmma_step_problem(spec, plan)]
 
 
-def wgmma_scan_us(spec: CellSpec, batch: int, plan: dict) -> float:
-    """Predicted microseconds of one step of the GEMM scan on the wgmma step `plan`."""
+def wgmma_scan_us(spec: CellSpec, batch: int, plan: dict, num_sms: int) -> float:
+    """Predicted microseconds of one step of the GEMM scan on the wgmma step `plan` on `num_sms` SMs."""
     G, H = spec.num_gates, spec.hidden_size
     weights_mib = G * H * H * 2 / 2 ** 20
     sums_mb = batch * G * H * 4 * (plan["splits"] + 1) / 1e6
-    return spec.num_directions * (WGMMA_US + WGMMA_US_PER_MIB * weights_mib + WGMMA_US_PER_SUMS_MB * sums_mb)
+    ctas = math.ceil(batch / plan["bm"]) * math.ceil(G * H / plan["tile_n"]) * plan["splits"]
+    waves = math.ceil(ctas / (num_sms * WGMMA_CTAS_PER_SM))
+    split_k_tiles = math.ceil(H / 64) / plan["splits"]
+    return spec.num_directions * (WGMMA_US + WGMMA_US_PER_MIB * weights_mib + WGMMA_US_PER_SUMS_MB * sums_mb
+                                  + WGMMA_US_PER_WAVE_KTILE * waves * split_k_tiles)
+
+
+def wgmma_step(spec: CellSpec, batch: int, num_sms: int, sm90a: bool) -> dict | None:
+    """The wgmma step plan (gemm_scan's `wgmma`) a GEMM scan of `spec` at `batch` rows takes in a
+    build for sm_90a (`sm90a`): of `wgmma_plans`, the one priced least (`wgmma_scan_us`), the fewest
+    splits of equals; None off sm_90a, for fp32 layers, or where the step cannot take the layer."""
+    plans = wgmma_plans(spec) if sm90a else []
+    return min(plans, key=lambda plan: (round(wgmma_scan_us(spec, batch, plan, num_sms), 6), plan["splits"]),
+               default=None)
 
 
 def gemm_scan_us(spec: CellSpec, batch: int, num_sms: int, precision: str = "fp32", sm90a: bool = False) -> float:
     """Predicted microseconds of one step of the GEMM scan at `batch` rows on `num_sms` SMs (on the
     wgmma step where a build for sm_90a takes it: `wgmma_step`)."""
-    wgmma = wgmma_step(spec, sm90a)
+    wgmma = wgmma_step(spec, batch, num_sms, sm90a)
     if wgmma:
-        return wgmma_scan_us(spec, batch, wgmma)
+        return wgmma_scan_us(spec, batch, wgmma, num_sms)
     H, D = spec.hidden_size, spec.num_directions
     waves = _waves(spec, batch, num_sms, step_tile(spec, batch, num_sms))
     gemm = waves * H * WAVE_US_PER_K[gemm_precision(spec, precision)]

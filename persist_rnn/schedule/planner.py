@@ -26,7 +26,7 @@ from tir_templates.spec import CellSpec
 
 from . import tuning_log
 from .cost_model import prices_tensor_cores, rank, step_us
-from .gemm_scan_cost import WGMMA_STEP, gemm_scan_us, wgmma_step
+from .gemm_scan_cost import WGMMA_TILE, gemm_scan_us, wgmma_step
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
@@ -219,9 +219,11 @@ def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int
     if any(us * margin <= gemm_us for _, us, margin in rivals):
         return ""
     against = " and ".join(f"{name} ({us:.1f} us)" for name, us, _ in rivals)
-    on = " (the GEMM on the wgmma tensor cores)" if wgmma_step(spec, sm90a) else ""
+    wgmma = wgmma_step(spec, batch, gpu.num_sms, sm90a)
+    ways = "" if not wgmma else ", K whole" if wgmma["splits"] == 1 else f", K split {wgmma['splits']} ways"
+    on = f" (the GEMM on the wgmma tensor cores{ways})" if wgmma else ""
     if sm90a and not on and spec.dtype in HALF_DTYPES:  # a 16-bit layer the wgmma step cannot take
-        on = f" (the GEMM on mma.sync: {wgmma_step_problem(spec, dict(WGMMA_STEP, splits=1))})"
+        on = f" (the GEMM on mma.sync: {wgmma_step_problem(spec, dict(WGMMA_TILE, splits=1))})"
     return (f"a tensor-core GEMM and an update a step{on}: its step ({gemm_us:.1f} us predicted) is shorter than "
             f"{against}; no config holds the weights on chip")
 

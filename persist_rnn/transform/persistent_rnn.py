@@ -290,7 +290,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             plan = plans[same]
             if plan.kernel is None and plan.lowering == GEMM_SCAN:
                 step = step_plan(spec, same[1], gpu.num_sms)
-                wgmma = wgmma_step(spec, wgmma_arch(named_arch(target)))
+                wgmma = wgmma_step(spec, same[1], gpu.num_sms, wgmma_arch(named_arch(target)))
                 early = supports_early_launch(arch) and (wgmma is not None or step_launched_early(step))
                 new = (gemm_scan(spec, same[1], precision, plan=step, early_launch=early, wgmma=wgmma)
                        .with_attr(REASON_ATTR, plan.reason))

@@ -13,8 +13,8 @@ import tvm
 
 import persist_rnn
 from persist_rnn.bench.layer_models import LayerCase, cuda_source, make_model
-from persist_rnn.schedule.gemm_scan_cost import (WGMMA_STEP, gemm_scan_us, step_launched_early, step_plan, step_tile,
-                                                 wgmma_scan_us, wgmma_step)
+from persist_rnn.schedule.gemm_scan_cost import (WGMMA_TILE, gemm_scan_us, step_launched_early, step_plan, step_tile,
+                                                 wgmma_plans, wgmma_scan_us, wgmma_step)
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.planner import STREAMING_MARGINS, gemm_scan_note, plan_layer
 from persist_rnn.schedule.streamed_cost import streamed_scan_us
@@ -152,15 +152,35 @@ def test_a_build_for_sm_90a_runs_a_16_bit_scans_step_on_wgmma():
     may use wgmma (kernels alone on the H200: 53.4 us against 95.3 on mma.sync,
     docs/data/gemm-scan-h200.jsonl); fp32 layers and builds for sm_90 keep the mma.sync step."""
     spec = CellSpec("lstm", 4096, 4096, dtype="bfloat16")
-    assert wgmma_step(spec, True) == WGMMA_STEP and wgmma_step(spec, False) is None
-    assert wgmma_step(CellSpec("lstm", 4096, 4096), True) is None  # fp32
-    assert wgmma_step(CellSpec("lstm", 1344, 1344, dtype="float16"), True)["splits"] == 1  # 21 k-tiles
+    step = wgmma_step(spec, 16, H100.num_sms, True)
+    assert step == dict(WGMMA_TILE, splits=2) and wgmma_step(spec, 16, H100.num_sms, False) is None
+    assert wgmma_step(CellSpec("lstm", 4096, 4096), 16, H100.num_sms, True) is None  # fp32
     hopper = plan_layer(spec, HOPPER, batch=16, measure=False)
     assert hopper.lowering == GEMM_SCAN and "wgmma" in hopper.reason
-    assert f"({wgmma_scan_us(spec, 16, WGMMA_STEP):.1f} us predicted)" in hopper.reason
+    assert f"({wgmma_scan_us(spec, 16, step, H100.num_sms):.1f} us predicted)" in hopper.reason
     assert gemm_scan_us(spec, 16, H100.num_sms, sm90a=True) < gemm_scan_us(spec, 16, H100.num_sms)
     sm90 = plan_layer(spec, CUDA, batch=16, measure=False)
     assert sm90.lowering == GEMM_SCAN and "wgmma" not in sm90.reason
+
+
+def test_the_wgmma_step_splits_k_as_many_ways_as_prices_least():
+    """Kernels alone on the H200 (docs/data/gemm-scan-h200.jsonl, run N): where two splits leave the
+    SMs short of CTAs (fp16 LSTM H=2560 B=8, 80 tiles of 128 columns), four ran 1.12x faster
+    (27.4 against 30.7 us a step); at GRU H=3072 B=64 bf16 three splits 1.13x (36.6 against 41.5); at
+    bf16 LSTM H=4096 B=16 (128 tiles) two stay the fastest. A k-tile count that four does not
+    divide takes a split that does (fp16 LSTM H=1344: 21 k-tiles)."""
+    def splits(cell, hidden, batch, dtype="float16"):
+        spec = CellSpec(cell, hidden, hidden, dtype=dtype, linear_before_reset=cell == "gru")
+        step = wgmma_step(spec, batch, H100.num_sms, True)
+        priced = {plan["splits"]: wgmma_scan_us(spec, batch, plan, H100.num_sms) for plan in wgmma_plans(spec)}
+        assert priced[step["splits"]] == min(priced.values()) and step["bm"] == 64
+        return step["splits"]
+
+    assert splits("lstm", 2560, 8) == 4
+    assert splits("gru", 3072, 64, "bfloat16") == 3
+    assert splits("lstm", 4096, 16, "bfloat16") == 2
+    assert 21 % splits("lstm", 1344, 16) == 0
+    assert [plan["splits"] for plan in wgmma_plans(CellSpec("lstm", 1344, 1344, dtype="float16"))] == [1, 3, 7]
 
 
 def test_a_16_bit_scan_the_wgmma_step_cannot_take_says_why():
