@@ -7,7 +7,7 @@ against the streamed scan's (fp32 FMA sums) on the same inputs.
 
 One JSON line a layer: µs a step of each, the cost model's prediction of each, and the largest
 difference of Y from the streamed scan's over Y's scale. `--wgmma auto` (16-bit layers, sm_90a)
-also times the scan with its step GEMM on the wgmma tensor cores in each plan `wgmma_plans` lists
+also times the scan with its step GEMM on the wgmma tensor cores in each plan `timed_plans` lists
 (CTA tiles of 64 or 128 rows by 128 columns, K split 1-8 ways), each checked against the
 mma.sync scan's Y; `--wgmma step` the plan a build for sm_90a takes. Data: docs/data/gemm-scan-h200.jsonl.
 """
@@ -24,7 +24,7 @@ import numpy as np
 import tvm
 
 from persist_rnn.bench.torch_layers import PRECISIONS
-from persist_rnn.schedule.gemm_scan_cost import gemm_scan_us, step_launched_early, step_plan, wgmma_step
+from persist_rnn.schedule.gemm_scan_cost import gemm_scan_us, step_launched_early, step_plan, wgmma_plans, wgmma_step
 from persist_rnn.schedule.gpu import gpu_model, present_device
 from persist_rnn.schedule.measure import (MEASURE_STEPS, as_params, build_kernel, builds, kernel_arrays,
                                           measure_configs, time_kernel, timing)
@@ -52,19 +52,18 @@ def layer(text: str) -> tuple[CellSpec, int, str]:
                      linear_before_reset=cell.upper() == "GRU", dtype=dtype), int(batch), build_precision)
 
 
-def wgmma_plans(spec: CellSpec, batch: int) -> list[dict]:
-    """The wgmma step plans timed for a layer: 64-row tiles up to 64 rows (both where more), 128
-    columns, every split of K's k-tiles up to 8 ways that divides them."""
-    plans = [{"bm": bm, "tile_n": 128, "splits": splits}
-             for bm in ((64,) if batch <= 64 else (64, 128)) for splits in range(1, 9)]
-    return [plan for plan in plans if not wgmma_step_problem(spec, plan)]
+def timed_plans(spec: CellSpec, batch: int) -> list[dict]:
+    """The wgmma step plans timed for a layer: those a build chooses from (gemm_scan_cost.wgmma_plans,
+    tiles of 64 rows), and past 64 rows the same in tiles of 128."""
+    plans = wgmma_plans(spec)
+    return plans + [dict(plan, bm=128) for plan in plans if batch > 64 and not wgmma_step_problem(spec, dict(plan, bm=128))]
 
 
 def timed_wgmma_plans(mode: str, spec: CellSpec, batch: int, splits: str = "") -> list[dict]:
-    """The wgmma step plans `--wgmma mode` times for a layer: "auto", `wgmma_plans` (those of the
+    """The wgmma step plans `--wgmma mode` times for a layer: "auto", `timed_plans` (those of the
     comma-separated `splits` where given); "step", the build's (gemm_scan_cost.wgmma_step); "", none."""
     if mode == "auto":
-        return [plan for plan in wgmma_plans(spec, batch)
+        return [plan for plan in timed_plans(spec, batch)
                 if not splits or plan["splits"] in {int(s) for s in splits.split(",")}]
     return [wgmma_step(spec, batch, gpu_model("sm_90").num_sms, True)] if mode == "step" else []
 
@@ -88,7 +87,7 @@ def main():
     ap.add_argument("--plain-too", action="store_true",
                     help="also time the scan's kernels launched one after another, not early (plain_us)")
     ap.add_argument("--early", action="store_true", help="launch the scan's kernels early whatever its tiles")
-    ap.add_argument("--wgmma", default="", choices=("", "auto", "step"), help="'auto': also time the wgmma step's plans (`wgmma_plans`); "
+    ap.add_argument("--wgmma", default="", choices=("", "auto", "step"), help="'auto': also time the wgmma step's plans (`timed_plans`); "
                     "'step': the one plan a build takes (gemm_scan_cost.wgmma_step)")
     ap.add_argument("--wgmma-splits", default="", help="with --wgmma auto: only these splits of K (e.g. 1,2,4)")
     ap.add_argument("--wgmma-plain", action="store_true",
