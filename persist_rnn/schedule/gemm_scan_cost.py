@@ -85,7 +85,7 @@ WGMMA_TILE = {"bm": 64, "tile_n": 128}
 #: the most ways the wgmma step splits K (each split's partial sums a slot of the exchange buffer)
 MAX_SPLITS = 8
 #: CTAs of the wgmma step an SM holds at once: its 3-stage ring of 64- and 128-row k-tiles takes
-#: 72 KiB of shared memory, three of which fit an H100's or H200's 227 KiB
+#: 73 KiB of shared memory, three of which fit the 227 KiB an H100's or H200's SM gives its CTAs
 WGMMA_CTAS_PER_SM = (227 * 1024) // wgmma_shared_bytes(WGMMA_PLAN["stages"], WGMMA_TILE["tile_n"], WGMMA_TILE["bm"])
 #: microseconds a direction's wgmma step takes: fixed (its two launches from the host loop), per MiB
 #: of 16-bit R it streams, per MB of partial sums the GEMM writes and the update reads, and per k-tile
@@ -94,8 +94,8 @@ WGMMA_CTAS_PER_SM = (227 * 1024) // wgmma_shared_bytes(WGMMA_PLAN["stages"], WGM
 #: `benchmarks/gemm_scan_layers.py --wgmma auto`, runs J, K and N: 26 layers, 140 plans; median
 #: error 5%). Fitted on runs J and K alone, the plan priced least on run N's 16 layers ran within
 #: 1.03x of the fastest (geomean; at most 1.35x, LSTM H=1280 B=64, whose weights stay on chip),
-#: against 1.08x for K split in two on each; on the layers the scan runs, 1.11-1.15x faster than two
-#: splits at LSTM H=2560 B=8 and B=16, GRU H=3072 B=8 and B=64 (fp16 and bf16)
+#: against 1.08x for K split in two on each. Run O timed the picks on 13 layers the scan runs:
+#: 1.07x faster than two splits (geomean; 0.96-1.19x), priced at 0.86-0.99x their step
 WGMMA_US, WGMMA_US_PER_MIB, WGMMA_US_PER_SUMS_MB, WGMMA_US_PER_WAVE_KTILE = 9.32, 0.215, 0.972, 0.376
 
 
