@@ -47,9 +47,14 @@ def main():
         import persist_rnn.schedule.gemm_scan_cost as gemm_scan_cost
 
         every_plan = gemm_scan_cost.wgmma_plans
-        gemm_scan_cost.wgmma_plans = lambda spec: [
-            plan for plan in every_plan(spec)
-            if plan["splits"] == (args.wgmma_splits if any(p["splits"] == args.wgmma_splits for p in every_plan(spec)) else 1)]
+
+        def fixed_split(spec):
+            """The plan of `--wgmma-splits` ways, or of K whole where that many do not divide it."""
+            plans = every_plan(spec)
+            return ([p for p in plans if p["splits"] == args.wgmma_splits]
+                    or [p for p in plans if p["splits"] == 1])
+
+        gemm_scan_cost.wgmma_plans = fixed_split
     if args.no_wgmma_step:
         import persist_rnn.schedule.gemm_scan_cost as gemm_scan_cost
         import persist_rnn.schedule.planner as planner

@@ -27,6 +27,8 @@ from tir_templates.projection_mma import warp_grid
 from tir_templates.projection_wgmma import WGMMA_PLAN, wgmma_shared_bytes
 from tir_templates.spec import CellSpec
 
+from .gpu import MAX_SHARED_BYTES
+
 #: a wave of the step GEMM's CTA tiles, 64 rows by 64-128 columns, against one of 64 x 64 tiles:
 #: kernels alone on the H200, 3xTF32, LSTM H=1280 B=64, one wave of each, 37.3, 48.3, 48.9 and
 #: 59.2 us a step with the launches and the update (run E). Where 64 x 64 tiles took two waves, the
@@ -85,8 +87,10 @@ WGMMA_TILE = {"bm": 64, "tile_n": 128}
 #: the most ways the wgmma step splits K (each split's partial sums a slot of the exchange buffer)
 MAX_SPLITS = 8
 #: CTAs of the wgmma step an SM holds at once: its 3-stage ring of 64- and 128-row k-tiles takes
-#: 73 KiB of shared memory, three of which fit the 227 KiB an H100's or H200's SM gives its CTAs
-WGMMA_CTAS_PER_SM = (227 * 1024) // wgmma_shared_bytes(WGMMA_PLAN["stages"], WGMMA_TILE["tile_n"], WGMMA_TILE["bm"])
+#: 73 KiB of shared memory, three of which fit the 227 KiB an sm_90 SM gives its CTAs (wgmma exists
+#: on sm_90a alone)
+WGMMA_CTAS_PER_SM = MAX_SHARED_BYTES[90] // wgmma_shared_bytes(WGMMA_PLAN["stages"], WGMMA_TILE["tile_n"],
+                                                              WGMMA_TILE["bm"])
 #: microseconds a direction's wgmma step takes: fixed (its two launches from the host loop), per MiB
 #: of 16-bit R it streams, per MB of partial sums the GEMM writes and the update reads, and per k-tile
 #: of a split (a CTA's k-tiles, one after another) in each wave of WGMMA_CTAS_PER_SM CTAs an SM. Least
