@@ -7,6 +7,7 @@ configs and its best tensor-core configs plus a random spread of the rest, all b
 every core (`measure.Builds`) and each timed as its build finishes. One JSON line a config.
 
     python benchmarks/sweep_offgrid.py --out docs/data/sweep-offgrid-h100.jsonl [--workloads 36]
+    python benchmarks/sweep_offgrid.py --out F --seed 1 --shared 3   # with A fragments in shared memory
 """
 from __future__ import annotations
 
@@ -27,31 +28,34 @@ PRECISIONS = {"fp32": ("float32", "fp32"), "tf32": ("float32", "tf32"), "fp16": 
               "bf16": ("bfloat16", "fp32")}
 
 
-def workloads(n: int, seed: int = 0) -> list[tuple]:
+def workloads(n: int, seed: int = 0, batches=BATCH, precisions=tuple(PRECISIONS)) -> list[tuple]:
     """`n` (cell, hidden, batch, precision), each hidden size, batch and precision drawn for both
     cells at least once (a Latin-square-like cover, then random fill)."""
     rng = random.Random(seed)
     out = []
     for cell in ("lstm", "gru"):
-        hs, bs, ps = list(HIDDEN), list(BATCH), list(PRECISIONS)
+        hs, bs, ps = list(HIDDEN), list(batches), list(precisions)
         rng.shuffle(hs), rng.shuffle(bs), rng.shuffle(ps)
         for i in range(max(len(hs), len(bs), len(ps))):
             out.append((cell, hs[i % len(hs)], bs[i % len(bs)], ps[i % len(ps)]))
-    rest = [w for w in itertools.product(("lstm", "gru"), HIDDEN, BATCH, PRECISIONS) if w not in out]
+    rest = [w for w in itertools.product(("lstm", "gru"), HIDDEN, batches, precisions) if w not in out]
     return out + rng.sample(rest, max(0, n - len(out)))
 
 
-def chosen(spec, gpu, batch, precision, fma: int, tensor: int, spread: int, seed: int = 0):
-    """The model's best `fma` FMA configs, its best `tensor` tensor-core configs and `spread` more
-    tensor-core configs drawn from the rest."""
+def chosen(spec, gpu, batch, precision, fma: int, tensor: int, spread: int, seed: int = 0, shared: int = 0):
+    """The model's best `fma` FMA configs, its best `tensor` tensor-core configs, `spread` more
+    tensor-core configs drawn from the rest, and its best `shared` 16-bit tensor-core configs with
+    A fragments in shared memory (`space.shared_fragment_fits`) that are not among them."""
     from persist_rnn.schedule.cost_model import rank
-    from persist_rnn.schedule.space import candidate_configs
+    from persist_rnn.schedule.space import candidate_configs, shared_fragment_fits
 
     ranked = [c for _, c in rank(spec, candidate_configs(spec, gpu, batch, precision), gpu, batch)]
     simt = [c for c in ranked if not c.tensor_cores()]
     mma = [c for c in ranked if c.tensor_cores()]
     rest = mma[tensor:]
-    return simt[:fma] + mma[:tensor] + random.Random(seed).sample(rest, min(spread, len(rest)))
+    out = simt[:fma] + mma[:tensor] + random.Random(seed).sample(rest, min(spread, len(rest)))
+    fits = [c for _, c in rank(spec, shared_fragment_fits(spec, gpu, batch, precision), gpu, batch) if c not in out]
+    return out + fits[:shared]
 
 
 def timed_into(row: dict, spec, batch: int, cfg, lib, dev) -> dict:
@@ -83,13 +87,17 @@ def main():
     ap.add_argument("--fma", type=int, default=5)
     ap.add_argument("--tensor", type=int, default=4)
     ap.add_argument("--spread", type=int, default=2)
+    ap.add_argument("--shared", type=int, default=0, help="the best-priced configs with A fragments in shared memory")
+    ap.add_argument("--seed", type=int, default=0, help="the workloads' draw")
+    ap.add_argument("--batches", type=int, nargs="+", default=BATCH)
+    ap.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=list(PRECISIONS))
     args = ap.parse_args()
     target, gpu, dev = as_target("cuda"), gpu_model("sm_90"), tvm.cuda(0)
     jobs = []
-    for cell, hidden, batch, precision in workloads(args.workloads):
+    for cell, hidden, batch, precision in workloads(args.workloads, args.seed, args.batches, args.precisions):
         dtype, build = PRECISIONS[precision]
         spec = CellSpec(cell, hidden, hidden, linear_before_reset=cell == "gru", dtype=dtype)
-        configs = chosen(spec, gpu, batch, build, args.fma, args.tensor, args.spread)
+        configs = chosen(spec, gpu, batch, build, args.fma, args.tensor, args.spread, shared=args.shared)
         if configs:
             jobs.append((spec, batch, precision, configs))
     start = time.perf_counter()
