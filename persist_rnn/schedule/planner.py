@@ -52,6 +52,9 @@ class Plan:
     #: with no kernel: the scan a kernel a step that the pass builds instead, GEMM_SCAN where the
     #: cost model prices it shortest (`gemm_scan_note`), else "" (the streamed scan or the reference)
     lowering: str = ""
+    #: the GEMM scan's wgmma step plan (gemm_scan's `wgmma`, `gemm_scan_cost.wgmma_step`), the one its
+    #: price was decided on; None where the step GEMM runs on mma.sync
+    wgmma: dict | None = None
 
 
 def named_arch(target: tvm.target.Target) -> str | None:
@@ -135,7 +138,9 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
                    f"co-resident CTAs): every config of the space is pruned, most often because "
                    f"{most_common_problem(spec, gpu, batch)}")
         gemm = gemm_scan_note(spec, None, batch, gpu, precision, sm90a)
-        return Plan(None, reason=f"{gemm}; {why}" if gemm else why, lowering=GEMM_SCAN if gemm else "")
+        if gemm:
+            return Plan(None, reason=f"{gemm}; {why}", lowering=GEMM_SCAN, wgmma=wgmma_step(spec, batch, gpu.num_sms, sm90a))
+        return Plan(None, reason=why)
     scan = scan_plan(spec, ranked, batch, gpu, precision, sm90a)
     if scan is not None:
         return scan
@@ -163,7 +168,7 @@ def scan_plan(spec: CellSpec, ranked: list[tuple[float, Config]], batch: int | N
     scan (`streamed_scan_note`); None where a persistent config runs the layer."""
     gemm = gemm_scan_note(spec, ranked[0], batch, gpu, precision, sm90a)
     if gemm:
-        return Plan(None, reason=gemm, lowering=GEMM_SCAN)
+        return Plan(None, reason=gemm, lowering=GEMM_SCAN, wgmma=wgmma_step(spec, batch, gpu.num_sms, sm90a))
     scan = streamed_scan_note(spec, ranked, batch)
     return Plan(None, reason=scan) if scan else None
 

@@ -40,7 +40,7 @@ from tir_templates.streamed import streamed_scan
 from ..errors import PersistRNNError
 from ..report import (BUCKETS_ATTR, CONFIG_ATTR, EMBEDDING_FOLDED_ATTR, LOWERING_ATTR, REASON_ATTR, SOURCE_ATTR,
                       kernel_configs)
-from ..schedule.gemm_scan_cost import step_launched_early, step_plan, wgmma_step
+from ..schedule.gemm_scan_cost import step_launched_early, step_plan
 from ..schedule.gpu import gpu_model
 from ..schedule.planner import named_arch, plan_layer, target_arch
 from ..schedule.precision import checked as checked_precision
@@ -290,11 +290,10 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
             plan = plans[same]
             if plan.kernel is None and plan.lowering == GEMM_SCAN:
                 step = step_plan(spec, same[1], gpu.num_sms)
-                wgmma = wgmma_step(spec, same[1], gpu.num_sms, wgmma_arch(named_arch(target)))
-                early = supports_early_launch(arch) and (wgmma is not None or step_launched_early(step))
-                new = (gemm_scan(spec, same[1], precision, plan=step, early_launch=early, wgmma=wgmma)
+                early = supports_early_launch(arch) and (plan.wgmma is not None or step_launched_early(step))
+                new = (gemm_scan(spec, same[1], precision, plan=step, early_launch=early, wgmma=plan.wgmma)
                        .with_attr(REASON_ATTR, plan.reason))
-                slots[gv.name_hint] = gemm_scan_slots(spec, same[1], wgmma)
+                slots[gv.name_hint] = gemm_scan_slots(spec, same[1], plan.wgmma)
             elif plan.kernel is None and target.kind.name == "cuda" and streams_pay(spec):
                 new = streamed_scan(spec).with_attr(REASON_ATTR, f"{STREAMED_WHY}: {plan.reason}")
             elif plan.kernel is None:

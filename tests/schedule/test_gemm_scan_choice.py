@@ -156,11 +156,11 @@ def test_a_build_for_sm_90a_runs_a_16_bit_scans_step_on_wgmma():
     assert step == dict(WGMMA_TILE, splits=2) and wgmma_step(spec, 16, H100.num_sms, False) is None
     assert wgmma_step(CellSpec("lstm", 4096, 4096), 16, H100.num_sms, True) is None  # fp32
     hopper = plan_layer(spec, HOPPER, batch=16, measure=False)
-    assert hopper.lowering == GEMM_SCAN and "wgmma" in hopper.reason
+    assert hopper.lowering == GEMM_SCAN and "wgmma" in hopper.reason and hopper.wgmma == step  # what the pass builds
     assert f"({wgmma_scan_us(spec, 16, step, H100.num_sms):.1f} us predicted)" in hopper.reason
     assert gemm_scan_us(spec, 16, H100.num_sms, sm90a=True) < gemm_scan_us(spec, 16, H100.num_sms)
     sm90 = plan_layer(spec, CUDA, batch=16, measure=False)
-    assert sm90.lowering == GEMM_SCAN and "wgmma" not in sm90.reason
+    assert sm90.lowering == GEMM_SCAN and "wgmma" not in sm90.reason and sm90.wgmma is None
 
 
 def test_the_wgmma_step_splits_k_as_many_ways_as_prices_least():
