@@ -11,6 +11,12 @@ persistent configs are the scan's rivals, not its configs). One JSON line a conf
 
     python benchmarks/regret_offgrid.py --out F [--top 10 --random 30] [--shard 0/2]
     python benchmarks/regret_offgrid.py --report F [F ...]
+
+`--picks-of F` judges the measure-off pick the same way on a side-by-side sweep of other
+workloads (`benchmarks/sweep_offgrid.py`'s rows, and `pick_ab.py --extra` rows ("probe") that
+timed a pick the sweep did not beside the sweep's fastest config of its workload):
+
+    python benchmarks/regret_offgrid.py --picks-of docs/data/sweep-shared-fragments-h200.jsonl
 """
 from __future__ import annotations
 
@@ -136,6 +142,54 @@ def report(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
+def sweep_picks(path: str) -> str:
+    """Each workload of a side-by-side sweep: the measure-off pick's step over the fastest timed
+    config of its workload (the pick's own timing where the sweep holds it, else its "probe" row
+    beside the sweep's fastest, timed in turn), and the regret distribution."""
+    import numpy as np
+
+    from persist_rnn.bench.torch_layers import PRECISIONS
+    from persist_rnn.schedule.planner import choose
+    from persist_rnn.targets import as_target
+    from tir_templates.spec import CellSpec
+
+    timed, probes = {}, {}
+    for line in open(path):
+        r = json.loads(line)
+        key = (r.get("cell", "").lower(), r.get("hidden"), r.get("batch"), r.get("precision"))
+        if "measured_us" in r:
+            timed.setdefault(key, []).append(r)
+        elif r.get("part") == "probe" and r.get("us"):
+            probes.setdefault(key, []).append(r)
+    lines, regrets = [], []
+    for key in sorted(timed):
+        cell, hidden, batch, precision = key
+        build, dtype, _ = PRECISIONS[precision]
+        spec = CellSpec(cell, hidden, hidden, linear_before_reset=cell == "gru", dtype=dtype)
+        pick = choose(spec, as_target("cuda"), batch, measure=False, precision=build).config
+        if pick is None:
+            continue
+        best = min(r["measured_us"] for r in timed[key])
+        own = [r["measured_us"] for r in timed[key] if r["config"] == pick.as_dict()]
+        beside = [r for r in probes.get(key, []) if r["pick"] and r["config"] == pick.as_dict()]
+        if own:
+            regret, how = min(own) / best, "swept"
+        elif beside:
+            regret = beside[0]["us"] / min(r["us"] for r in probes[key])
+            how = "timed beside the sweep's fastest"
+        else:
+            lines.append(f"{cell} H={hidden} B={batch} {precision}: the pick was not timed")
+            continue
+        regrets.append(regret)
+        lines.append(f"{cell} H={hidden} B={batch} {precision}: {regret:.3f}x ({how})")
+    r = sorted(regrets)
+    n = len(r)
+    lines.append(f"{n} workloads: the pick within 1.15x of the fastest on {sum(x <= 1.15 for x in r)} of {n}; regret "
+                 f"geomean {float(np.exp(np.mean(np.log(r)))):.3f}x, median {r[n // 2]:.3f}x, 90th percentile "
+                 f"{r[min(n - 1, int(0.9 * n))]:.3f}x, worst {r[-1]:.3f}x")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out")
@@ -143,8 +197,11 @@ def main():
     ap.add_argument("--random", type=int, default=30)
     ap.add_argument("--shard", default="0/1", help="I/N: only every Nth layer of the set, from the Ith")
     ap.add_argument("--report", nargs="+")
+    ap.add_argument("--picks-of", help="a side-by-side sweep (sweep_offgrid.py) whose workloads' picks to judge")
     args = ap.parse_args()
-    if args.report:
+    if args.picks_of:
+        print(sweep_picks(args.picks_of))
+    elif args.report:
         print(report(args.report))
     elif args.out:
         sweep(args)

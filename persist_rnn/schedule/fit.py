@@ -110,6 +110,8 @@ def pick_quality(rows, gpu, *, tensor_cores: bool = True) -> list[dict]:
         spec = _spec(rs[0])
         pred = [step_us(spec, Config.from_dict(r["config"]), gpu, batch) for r in rs]
         allowed = [i for i, r in enumerate(rs) if tensor_cores or not r["config"].get("mma_k_split")]
+        if not allowed:  # a workload timed on tensor-core configs only
+            continue
         pick = min(allowed, key=lambda i: pred[i])
         best = min(r["measured_us"] for r in rs)
         out.append({"cell": cell, "hidden": hidden, "batch": batch, "precision": precision, "configs": len(rs),
@@ -183,6 +185,7 @@ def main():
                     "side-by-side sweep (benchmarks/sweep_offgrid.py)")
     args = ap.parse_args()
     rows = [json.loads(line) for p in args.sweeps for line in open(p) if line.strip()]
+    rows = [r for r in rows if r.get("part") != "meta"]  # a data file's note of its runs
     gpu = gpu_model(args.arch)
     if args.tensor_cores:
         return tensor_core_report(rows, gpu)
