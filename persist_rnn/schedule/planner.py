@@ -30,8 +30,8 @@ from .gemm_scan_cost import WGMMA_TILE, gemm_scan_us, wgmma_step
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
-from .space import (candidate_configs, most_common_problem, no_tensor_cores, problems_on, shared_fragment_fits,
-                    shared_fragments_variant, unmeasured_variant)
+from .space import (candidate_configs, fullest_shared_fragments, most_common_problem, no_tensor_cores, problems_on,
+                    shared_fragment_fits, shared_fragments_variant, unmeasured_variant)
 from .streamed_cost import streamed_scan_us
 
 
@@ -409,11 +409,16 @@ def measured_candidates(spec: CellSpec, gpu, batch: int, ranked: list[tuple[floa
     that fit, the model priced them too well at GRU H=1536 B=32 fp16 (its step ran 0.79x) and
     too poorly at LSTM H=1280 B=64 fp16 (its whole layer 0.565x -> 0.738x cuDNN's best), so
     timing decides: LSTM H=1280 B=64's compile took it, GRU H=1536 B=32's did not
-    (docs/data/lstm2048-shared-fragments-h200.jsonl, runs A-D)."""
+    (docs/data/lstm2048-shared-fragments-h200.jsonl, runs A-D). And each of those with A
+    fragments in shared memory also with as many as shared memory holds
+    (`space.fullest_shared_fragments`): LSTM H=1280 B=64 fp16's compile took such a config, its
+    whole layer 0.74x -> 0.98x cuDNN's best (docs/data/offgrid-heldout-h200.jsonl, run O)."""
     chosen = to_measure(ranked, top_k, spec, gpu)
     wider = [c for c in shared_fragment_fits(spec, gpu, batch, precision)
              if c not in chosen and (unverified or not unverified_reason(spec, c))]
-    return chosen + [rank(spec, wider, gpu, batch)[0][1]] if wider else chosen
+    chosen = chosen + [rank(spec, wider, gpu, batch)[0][1]] if wider else chosen
+    fullest = (fullest_shared_fragments(spec, c, gpu) for c in chosen)
+    return chosen + [c for c in dict.fromkeys(fullest) if c is not None and c not in chosen]
 
 
 #: tensor-core configs measured besides the model's top K (when the space has any)

@@ -382,6 +382,20 @@ def shared_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Conf
     return (one_turn or within or [None])[0]
 
 
+def fullest_shared_fragments(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
+    """`cfg`, a 16-bit mma config with some A fragments in shared memory, with as many k-tiles
+    there as shared memory holds (None where that is `cfg`): what a compile on a GPU times beside
+    it, since the register estimate that picks the fewest misses some spills. Kernel alone on the
+    H200, the most against the fewest on 65 16-bit layers: 14 ran 1.03-1.39x faster (LSTM H=1280
+    B=64 fp16 14.24 -> 11.47 us a step, LSTM H=896 B=128 fp16 10.11 -> 7.27), 44 slower (GRU
+    H=2048 B=2 fp16 0.77x) (docs/data/fullest-shared-fragments-h200.jsonl)."""
+    if not cfg.f16_mma() or not cfg.smem_runs:
+        return None
+    fitting = [k for k in range(cfg.k_tiles_per_warp(spec), cfg.smem_runs, -1)
+               if not problems_on(spec, dataclasses.replace(cfg, smem_runs=k), gpu)]
+    return dataclasses.replace(cfg, smem_runs=fitting[0]) if fitting else None
+
+
 def unmeasured_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
     """The shared-fragments variant a compile that measures nothing builds instead of `cfg`: where
     each fragment read from shared memory feeds two or more mma (n-tiles), or, with one, where the
