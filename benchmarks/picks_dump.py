@@ -3,9 +3,11 @@
 change to see which picks move; `pick_ab.py --before` times them. No GPU needed.
 
     python benchmarks/picks_dump.py > picks.txt
+    python benchmarks/picks_dump.py --layers LSTM:1408:64:fp16 GRU:960:128:fp16 > picks.txt   # these only
 """
 from __future__ import annotations
 
+import argparse
 import json
 
 from persist_rnn.bench.offgrid import offgrid_set
@@ -25,8 +27,12 @@ def layers():
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", nargs="+", help="CELL:HIDDEN:BATCH:PRECISION (default: the set, the grid and more)")
+    args = ap.parse_args()
+    chosen = [(c, int(h), int(b), p) for c, h, b, p in (t.split(":") for t in args.layers)] if args.layers else layers()
     target = as_target("cuda")
-    for cell, hidden, batch, precision in layers():
+    for cell, hidden, batch, precision in chosen:
         build_precision, dtype, _ = PRECISIONS[precision]
         spec = CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU", dtype=dtype)
         plan = choose(spec, target, batch, measure=False, precision=build_precision)

@@ -55,6 +55,13 @@ MAX_ACCUMULATORS = 96
 #: reads unmeasured (GRU H=2048 B=2 fp16, 34 past: 0.91x; B=4 bf16, 38 past: 1.03x; run D of
 #: docs/data/tc-shared-fragments-h200.jsonl)
 ONE_TILE_OVERFLOW = 36
+#: n-tiles a chunk of the pick spans from which its shared-fragments variant, unmeasured, takes as
+#: many k-tiles as shared memory holds (`fullest_shared_fragments`): of the 18 16-bit measure-off
+#: picks of 4 n-tiles whose variant that moves, kernel alone on the H200, geomean 1.07x faster
+#: (0.93-1.39x; LSTM H=1280 B=64 fp16 1.24x), where over all 65 picks it moves 0.95x; on 9 other
+#: layers (H=960-1408, B=32-128), 1.07x (0.86-1.21x) (docs/data/fullest-shared-fragments-h200.jsonl,
+#: runs A and C)
+FULLEST_N_TILES = 4
 #: batch tiles offered when the batch is only known at run time
 ANY_BATCH_TILES = (1, 2, 4, 8)
 
@@ -403,11 +410,14 @@ def unmeasured_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | N
     measure-off picks and their variants in turn: the 16 so taken ran 1.00-1.48x faster than the
     picks, the 7 left 0.91-1.00x (docs/data/tc-shared-fragments-h200.jsonl, run D); with every load
     of h in one turn where the estimate allows it, 17 of 18 taken ran 1.01-1.51x faster, GRU H=1536
-    B=32 fp16 0.96x (run F)."""
+    B=32 fp16 0.96x (run F). A pick whose chunk spans FULLEST_N_TILES n-tiles or more takes as many
+    k-tiles there as shared memory holds."""
     variant = shared_fragments_variant(spec, cfg, gpu)
     if variant is None:
         return None
     overflow = fragment_registers(spec, cfg) - cfg.register_cap(spec)
+    if cfg.n_tiles() >= FULLEST_N_TILES:
+        return fullest_shared_fragments(spec, variant, gpu) or variant
     return variant if cfg.n_tiles() >= 2 or overflow >= ONE_TILE_OVERFLOW else None
 
 
