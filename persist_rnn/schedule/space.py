@@ -415,9 +415,9 @@ def unmeasured_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | N
     variant = shared_fragments_variant(spec, cfg, gpu)
     if variant is None:
         return None
-    overflow = fragment_registers(spec, cfg) - cfg.register_cap(spec)
     if cfg.n_tiles() >= FULLEST_N_TILES:
         return fullest_shared_fragments(spec, variant, gpu) or variant
+    overflow = fragment_registers(spec, cfg) - cfg.register_cap(spec)
     return variant if cfg.n_tiles() >= 2 or overflow >= ONE_TILE_OVERFLOW else None
 
 
