@@ -138,9 +138,7 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
                    f"co-resident CTAs): every config of the space is pruned, most often because "
                    f"{most_common_problem(spec, gpu, batch)}")
         gemm = gemm_scan_note(spec, None, batch, gpu, precision, sm90a)
-        if gemm:
-            return Plan(None, reason=f"{gemm}; {why}", lowering=GEMM_SCAN, wgmma=wgmma_step(spec, batch, gpu.num_sms, sm90a))
-        return Plan(None, reason=why)
+        return gemm_scan_plan(spec, batch, gpu, f"{gemm}; {why}", sm90a) if gemm else Plan(None, reason=why)
     scan = scan_plan(spec, ranked, batch, gpu, precision, sm90a)
     if scan is not None:
         return scan
@@ -168,9 +166,14 @@ def scan_plan(spec: CellSpec, ranked: list[tuple[float, Config]], batch: int | N
     scan (`streamed_scan_note`); None where a persistent config runs the layer."""
     gemm = gemm_scan_note(spec, ranked[0], batch, gpu, precision, sm90a)
     if gemm:
-        return Plan(None, reason=gemm, lowering=GEMM_SCAN, wgmma=wgmma_step(spec, batch, gpu.num_sms, sm90a))
+        return gemm_scan_plan(spec, batch, gpu, gemm, sm90a)
     scan = streamed_scan_note(spec, ranked, batch)
     return Plan(None, reason=scan) if scan else None
+
+
+def gemm_scan_plan(spec: CellSpec, batch: int, gpu, reason: str, sm90a: bool) -> Plan:
+    """The GEMM scan's plan, with the wgmma step its price was decided on (`Plan.wgmma`)."""
+    return Plan(None, reason=reason, lowering=GEMM_SCAN, wgmma=wgmma_step(spec, batch, gpu.num_sms, sm90a))
 
 
 def streamed_scan_note(spec: CellSpec, ranked: list[tuple[float, Config]], batch: int | None) -> str:

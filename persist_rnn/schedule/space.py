@@ -382,8 +382,7 @@ def shared_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Conf
     turns (docs/data/tc-shared-fragments-h200.jsonl, runs F and G)."""
     if not cfg.f16_mma() or cfg.smem_runs or fragment_registers(spec, cfg) <= cfg.register_cap(spec):
         return None
-    fitting = [dataclasses.replace(cfg, smem_runs=k) for k in range(1, cfg.k_tiles_per_warp(spec) + 1)]
-    fitting = [c for c in fitting if not problems_on(spec, c, gpu)]
+    fitting = _fragment_counts_that_fit(spec, cfg, gpu)
     within = [c for c in fitting if fragment_registers(spec, c) <= c.register_cap(spec) + SPILL_SLACK]
     one_turn = [c for c in within if in_one_turn(spec, c)]
     return (one_turn or within or [None])[0]
@@ -398,9 +397,15 @@ def fullest_shared_fragments(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Conf
     H=2048 B=2 fp16 0.77x) (docs/data/fullest-shared-fragments-h200.jsonl)."""
     if not cfg.f16_mma() or not cfg.smem_runs:
         return None
-    fitting = [k for k in range(cfg.k_tiles_per_warp(spec), cfg.smem_runs, -1)
-               if not problems_on(spec, dataclasses.replace(cfg, smem_runs=k), gpu)]
-    return dataclasses.replace(cfg, smem_runs=fitting[0]) if fitting else None
+    most = (_fragment_counts_that_fit(spec, cfg, gpu) or [cfg])[-1]
+    return most if most.smem_runs > cfg.smem_runs else None
+
+
+def _fragment_counts_that_fit(spec: CellSpec, cfg: Config, gpu: GPUModel) -> list[Config]:
+    """`cfg` with each count of its warp's k-tiles of A fragments in shared memory, 1 to all, that
+    runs on `gpu` (`problems_on`), fewest first."""
+    counts = (dataclasses.replace(cfg, smem_runs=k) for k in range(1, cfg.k_tiles_per_warp(spec) + 1))
+    return [c for c in counts if not problems_on(spec, c, gpu)]
 
 
 def unmeasured_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
