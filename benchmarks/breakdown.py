@@ -64,7 +64,7 @@ def kernel_ms(cell: str, hidden: int, batch: int, config: dict, seq_len: int = 1
     cfg = Config.from_dict(config)
     lib = build_kernel(persistent_kernel(spec, cfg), tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
     dev = tvm.cuda(0)
-    args = [tvm.runtime.tensor(a, dev) for a in kernel_arrays(spec, batch, seq_len, slots=cfg.exchange_slots(spec))]
+    args = [tvm.runtime.tensor(a, dev) for a in kernel_arrays(spec, batch, seq_len, slots=cfg.exchange_slots(spec), words=cfg.workspace_words(spec))]
     return cuda_ms(lambda: lib["main"](*args))
 
 

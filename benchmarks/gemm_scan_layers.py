@@ -92,6 +92,8 @@ def main():
     ap.add_argument("--wgmma-splits", default="", help="with --wgmma auto: only these splits of K (e.g. 1,2,4)")
     ap.add_argument("--wgmma-plain", action="store_true",
                     help="also time each wgmma plan with its kernels launched one after another (plain_us)")
+    ap.add_argument("--unverified", action="store_true",
+                    help="rank variants not yet run on a GPU too (`checks.unverified_reason`) for the persistent pick")
     args = ap.parse_args()
     wgmma_builds = {}  # (layer, plan) -> future of its exported library, every core building
     if args.wgmma:
@@ -111,7 +113,7 @@ def main():
     picks = {}  # layer -> (the persistent config a compile builds, the model's price of its pick)
     for text in args.layers:  # every persistent build in flight at once
         spec, batch, build_precision = layer(text)
-        _, ranked = _ranked(spec, gpu, batch, False, build_precision)
+        _, ranked = _ranked(spec, gpu, batch, args.unverified, build_precision)
         if ranked and not args.scan_only:
             pick = model_pick(ranked, gpu, batch)
             picks[text] = (unmeasured_variant(spec, pick, gpu) or pick, next(t for t, c in ranked if c == pick))

@@ -177,7 +177,7 @@ def step_times(spec: CellSpec, cfg: Config, dev, target, batch: int = 1) -> dict
             out[f"{variant}_error"] = str(err).splitlines()[-1][:200]
             out[f"{variant}_step_us"] = float("nan")
             continue
-        us = [time_kernel(lib, dev, kernel_arrays(spec, batch, n, slots=cfg.exchange_slots(spec)), repeats=9) for n in STEPS]
+        us = [time_kernel(lib, dev, kernel_arrays(spec, batch, n, slots=cfg.exchange_slots(spec), words=cfg.workspace_words(spec)), repeats=9) for n in STEPS]
         out[f"{variant}_step_us"] = float(np.polyfit(STEPS, us, 1)[0])
         out[f"{variant}_t100_us"] = us[0]
         out[f"{variant}_us"] = us

@@ -66,7 +66,7 @@ def timed_into(row: dict, spec, batch: int, cfg, lib, dev) -> dict:
     try:
         if isinstance(lib, Exception):
             raise lib
-        arrays = kernel_arrays(spec, batch, MEASURE_STEPS, slots=cfg.exchange_slots(spec))
+        arrays = kernel_arrays(spec, batch, MEASURE_STEPS, slots=cfg.exchange_slots(spec), words=cfg.workspace_words(spec))
         row["measured_us"] = time_kernel(lib, dev, arrays) / MEASURE_STEPS
     except RuntimeError as err:
         row["error"] = " | ".join(str(err).strip().splitlines())[:600]

@@ -69,7 +69,7 @@ def time_layer(text: str, smem_runs: list[str], config: str | None, out: str):
             continue
         cfg = variant if runs == "variant" else dataclasses.replace(base, smem_runs=int(runs))
         lib = build_kernel(persistent_kernel(spec, cfg), target)
-        us = [time_kernel(lib, dev, kernel_arrays(spec, batch, n, slots=cfg.exchange_slots(spec)), repeats=9)
+        us = [time_kernel(lib, dev, kernel_arrays(spec, batch, n, slots=cfg.exchange_slots(spec), words=cfg.workspace_words(spec)), repeats=9)
               for n in STEPS]
         compiled = persist_rnn.compile(model, "cuda", precision=build_precision, config=cfg)
         report = compiled.report()[0]

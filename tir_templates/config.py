@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .signature import BARRIER_FLAG_WORD
+from .signature import BARRIER_FLAG_WORD, WORKSPACE_WORDS
 from .spec import CellSpec
 
 #: 2: lane updates, shared-memory h double-buffered in a resident CTA, fast sigmoid;
@@ -119,6 +119,7 @@ class Config:
     smem_runs: int = 0  # of each lane's runs of columns (column_run wide), how many live in shared memory
     # (tensor cores: of each warp's k-tiles of A fragments, the last this many)
     global_runs: int = 0  # ... and how many, after those, are read from global memory (L2, HBM) each step
+    # (16-bit tensor cores: the warp's k-tiles after its `smem_runs`, their A fragments read from R)
     mma_k_split: int = 0  # > 0: tensor-core dot products, this many warps splitting the columns of a row tile
     dsmem: bool = False  # a cluster's CTAs send h(t) into each other's shared memory (no cluster barrier)
     mma_precision: str = "3xtf32"  # tensor cores: "3xtf32" (fp32 accuracy) or "tf32" (one mma of rounded operands)
@@ -324,7 +325,7 @@ class Config:
         planner picked spilled); the last `smem_runs` runs of each row are in shared memory, and
         the `global_runs` after them in global memory."""
         if self.tensor_cores():  # an A fragment (4 registers) per k-tile, but the last `smem_runs`
-            return 4 * (self.k_tiles_per_warp(spec) - self.smem_runs)
+            return 4 * (self.k_tiles_per_warp(spec) - self.smem_runs - self.global_runs)  # (and `global_runs`)
         if self.int8_weights():  # a run of four columns a register, and the row's scale
             return self.rows_per_group * (self.cols_per_lane(spec) // 4 + 1)
         return self.rows_per_group * (self.cols_per_lane(spec)
@@ -397,9 +398,20 @@ class Config:
 
     def global_weight_bytes(self, spec: CellSpec) -> int:
         """Bytes of the CTA's weights read from global memory each pass over them (`global_runs`),
-        in the layer's own dtype (R as the kernel receives it)."""
+        in the layer's own dtype (R as the kernel receives it); a tensor-core warp's k-tile, its
+        A fragment as the 16-bit pairs the kernel packed into its workspace, 16 bytes a thread."""
+        if self.tensor_cores():
+            return self.threads(spec) * self.global_runs * 4 * 4
         r_bytes = 2 if spec.dtype in HALF_DTYPES else 4
         return self.threads(spec) * self.rows_per_group * self.global_runs * self.column_run(spec) * r_bytes
+
+    def workspace_words(self, spec: CellSpec) -> int:
+        """Words of the per-call workspace the kernel takes: the barrier's, and with 16-bit
+        tensor-core A fragments read each step (`global_runs`) their packed pairs, 4 words a
+        k-tile and thread of each CTA of a batch tile (`dot_mma.pack_streamed_fragments`)."""
+        if not (self.tensor_cores() and self.global_runs):
+            return WORKSPACE_WORDS
+        return WORKSPACE_WORDS + self.num_ctas(spec) * self.threads(spec) * self.global_runs * 4
 
     def static_shared_bytes(self, spec: CellSpec) -> int:
         """Shared memory outside the dynamic allocation: a resident CTA's copies of h (kept apart so
@@ -623,8 +635,13 @@ def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
     if cfg.f16_mma() and cfg.mma_precision != "3xtf32":
         out.append(f"tensor cores: mma_precision {cfg.mma_precision!r} is for fp32 layers (a 16-bit layer's mma is "
                    "at its own dtype)")
-    if cfg.global_runs or (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
-        out.append("tensor cores: no weights in global memory, group_size 32 and rows_per_group 16")
+    if (cfg.group_size, cfg.rows_per_group) != (32, MMA_M):
+        out.append("tensor cores: group_size 32 and rows_per_group 16")
+    if cfg.global_runs and not (cfg.f16_mma() and spec.dtype in HALF_DTYPES and cfg.global_runs > 0
+                                and cfg.smem_runs + cfg.global_runs <= cfg.k_tiles_per_warp(spec)):
+        out.append(f"tensor cores: global_runs {cfg.global_runs} (k-tiles of A fragments read from R in global memory "
+                   f"each step) only with a 16-bit layer's mma, after its smem_runs, at most the warp's "
+                   f"{cfg.k_tiles_per_warp(spec)} k-tiles")
     if cfg.smem_runs and not (cfg.f16_mma() and 0 < cfg.smem_runs <= cfg.k_tiles_per_warp(spec)):
         out.append(f"tensor cores: smem_runs {cfg.smem_runs} (k-tiles of A fragments in shared memory) only with the "
                    f"16-bit mma, at most the warp's {cfg.k_tiles_per_warp(spec)} k-tiles")

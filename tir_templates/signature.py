@@ -15,10 +15,11 @@ T and B are runtime variables, everything else comes from the layer's CellSpec:
          layer's Y leaves the kernel as the model wants it, with no cast kernel after it),
          yh (D, B, H), yc (D, B, H) (LSTM only) in float32 (the reference scan keeps its states there;
          a kernel that only writes them may declare them in the layer's dtype, `recurrence_func`),
-         hbuf (EXCHANGE_SLOTS or more, D, B, H) float32, ws (WORKSPACE_WORDS,) uint32
+         hbuf (EXCHANGE_SLOTS or more, D, B, H) float32, ws (WORKSPACE_WORDS or more,) uint32
 The last two outputs are per-call scratch that the reference ignores and the persistent kernels
-use (h exchanged between CTAs, grid-barrier counters); a kernel may want a longer exchange
-buffer, which the pass then writes into the call site.
+use (h exchanged between CTAs, grid-barrier counters, a packed copy of weights read each step);
+a kernel may want a longer exchange buffer or workspace, which the pass then writes into the
+call site.
 """
 from __future__ import annotations
 
@@ -61,14 +62,16 @@ def time_index(spec: CellSpec, d, s, n_valid):
 
 
 def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS, yh_written_only: bool = False,
-                    yc_written_only: bool = False) -> tvm.tirx.PrimFunc:
+                    yc_written_only: bool = False, workspace_words: int = WORKSPACE_WORDS) -> tvm.tirx.PrimFunc:
     """A PrimFunc with the signature above whose body is the TIR macro `body`, called as
     body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b); it carries `spec`. The exchange
     buffer's leading extent stays symbolic (at least `slots`), so that a pass can swap the callee
     of a call site without changing the callee's type. `yh_written_only`: the body never reads yh,
     which is then in the layer's dtype too (the pass that swaps such a kernel in re-types Y_h at
     its call sites, so that no cast kernel follows it); `yc_written_only` likewise for an LSTM's yc
-    (a GRU's yc is fp32 scratch: the two-phase kernel keeps z there)."""
+    (a GRU's yc is fp32 scratch: the two-phase kernel keeps z there). The workspace's extent is
+    symbolic too, at least `workspace_words` (a kernel that keeps a packed copy of some weights
+    there asks for more: `Config.workspace_words`)."""
     H, D = spec.hidden_size, spec.num_directions
     GH = spec.num_gates * H
     y_dtype = spec.dtype  # stores into y round to it (TVMScript casts a store to its buffer's dtype)
@@ -80,7 +83,7 @@ def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS, yh_writte
         xw_h: T.handle, r: T.Buffer((D, GH, H), "float32"), rb: T.Buffer((D, GH), "float32"),
         lens_h: T.handle, h0_h: T.handle, c0_h: T.handle, p: T.Buffer((D, 3 * H), "float32"),
         y_h: T.handle, yh_h: T.handle, yc_h: T.handle, hb_h: T.handle,
-        ws: T.Buffer((WORKSPACE_WORDS,), "uint32"),
+        ws_h: T.handle,
     ):
         T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": 8})  # 8: opaque, never fused
         n_t = T.int64()
@@ -94,7 +97,10 @@ def recurrence_func(spec: CellSpec, body, slots: int = EXCHANGE_SLOTS, yh_writte
         yh = T.match_buffer(yh_h, (D, n_b, H), yh_dtype)
         yc = T.match_buffer(yc_h, (D, n_b, H), yc_dtype)
         hb = T.match_buffer(hb_h, (n_slots, D, n_b, H), "float32")
+        n_words = T.int64()
+        ws = T.match_buffer(ws_h, (n_words,), "uint32")
         assert n_slots >= slots, "the exchange buffer is shorter than this kernel needs"
+        assert n_words >= workspace_words, "the workspace is shorter than this kernel needs"
         body(xw, r, rb, lens, h0, c0, p, y, yh, yc, hb, ws, n_t, n_b)
 
     return kernel.with_attr(ATTR_KEY, spec.to_json())

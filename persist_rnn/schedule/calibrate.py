@@ -174,7 +174,7 @@ def sweep_rows(spec: CellSpec, configs, gpu: GPUModel, target, dev, batch: int) 
     for cfg, lib in zip(configs, libs):
         if lib is None:
             continue
-        arrays = kernel_arrays(spec, batch, MEASURE_STEPS, slots=cfg.exchange_slots(spec))
+        arrays = kernel_arrays(spec, batch, MEASURE_STEPS, slots=cfg.exchange_slots(spec), words=cfg.workspace_words(spec))
         us = time_kernel(lib, dev, arrays) / MEASURE_STEPS
         rows.append({"cell": spec.cell, "hidden": spec.hidden_size, "batch": batch, "config": cfg.as_dict(),
                      "measured_us": us, "model_us": step_us(spec, cfg, gpu, batch),

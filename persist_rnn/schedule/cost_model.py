@@ -45,8 +45,9 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 #: (`gemm_scan_cost.wgmma_scan_us`), which moves layers from persistent configs to the scan; 10: that
 #: step priced on the split of K it takes (`gemm_scan_cost.wgmma_step`), which moves more; 11: a
 #: pick of 4 n-tiles a chunk whose A fragments go to shared memory takes as many k-tiles there as
-#: shared memory holds (`space.FULLEST_N_TILES`)
-MODEL_VERSION = 11
+#: shared memory holds (`space.FULLEST_N_TILES`); 12: 16-bit tensor-core configs of a layer past the chip
+#: that read their last k-tiles' A fragments each step (`space.streamed_fragments_variant`)
+MODEL_VERSION = 12
 #: the most sums (rows x batch rows of a chunk) an FMA-unit warp may keep and be priced at the
 #: scheduler that holds the most warps: of the 40 measure-off picks that rule moved on the H200,
 #: the 30 at 16 or fewer ran 1.115x faster (geomean), the 10 above 0.943x

@@ -37,9 +37,11 @@ FLUSH_BYTES = 256 << 20
 _FLUSH = "persist_rnn.flush_l2"
 
 
-def kernel_arrays(spec: CellSpec, batch: int, seq_len: int, seed: int = 0, slots: int = EXCHANGE_SLOTS) -> list[np.ndarray]:
+def kernel_arrays(spec: CellSpec, batch: int, seq_len: int, seed: int = 0, slots: int = EXCHANGE_SLOTS,
+                  words: int = WORKSPACE_WORDS) -> list[np.ndarray]:
     """Random inputs and zeroed outputs in the order every recurrence kernel takes them (`slots`:
-    the exchange buffer's, `Config.exchange_slots`); operands the spec broadcasts have batch extent 1.
+    the exchange buffer's, `Config.exchange_slots`; `words`: the workspace's, `Config.workspace_words`);
+    operands the spec broadcasts have batch extent 1.
     Y, Y_h and an LSTM's Y_c in the layer's dtype, as the persistent kernels take them
     (tir_templates/signature.py; `as_params` converts them for another kernel)."""
     rng = np.random.default_rng(seed)
@@ -49,7 +51,7 @@ def kernel_arrays(spec: CellSpec, batch: int, seq_len: int, seed: int = 0, slots
     return [f(seq_len, batch, D, G * H), f(D, G * H, H), f(D, G * H), np.full(lens_b, seq_len, "int32"),
             f(D, h0_b, H), f(D, c0_b, H), f(D, 3 * H), np.zeros((seq_len, D, batch, H), spec.dtype),
             np.zeros((D, batch, H), spec.dtype), np.zeros((D, batch, H), spec.dtype if spec.cell == "lstm" else "float32"),
-            np.zeros((slots, D, batch, H), "float32"), np.zeros(WORKSPACE_WORDS, "uint32")]
+            np.zeros((slots, D, batch, H), "float32"), np.zeros(words, "uint32")]
 
 
 def as_params(func: tvm.tirx.PrimFunc, arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -220,7 +222,7 @@ def measure_configs(spec: CellSpec, configs: list[Config], target, dev, batch: i
         try:
             if isinstance(lib, Exception):
                 raise lib
-            arrays = kernel_arrays(spec, batch, seq_len, slots=cfg.exchange_slots(spec))
+            arrays = kernel_arrays(spec, batch, seq_len, slots=cfg.exchange_slots(spec), words=cfg.workspace_words(spec))
             us = time_kernel(lib, dev, arrays, cold=cold) / seq_len
             out.append((us, cfg))
         except RuntimeError as err:  # a failed build, or TVM's error for a refused launch (tvm.error.InternalError)

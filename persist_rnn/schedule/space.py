@@ -29,7 +29,7 @@ import itertools
 import math
 
 from tir_templates.config import (HALF_DTYPES, INT8, MMA_N, SPILL_SLACK, Config, dsmem_problems, problems,
-                                   stamped_problems, tensor_core_dtypes, two_phase)
+                                   register_cap_of, stamped_problems, tensor_core_dtypes, two_phase)
 from tir_templates.persistent.checks import unverified_reason
 from tir_templates.persistent.h16_exchange import in_one_turn, load_registers
 from tir_templates.spec import CellSpec
@@ -62,6 +62,12 @@ ONE_TILE_OVERFLOW = 36
 #: layers (H=960-1408, B=32-128), 1.07x (0.86-1.21x) (docs/data/fullest-shared-fragments-h200.jsonl,
 #: runs A and C)
 FULLEST_N_TILES = 4
+#: column splits a streamed-fragments config takes at least (`streamed_fragments_variant`): a warp
+#: reads its streamed k-tiles one turn after another, so one warp a row tile makes one long chain
+#: of them. Kernel alone on the H200, against the same layer's best of two splits: LSTM H=2560
+#: B=16 fp16 17.0 against 10.7 us a step, LSTM H=4096 B=4 fp16 53.9 against 39.3
+#: (docs/data/streamed-fragments-h200.jsonl, run A)
+STREAMED_MIN_SPLITS = 2
 #: batch tiles offered when the batch is only known at run time
 ANY_BATCH_TILES = (1, 2, 4, 8)
 
@@ -106,6 +112,8 @@ def _fitting(spec: CellSpec, gpu: GPUModel, batch: int | None, groups, precision
             spilling.append(cfg)
     if not any(c.tensor_cores() for c in out):
         out += [fit for fit in (_shared_fragments(spec, cfg, gpu) for cfg in spilling) if fit is not None]
+    if stream and not any(c.tensor_cores() for c in out):
+        out += [fit for fit in (streamed_fragments_variant(spec, cfg, gpu) for cfg in spilling) if fit is not None]
     if groups is GROUP_SIZES and not any(c.tensor_cores() for c in out):
         out += _deep_chunks(spec, gpu, batch)
     return out
@@ -386,6 +394,28 @@ def shared_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Conf
     within = [c for c in fitting if fragment_registers(spec, c) <= c.register_cap(spec) + SPILL_SLACK]
     one_turn = [c for c in within if in_one_turn(spec, c)]
     return (one_turn or within or [None])[0]
+
+
+def streamed_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
+    """`cfg`, a 16-bit mma config of a layer whose weights registers and shared memory cannot
+    hold, with as many k-tiles of A fragments in shared memory as it holds and the fewest of the
+    rest read from R in global memory each step (`global_runs`, L2 keeping them where they fit)
+    that bring its register estimate within SPILL_SLACK of the cap; None where that is not a
+    16-bit mma config of a 16-bit layer, or no count fits."""
+    if (not cfg.f16_mma() or spec.dtype not in HALF_DTYPES or cfg.smem_runs or cfg.global_runs
+            or cfg.mma_k_split < STREAMED_MIN_SPLITS):
+        return None
+    tiles = cfg.k_tiles_per_warp(spec)
+    # shared memory a k-tile more or less does not depend on global_runs: the most it holds
+    shared = [k for k in range(tiles, -1, -1)
+              if not any(_SHARED_LIMIT in p or _DYNAMIC in p for p in problems_on(spec, dataclasses.replace(cfg, smem_runs=k), gpu))]
+    if not shared:
+        return None
+    for streamed in range(1, tiles + 1):
+        moved = dataclasses.replace(cfg, smem_runs=min(shared[0], tiles - streamed), global_runs=streamed)
+        if not problems_on(spec, moved, gpu) and fragment_registers(spec, moved) <= register_cap_of(moved.threads(spec)):
+            return moved
+    return None
 
 
 def fullest_shared_fragments(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:

@@ -33,7 +33,7 @@ from tir_templates.gemm_scan import GEMM_SCAN, gemm_scan, gemm_scan_slots
 from tir_templates.int8_rows import PACKED_R_ATTR
 from tir_templates.projection_wgmma import wgmma_arch
 from tir_templates.reference import reference_scan
-from tir_templates.signature import EXCHANGE_SLOTS
+from tir_templates.signature import EXCHANGE_SLOTS, WORKSPACE_WORDS
 from tir_templates.spec import ATTR_KEY, CellSpec
 from tir_templates.streamed import streamed_scan
 
@@ -91,16 +91,17 @@ _LAYOUT_OPS = ("relax.permute_dims", "relax.reshape", "relax.squeeze", "relax.ex
 @relax.expr_functor.mutator
 class _CallSiteConformer(relax.PyExprMutator):
     """call_tir sites of the kernels in `slots` (GlobalVar name -> exchange slots) get an exchange
-    buffer (output 3) of that many slots; those of the kernels in `dtypes` (GlobalVar name ->
+    buffer (output 3) of that many slots, those in `words` (name -> workspace words) a workspace
+    (output 4) of that many words; those of the kernels in `dtypes` (GlobalVar name ->
     {output: dtype}) results of those dtypes. Whatever used such a result gets it in the dtype it
     had, widened by a cast (exact: the importer rounds Y_h and Y_c to the layer's dtype before
     anything reads them), and that cast followed by the importer's cast back is dropped, so that
     where the importer's cast is still an op (PersistentRNN before legalization) no cast kernel is
     left."""
 
-    def __init__(self, mod, slots: dict, dtypes: dict, retyped: dict):
+    def __init__(self, mod, slots: dict, dtypes: dict, retyped: dict, words: dict):
         super().__init__(mod)
-        self.slots, self.dtypes = slots, dtypes
+        self.slots, self.dtypes, self.words = slots, dtypes, words
         # a GlobalVar keeps the type of the function it was made for: a kernel whose results
         # change dtype is added afresh under its name (the old one was taken out of the module)
         self.callees = {name: self.builder_.add_func(func, name) for name, func in retyped.items()}
@@ -110,12 +111,14 @@ class _CallSiteConformer(relax.PyExprMutator):
     def visit_call_(self, call):
         call = super().visit_call_(call)
         name = call.args[0].name_hint if call.op.same_as(self.call_tir) else None
-        if name in self.slots or name in self.dtypes:
+        if name in self.slots or name in self.dtypes or name in self.words:
             call = relax.Call(call.op, [self.callees.get(name, call.args[0]), *call.args[1:]], call.attrs, call.ty_args)
             outs = list(call.ty_args[0].fields)
             if name in self.slots:
                 ex = outs[3]
                 outs[3] = relax.TensorType([self.slots[name], *list(ex.shape)[1:]], ex.dtype)
+            if name in self.words:
+                outs[4] = relax.TensorType([self.words[name]], outs[4].dtype)
             for index, dtype in self.dtypes.get(name, {}).items():
                 outs[index] = relax.TensorType(outs[index].shape, dtype)
             return relax.Call(call.op, call.args, call.attrs, [relax.TupleType(outs)])  # tir_vars kept
@@ -162,7 +165,7 @@ def _retyped_outputs(mod: tvm.IRModule, kernels) -> dict:
     return out
 
 
-def _conform_call_sites(mod: tvm.IRModule, slots: dict, dtypes: dict) -> tvm.IRModule:
+def _conform_call_sites(mod: tvm.IRModule, slots: dict, dtypes: dict, words: dict) -> tvm.IRModule:
     retyped = {}
     for name in dtypes:
         gv = mod.get_global_var(name)
@@ -170,7 +173,7 @@ def _conform_call_sites(mod: tvm.IRModule, slots: dict, dtypes: dict) -> tvm.IRM
         del mod[gv]
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
-            conformer = _CallSiteConformer(mod, slots, dtypes, retyped)  # (add_func finds a kernel added before)
+            conformer = _CallSiteConformer(mod, slots, dtypes, retyped, words)  # (add_func finds a kernel added before)
             new_func = relax.analysis.remove_all_unused(conformer.visit_expr(func))  # widenings left unread
             mod = conformer.builder_.get()
             mod[gv] = new_func
@@ -277,7 +280,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
         cuda = target.kind.name == "cuda"
         arch = target_arch(target) if cuda else None
         gpu = gpu_model(arch) if cuda else None
-        slots, plans = {}, {}
+        slots, words, plans = {}, {}, {}
         for gv, func, spec in list(recurrences(mod)):
             if str(func.attrs.get(LOWERING_ATTR, "reference")) != "reference":
                 continue  # already lowered
@@ -309,6 +312,9 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 need = max(cfg.exchange_slots(spec) for cfg in kernel_configs(new))
                 if need != EXCHANGE_SLOTS:
                     slots[gv.name_hint] = need
+                need = max(cfg.workspace_words(spec) for cfg in kernel_configs(new))
+                if need != WORKSPACE_WORDS:  # a packed copy of the weights some steps read (dot_mma.py)
+                    words[gv.name_hint] = need
             if gv.name_hint in embedded:
                 new = new.with_attr(EMBEDDING_FOLDED_ATTR, 1)
             mod[gv] = new.with_attr(ATTR_KEY, spec.to_json())
@@ -329,7 +335,7 @@ def PersistentRNN(target, *, tuning_log=None, config=None, top_k=5, measure=None
                 elif cooperative and _needs_cooperative_launch(func, spec):
                     mod[gv] = func.with_attr(*COOPERATIVE_LAUNCH)
         dtypes = _retyped_outputs(mod, {gv.name_hint for gv, _, _ in recurrences(mod)})
-        return _conform_call_sites(mod, slots, dtypes) if slots or dtypes else mod
+        return _conform_call_sites(mod, slots, dtypes, words) if slots or dtypes or words else mod
 
     return _pass
 

@@ -266,6 +266,37 @@ def test_f16_mma_shared_fragments_match_onnxruntime(op, direction, dtype, cfg):
     _matches_three_times(case, cfg, TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("op,direction,dtype,cfg", [
+    ("LSTM", "forward", "float16", Config(8, 32, 16, 20, "float16", mma_k_split=4, smem_runs=1, global_runs=2)),
+    ("GRU", "forward", "float16", Config(16, 32, 16, 16, "float16", cluster=True, batch_tile=16, mma_k_split=2,
+                                         global_runs=4)),  # cluster tiles
+    ("LSTM", "bidirectional", "bfloat16", Config(32, 32, 16, 8, "bfloat16", cluster=True, batch_tile=8, mma_k_split=1,
+                                                 smem_runs=6, global_runs=10)),  # no fragment in registers
+    ("GRU", "bidirectional", "bfloat16", Config(8, 32, 16, 20, "bfloat16", mma_k_split=2, global_runs=3)),  # padded tile
+    ("LSTM", "forward", "float16", Config(16, 32, 16, 8, "float16", batch_tile=8, mma_k_split=2, smem_runs=2,
+                                          global_runs=3, stamped=True)),  # grid batch tiles, stamped halves
+], ids=str)
+def test_f16_mma_streamed_fragments_match_onnxruntime(op, direction, dtype, cfg):
+    """16-bit tensor-core steps whose last k-tiles' A fragments are read from R in global memory
+    each step (`global_runs`, after any in shared memory): a grid, cluster and grid batch tiles,
+    stamped halves, one direction and two, forced at H=256, each (B, T) of the matrix three times
+    within the dtype's bound."""
+    case = _layer_case(op, 256, direction, dtype)
+    _matches_three_times(case, cfg, TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("op,dtype,cfg", [
+    ("LSTM", "float16", Config(20, 32, 16, 8, "float16", mma_k_split=2, smem_runs=36, global_runs=13)),  # B=16's pick
+    ("GRU", "bfloat16", Config(24, 32, 16, 8, "bfloat16", mma_k_split=2, smem_runs=34, global_runs=30)),
+], ids=str)
+def test_past_chip_streamed_fragments_match_onnxruntime(op, dtype, cfg):
+    """16-bit layers whose weights outgrow registers and shared memory (LSTM H=2560: 50 MiB; GRU
+    H=3072: 54 MiB), their tensor-core steps reading the last k-tiles' A fragments from R each
+    step (`space.streamed_fragments_variant`), each (B, T) of the matrix three times."""
+    hidden = 2560 if op == "LSTM" else 3072
+    _matches_three_times(_layer_case(op, hidden, "forward", dtype), cfg, TOLERANCE[dtype])
+
+
 @pytest.mark.parametrize("dtype,cfg", [
     ("float16", Config(16, 32, 16, 16, "float16", mma_k_split=2, smem_runs=33)),  # B=16's pick: 2 chunks at B=20
     ("bfloat16", Config(16, 32, 16, 4, "bfloat16", mma_k_split=2, smem_runs=26, stamped=True)),  # B=4's

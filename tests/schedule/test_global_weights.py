@@ -53,13 +53,18 @@ def test_runs_of_three_homes_never_exceed_a_lanes_columns():
     too_many = problems(spec, Config(16, 8, 4, 2, smem_runs=2, global_runs=runs - 1), 132, 232448)
     assert any("global_runs" in p for p in too_many)
     mma = problems(spec, Config(16, 32, 16, 2, mma_k_split=2, global_runs=1), 132, 232448)
-    assert any("no weights in global memory" in p for p in mma)
+    assert any("only with a 16-bit layer's mma" in p for p in mma)  # fp32 A fragments: never from R each step
     fp32_mma = problems(spec, Config(16, 32, 16, 2, mma_k_split=2, smem_runs=1), 132, 232448)
     assert any("only with the 16-bit mma" in p for p in fp32_mma)  # A fragments in shared memory: 16-bit only
     f16 = CellSpec("lstm", 256, 256, dtype="float16")
     assert not problems(f16, Config(16, 32, 16, 2, "float16", mma_k_split=2, smem_runs=8), 132, 232448)
     assert any("at most the warp's 8 k-tiles" in p
                for p in problems(f16, Config(16, 32, 16, 2, "float16", mma_k_split=2, smem_runs=9), 132, 232448))
+    # 16-bit A fragments read from R each step: after those in shared memory, within the warp's k-tiles
+    assert not problems(f16, Config(16, 32, 16, 2, "float16", mma_k_split=2, smem_runs=3, global_runs=5), 132, 232448)
+    assert any("after its smem_runs, at most the warp's 8 k-tiles" in p
+               for p in problems(f16, Config(16, 32, 16, 2, "float16", mma_k_split=2, smem_runs=3, global_runs=6),
+                                 132, 232448))
 
 
 def test_streamed_weights_cost_what_their_bytes_take_at_l2_or_hbm():

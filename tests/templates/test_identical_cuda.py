@@ -86,6 +86,9 @@ CASES = {
     # the H200, docs/data/grid-batch-tiles-h200.jsonl and the off-grid set's run M)
     "lstm-h768-fp16-grid-batch-tiles": ("lstm", 768, "forward", Config(24, 32, 16, 8, "float16", batch_tile=8,
                                                                        mma_k_split=2), {}),
+    # 16-bit tensor cores reading their last k-tiles' A fragments each step, packed in the workspace
+    "lstm-h256-fp16-streamed-fragments": ("lstm", 256, "forward", Config(8, 32, 16, 20, "float16", mma_k_split=4,
+                                                                         smem_runs=1, global_runs=2), {}),
     "rnn-h16-clip-lane-groups": ("rnn", 16, "reverse", Config(16, 2, 4, 4), dict(clip=1.0)),
     "rnn-h16-tensor-cores-resident": ("rnn", 16, "reverse", Config(16, 32, 16, 3, mma_k_split=2), dict(clip=1.0)),
 }
@@ -124,6 +127,7 @@ def test_cases_cover_every_variant():
     assert any(c.smem_runs and c.weight_dtype == "float32" for _, c in specs.values())
     assert any(c.global_runs for _, c in specs.values())
     assert any(c.global_runs and not c.weight_regs(s) and two_phase(s) for s, c in specs.values())
+    assert any(c.global_runs and c.f16_mma() for _, c in specs.values())
     assert any(c.h16_exchange(s) for s, c in specs.values())
     assert any(c.h16_exchange(s) and c.batch_tile for s, c in specs.values())
     assert any(c.f16_mma() and not c.h16_exchange(s) for s, c in specs.values())

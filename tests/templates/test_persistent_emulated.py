@@ -21,7 +21,7 @@ from tvm.script import tirx as T
 
 from persist_rnn.schedule.measure import kernel_arrays
 from persist_rnn.schedule.precision import TOLERANCE
-from tir_templates.config import Config
+from tir_templates.config import Config, problems
 from tir_templates.persistent.dot_mma import tf32_rounded
 from tir_templates.persistent import (
     BARRIER_FLAG_WORD,
@@ -318,4 +318,30 @@ def test_a_fragments_in_shared_memory_give_the_registers_sums(cell, direction, b
     want = run_on_llvm(emulated_persistent_kernel(spec, dataclasses.replace(cfg, smem_runs=0)), [a.copy() for a in arrays])
     for g, w in zip(got[7:], want[7:]):
         np.testing.assert_array_equal(g, w)
+    assert np.abs(got[7].astype("float32")).max() > 0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("cell,direction,batch,hidden,cfg", [
+    ("gru", "forward", 10, 48, Config(8, 32, 16, 10, mma_k_split=1, smem_runs=1, global_runs=1)),  # padded row tile
+    ("lstm", "bidirectional", 3, 32, Config(4, 32, 16, 3, mma_k_split=1, global_runs=2)),  # every fragment from R
+    ("lstm", "forward", 5, 128, Config(16, 32, 16, 5, mma_k_split=2, smem_runs=1, global_runs=2)),  # 2 splits of 4
+], ids=str)
+def test_a_fragments_read_from_r_each_step_give_the_registers_sums(cell, direction, batch, hidden, cfg, dtype):
+    """A 16-bit mma config whose last k-tiles' A fragments are read from R every step
+    (`global_runs`, after any in shared memory) rounds them as the registers' are and adds the
+    same products in the same order: equal outputs to every fragment in registers."""
+    import ml_dtypes
+
+    cfg = dataclasses.replace(cfg, weight_dtype=dtype)
+    spec = CellSpec(cell, I, hidden, direction, linear_before_reset=(cell == "gru"), dtype=dtype)
+    held = cfg.k_tiles_per_warp(spec) - cfg.smem_runs - cfg.global_runs
+    assert cfg.weight_regs(spec) == 4 * held and not problems(spec, cfg, 132, 227 * 1024, 16)
+    arrays = kernel_arrays(spec, batch, STEPS, seed=7, slots=cfg.exchange_slots(spec), words=cfg.workspace_words(spec))
+    got = run_on_llvm(emulated_persistent_kernel(spec, cfg), [a.copy() for a in arrays])
+    want = run_on_llvm(emulated_persistent_kernel(spec, dataclasses.replace(cfg, smem_runs=0, global_runs=0)),
+                       [a.copy() for a in arrays])
+    for g, w in zip(got[7:10], want[7:10]):  # Y, Y_h, Y_c (the workspace holds the packed pairs too)
+        np.testing.assert_array_equal(g, w)
+    assert got[11][32:].any()
     assert np.abs(got[7].astype("float32")).max() > 0

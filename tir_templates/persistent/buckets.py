@@ -46,7 +46,8 @@ def _build(spec: CellSpec, buckets: Buckets, kernel, emulate: bool, packed_r: bo
         run(a)
 
     func = recurrence_func(spec, body, max(cfg.exchange_slots(spec) for _, cfg in buckets), yh_written_only=True,
-                           yc_written_only=all(cfg.cell_state_slot(spec) is not None for _, cfg in buckets))
+                           yc_written_only=all(cfg.cell_state_slot(spec) is not None for _, cfg in buckets),
+                           workspace_words=max(cfg.workspace_words(spec) for _, cfg in buckets))
     return func.with_attr(PACKED_R_ATTR, True) if packed_r else func
 
 

@@ -40,7 +40,11 @@ def unverified_reason(spec: CellSpec, cfg: Config) -> str:
     17 random layers' picks: run C of docs/data/conformance-sweep-h200.jsonl), and the 16-bit mma
     on a quantized fp32 layer's fp16 weights (grid, stamped halves, shared fragments, grid and
     cluster batch tiles, bidirectional, at H=256; the model's picks at H=512-2048:
-    docs/data/gpu-quantized-tensor-cores-h200.log). A new variant starts here, named."""
+    docs/data/gpu-quantized-tensor-cores-h200.log), and 16-bit tensor-core A fragments read each step
+    from the workspace's packed pairs (`global_runs`; a grid, cluster and grid batch tiles, stamped
+    halves, one and two directions, at H=256, and the picks of LSTM H=2560 fp16 and GRU H=3072 bf16:
+    `test_f16_mma_streamed_fragments_match_onnxruntime`, docs/data/gpu-streamed-fragments-h200.log).
+    A new variant starts here, named."""
     return ""
 
 

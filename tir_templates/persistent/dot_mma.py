@@ -164,10 +164,46 @@ def mma_f16(L, acc, nt, a, bh):
 
 
 @T.macro
-def mma_dot_f16(L, t, hs):
+def pack_streamed_fragments(L, a, t):
+    """The 16-bit A fragments of the warp's last GK k-tiles, which registers and shared memory
+    cannot hold, packed once a call into the workspace (`Layout.streamed_word`), rounded as
+    `mma_load_weights` rounds the others: the step then reads half of R's fp32 bytes, a warp's
+    128 consecutive bytes a load. Written after the kernel before has finished (the workspace is
+    this call's output)."""
+    pair = T.alloc_buffer((1,), "uint32", scope="local")
+    for i in T.serial(L.GK):
+        for j in T.unroll(4):
+            if L.emulate:
+                pair[0] = f16_pair(weight(L, a, t, j, L.mma_col_f16(t.tx, L.KREG + L.SK + i, j, 0)),
+                                   weight(L, a, t, j, L.mma_col_f16(t.tx, L.KREG + L.SK + i, j, 1)), L.BF16)
+            else:
+                pair_convert(L.BF16)(pair[0], weight(L, a, t, j, L.mma_col_f16(t.tx, L.KREG + L.SK + i, j, 1)),
+                                     weight(L, a, t, j, L.mma_col_f16(t.tx, L.KREG + L.SK + i, j, 0)))
+            a.ws[L.streamed_word(t.cta, t.tx, i, j)] = pair[0]
+
+
+@T.macro
+def streamed_fragments(L, a, t, hs, bh):
+    """The warp's last GK k-tiles' mma, their A fragments read each step from the workspace's
+    packed pairs (`pack_streamed_fragments`; in L2 where they fit). GKU k-tiles a loop turn:
+    their loads are in flight together, and a turn bounds how many the compiler hoists."""
+    ag = T.alloc_buffer((4,), "uint32", scope="local")
+    for turn in T.serial((L.GK + L.GKU - 1) // L.GKU):
+        for u in T.unroll(L.GKU):
+            if turn * L.GKU + u < L.GK:
+                for j in T.unroll(4):
+                    ag[j] = a.ws[L.streamed_word(t.cta, t.tx, turn * L.GKU + u, j)]
+                for nt in T.unroll(L.NTL):
+                    f16_b_fragment(L, t, hs, bh, L.KREG + L.SK + turn * L.GKU + u, nt)
+                    mma_f16(L, t.acc, acc_tile(L, u, nt), [ag[j] for j in range(4)], bh)  # (a set by u: static)
+
+
+@T.macro
+def mma_dot_f16(L, a, t, hs):
     """fp16 (bf16): h(t-1) rounded to the layer's dtype in pairs, one m16n8k16 mma per (k-tile,
-    n-tile) with the 16-bit weights, fp32 accumulation; the last SK k-tiles' A fragments read
-    from shared memory, once a k-tile."""
+    n-tile) with the 16-bit weights, fp32 accumulation; the SK k-tiles after the registers' A
+    fragments read from shared memory, once a k-tile, and the last GK k-tiles' from R in global
+    memory (`streamed_fragments`)."""
     bh = T.alloc_buffer((2,), "uint32", scope="local")
     if L.KREG > 0:
         for i in T.unroll(L.KREG):
@@ -182,6 +218,9 @@ def mma_dot_f16(L, t, hs):
             for nt in T.unroll(L.NTL):
                 f16_b_fragment(L, t, hs, bh, L.KREG + i, nt)
                 mma_f16(L, t.acc, acc_tile(L, L.KREG + i, nt), [ah[j] for j in range(4)], bh)
+    if L.GK > 0:
+        streamed_fragments(L, a, t, hs, bh)
+
 
 
 @T.macro
@@ -221,13 +260,13 @@ def mma_dot_3xtf32(L, t, hs):
 
 
 @T.macro
-def mma_dot(L, t, hs, gs):
+def mma_dot(L, a, t, hs, gs):
     """Each warp's row tile times h(t-1) over its k-tiles, then its C fragments into `gs` block
     `tx // 32 // RT` (the warp's column split) for the updating threads to add."""
     for a in T.unroll(L.NTL * 4 * L.ACC_SETS):
         t.acc[a] = T.float32(0)
     if L.F16:
-        mma_dot_f16(L, t, hs)
+        mma_dot_f16(L, a, t, hs)
     elif L.TF32:
         mma_dot_tf32(L, t, hs)
     else:
@@ -251,8 +290,9 @@ def h_operand_f16(L, hs, row, col):
     return b_operand(L, hs[row, col])
 
 
+
 @T.macro
-def emulated_mma_dot_f16(L, regs, hs, gs, cta):
+def emulated_mma_dot_f16(L, a, regs, hs, gs, cta):
     """`emulated_mma_dot` for the 16-bit mma (m16n8k16): element (m, k) of a warp's 16 x 16 tile
     sits in lane 4 * (m % 8) + (k % 8) // 2, register m // 8 + 2 * (k // 8), half k % 2."""
     for w, nt, m, nn in T.grid(L.RT * L.KS, L.NTL, 16, 8):
@@ -271,6 +311,14 @@ def emulated_mma_dot_f16(L, regs, hs, gs, cta):
                         + f16_half(regs.wsm[cta, i * 4 + m // 8 + 2 * (k // 8), w * 32 + 4 * (m % 8) + k % 8 // 2],
                                    k % 2, L.BF16)
                         * h_operand_f16(L, hs, nt * 8 + nn, ((w // L.RT) * L.KPW + L.KREG + i) * 16 + k))
+            if L.GK > 0:  # then those read each step, from the pairs packed in the workspace
+                for i, k in T.grid(L.GK, 16):
+                    gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m] = (
+                        gs[(w // L.RT) * L.BC + nt * 8 + nn, (w % L.RT) * 16 + m]
+                        + f16_half(a.ws[L.streamed_word(cta, w * 32 + 4 * (m % 8) + k % 8 // 2, i, m // 8 + 2 * (k // 8))],
+                                   k % 2, L.BF16)
+                        * h_operand_f16(L, hs, nt * 8 + nn, ((w // L.RT) * L.KPW + L.KREG + L.SK + i) * 16 + k))
+
 
 
 @T.macro
@@ -287,11 +335,11 @@ def emulated_mma_dot_tf32(L, regs, hs, gs, cta):
 
 
 @T.macro
-def emulated_mma_dot(L, regs, hs, gs, cta):
+def emulated_mma_dot(L, a, regs, hs, gs, cta):
     """The mma's product as PTX defines it (C[m, n] = sum over k of A[m, k] B[k, n]), with A
     read back from where `mma_load_weights` put it: element (m, k) of a warp's 16 x 8 tile sits
     in lane 4 * (m % 8) + k % 4, register m // 8 + 2 * (k // 4)."""
     if L.F16:
-        emulated_mma_dot_f16(L, regs, hs, gs, cta)
+        emulated_mma_dot_f16(L, a, regs, hs, gs, cta)
     else:
         emulated_mma_dot_tf32(L, regs, hs, gs, cta)

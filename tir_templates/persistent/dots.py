@@ -22,7 +22,7 @@ def weights_in(L, a, t):
 def dot_products(L, a, t, hs, gs, phase):
     """The CTA's gate rows times h(t-1) into `gs` (or, with lane updates, the lanes' registers)."""
     if L.MMA:
-        mma_dot(L, t, hs, gs)
+        mma_dot(L, a, t, hs, gs)
     else:
         dot_and_reduce(L, a, t, hs, gs, phase)
 
@@ -31,6 +31,6 @@ def dot_products(L, a, t, hs, gs, phase):
 def emulated_dot_products(L, a, regs, hs, gs, cta, phase):
     """`dot_products` of one CTA in the CPU twin."""
     if L.MMA:
-        emulated_mma_dot(L, regs, hs, gs, cta)
+        emulated_mma_dot(L, a, regs, hs, gs, cta)
     else:
         emulated_dot(L, a, regs, hs, gs, cta, phase)

@@ -16,6 +16,7 @@ from ..spec import CellSpec
 from .buffers import Args, emulated_registers, emulated_thread
 from .checks import check
 from .dot_fma import emulated_dot
+from .dot_mma import pack_streamed_fragments
 from .dots import emulated_dot_products, weights_in
 from .exchange import (emulated_barrier, emulated_dsmem_exchange, emulated_end_of_step, final_state, h_into_shared, init_state,
                        load_h, resident_states_out)
@@ -176,6 +177,8 @@ def emulated_kernel(L, a):
         t = T.meta_var(emulated_thread(L, regs, cta, tx))
         weights_in(L, a, t)
         load_biases(L, a, t)
+        if L.GK > 0:
+            pack_streamed_fragments(L, a, t)
         init_state(L, a, t)
     if L.partial_sums:
         for cta in range(L.grid_size(a.n_b)):
@@ -225,4 +228,5 @@ def emulated_persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc
         emulated_kernel(L, a)
 
     # final_state writes Y_h once; C's home between steps is not Y_c (cell_state.py)
-    return recurrence_func(spec, body, L.SLOTS, yh_written_only=True, yc_written_only=L.C_SLOT is not None)
+    return recurrence_func(spec, body, L.SLOTS, yh_written_only=True, yc_written_only=L.C_SLOT is not None,
+                           workspace_words=L.WS_WORDS)

@@ -25,6 +25,7 @@ from ..spec import CellSpec
 from .buffers import Args, cta_buffers
 from .checks import check
 from .dot_fma import dot_and_reduce
+from .dot_mma import pack_streamed_fragments
 from .dots import dot_products, weights_in
 from .exchange import (dsmem_exchange, dsmem_init, end_of_step, final_state, h_into_shared, init_state, load_h,
                        resident_states_out, step_barrier)
@@ -155,6 +156,8 @@ def cta_program(L, a, cta, tx):
     weights_in(L, a, t)
     load_biases(L, a, t)
     T.evaluate(wait_for_previous_kernel())  # launched early (PDL): the kernel before has now finished
+    if L.GK > 0:  # the A fragments read each step, packed into this call's workspace
+        pack_streamed_fragments(L, a, t)
     init_state(L, a, t)
     if L.partial_sums:  # ... and the CTA's columns of R_z, R_r, with step 0's partial sums
         load_partial_weights(L, a, t)
@@ -216,4 +219,5 @@ def persistent_kernel(spec: CellSpec, cfg: Config) -> tvm.tirx.PrimFunc:
         cuda_kernel(L, a)
 
     # final_state writes Y_h once; C's home between steps is not Y_c (cell_state.py)
-    return recurrence_func(spec, body, L.SLOTS, yh_written_only=True, yc_written_only=L.C_SLOT is not None)
+    return recurrence_func(spec, body, L.SLOTS, yh_written_only=True, yc_written_only=L.C_SLOT is not None,
+                           workspace_words=L.WS_WORDS)

@@ -18,7 +18,9 @@ BLOCK_M):
     UG        units per work group (lane updates)     UPT  (batch row, unit) pairs per thread
     XR        registers per pair: G inputs, C(t-1)    VEC  width of h's vector copies
     KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
-    SK, KREG          tensor cores: a warp's last SK k-tiles' A fragments in shared memory, the first KREG in registers
+    SK, KREG          tensor cores: a warp's SK k-tiles after the first KREG (in registers) in shared memory
+    GK, GKU           16-bit tensor cores: the warp's last GK k-tiles' A fragments read from R in global memory each
+                      step; how many of them a loop turn unrolls
     ACC_SETS          tensor cores: sets of C fragments a warp alternates between by k-tile (Config.acc_sets)
     TF32              tensor cores at TF32 precision: one mma of rounded operands (else 3xTF32)
     F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
@@ -37,6 +39,7 @@ from __future__ import annotations
 import tvm
 
 from ..config import STATIC_SHARED_BYTES, Config, two_phase
+from ..signature import WORKSPACE_WORDS
 from ..spec import CellSpec
 
 
@@ -44,6 +47,10 @@ from ..spec import CellSpec
 #: (an LSTM H=4096 B=16 step unrolled all 59 of its runs: 15,104 FMAs, which nvcc took longer than
 #: 5 minutes to compile, where every layer measured so far unrolls at most 5,376)
 GLOBAL_UNROLL_FMAS, GLOBAL_TURN_FMAS = 8192, 4096
+
+
+#: k-tiles of A fragments read from R that a loop turn of `dot_mma.streamed_fragments` unrolls
+STREAMED_TILES_A_TURN = 4
 
 
 def global_runs_unrolled(global_runs: int, run_fmas: int) -> int:
@@ -84,7 +91,7 @@ class Layout:
         self.KPL = self.H // self.WS
         self.DV = cfg.column_run(spec)
         self.SR = 0 if cfg.tensor_cores() else cfg.smem_runs
-        self.GR = cfg.global_runs  # runs read from R in global memory each step, after the SR runs
+        self.GR = 0 if cfg.tensor_cores() else cfg.global_runs  # runs read from R in global memory each step, after the SR runs
         self.RR = self.KPL // self.DV - self.SR - self.GR
         self.GU = global_runs_unrolled(self.GR, self.RPG * cfg.batch_chunk * self.DV)
         self.KR = self.RR * self.DV
@@ -125,8 +132,11 @@ class Layout:
         self.KS = cfg.k_splits()
         self.RT = cfg.row_tiles(spec) if self.MMA else 0
         self.KPW = cfg.k_tiles_per_warp(spec) if self.MMA else 0
-        self.SK = cfg.smem_runs if self.MMA else 0  # the last SK k-tiles' A fragments in shared memory
-        self.KREG = self.KPW - self.SK  # ... the first KREG in registers
+        self.SK = cfg.smem_runs if self.MMA else 0  # SK k-tiles of A fragments in shared memory, after the KREG
+        self.GK = cfg.global_runs if self.MMA else 0  # ... and the GK after them read from R each step,
+        self.GKU = min(self.GK, STREAMED_TILES_A_TURN)  # GKU k-tiles a loop turn
+        self.WS_WORDS = cfg.workspace_words(spec)
+        self.KREG = self.KPW - self.SK - self.GK  # ... the first KREG in registers
         self.NTL = cfg.n_tiles() if self.MMA else 0
         # a tensor-core step in batch tiles of a grid, of one n-tile (8 batch rows), fetches step
         # s+1's input projections after its mma, not at its top, where they held up the loads of
@@ -258,6 +268,13 @@ class Layout:
     def mma_col(self, tx, i, j):
         """Column of R of A-fragment register j in the warp's i-th k-tile: lane % 4, +4 for 2 and 3."""
         return ((tx // 32 // self.RT) * self.KPW + i) * 8 + tx % 4 + 4 * (j // 2)
+
+    def streamed_word(self, cta, tx, i, j):
+        """The workspace word that holds A-fragment register j of thread tx's i-th k-tile read
+        each step (of its last GK): after the barrier's words, by the CTA's place in its batch
+        tile, k-tile and register, then thread, so that a warp reads 32 consecutive words (every
+        batch tile's CTA of the same units writes the same pairs)."""
+        return WORKSPACE_WORDS + (((cta % self.NCTA) * self.GK + i) * 4 + j) * self.NT + tx
 
     def mma_col_f16(self, tx, i, j, e):
         """fp16 (m16n8k16): column of R of half e of A-fragment register j in the warp's i-th
