@@ -175,11 +175,13 @@ def precision_row(op, hidden, batch, seq_len, options, precision, flashrnn=True,
     return row
 
 
-def offgrid_row(cell: str, hidden: int, batch: int, precision: str, seq_len: int = 100) -> dict:
+def offgrid_row(cell: str, hidden: int, batch: int, precision: str, seq_len: int = 100, measured: bool = True) -> dict:
     """`--parts offgrid`'s row (`offgrid.py`): `precision_row` for the cost model's pick (no tuning
-    log, measure off) against cuDNN at `precision`, plus the default compile on the GPU (no tuning
-    log, top 5 timed) timed in the same run."""
+    log, measure off) against cuDNN at `precision`, plus (`measured`) the default compile on the
+    GPU (no tuning log, top 5 timed) timed in the same run."""
     row = precision_row(cell, hidden, batch, seq_len, {"tuning_log": None, "measure": False}, precision, flashrnn=False)
+    if not measured:
+        return {**row, "part": "offgrid"}
     build_precision, dtype, _ = PRECISIONS[precision]
     _, _, _, model, feeds = strict_fp32_case(cell, hidden, batch, seq_len, dtype)
     measured = compile_model(model, "cuda", precision=build_precision, tuning_log=None, measure=True, top_k=5)

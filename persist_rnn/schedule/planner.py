@@ -389,12 +389,15 @@ def rank_for_any_batch(spec: CellSpec, configs: list[Config], gpu) -> list[tuple
 
 def to_measure(ranked: list[tuple[float, Config]], top_k: int, spec: CellSpec | None = None,
                gpu=None) -> list[Config]:
-    """The model's top K of the FMA-unit configs, plus its best TENSOR_CORE_CANDIDATES tensor-core
+    """The model's top K of the FMA-unit configs (but not those that read weights from global memory
+    each step priced past STREAMING_CANDIDATE_RATIO times the model's best), plus its best TENSOR_CORE_CANDIDATES tensor-core
     configs (the model's first pick is always among them) and (given `spec`) its best tensor-core
     config of each way the CTAs meet that those lack (`meeting_kinds`), and (given `spec` and
     `gpu`) each of those with its A fragments partly in shared memory where its registers spill
     (`space.shared_fragments_variant`: the model does not price spills, so timing decides)."""
-    simt = [c for _, c in ranked if not c.tensor_cores()][:top_k]
+    best_us = ranked[0][0] if ranked else 0.0
+    simt = [c for us, c in ranked if not c.tensor_cores() and not (c.global_runs and us > STREAMING_CANDIDATE_RATIO * best_us)]
+    simt = simt[:top_k]
     ranked_tensor = [c for _, c in ranked if c.tensor_cores()]
     tensor = ranked_tensor[:TENSOR_CORE_CANDIDATES]
     if spec is not None:
@@ -426,6 +429,12 @@ def measured_candidates(spec: CellSpec, gpu, batch: int, ranked: list[tuple[floa
 
 #: tensor-core configs measured besides the model's top K (when the space has any)
 TENSOR_CORE_CANDIDATES = 2
+#: an FMA-unit config that reads weights from global memory each step is timed only if priced
+#: within this many times the model's best: beside the streamed-fragments configs of 16-bit layers
+#: past the chip they ran 3-8x slower, kernel alone on the H200 (LSTM H=2560 B=16 fp16 47.1 against
+#: 10.7 us a step, GRU H=3072 B=8 fp16 82.9 against 9.8: docs/data/streamed-fragments-h200.jsonl),
+#: and each takes nvcc over a minute to build (their runs of global weights unrolled)
+STREAMING_CANDIDATE_RATIO = 2.0
 
 
 def meeting_kinds(spec: CellSpec, ranked_tensor: list[Config], chosen: list[Config]) -> list[Config]:

@@ -104,6 +104,24 @@ def test_partial_sums_kernel_gets_its_longer_exchange_buffer():
     tvm.compile(out, target=CUDA)
 
 
+def test_streamed_fragments_kernel_gets_its_longer_workspace():
+    """A 16-bit tensor-core config that reads its last k-tiles' A fragments each step keeps them
+    packed in the workspace: the pass writes that extent into the call site, and it builds."""
+    model, _ = make_model(LayerCase(op="LSTM", hidden_size=64, input_size=8, batch=2, dtype="float16"))
+    cfg = Config(16, 32, 16, 2, "float16", mma_k_split=2, smem_runs=1, global_runs=1)  # 4 CTAs of 256 threads
+    out = PersistentRNN(CUDA, config=cfg)(from_onnx(model))
+    (name, kernel), = _kernels(out).items()
+    words = 32 + 4 * 256 * 1 * 4
+    assert f"assert n_words >= T.int64({words})" in kernel.script()
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    calls = []
+    relax.analysis.post_order_visit(out["main"].body, lambda e: calls.append(e) if isinstance(e, relax.Call)
+                                    and e.op.same_as(call_tir) and e.args[0].name_hint == name else None)
+    [call] = calls
+    assert [int(d) for d in call.ty_args[0].fields[4].shape] == [words]
+    tvm.compile(out, target=CUDA)
+
+
 def _launched(mod, tag, field, phrase) -> dict:
     """Kernel name -> whether it asks TVM's runtime for launch `tag` (and the report says so in
     LayerReport.`field` and in its line as `phrase`)."""
