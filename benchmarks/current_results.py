@@ -26,7 +26,7 @@ CURRENT = GRID_FILES + [STACKS_FILE, CORPUS_FILE, OFFGRID_FILE, OFFGRID_PART_FIL
 #: sections of docs/benchmarks.md written by hand (each names its data file and command), which a
 #: regeneration keeps as they stand, in this order after the generated ones
 KEPT_SECTIONS = ("## Off-grid layers outside the set", "## The 16-bit exchange of h(t-1)", "## A fragments in shared memory", "## Batch tiles of a grid",
-                 "## The GEMM scan, kernels alone",
+                 "## The GEMM scan, kernels alone", "## Streamed fragments: 16-bit layers past the chip, kernels alone",
                  "## The register cap ptxas gives", "## The input projection's 16-bit GEMM", "## Real models as shipped",
                  "## Layers too large for the chip", "## Quantized layers", "## PyTorch modules")
 PRECISION_ORDER = ("fp32", "tf32", "fp16", "bf16")
