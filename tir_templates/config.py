@@ -119,7 +119,7 @@ class Config:
     smem_runs: int = 0  # of each lane's runs of columns (column_run wide), how many live in shared memory
     # (tensor cores: of each warp's k-tiles of A fragments, the last this many)
     global_runs: int = 0  # ... and how many, after those, are read from global memory (L2, HBM) each step
-    # (16-bit tensor cores: the warp's k-tiles after its `smem_runs`, their A fragments read from R)
+    # (16-bit tensor cores: the warp's k-tiles after its `smem_runs`, their A fragments read each step)
     mma_k_split: int = 0  # > 0: tensor-core dot products, this many warps splitting the columns of a row tile
     dsmem: bool = False  # a cluster's CTAs send h(t) into each other's shared memory (no cluster barrier)
     mma_precision: str = "3xtf32"  # tensor cores: "3xtf32" (fp32 accuracy) or "tf32" (one mma of rounded operands)
@@ -639,7 +639,7 @@ def tensor_core_problems(spec: CellSpec, cfg: Config) -> list[str]:
         out.append("tensor cores: group_size 32 and rows_per_group 16")
     if cfg.global_runs and not (cfg.f16_mma() and spec.dtype in HALF_DTYPES and cfg.global_runs > 0
                                 and cfg.smem_runs + cfg.global_runs <= cfg.k_tiles_per_warp(spec)):
-        out.append(f"tensor cores: global_runs {cfg.global_runs} (k-tiles of A fragments read from R in global memory "
+        out.append(f"tensor cores: global_runs {cfg.global_runs} (k-tiles of A fragments read from global memory "
                    f"each step) only with a 16-bit layer's mma, after its smem_runs, at most the warp's "
                    f"{cfg.k_tiles_per_warp(spec)} k-tiles")
     if cfg.smem_runs and not (cfg.f16_mma() and 0 < cfg.smem_runs <= cfg.k_tiles_per_warp(spec)):

@@ -389,15 +389,16 @@ def rank_for_any_batch(spec: CellSpec, configs: list[Config], gpu) -> list[tuple
 
 def to_measure(ranked: list[tuple[float, Config]], top_k: int, spec: CellSpec | None = None,
                gpu=None) -> list[Config]:
-    """The model's top K of the FMA-unit configs (but not those that read weights from global memory
-    each step priced past STREAMING_CANDIDATE_RATIO times the model's best), plus its best TENSOR_CORE_CANDIDATES tensor-core
-    configs (the model's first pick is always among them) and (given `spec`) its best tensor-core
-    config of each way the CTAs meet that those lack (`meeting_kinds`), and (given `spec` and
-    `gpu`) each of those with its A fragments partly in shared memory where its registers spill
-    (`space.shared_fragments_variant`: the model does not price spills, so timing decides)."""
+    """The model's top K of the FMA-unit configs (but not those that read weights from global
+    memory each step priced past STREAMING_CANDIDATE_RATIO times the model's best), plus its best
+    TENSOR_CORE_CANDIDATES tensor-core configs (the model's first pick is always among them) and
+    (given `spec`) its best tensor-core config of each way the CTAs meet that those lack
+    (`meeting_kinds`), and (given `spec` and `gpu`) each of those with its A fragments partly in
+    shared memory where its registers spill (`space.shared_fragments_variant`: the model does not
+    price spills, so timing decides)."""
     best_us = ranked[0][0] if ranked else 0.0
-    simt = [c for us, c in ranked if not c.tensor_cores() and not (c.global_runs and us > STREAMING_CANDIDATE_RATIO * best_us)]
-    simt = simt[:top_k]
+    simt = [c for us, c in ranked if not c.tensor_cores()
+            and not (c.global_runs and us > STREAMING_CANDIDATE_RATIO * best_us)][:top_k]
     ranked_tensor = [c for _, c in ranked if c.tensor_cores()]
     tensor = ranked_tensor[:TENSOR_CORE_CANDIDATES]
     if spec is not None:

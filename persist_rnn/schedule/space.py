@@ -399,9 +399,11 @@ def shared_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Conf
 def streamed_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | None:
     """`cfg`, a 16-bit mma config of a layer whose weights registers and shared memory cannot
     hold, with as many k-tiles of A fragments in shared memory as it holds and the fewest of the
-    rest read from R in global memory each step (`global_runs`, L2 keeping them where they fit)
-    that bring its register estimate within SPILL_SLACK of the cap; None where that is not a
-    16-bit mma config of a 16-bit layer, or no count fits."""
+    rest read each step from global memory (`global_runs`: pairs the kernel packs into its
+    workspace, which L2 keeps where they fit) that bring its register estimate within what ptxas
+    gives its threads (`register_cap_of`: with the cap the shared-fragments rule allows, ptxas
+    spilled 316-484 bytes on the first such picks); None where that is not a 16-bit mma config of
+    a 16-bit layer with STREAMED_MIN_SPLITS column splits or more, or no count fits."""
     if (not cfg.f16_mma() or spec.dtype not in HALF_DTYPES or cfg.smem_runs or cfg.global_runs
             or cfg.mma_k_split < STREAMED_MIN_SPLITS):
         return None
