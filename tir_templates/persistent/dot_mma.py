@@ -202,8 +202,8 @@ def streamed_fragments(L, a, t, hs, bh):
 def mma_dot_f16(L, a, t, hs):
     """fp16 (bf16): h(t-1) rounded to the layer's dtype in pairs, one m16n8k16 mma per (k-tile,
     n-tile) with the 16-bit weights, fp32 accumulation; the SK k-tiles after the registers' A
-    fragments read from shared memory, once a k-tile, and the last GK k-tiles' from R in global
-    memory (`streamed_fragments`)."""
+    fragments read from shared memory, once a k-tile, and the last GK k-tiles' from the pairs
+    packed in the workspace (`streamed_fragments`)."""
     bh = T.alloc_buffer((2,), "uint32", scope="local")
     if L.KREG > 0:
         for i in T.unroll(L.KREG):
@@ -220,7 +220,6 @@ def mma_dot_f16(L, a, t, hs):
                 mma_f16(L, t.acc, acc_tile(L, L.KREG + i, nt), [ah[j] for j in range(4)], bh)
     if L.GK > 0:
         streamed_fragments(L, a, t, hs, bh)
-
 
 
 @T.macro
@@ -265,7 +264,7 @@ def mma_dot(L, a, t, hs, gs):
     `tx // 32 // RT` (the warp's column split) for the updating threads to add."""
     for a in T.unroll(L.NTL * 4 * L.ACC_SETS):
         t.acc[a] = T.float32(0)
-    if L.F16:
+    if L.F16:  # (`a`: the kernel's arguments again, the loop's index is the loop's own)
         mma_dot_f16(L, a, t, hs)
     elif L.TF32:
         mma_dot_tf32(L, t, hs)
@@ -288,7 +287,6 @@ def h_operand_f16(L, hs, row, col):
     if L.H16:
         return f16_half(hs[row * L.HSW + col // 2], col % 2, L.BF16)
     return b_operand(L, hs[row, col])
-
 
 
 @T.macro
@@ -318,7 +316,6 @@ def emulated_mma_dot_f16(L, a, regs, hs, gs, cta):
                         + f16_half(a.ws[L.streamed_word(cta, w * 32 + 4 * (m % 8) + k % 8 // 2, i, m // 8 + 2 * (k // 8))],
                                    k % 2, L.BF16)
                         * h_operand_f16(L, hs, nt * 8 + nn, ((w // L.RT) * L.KPW + L.KREG + L.SK + i) * 16 + k))
-
 
 
 @T.macro

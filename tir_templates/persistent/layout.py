@@ -19,8 +19,8 @@ BLOCK_M):
     XR        registers per pair: G inputs, C(t-1)    VEC  width of h's vector copies
     KS, RT, KPW, NTL  tensor cores: column splits, 16-row tiles, k-tiles per warp, 8-row n-tiles
     SK, KREG          tensor cores: a warp's SK k-tiles after the first KREG (in registers) in shared memory
-    GK, GKU           16-bit tensor cores: the warp's last GK k-tiles' A fragments read from R in global memory each
-                      step; how many of them a loop turn unrolls
+    GK, GKU           16-bit tensor cores: the warp's last GK k-tiles' A fragments read each step from the
+                      workspace (packed there once a call); how many of them a loop turn unrolls
     ACC_SETS          tensor cores: sets of C fragments a warp alternates between by k-tile (Config.acc_sets)
     TF32              tensor cores at TF32 precision: one mma of rounded operands (else 3xTF32)
     F16               tensor cores on 16-bit weights: m16n8k16, two halves a fragment register
@@ -133,7 +133,7 @@ class Layout:
         self.RT = cfg.row_tiles(spec) if self.MMA else 0
         self.KPW = cfg.k_tiles_per_warp(spec) if self.MMA else 0
         self.SK = cfg.smem_runs if self.MMA else 0  # SK k-tiles of A fragments in shared memory, after the KREG
-        self.GK = cfg.global_runs if self.MMA else 0  # ... and the GK after them read from R each step,
+        self.GK = cfg.global_runs if self.MMA else 0  # ... and the GK after them read each step,
         self.GKU = min(self.GK, STREAMED_TILES_A_TURN)  # GKU k-tiles a loop turn
         self.WS_WORDS = cfg.workspace_words(spec)
         self.KREG = self.KPW - self.SK - self.GK  # ... the first KREG in registers
