@@ -5,8 +5,8 @@ against what the layer runs without it, kernels alone, timed in turn (needs a GP
     python benchmarks/streamed_fragments.py LSTM:2560:16:fp16 GRU:3072:8:fp16 ... [--top 3]
 
 For each layer: the GEMM scan as a build for sm_90a makes it (its wgmma step where it takes one),
-the cost model's pick among the configs that ran on a GPU before (FMA units, global runs), and the
-model's TOP best streamed-fragments configs, each with its price; each persistent config's Y
+the cost model's pick without streamed fragments (FMA units, global runs: "verified_pick", those
+that had run on a GPU), and the model's TOP best streamed-fragments configs, each with its price; each persistent config's Y
 against the scan's (largest difference over Y's scale). One JSON line a config.
 Data: docs/data/streamed-fragments-h200.jsonl.
 """
@@ -30,6 +30,7 @@ from persist_rnn.schedule.measure import (MEASURE_STEPS, as_params, build_kernel
 from persist_rnn.schedule.planner import _ranked, model_pick  # noqa: E402
 from persist_rnn.targets import as_target  # noqa: E402
 from tir_templates.gemm_scan import gemm_scan, gemm_scan_slots  # noqa: E402
+from tir_templates.signature import WORKSPACE_WORDS  # noqa: E402
 from tir_templates.spec import CellSpec  # noqa: E402
 
 
@@ -58,11 +59,13 @@ def main():
     jobs = []
     for text in args.layers:  # every persistent build in flight at once
         spec, batch, build_precision, precision = layer(text)
-        _, verified = _ranked(spec, gpu, batch, False, build_precision)
-        _, every = _ranked(spec, gpu, batch, True, build_precision)
-        streamed = [(t, c) for t, c in every if c.tensor_cores() and c.global_runs][:args.top]
-        configs = ([("verified_pick", model_pick(verified, gpu, batch), next(t for t, c in verified if c == model_pick(verified, gpu, batch)))]
-                   if verified else []) + [("streamed_fragments", c, t) for t, c in streamed]
+        _, ranked = _ranked(spec, gpu, batch, False, build_precision)
+        streamed = [(t, c) for t, c in ranked if c.tensor_cores() and c.global_runs]
+        before = [(t, c) for t, c in ranked if not (c.tensor_cores() and c.global_runs)]
+        configs = [("streamed_fragments", c, t) for t, c in streamed[:args.top]]
+        if before:  # the pick the layer had without them ("verified_pick" in the data: they had not run on a GPU)
+            pick = model_pick(before, gpu, batch)
+            configs.insert(0, ("verified_pick", pick, next(t for t, c in before if c == pick)))
         builds().submit(spec, [c for _, c, _ in configs], target)
         jobs.append((text, spec, batch, build_precision, precision, configs))
     for text, spec, batch, build_precision, precision, configs in jobs:
@@ -72,7 +75,7 @@ def main():
         plan = step_plan(spec, batch, gpu.num_sms)
         scan = gemm_scan(spec, batch, build_precision, plan=plan, early_launch=wgmma is not None or step_launched_early(plan),
                          wgmma=wgmma)
-        words = max([c.workspace_words(spec) for _, c, _ in configs], default=32)
+        words = max([c.workspace_words(spec) for _, c, _ in configs], default=WORKSPACE_WORDS)
         slots = max([gemm_scan_slots(spec, batch, wgmma)] + [c.exchange_slots(spec) for _, c, _ in configs])
         arrays = kernel_arrays(spec, batch, args.steps, slots=slots, words=words)
         arrays[1] = arrays[1] / (0.3 * spec.hidden_size ** 0.5)  # R of N(0, 1/H): a layer that is not chaotic

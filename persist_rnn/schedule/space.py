@@ -408,13 +408,13 @@ def streamed_fragments_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Co
             or cfg.mma_k_split < STREAMED_MIN_SPLITS):
         return None
     tiles = cfg.k_tiles_per_warp(spec)
-    # shared memory a k-tile more or less does not depend on global_runs: the most it holds
-    shared = [k for k in range(tiles, -1, -1)
-              if not any(_SHARED_LIMIT in p or _DYNAMIC in p for p in problems_on(spec, dataclasses.replace(cfg, smem_runs=k), gpu))]
-    if not shared:
+    # the most k-tiles shared memory holds (its bound does not depend on global_runs)
+    shared = next((k for k in range(tiles, -1, -1) if not any(
+        _SHARED_LIMIT in p or _DYNAMIC in p for p in problems_on(spec, dataclasses.replace(cfg, smem_runs=k), gpu))), None)
+    if shared is None:
         return None
     for streamed in range(1, tiles + 1):
-        moved = dataclasses.replace(cfg, smem_runs=min(shared[0], tiles - streamed), global_runs=streamed)
+        moved = dataclasses.replace(cfg, smem_runs=min(shared, tiles - streamed), global_runs=streamed)
         if not problems_on(spec, moved, gpu) and fragment_registers(spec, moved) <= register_cap_of(moved.threads(spec)):
             return moved
     return None

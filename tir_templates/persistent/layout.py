@@ -49,7 +49,7 @@ from ..spec import CellSpec
 GLOBAL_UNROLL_FMAS, GLOBAL_TURN_FMAS = 8192, 4096
 
 
-#: k-tiles of A fragments read from R that a loop turn of `dot_mma.streamed_fragments` unrolls
+#: k-tiles of A fragments read each step that a loop turn of `dot_mma.streamed_fragments` unrolls
 STREAMED_TILES_A_TURN = 4
 
 
