@@ -3,11 +3,15 @@ step that reads its last k-tiles' A fragments each step (`space.streamed_fragmen
 against what the layer runs without it, kernels alone, timed in turn (needs a GPU).
 
     python benchmarks/streamed_fragments.py LSTM:2560:16:fp16 GRU:3072:8:fp16 ... [--top 3]
+    python benchmarks/lowering_dump.py > before.txt     # with the code before a change to the model
+    python benchmarks/streamed_fragments.py --before before.txt --top 1 --no-fma LSTM:2048:32:fp16:bi ...
 
-For each layer: the GEMM scan as a build for sm_90a makes it (its wgmma step where it takes one),
-the cost model's pick without streamed fragments (FMA units, global runs: "verified_pick", those
-that had run on a GPU), and the model's TOP best streamed-fragments configs, each with its price; each persistent config's Y
-against the scan's (largest difference over Y's scale). One JSON line a config.
+For each layer (":bi": bidirectional): the GEMM scan as a build for sm_90a makes it (its wgmma step
+where it takes one), the planner's measure-off pick there ("pick"; each row says its lowering), the
+cost model's pick without streamed fragments (FMA units, global runs: "verified_pick", those that
+had run on a GPU; not with `--no-fma`), the model's TOP best streamed-fragments configs, and with
+`--before` the persistent pick that file holds ("before_pick"), each with its price now; each
+persistent config's Y against the scan's (largest difference over Y's scale). One JSON line a config.
 Data: docs/data/streamed-fragments-h200.jsonl.
 """
 from __future__ import annotations
@@ -27,19 +31,32 @@ from persist_rnn.schedule.gemm_scan_cost import gemm_scan_us, step_launched_earl
 from persist_rnn.schedule.gpu import gpu_model, present_device  # noqa: E402
 from persist_rnn.schedule.measure import (MEASURE_STEPS, as_params, build_kernel, builds, built_as_completed,  # noqa: E402
                                           kernel_arrays, time_kernel, timing)
-from persist_rnn.schedule.planner import _ranked, model_pick  # noqa: E402
+from persist_rnn.schedule.planner import _ranked, choose, model_pick  # noqa: E402
 from persist_rnn.targets import as_target  # noqa: E402
+from tir_templates.config import Config  # noqa: E402
 from tir_templates.gemm_scan import gemm_scan, gemm_scan_slots  # noqa: E402
 from tir_templates.signature import WORKSPACE_WORDS  # noqa: E402
 from tir_templates.spec import CellSpec  # noqa: E402
 
 
 def layer(text: str) -> tuple[CellSpec, int, str, str]:
-    """(spec, batch, build precision, precision) of CELL:HIDDEN:BATCH:PRECISION."""
-    cell, hidden, batch, precision = text.split(":")
+    """(spec, batch, build precision, precision) of CELL:HIDDEN:BATCH:PRECISION[:bi]."""
+    cell, hidden, batch, precision, *bi = text.split(":")
     build_precision, dtype, _ = PRECISIONS[precision]
-    spec = CellSpec(cell.lower(), int(hidden), int(hidden), linear_before_reset=cell.upper() == "GRU", dtype=dtype)
+    spec = CellSpec(cell.lower(), int(hidden), int(hidden), linear_before_reset=cell.upper() == "GRU", dtype=dtype,
+                    direction="bidirectional" if bi == ["bi"] else "forward")
     return spec, int(batch), build_precision, precision
+
+
+def before_picks(path: str) -> dict:
+    """(cell, hidden, batch, precision, direction) -> (lowering, Config or None), as
+    `lowering_dump.py` wrote them."""
+    out = {}
+    for line in open(path):
+        cell, hidden, batch, precision, direction, lowering, config = line.split(" ", 6)
+        cfg = None if config.strip() == "null" else Config.from_dict(json.loads(config))
+        out[(cell, int(hidden), int(batch), precision, direction)] = (lowering, cfg)
+    return out
 
 
 def y_of(lib, dev, func, arrays) -> np.ndarray:
@@ -50,10 +67,14 @@ def y_of(lib, dev, func, arrays) -> np.ndarray:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("layers", nargs="+", help="CELL:HIDDEN:BATCH:PRECISION")
+    ap.add_argument("layers", nargs="+", help="CELL:HIDDEN:BATCH:PRECISION[:bi]")
     ap.add_argument("--top", type=int, default=3, help="streamed-fragments configs a layer, the model's best first")
     ap.add_argument("--steps", type=int, default=MEASURE_STEPS)
+    ap.add_argument("--before", help="lowering_dump.py's output with the code before a change: its persistent "
+                    "pick is timed too (\"before_pick\"), and each row says the lowering it had")
+    ap.add_argument("--no-fma", action="store_true", help="leave out the pick without streamed fragments")
     args = ap.parse_args()
+    before_of = before_picks(args.before) if args.before else {}
     target, dev, gpu = as_target("cuda"), present_device(), gpu_model("sm_90")
     sm90a = tvm.target.Target({**json.loads(str(target)), "arch": "sm_90a"})
     jobs = []
@@ -63,13 +84,23 @@ def main():
         streamed = [(t, c) for t, c in ranked if c.tensor_cores() and c.global_runs]
         before = [(t, c) for t, c in ranked if not (c.tensor_cores() and c.global_runs)]
         configs = [("streamed_fragments", c, t) for t, c in streamed[:args.top]]
-        if before:  # the pick the layer had without them ("verified_pick" in the data: they had not run on a GPU)
+        now = choose(spec, sm90a, batch, measure=False, precision=build_precision)
+        if now.config is not None and now.config not in [c for _, c, _ in configs]:
+            configs.insert(0, ("pick", now.config, next(t for t, c in ranked if c == now.config)))
+        key = (spec.cell.upper(), spec.hidden_size, batch, precision, spec.direction)
+        lowering_before, cfg_before = before_of.get(key, (None, None))
+        if cfg_before is not None and cfg_before not in [c for _, c, _ in configs]:
+            configs.insert(0, ("before_pick", cfg_before, next((t for t, c in ranked if c == cfg_before), float("nan"))))
+        if before and not args.no_fma:  # the pick the layer had without them ("verified_pick" in the data: they had not run on a GPU)
             pick = model_pick(before, gpu, batch)
             configs.insert(0, ("verified_pick", pick, next(t for t, c in before if c == pick)))
         builds().submit(spec, [c for _, c, _ in configs], target)
-        jobs.append((text, spec, batch, build_precision, precision, configs))
-    for text, spec, batch, build_precision, precision, configs in jobs:
-        head = {"cell": spec.cell.upper(), "hidden": spec.hidden_size, "batch": batch, "precision": precision}
+        head = {"cell": spec.cell.upper(), "hidden": spec.hidden_size, "batch": batch, "precision": precision,
+                **({"direction": spec.direction} if spec.num_directions == 2 else {}),
+                "lowering_now": now.lowering or "persistent", "pick_now": now.config.as_dict() if now.config else None,
+                **({"lowering_before": lowering_before} if lowering_before else {})}
+        jobs.append((head, spec, batch, build_precision, precision, configs))
+    for head, spec, batch, build_precision, precision, configs in jobs:
         cold = timing(spec, dev) == "cold"
         wgmma = wgmma_step(spec, batch, gpu.num_sms, True)
         plan = step_plan(spec, batch, gpu.num_sms)

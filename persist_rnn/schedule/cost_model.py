@@ -46,8 +46,9 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 #: step priced on the split of K it takes (`gemm_scan_cost.wgmma_step`), which moves more; 11: a
 #: pick of 4 n-tiles a chunk whose A fragments go to shared memory takes as many k-tiles there as
 #: shared memory holds (`space.FULLEST_N_TILES`); 12: 16-bit tensor-core configs of a layer past the chip
-#: that read their last k-tiles' A fragments each step (`space.streamed_fragments_variant`)
-MODEL_VERSION = 12
+#: that read their last k-tiles' A fragments each step (`space.streamed_fragments_variant`); 13: such a
+#: config weighed against the GEMM scan at the longer of its step on chip and its reads (`overlapped_step_us`)
+MODEL_VERSION = 13
 #: the most sums (rows x batch rows of a chunk) an FMA-unit warp may keep and be priced at the
 #: scheduler that holds the most warps: of the 40 measure-off picks that rule moved on the H200,
 #: the 30 at 16 or fewer ran 1.115x faster (geomean), the 10 above 0.943x
@@ -157,6 +158,22 @@ def step_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> float:
     cycles = sum(w.get(k, 0.0) * v for k, v in f.items() if k != "barrier_us")
     return w.get("barrier_us", 1.0) * f["barrier_us"] + cycles / (gpu.clock_ghz * 1e3) + streamed_weights_us(
         spec, cfg, gpu, batch)
+
+
+def overlapped_step_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int, summed_us: float | None = None) -> float:
+    """The step of a streamed-fragments config (16-bit mma, `global_runs`) with its reads
+    overlapping its mma: the longer of the two, where `step_us` adds them; what the GEMM scan is
+    weighed against (`planner.gemm_scan_note`). Kernels alone on the H200, 39 timings of such
+    configs on 16 layers ran 0.67-1.72x the longer (geomean 0.95x), 0.40-1.17x the sum (0.62x);
+    but the sum ordered a layer's configs better (29 of 43 pairs against 23), so ranking keeps it.
+    In batch tiles of a grid the reads did not overlap (6 timings, 1.2-2.8x the longer, 0.74-1.50x
+    the sum): the sum there (docs/data/streamed-fragments-h200.jsonl, runs A, C and D). Other
+    configs: the sum, `summed_us` where given (the ranked price), else `step_us`."""
+    summed = step_us(spec, cfg, gpu, batch) if summed_us is None else summed_us
+    if not (cfg.f16_mma() and cfg.global_runs) or cfg.batch_tile:
+        return summed
+    streamed = streamed_weights_us(spec, cfg, gpu, batch)
+    return summed - min(summed - streamed, streamed)
 
 
 def streamed_weights_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> float:

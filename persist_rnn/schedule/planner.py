@@ -25,7 +25,7 @@ from tir_templates.persistent.buckets import bucketed_kernel, reads_packed_r
 from tir_templates.spec import CellSpec
 
 from . import tuning_log
-from .cost_model import prices_tensor_cores, rank, step_us
+from .cost_model import overlapped_step_us, prices_tensor_cores, rank, step_us
 from .gemm_scan_cost import WGMMA_TILE, gemm_scan_us, wgmma_step
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
@@ -223,7 +223,7 @@ def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int
         margin = STREAMING_MARGINS[spec.dtype]
         by = f", by {1 / margin:.2f}x" if margin < 1 else ""
         rivals.append((f"the best persistent config's, reading {best[1].global_runs} of each lane's runs of weights "
-                       f"from global memory{by}", best[0], margin))
+                       f"from global memory{by}", overlapped_step_us(spec, best[1], gpu, batch, best[0]), margin))
     if any(us * margin <= gemm_us for _, us, margin in rivals):
         return ""
     against = " and ".join(f"{name} ({us:.1f} us)" for name, us, _ in rivals)

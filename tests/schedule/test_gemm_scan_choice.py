@@ -197,10 +197,10 @@ def test_a_16_bit_scan_the_wgmma_step_cannot_take_says_why():
 
 
 def test_the_pass_builds_the_wgmma_step_for_sm_90a():
-    """fp16 LSTM H=3072 B=32: its persistent configs stream weights from global memory; priced on
+    """fp16 LSTM H=2560 B=64: its persistent configs stream weights from global memory; priced on
     the wgmma step, the scan is shorter, and the pass builds it with that step's exchange buffer
     (h, each split's gates, h(t-1) and R in 16-bit pairs)."""
-    case = LayerCase(op="LSTM", seq_len=3, batch=32, input_size=16, hidden_size=3072, dtype="float16")
+    case = LayerCase(op="LSTM", seq_len=3, batch=64, input_size=16, hidden_size=2560, dtype="float16")
     model, _ = make_model(case)
     built = persist_rnn.compile(model, HOPPER, tuning_log=None, measure=False)
     (layer,) = built.report()
@@ -210,10 +210,10 @@ def test_the_pass_builds_the_wgmma_step_for_sm_90a():
 
 def test_a_symbolic_batchs_buckets_do_not_price_the_wgmma_step():
     """No GEMM scan serves a bucket of a symbolic batch (it needs the batch at build time); priced on
-    wgmma the scan would win the B=32 bucket of fp16 LSTM H=3072 and leave it to a neighbour's
+    wgmma the scan would win the B=64 bucket of fp16 LSTM H=2560 and leave it to a neighbour's
     config, untimed. Their configs are those of a build for sm_90, whose scan is priced on mma.sync."""
-    spec = CellSpec("lstm", 3072, 3072, dtype="float16")
-    assert plan_layer(spec, HOPPER, batch=32, measure=False).lowering == GEMM_SCAN  # a static batch: the scan
+    spec = CellSpec("lstm", 2560, 2560, dtype="float16")
+    assert plan_layer(spec, HOPPER, batch=64, measure=False).lowering == GEMM_SCAN  # a static batch: the scan
     hopper = plan_layer(spec, HOPPER, batch=None, measure=False)
     sm90 = plan_layer(spec, CUDA, batch=None, measure=False)
     assert hopper.kernel is not None and hopper.buckets == sm90.buckets

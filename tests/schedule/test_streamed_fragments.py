@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import tvm
 
-from persist_rnn.schedule.cost_model import streamed_weights_us
+from persist_rnn.schedule.cost_model import overlapped_step_us, step_us, streamed_weights_us
 from persist_rnn.schedule.gpu import gpu_model
 from persist_rnn.schedule.planner import plan_layer
 from persist_rnn.schedule.space import (STREAMED_MIN_SPLITS, fragment_registers, problems_on,
@@ -53,12 +54,33 @@ def test_its_workspace_and_streamed_bytes_count_a_warps_packed_pairs():
 
 def test_past_the_chip_a_16_bit_layer_takes_them_where_priced_under_the_gemm_scan():
     """Kernels alone on the H200 (docs/data/streamed-fragments-h200.jsonl): fp16 LSTM H=2560 B=16's
-    pick 10.7 us a step against the GEMM scan's 31.0; at fp16 LSTM H=3072 B=32 the scan (40.0)
-    beat the best of them (43.2), and the planner keeps it."""
+    pick 10.3 us a step against the GEMM scan's 31.0; fp16 LSTM H=3072 B=32's 30.7 against 39.7,
+    weighed at the longer of its step on chip and its reads (run D). At bf16 LSTM H=4096 B=16 and
+    bf16 GRU H=3072 B=64 the scan (53.7 and 36.8) beat the best of them (68.9 and 56.5, run C), and
+    the planner keeps it."""
     plan = plan_layer(LSTM_2560, HOPPER, batch=16, measure=False)
     assert plan.lowering != GEMM_SCAN and plan.config.f16_mma() and plan.config.global_runs
     assert plan.config.mma_k_split >= STREAMED_MIN_SPLITS
-    assert plan_layer(CellSpec("lstm", 3072, 3072, dtype="float16"), HOPPER, batch=32, measure=False).lowering == GEMM_SCAN
+    lstm_3072 = plan_layer(CellSpec("lstm", 3072, 3072, dtype="float16"), HOPPER, batch=32, measure=False)
+    assert lstm_3072.lowering != GEMM_SCAN and lstm_3072.config.global_runs
+    for spec, batch in ((CellSpec("lstm", 4096, 4096, dtype="bfloat16"), 16),
+                        (CellSpec("gru", 3072, 3072, linear_before_reset=True, dtype="bfloat16"), 64)):
+        assert plan_layer(spec, HOPPER, batch=batch, measure=False).lowering == GEMM_SCAN
+
+
+def test_against_the_gemm_scan_a_streamed_config_is_priced_at_its_longer_part():
+    """The step on chip and the reads overlap: against the scan, the longer of the two, where the
+    ranking adds them; in batch tiles of a grid (whose reads did not overlap) and for every other
+    config, the sum."""
+    cfg = Config(24, 32, 16, 16, "float16", mma_k_split=2, smem_runs=19, global_runs=58)
+    lstm_3072 = CellSpec("lstm", 3072, 3072, dtype="float16")
+    summed, streamed = step_us(lstm_3072, cfg, H100, 32), streamed_weights_us(lstm_3072, cfg, H100, 32)
+    assert 0 < streamed < summed
+    assert overlapped_step_us(lstm_3072, cfg, H100, 32) == pytest.approx(max(summed - streamed, streamed))
+    tiled = dataclasses.replace(cfg, batch_tile=16)
+    assert overlapped_step_us(lstm_3072, tiled, H100, 32) == step_us(lstm_3072, tiled, H100, 32)
+    on_chip = Config(20, 32, 16, 16, "float16", mma_k_split=2, smem_runs=27)
+    assert overlapped_step_us(LSTM_2560, on_chip, H100, 16, 12.5) == 12.5
 
 
 def test_a_layer_whose_weights_fit_on_chip_reads_none_each_step():

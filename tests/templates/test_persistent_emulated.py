@@ -326,6 +326,8 @@ def test_a_fragments_in_shared_memory_give_the_registers_sums(cell, direction, b
     ("gru", "forward", 10, 48, Config(8, 32, 16, 10, mma_k_split=1, smem_runs=1, global_runs=1)),  # padded row tile
     ("lstm", "bidirectional", 3, 32, Config(4, 32, 16, 3, mma_k_split=1, global_runs=2)),  # every fragment from R
     ("lstm", "forward", 5, 128, Config(16, 32, 16, 5, mma_k_split=2, smem_runs=1, global_runs=2)),  # 2 splits of 4
+    # past one loop turn (STREAMED_TILES_A_TURN = 16): a turn of 16 and one of 2
+    ("lstm", "forward", 2, 320, Config(16, 32, 16, 2, mma_k_split=1, smem_runs=1, global_runs=18)),
 ], ids=str)
 def test_a_fragments_read_from_r_each_step_give_the_registers_sums(cell, direction, batch, hidden, cfg, dtype):
     """A 16-bit mma config whose last k-tiles' A fragments are read from R every step

@@ -49,8 +49,11 @@ from ..spec import CellSpec
 GLOBAL_UNROLL_FMAS, GLOBAL_TURN_FMAS = 8192, 4096
 
 
-#: k-tiles of A fragments read each step that a loop turn of `dot_mma.streamed_fragments` unrolls
-STREAMED_TILES_A_TURN = 4
+#: k-tiles of A fragments read each step that a loop turn of `dot_mma.streamed_fragments` unrolls:
+#: more loads in flight. Kernels alone on the H200, 13 configs of 7 layers past the chip, turns of
+#: 16 against 4 ran 0.96-1.21x as fast, geomean 1.05x (LSTM H=3072 B=32 fp16 35.2 -> 31.1 us a step),
+#: 8 in between; ptxas spilled nothing more (docs/data/streamed-fragments-h200.jsonl, run C)
+STREAMED_TILES_A_TURN = 16
 
 
 def global_runs_unrolled(global_runs: int, run_fmas: int) -> int:
