@@ -86,7 +86,7 @@ def main():
         configs = [("streamed_fragments", c, t) for t, c in streamed[:args.top]]
         now = choose(spec, sm90a, batch, measure=False, precision=build_precision)
         if now.config is not None and now.config not in [c for _, c, _ in configs]:
-            configs.insert(0, ("pick", now.config, next(t for t, c in ranked if c == now.config)))
+            configs.insert(0, ("pick", now.config, next((t for t, c in ranked if c == now.config), float("nan"))))
         key = (spec.cell.upper(), spec.hidden_size, batch, precision, spec.direction)
         lowering_before, cfg_before = before_of.get(key, (None, None))
         if cfg_before is not None and cfg_before not in [c for _, c, _ in configs]:

@@ -173,7 +173,7 @@ def overlapped_step_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int, s
     if not (cfg.f16_mma() and cfg.global_runs) or cfg.batch_tile:
         return summed
     streamed = streamed_weights_us(spec, cfg, gpu, batch)
-    return summed - min(summed - streamed, streamed)
+    return max(summed - streamed, streamed)
 
 
 def streamed_weights_us(spec: CellSpec, cfg: Config, gpu: GPUModel, batch: int) -> float:
