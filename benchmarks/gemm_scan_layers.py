@@ -115,7 +115,7 @@ def main():
         spec, batch, build_precision = layer(text)
         _, ranked = _ranked(spec, gpu, batch, args.unverified, build_precision)
         if ranked and not args.scan_only:
-            pick = model_pick(ranked, gpu, batch)
+            pick = model_pick(spec, ranked, gpu, batch)
             picks[text] = (unmeasured_variant(spec, pick, gpu) or pick, next(t for t, c in ranked if c == pick))
             builds().submit(spec, [picks[text][0]], target)
     for text in args.layers:

@@ -92,7 +92,7 @@ def main():
         if cfg_before is not None and cfg_before not in [c for _, c, _ in configs]:
             configs.insert(0, ("before_pick", cfg_before, next((t for t, c in ranked if c == cfg_before), float("nan"))))
         if before and not args.no_fma:  # the pick the layer had without them ("verified_pick" in the data: they had not run on a GPU)
-            pick = model_pick(before, gpu, batch)
+            pick = model_pick(spec, before, gpu, batch)
             configs.insert(0, ("verified_pick", pick, next(t for t, c in before if c == pick)))
         builds().submit(spec, [c for _, c, _ in configs], target)
         head = {"cell": spec.cell.upper(), "hidden": spec.hidden_size, "batch": batch, "precision": precision,

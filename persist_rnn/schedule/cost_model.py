@@ -47,8 +47,10 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 #: pick of 4 n-tiles a chunk whose A fragments go to shared memory takes as many k-tiles there as
 #: shared memory holds (`space.FULLEST_N_TILES`); 12: 16-bit tensor-core configs of a layer past the chip
 #: that read their last k-tiles' A fragments each step (`space.streamed_fragments_variant`); 13: such a
-#: config weighed against the GEMM scan at the longer of its step on chip and its reads (`overlapped_step_us`)
-MODEL_VERSION = 13
+#: config weighed against the GEMM scan at the longer of its step on chip and its reads (`overlapped_step_us`);
+#: 14: past the chip, the best FMA-unit and tensor-core configs weighed so against each other, at B=1 too
+#: (`planner.past_chip_lead`)
+MODEL_VERSION = 14
 #: the most sums (rows x batch rows of a chunk) an FMA-unit warp may keep and be priced at the
 #: scheduler that holds the most warps: of the 40 measure-off picks that rule moved on the H200,
 #: the 30 at 16 or fewer ran 1.115x faster (geomean), the 10 above 0.943x

@@ -151,7 +151,7 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
         how = timing(spec, dev)
     else:
         # the model prices no spills: a 16-bit pick takes shared fragments where they paid when timed
-        pick = model_pick(ranked, gpu, batch)
+        pick = model_pick(spec, ranked, gpu, batch)
         plan = Plan(None, unmeasured_variant(spec, pick, gpu) or pick, "cost_model")
         how = "warm"
     if tuning_log_path:
@@ -164,7 +164,7 @@ def scan_plan(spec: CellSpec, ranked: list[tuple[float, Config]], batch: int | N
     """The scan a kernel a step that `choose` takes over the persistent configs `ranked` (best
     first), decided before any measurement: the GEMM scan (`gemm_scan_note`), else the streamed
     scan (`streamed_scan_note`); None where a persistent config runs the layer."""
-    gemm = gemm_scan_note(spec, ranked[0], batch, gpu, precision, sm90a)
+    gemm = gemm_scan_note(spec, past_chip_lead(spec, ranked, gpu, batch) or ranked[0], batch, gpu, precision, sm90a)
     if gemm:
         return gemm_scan_plan(spec, batch, gpu, gemm, sm90a)
     scan = streamed_scan_note(spec, ranked, batch)
@@ -236,19 +236,37 @@ def gemm_scan_note(spec: CellSpec, best: tuple[float, Config] | None, batch: int
             f"{against}; no config holds the weights on chip")
 
 
-def model_pick(ranked: list[tuple[float, Config]], gpu, batch: int | None) -> Config:
+def model_pick(spec: CellSpec, ranked: list[tuple[float, Config]], gpu, batch: int | None) -> Config:
     """The cost model's choice without measurements: its first, but a tensor-core config only
-    where the calibration prices them, and at batch 1 only where no FMA-unit config fits. At B=1
-    the mma's 8 columns carry one batch row, and the model prices that right (GRU H=2048 fp16:
-    4.17 predicted, 4.19 us a step measured) but overprices the FMA units' shared-memory weights
-    there: on the H200 the FMA-unit config was 1.23-1.41x faster on each of the three layers
-    where both fit (LSTM H=1536 fp16 and bf16, GRU H=2048 fp16), and at B=2 the two were within
-    4% (docs/data/tc-registers-h200.jsonl)."""
+    where the calibration prices them, and at batch 1 only where no FMA-unit config holds the
+    weights on chip. At B=1 the mma's 8 columns carry one batch row, and the model prices that
+    right (GRU H=2048 fp16: 4.17 predicted, 4.19 us a step measured) but overprices the FMA units'
+    shared-memory weights there: on the H200 the FMA-unit config was 1.23-1.41x faster on each of
+    the three layers where both fit (LSTM H=1536 fp16 and bf16, GRU H=2048 fp16), and at B=2 the
+    two were within 4% (docs/data/tc-registers-h200.jsonl). Past the chip the kinds are weighed
+    at the longer part (`past_chip_lead`)."""
     priced = prices_tensor_cores(gpu)
-    usable = [c for _, c in ranked if priced or not c.tensor_cores()]
-    if batch == 1 and any(not c.tensor_cores() for c in usable):
-        usable = [c for c in usable if not c.tensor_cores()]
-    return usable[0] if usable else ranked[0][1]
+    usable = [(t, c) for t, c in ranked if priced or not c.tensor_cores()]
+    if batch == 1 and any(not c.tensor_cores() and not c.global_runs for _, c in usable):
+        usable = [(t, c) for t, c in usable if not c.tensor_cores()]
+    lead = past_chip_lead(spec, usable, gpu, batch)
+    return lead[1] if lead else usable[0][1] if usable else ranked[0][1]
+
+
+def past_chip_lead(spec: CellSpec, ranked: list[tuple[float, Config]], gpu,
+                   batch: int | None) -> tuple[float, Config] | None:
+    """Where the model's best reads weights from global memory each step (no config holds them on
+    chip): of the best FMA-unit config and the best tensor-core config of `ranked` (each first by
+    the summed price), the one whose step is the shorter where reads and mma overlap
+    (`overlapped_step_us`), with its summed price; None on chip. FMA-unit configs that read global
+    runs ran 2-8x slower than the 16-bit streamed-fragments configs of the same layers (7 layers,
+    B=4-64, kernels alone on the H200: docs/data/streamed-fragments-h200.jsonl, run A), where the
+    sum priced them alike (LSTM H=4096 B=2 fp16: 48.1 us each)."""
+    if batch is None or not ranked or not ranked[0][1].global_runs:
+        return None
+    firsts = [next(((t, c) for t, c in ranked if c.tensor_cores() == kind), None) for kind in (False, True)]
+    return min((first for first in firsts if first is not None),
+               key=lambda first: overlapped_step_us(spec, first[1], gpu, batch, first[0]))
 
 
 def _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision):

@@ -288,11 +288,16 @@ def test_f16_mma_streamed_fragments_match_onnxruntime(op, direction, dtype, cfg)
 @pytest.mark.parametrize("op,dtype,cfg", [
     ("LSTM", "float16", Config(20, 32, 16, 8, "float16", mma_k_split=2, smem_runs=36, global_runs=13)),  # B=16's pick
     ("GRU", "bfloat16", Config(24, 32, 16, 8, "bfloat16", mma_k_split=2, smem_runs=34, global_runs=30)),
+    ("LSTM", "float16", Config(20, 32, 16, 1, "float16", mma_k_split=2, smem_runs=37, global_runs=21,
+                               stamped=True)),  # B=1's pick (`planner.past_chip_lead`)
+    ("GRU", "bfloat16", Config(24, 32, 16, 1, "bfloat16", mma_k_split=2, smem_runs=35, global_runs=39,
+                               stamped=True)),  # B=1's pick
 ], ids=str)
 def test_past_chip_streamed_fragments_match_onnxruntime(op, dtype, cfg):
     """16-bit layers whose weights outgrow registers and shared memory (LSTM H=2560: 50 MiB; GRU
     H=3072: 54 MiB), their tensor-core steps reading the last k-tiles' A fragments from R each
-    step (`space.streamed_fragments_variant`), each (B, T) of the matrix three times."""
+    step (`space.streamed_fragments_variant`; at B=1 with stamped halves, a chunk of one row),
+    each (B, T) of the matrix three times."""
     hidden = 2560 if op == "LSTM" else 3072
     _matches_three_times(_layer_case(op, hidden, "forward", dtype), cfg, TOLERANCE[dtype])
 

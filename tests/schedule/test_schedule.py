@@ -314,12 +314,12 @@ def test_tensor_core_threads_keep_only_their_fragments_in_registers():
     gru = CellSpec("gru", 1536, 1536, linear_before_reset=True, dtype="float16")
     ran = Config(16, 32, 16, 8, "float16", mma_k_split=4)
     assert ran.live_registers(gru) < ran.registers(gru) and not problems_on(gru, ran, H100)
-    assert model_pick(rank(gru, candidate_configs(gru, H100, 8), H100, 8), H100, 8).tensor_cores()
+    assert model_pick(gru, rank(gru, candidate_configs(gru, H100, 8), H100, 8), H100, 8).tensor_cores()
     for dtype, tensor_cores in (("float16", False), ("bfloat16", True)):
         big = CellSpec("gru", 2048, 2048, linear_before_reset=True, dtype=dtype)
         ranked = rank(big, candidate_configs(big, H100, 1), H100, 1)
         assert ranked[0][1].tensor_cores()  # the model alone would take the tensor cores ...
-        assert model_pick(ranked, H100, 1).tensor_cores() == tensor_cores  # ... but not at B=1 beside FMA configs
+        assert model_pick(big, ranked, H100, 1).tensor_cores() == tensor_cores  # ... but not at B=1 beside FMA configs
         plan = plan_layer(big, as_target("cuda"), batch=1, measure=False)
         assert plan.config is not None and plan.config.tensor_cores() == tensor_cores
 
