@@ -83,6 +83,21 @@ def test_against_the_gemm_scan_a_streamed_config_is_priced_at_its_longer_part():
     assert overlapped_step_us(LSTM_2560, on_chip, H100, 16, 12.5) == 12.5
 
 
+def test_past_the_chip_the_fma_units_and_streamed_fragments_are_weighed_at_the_longer_part():
+    """Kernels alone on the H200 (docs/data/streamed-fragments-h200.jsonl, run F): fp16 LSTM H=4096
+    B=1's FMA-unit pick (global runs) 52.4 us a step, its streamed pick 33.4; at B=2 the sum priced
+    the two kinds alike and the GEMM scan took the layer (50.4 against 33.3). fp32 layers, whose
+    tensor-core configs are not 16-bit mma, and 16-bit layers held on chip at B=1 keep their picks."""
+    lstm_4096 = CellSpec("lstm", 4096, 4096, dtype="float16")
+    for batch in (1, 2):
+        plan = plan_layer(lstm_4096, HOPPER, batch=batch, measure=False)
+        assert plan.lowering != GEMM_SCAN and plan.config.f16_mma() and plan.config.global_runs, batch
+    fp32 = plan_layer(CellSpec("lstm", 4096, 4096), HOPPER, batch=1, measure=False)
+    assert not fp32.config.tensor_cores() and fp32.config.global_runs
+    on_chip = plan_layer(CellSpec("lstm", 2048, 2048, dtype="float16"), HOPPER, batch=1, measure=False)
+    assert not on_chip.config.tensor_cores() and not on_chip.config.global_runs
+
+
 def test_a_layer_whose_weights_fit_on_chip_reads_none_each_step():
     plan = plan_layer(CellSpec("lstm", 2048, 2048, dtype="float16"), HOPPER, batch=16, measure=False)
     assert plan.config.f16_mma() and plan.config.smem_runs and not plan.config.global_runs
