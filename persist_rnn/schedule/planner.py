@@ -30,8 +30,8 @@ from .gemm_scan_cost import WGMMA_TILE, gemm_scan_us, wgmma_step
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
-from .space import (candidate_configs, fullest_shared_fragments, most_common_problem, no_tensor_cores, problems_on,
-                    shared_fragment_fits, shared_fragments_variant, unmeasured_variant)
+from .space import (FULLEST_N_TILES, candidate_configs, fullest_shared_fragments, most_common_problem, no_tensor_cores,
+                    problems_on, shared_fragment_fits, shared_fragments_variant, unmeasured_variant)
 from .streamed_cost import streamed_scan_us
 
 
@@ -152,7 +152,8 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
     else:
         # the model prices no spills: a 16-bit pick takes shared fragments where they paid when timed
         pick = model_pick(spec, ranked, gpu, batch)
-        plan = Plan(None, unmeasured_variant(spec, pick, gpu) or pick, "cost_model")
+        lead = shared_fragments_lead(spec, gpu, batch, fitting, ranked, pick, precision, unverified)
+        plan = Plan(None, lead or unmeasured_variant(spec, pick, gpu) or pick, "cost_model")
         how = "warm"
     if tuning_log_path:
         tuning_log.append(tuning_log_path, tuning_log.Record(wl, plan.config, plan.time_us, plan.source, timing=how))
@@ -267,6 +268,38 @@ def past_chip_lead(spec: CellSpec, ranked: list[tuple[float, Config]], gpu,
     firsts = [next(((t, c) for t, c in ranked if c.tensor_cores() == kind), None) for kind in (False, True)]
     return min((first for first in firsts if first is not None),
                key=lambda first: overlapped_step_us(spec, first[1], gpu, batch, first[0]))
+
+
+#: a 16-bit config with A fragments in shared memory, of those offered beside configs that fit in
+#: registers (`space.shared_fragment_fits`), replaces the measure-off pick only where priced at most
+#: this share of the pick's price. Kernel alone on the H200, the six layers so priced ran 1.18-1.77x
+#: faster than their picks (LSTM H=1280 B=64 fp16 13.02 -> 7.35 us a step, H=1024 B=128 bf16 13.71
+#: -> 8.60), GRU H=1536 B=32 fp16, priced 0.96x, 0.79x as fast (docs/data/lstm2048-shared-fragments-
+#: h200.jsonl, run E)
+SHARED_BESIDE_MARGIN = 0.92
+
+
+def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[Config],
+                          ranked: list[tuple[float, Config]], pick: Config, precision: str,
+                          unverified: bool) -> Config | None:
+    """The measure-off choice for a 16-bit layer whose pick is a tensor-core config: the model's
+    best config with A fragments in shared memory of those the space offers beside configs that
+    fit (`space.shared_fragment_fits`), where priced at most SHARED_BESIDE_MARGIN times the pick,
+    with as many k-tiles there as shared memory holds from FULLEST_N_TILES n-tiles
+    (`space.unmeasured_variant`'s rule); None otherwise. Whole layers on the H200, measure off:
+    LSTM H=1280 B=64 fp16 0.68x -> 0.97x cuDNN's best, LSTM H=1024 B=128 fp16 0.82x -> 1.42x
+    (docs/data/lstm2048-shared-fragments-h200.jsonl, run F)."""
+    if batch is None or spec.dtype not in HALF_DTYPES or not pick.tensor_cores():
+        return None
+    price = next((t for t, c in ranked if c == pick), None)
+    wider = [c for c in shared_fragment_fits(spec, gpu, batch, precision)
+             if c not in fitting and (unverified or not unverified_reason(spec, c))]
+    if price is None or not wider:
+        return None
+    best_us, best = rank(spec, wider, gpu, batch)[0]
+    if best_us > SHARED_BESIDE_MARGIN * price:
+        return None
+    return (fullest_shared_fragments(spec, best, gpu) or best) if best.n_tiles() >= FULLEST_N_TILES else best
 
 
 def _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision):

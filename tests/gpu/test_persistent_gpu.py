@@ -313,6 +313,22 @@ def test_lstm_2048_shared_fragments_match_onnxruntime(dtype, cfg):
     _matches_three_times(_layer_case("LSTM", 2048, "forward", dtype), cfg, TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("hidden,batch,dtype,smem_runs", [
+    (1280, 64, "float16", 25), (1024, 128, "bfloat16", 36), (1280, 32, "float16", 14)], ids=str)
+def test_shared_fragments_beside_picks_match_onnxruntime(hidden, batch, dtype, smem_runs):
+    """The measure-off compile of a static batch where the model's best shared-fragments config
+    is priced well below the pick (`planner.shared_fragments_lead`): that config, batch tiles of
+    32 or 16 (two to four of them), runs the layer within the dtype's bound, three times."""
+    case = LayerCase(op="LSTM", hidden_size=hidden, input_size=hidden, dtype=dtype, seq_len=STEPS[-1], batch=batch,
+                     weight_scale=1.0 / np.sqrt(hidden))
+    compiled = persist_rnn.compile(reference(case)[0], "cuda", measure=False)
+    layer = compiled.report()[0]
+    assert layer.lowering == "persistent" and layer.config["smem_runs"] == smem_runs, layer
+    _, feeds, want = reference(case)
+    errors = [max_rel_error(compiled.run(feeds), want) for _ in range(3)]
+    assert max(errors) <= TOLERANCE[dtype], errors
+
+
 @pytest.mark.parametrize("op,direction,dtype,cfg", [
     ("LSTM", "forward", "float16", Config(8, 32, 16, 8, "float16", batch_tile=8, mma_k_split=2)),  # 3 tiles at B=20
     ("GRU", "bidirectional", "float32", Config(16, 32, 16, 8, batch_tile=8, mma_k_split=2)),  # 6 counters

@@ -950,7 +950,6 @@ def test_shared_fragments_free_registers_for_one_turn_of_loads_or_none():
     # before, 14 0.998x 12's; LSTM H=1280 B=32 20 of 20, 1.13x its 10, fullest-shared-fragments-h200.jsonl)
     ("gru", 1280, 64, 14),
     ("gru", 640, 128, 0),  # grid tiles of 32 rows, within the cap (its cluster tiles took 15 k-tiles)
-    ("lstm", 1280, 32, 20),
     ("lstm", 1536, 16, 6),  # two n-tiles, 32 registers past the cap
     # one n-tile, and stamped halves' words in flight: 10 and 8 k-tiles there, 1.16x and 1.12x the
     # barrier picks of 8 and none kernel alone (bf16; docs/data/stamped-halves-h200.jsonl, run C)
@@ -967,6 +966,35 @@ def test_measure_off_takes_shared_fragments_only_where_they_paid(cell, hidden, b
     spec = CellSpec(cell, hidden, hidden, linear_before_reset=cell == "gru", dtype="float16")
     pick = choose(spec, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), batch, measure=False).config
     assert pick.f16_mma() and pick.smem_runs == smem_runs
+
+
+def _run_e_layers():
+    """The layers of run E of lstm2048-shared-fragments-h200.jsonl: (cell, hidden, batch, precision,
+    the pick's and the shared-fragments config's step in us, the shared-fragments config)."""
+    rows = [r for r in _data_rows("lstm2048-shared-fragments-h200.jsonl")
+            if r.get("run") == "E" and r.get("part") == "kernel_ab"]
+    return [(r["cell"], r["hidden"], r["batch"], r["precision"], r["new_us"], r["old_us"], r["old"]) for r in rows]
+
+
+@pytest.mark.parametrize("cell,hidden,batch,precision,pick_us,shared_us,shared", _run_e_layers(),
+                         ids=lambda v: str(v) if not isinstance(v, (dict, float)) else "")
+def test_measure_off_takes_shared_fragments_beside_configs_that_fit_where_priced_well_below(
+        cell, hidden, batch, precision, pick_us, shared_us, shared):
+    """Without measurements a 16-bit tensor-core pick gives way to the model's best config with A
+    fragments in shared memory of those offered beside configs that fit, where priced at most
+    SHARED_BESIDE_MARGIN times the pick (`planner.shared_fragments_lead`). Each layer timed so on the
+    H200 (run E) now gets the config that ran faster there, kernel alone: the six LSTM layers moved
+    to shared fragments ran 1.18-1.77x faster; GRU H=1536 B=32 fp16, priced 0.96x, kept its pick."""
+    from persist_rnn.bench.torch_layers import PRECISIONS
+
+    build_precision, dtype, _ = PRECISIONS[precision]
+    spec = CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU", dtype=dtype)
+    pick = choose(spec, TARGET, batch, measure=False, precision=build_precision).config
+    timed = Config.from_dict(shared)
+    assert (pick == timed) == (shared_us < pick_us), (pick, timed)
+    if pick == timed:
+        assert timed.smem_runs and timed not in candidate_configs(spec, H100, batch, build_precision)
+    assert len(_run_e_layers()) == 7 and sum(s < p for *_, p, s, _ in _run_e_layers()) == 6
 
 
 def test_a_chained_mma_is_priced_as_its_scheduler_hides_it():
