@@ -467,7 +467,8 @@ def measured_candidates(spec: CellSpec, gpu, batch: int, ranked: list[tuple[floa
     that fit, the model priced them too well at GRU H=1536 B=32 fp16 (its step ran 0.79x) and
     too poorly at LSTM H=1280 B=64 fp16 (its whole layer 0.565x -> 0.738x cuDNN's best), so
     timing decides: LSTM H=1280 B=64's compile took it, GRU H=1536 B=32's did not
-    (docs/data/lstm2048-shared-fragments-h200.jsonl, runs A-D). And each of those with A
+    (docs/data/lstm2048-shared-fragments-h200.jsonl, runs A-D; measure off, only one priced well
+    below the pick: `shared_fragments_lead`). And each of those with A
     fragments in shared memory also with as many as shared memory holds
     (`space.fullest_shared_fragments`): LSTM H=1280 B=64 fp16's compile took such a config, its
     whole layer 0.74x -> 0.98x cuDNN's best (docs/data/offgrid-heldout-h200.jsonl, run O)."""
