@@ -284,22 +284,30 @@ def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[
                           unverified: bool) -> Config | None:
     """The measure-off choice for a 16-bit layer whose pick is a tensor-core config: the model's
     best config with A fragments in shared memory of those the space offers beside configs that
-    fit (`space.shared_fragment_fits`), where priced at most SHARED_BESIDE_MARGIN times the pick,
-    with as many k-tiles there as shared memory holds from FULLEST_N_TILES n-tiles
+    fit (`best_shared_beside`), where priced at most SHARED_BESIDE_MARGIN times the pick, with as
+    many k-tiles there as shared memory holds from FULLEST_N_TILES n-tiles
     (`space.unmeasured_variant`'s rule); None otherwise. Whole layers on the H200, measure off:
-    LSTM H=1280 B=64 fp16 0.68x -> 0.97x cuDNN's best, LSTM H=1024 B=128 fp16 0.82x -> 1.42x
-    (docs/data/lstm2048-shared-fragments-h200.jsonl, run F)."""
+    LSTM H=1280 B=64 fp16 0.68x -> 0.98x cuDNN's best, LSTM H=1024 B=128 fp16 0.82x -> 1.29x
+    (docs/data/lstm2048-shared-fragments-h200.jsonl, run G); ten held-out layers it moves ran
+    1.41-1.78x faster kernel alone (run H)."""
     if batch is None or spec.dtype not in HALF_DTYPES or not pick.tensor_cores():
         return None
     price = next((t for t, c in ranked if c == pick), None)
-    wider = [c for c in shared_fragment_fits(spec, gpu, batch, precision)
-             if c not in fitting and (unverified or not unverified_reason(spec, c))]
-    if price is None or not wider:
+    lead = best_shared_beside(spec, gpu, batch, precision, unverified, fitting)
+    if price is None or lead is None or lead[0] > SHARED_BESIDE_MARGIN * price:
         return None
-    best_us, best = rank(spec, wider, gpu, batch)[0]
-    if best_us > SHARED_BESIDE_MARGIN * price:
-        return None
+    best = lead[1]
     return (fullest_shared_fragments(spec, best, gpu) or best) if best.n_tiles() >= FULLEST_N_TILES else best
+
+
+def best_shared_beside(spec: CellSpec, gpu, batch: int, precision: str, unverified: bool,
+                       present: list[Config]) -> tuple[float, Config] | None:
+    """The model's best 16-bit tensor-core config with A fragments in shared memory of those
+    `space.shared_fragment_fits` offers that `present` lacks (and this build may run), with its
+    price; None where there is none."""
+    wider = [c for c in shared_fragment_fits(spec, gpu, batch, precision)
+             if c not in present and (unverified or not unverified_reason(spec, c))]
+    return rank(spec, wider, gpu, batch)[0] if wider else None
 
 
 def _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision):
@@ -473,9 +481,8 @@ def measured_candidates(spec: CellSpec, gpu, batch: int, ranked: list[tuple[floa
     (`space.fullest_shared_fragments`): LSTM H=1280 B=64 fp16's compile took such a config, its
     whole layer 0.74x -> 0.98x cuDNN's best (docs/data/offgrid-heldout-h200.jsonl, run O)."""
     chosen = to_measure(ranked, top_k, spec, gpu)
-    wider = [c for c in shared_fragment_fits(spec, gpu, batch, precision)
-             if c not in chosen and (unverified or not unverified_reason(spec, c))]
-    chosen = chosen + [rank(spec, wider, gpu, batch)[0][1]] if wider else chosen
+    wider = best_shared_beside(spec, gpu, batch, precision, unverified, chosen)
+    chosen = chosen + [wider[1]] if wider else chosen
     fullest = (fullest_shared_fragments(spec, c, gpu) for c in chosen)
     return chosen + [c for c in dict.fromkeys(fullest) if c is not None and c not in chosen]
 
