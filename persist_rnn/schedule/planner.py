@@ -13,7 +13,7 @@ import math
 
 import tvm
 
-from tir_templates.config import HALF_DTYPES, Config
+from tir_templates.config import HALF_DTYPES, MMA_M, Config
 from tir_templates.gemm_scan import GEMM_SCAN, gemm_scan_problem, wgmma_step_problem
 from tir_templates.projection_wgmma import wgmma_arch
 from tir_templates.persistent import (
@@ -272,11 +272,22 @@ def past_chip_lead(spec: CellSpec, ranked: list[tuple[float, Config]], gpu,
 
 #: a 16-bit config with A fragments in shared memory, of those offered beside configs that fit in
 #: registers (`space.shared_fragment_fits`), replaces the measure-off pick only where priced at most
-#: this share of the pick's price. Kernel alone on the H200, the six layers so priced ran 1.18-1.77x
-#: faster than their picks (LSTM H=1280 B=64 fp16 13.02 -> 7.35 us a step, H=1024 B=128 bf16 13.71
-#: -> 8.60), GRU H=1536 B=32 fp16, priced 0.96x, 0.79x as fast (docs/data/lstm2048-shared-fragments-
-#: h200.jsonl, run E)
-SHARED_BESIDE_MARGIN = 0.92
+#: this share of the pick's price, and (SHARED_BESIDE_PADDING) its gate rows nearly fill its 16-row tiles.
+#: Kernel alone on the H200, every such config timed ran faster than the pick: 24 layers priced
+#: 0.64-1.00x it, 1.16-2.11x (LSTM H=1088 B=48 fp16, priced 0.95x, 13.59 -> 6.45 us a step; LSTM
+#: H=1120 B=20 fp16, priced 1.00x, 5.70 -> 4.44) (docs/data/lstm2048-shared-fragments-h200.jsonl,
+#: runs E, H and I)
+SHARED_BESIDE_MARGIN = 1.0
+#: the share of a shared-fragments config's 16-row tiles' rows that must stay under it as zero rows
+#: (a GRU's 3 x tile_units gate rows that are not whole tiles) for it to replace the measure-off pick:
+#: the four GRU configs with that many or more ran slower than their picks, whatever their price
+#: (GRU H=1472 B=56 fp16, priced 0.80x, 11 of 80 rows zero, 12.65 -> 15.51 us a step; GRU H=1536
+#: B=32 fp16, 8 of 80, 0.79x; GRU H=1408 B=16 fp16, 14 of 80, 0.70x; GRU H=1600 B=28 fp16, 5 of 80,
+#: 0.95x), and LSTM H=1120 B=56 fp16's, 4 of 144, 1.18x faster (runs E, I and J)
+SHARED_BESIDE_PADDING = 1 / 16
+#: the GPUs whose measure-off picks the rule moves: those it was timed on (the H200). On sm_80 it
+#: would move eight LSTM H=1280-1536 picks, untimed
+SHARED_BESIDE_ARCHS = ("sm_90",)
 
 
 def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[Config],
@@ -284,19 +295,23 @@ def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[
                           unverified: bool) -> Config | None:
     """The measure-off choice for a 16-bit layer whose pick is a tensor-core config: the model's
     best config with A fragments in shared memory of those the space offers beside configs that
-    fit (`best_shared_beside`), where priced at most SHARED_BESIDE_MARGIN times the pick, with as
-    many k-tiles there as shared memory holds from FULLEST_N_TILES n-tiles
-    (`space.unmeasured_variant`'s rule); None otherwise. Whole layers on the H200, measure off:
-    LSTM H=1280 B=64 fp16 0.68x -> 0.98x cuDNN's best, LSTM H=1024 B=128 fp16 0.82x -> 1.29x
-    (docs/data/lstm2048-shared-fragments-h200.jsonl, run G); ten held-out layers it moves ran
-    1.41-1.78x faster kernel alone (run H)."""
-    if batch is None or spec.dtype not in HALF_DTYPES or not pick.tensor_cores():
+    fit (`best_shared_beside`), where priced at most SHARED_BESIDE_MARGIN times the pick and its
+    zero rows under SHARED_BESIDE_PADDING, on SHARED_BESIDE_ARCHS, with as many k-tiles there as
+    shared memory holds from FULLEST_N_TILES n-tiles (`space.unmeasured_variant`'s rule); None
+    otherwise. Whole layers on
+    the H200, measure off: LSTM H=1280 B=64 fp16 0.68x -> 0.98x cuDNN's best, LSTM H=1024 B=128
+    fp16 0.82x -> 1.29x (docs/data/lstm2048-shared-fragments-h200.jsonl, run G)."""
+    if (batch is None or spec.dtype not in HALF_DTYPES or not pick.tensor_cores()
+            or gpu.arch not in SHARED_BESIDE_ARCHS):
         return None
     price = next((t for t, c in ranked if c == pick), None)
     lead = best_shared_beside(spec, gpu, batch, precision, unverified, fitting)
     if price is None or lead is None or lead[0] > SHARED_BESIDE_MARGIN * price:
         return None
     best = lead[1]
+    rows = best.row_tiles(spec) * MMA_M
+    if rows - best.row_gates(spec) * best.tile_units >= SHARED_BESIDE_PADDING * rows:
+        return None
     return (fullest_shared_fragments(spec, best, gpu) or best) if best.n_tiles() >= FULLEST_N_TILES else best
 
 
