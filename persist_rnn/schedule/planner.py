@@ -116,7 +116,7 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
            int8: bool | None = None, bucket: bool = False) -> Plan:
     """`plan_layer`'s choice of config for one batch, without building the kernel; `int8`: only
     configs that hold the weights as int8 (True) or only others (False); `bucket`: a batch bucket
-    of a symbolic batch (`wgmma_scan_priced`)."""
+    of a symbolic batch (`wgmma_scan_priced`; no `shared_fragments_lead`)."""
     gpu = gpu_model(target_arch(target))
     sm90a = wgmma_scan_priced(target, bucket)
     wl = tuning_log.workload(spec, batch, gpu.arch, precision)
@@ -152,7 +152,8 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
     else:
         # the model prices no spills: a 16-bit pick takes shared fragments where they paid when timed
         pick = model_pick(spec, ranked, gpu, batch)
-        lead = shared_fragments_lead(spec, gpu, batch, fitting, ranked, pick, precision, unverified)
+        lead = None if bucket else shared_fragments_lead(spec, gpu, batch, fitting, ranked, pick, precision,
+                                                         unverified)
         plan = Plan(None, lead or unmeasured_variant(spec, pick, gpu) or pick, "cost_model")
         how = "warm"
     if tuning_log_path:
@@ -286,7 +287,8 @@ SHARED_BESIDE_MARGIN = 1.0
 #: 0.95x), and LSTM H=1120 B=56 fp16's, 4 of 144, 1.18x faster (runs E, I and J)
 SHARED_BESIDE_PADDING = 1 / 16
 #: the GPUs whose measure-off picks the rule moves: those it was timed on (the H200). On sm_80 it
-#: would move eight LSTM H=1280-1536 picks, untimed
+#: would move eight LSTM H=1280-1536 picks, untimed. (Nor does it move a batch bucket's pick, `choose`:
+#: a bucketed kernel of such configs has not run on a GPU.)
 SHARED_BESIDE_ARCHS = ("sm_90",)
 
 

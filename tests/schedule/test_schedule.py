@@ -1000,9 +1000,10 @@ def test_measure_off_takes_shared_fragments_beside_configs_that_fit_where_they_r
     assert len(_shared_beside_timings()) == 28
 
 
-def test_shared_fragments_beside_configs_that_fit_stay_off_gpus_they_were_not_timed_on():
-    """On sm_80 the measure-off pick of LSTM H=1280 B=64 fp16 keeps its kind: the rule that moves
-    it on sm_90 (`planner.SHARED_BESIDE_ARCHS`) was timed on the H200 only."""
+def test_shared_fragments_beside_configs_that_fit_stay_off_builds_not_timed_with_them():
+    """On sm_80, and in a bucket of a symbolic batch, the measure-off pick of LSTM H=1280 B=64 fp16
+    keeps its kind: the rule that moves a static build's on sm_90 (`planner.SHARED_BESIDE_ARCHS`)
+    was timed on the H200 only, and a bucketed kernel of its configs has not run on a GPU."""
     from persist_rnn.schedule.planner import _ranked, model_pick, shared_fragments_lead
 
     spec = CellSpec("lstm", 1280, 1280, dtype="float16")
@@ -1011,6 +1012,8 @@ def test_shared_fragments_beside_configs_that_fit_stay_off_gpus_they_were_not_ti
         fitting, ranked = _ranked(spec, gpu, 64, False, "fp32")
         lead = shared_fragments_lead(spec, gpu, 64, fitting, ranked, model_pick(spec, ranked, gpu, 64), "fp32", False)
         assert (lead is not None) == moves, arch
+    static, bucket = (choose(spec, TARGET, 64, measure=False, bucket=b).config for b in (False, True))
+    assert static.batch_tile and static.smem_runs == 25 and bucket != static
 
 
 def test_a_chained_mma_is_priced_as_its_scheduler_hides_it():
