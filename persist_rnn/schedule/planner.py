@@ -273,11 +273,11 @@ def past_chip_lead(spec: CellSpec, ranked: list[tuple[float, Config]], gpu,
 
 #: a 16-bit config with A fragments in shared memory, of those offered beside configs that fit in
 #: registers (`space.shared_fragment_fits`), replaces the measure-off pick only where priced at most
-#: this share of the pick's price, and (SHARED_BESIDE_PADDING) its gate rows nearly fill its 16-row tiles.
-#: Kernel alone on the H200, every such config timed ran faster than the pick: 24 layers priced
-#: 0.64-1.00x it, 1.16-2.11x (LSTM H=1088 B=48 fp16, priced 0.95x, 13.59 -> 6.45 us a step; LSTM
-#: H=1120 B=20 fp16, priced 1.00x, 5.70 -> 4.44) (docs/data/lstm2048-shared-fragments-h200.jsonl,
-#: runs E, H and I)
+#: this share of the pick's price, and (SHARED_BESIDE_PADDING) its gate rows nearly fill its
+#: 16-row tiles. Kernel alone on the H200, every such config timed within that bound ran faster
+#: than the pick: 24 layers priced 0.64-1.00x it, 1.16-2.11x (LSTM H=1088 B=48 fp16, priced 0.95x,
+#: 13.59 -> 6.45 us a step; LSTM H=1120 B=20 fp16, priced 1.00x, 5.70 -> 4.44)
+#: (docs/data/lstm2048-shared-fragments-h200.jsonl, runs E, H and I)
 SHARED_BESIDE_MARGIN = 1.0
 #: the share of a shared-fragments config's 16-row tiles' rows that must stay under it as zero rows
 #: (a GRU's 3 x tile_units gate rows that are not whole tiles) for it to replace the measure-off pick:
@@ -287,8 +287,8 @@ SHARED_BESIDE_MARGIN = 1.0
 #: 0.95x), and LSTM H=1120 B=56 fp16's, 4 of 144, 1.18x faster (runs E, I and J)
 SHARED_BESIDE_PADDING = 1 / 16
 #: the GPUs whose measure-off picks the rule moves: those it was timed on (the H200). On sm_80 it
-#: would move eight LSTM H=1280-1536 picks, untimed. (Nor does it move a batch bucket's pick, `choose`:
-#: a bucketed kernel of such configs has not run on a GPU.)
+#: would move eight LSTM H=1280-1536 picks, untimed. A batch bucket's pick it leaves as it is
+#: (`choose`): a bucketed kernel of such configs has not run on a GPU
 SHARED_BESIDE_ARCHS = ("sm_90",)
 
 
@@ -300,9 +300,9 @@ def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[
     fit (`best_shared_beside`), where priced at most SHARED_BESIDE_MARGIN times the pick and its
     zero rows under SHARED_BESIDE_PADDING, on SHARED_BESIDE_ARCHS, with as many k-tiles there as
     shared memory holds from FULLEST_N_TILES n-tiles (`space.unmeasured_variant`'s rule); None
-    otherwise. Whole layers on
-    the H200, measure off: LSTM H=1280 B=64 fp16 0.68x -> 0.98x cuDNN's best, LSTM H=1024 B=128
-    fp16 0.82x -> 1.29x (docs/data/lstm2048-shared-fragments-h200.jsonl, run G)."""
+    otherwise. Whole layers on the H200, measure off: LSTM H=1280 B=64 fp16 0.68x -> 0.98x
+    cuDNN's best, LSTM H=1024 B=128 fp16 0.82x -> 1.29x
+    (docs/data/lstm2048-shared-fragments-h200.jsonl, run G)."""
     if (batch is None or spec.dtype not in HALF_DTYPES or not pick.tensor_cores()
             or gpu.arch not in SHARED_BESIDE_ARCHS):
         return None
@@ -492,14 +492,14 @@ def measured_candidates(spec: CellSpec, gpu, batch: int, ranked: list[tuple[floa
     that fit, the model priced them too well at GRU H=1536 B=32 fp16 (its step ran 0.79x) and
     too poorly at LSTM H=1280 B=64 fp16 (its whole layer 0.565x -> 0.738x cuDNN's best), so
     timing decides: LSTM H=1280 B=64's compile took it, GRU H=1536 B=32's did not
-    (docs/data/lstm2048-shared-fragments-h200.jsonl, runs A-D; measure off, only one priced well
-    below the pick: `shared_fragments_lead`). And each of those with A
+    (docs/data/lstm2048-shared-fragments-h200.jsonl, runs A-D; measure off, one priced no more
+    than the pick: `shared_fragments_lead`). And each of those with A
     fragments in shared memory also with as many as shared memory holds
     (`space.fullest_shared_fragments`): LSTM H=1280 B=64 fp16's compile took such a config, its
     whole layer 0.74x -> 0.98x cuDNN's best (docs/data/offgrid-heldout-h200.jsonl, run O)."""
     chosen = to_measure(ranked, top_k, spec, gpu)
-    wider = best_shared_beside(spec, gpu, batch, precision, unverified, chosen)
-    chosen = chosen + [wider[1]] if wider else chosen
+    shared = best_shared_beside(spec, gpu, batch, precision, unverified, chosen)
+    chosen = chosen + [shared[1]] if shared else chosen
     fullest = (fullest_shared_fragments(spec, c, gpu) for c in chosen)
     return chosen + [c for c in dict.fromkeys(fullest) if c is not None and c not in chosen]
 
