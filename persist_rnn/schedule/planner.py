@@ -284,7 +284,8 @@ SHARED_BESIDE_MARGIN = 1.0
 #: the four GRU configs with that many or more ran slower than their picks, whatever their price
 #: (GRU H=1472 B=56 fp16, priced 0.80x, 11 of 80 rows zero, 12.65 -> 15.51 us a step; GRU H=1536
 #: B=32 fp16, 8 of 80, 0.79x; GRU H=1408 B=16 fp16, 14 of 80, 0.70x; GRU H=1600 B=28 fp16, 5 of 80,
-#: 0.95x), and LSTM H=1120 B=56 fp16's, 4 of 144, 1.18x faster (runs E, I and J)
+#: 0.95x), and LSTM H=1120 B=56 fp16's, 4 of 144, 1.18x faster (runs E, I and J). In the sweeps, GRU
+#: shared-fragments configs in batch tiles with zero rows ran 0.68x their price, without 0.58x (33 and 21)
 SHARED_BESIDE_PADDING = 1 / 16
 #: the GPUs whose measure-off picks the rule moves: those it was timed on (the H200). On sm_80 it
 #: would move eight LSTM H=1280-1536 picks, untimed. A batch bucket's pick it leaves as it is
