@@ -1000,6 +1000,34 @@ def test_measure_off_takes_shared_fragments_beside_configs_that_fit_where_they_r
     assert len(_shared_beside_timings()) == 28
 
 
+def test_the_model_prices_padded_gru_shared_fragment_tiles_short():
+    """The premise of `planner.SHARED_BESIDE_PADDING`: of the GRU shared-fragments configs in batch
+    tiles timed in the sweeps, those whose 16-row tiles hold zero rows ran longer against their
+    price than those without (0.68x against 0.58x, geomean). A model that priced the padding would
+    need the bound weighed again."""
+    from persist_rnn.bench.torch_layers import PRECISIONS
+    from persist_rnn.schedule.planner import SHARED_BESIDE_PADDING
+
+    ratios = {True: [], False: []}
+    for name in ("sweep-shared-fragments-h200.jsonl", "tc-shared-fragments-h200.jsonl",
+                 "fullest-shared-fragments-h200.jsonl"):
+        for r in _data_rows(name):
+            if r.get("cell", "").upper() != "GRU" or r.get("precision", "fp16") not in PRECISIONS:
+                continue
+            spec = CellSpec("gru", r["hidden"], r["hidden"], linear_before_reset=True,
+                            dtype=PRECISIONS[r.get("precision", "fp16")][1])
+            timed = [(r["config"], r["us"])] if "config" in r and "us" in r else []
+            timed += [(r[k], r[k + "_us"]) for k in ("new", "old") if isinstance(r.get(k), dict) and r.get(k + "_us")]
+            for config, us in timed:
+                cfg = Config.from_dict(config)
+                if cfg.tensor_cores() and cfg.smem_runs and cfg.batch_tile:
+                    padded = cfg.row_tiles(spec) * 16 > cfg.row_gates(spec) * cfg.tile_units
+                    ratios[padded].append(us / step_us(spec, cfg, H100, r["batch"]))
+    geomean = {k: float(np.exp(np.mean(np.log(v)))) for k, v in ratios.items()}
+    assert (len(ratios[True]), len(ratios[False])) == (33, 21)
+    assert geomean[True] > 1.15 * geomean[False] and SHARED_BESIDE_PADDING < 0.1, geomean
+
+
 def test_shared_fragments_beside_configs_that_fit_stay_off_builds_not_timed_with_them():
     """On sm_80, and in a bucket of a symbolic batch, the measure-off pick of LSTM H=1280 B=64 fp16
     keeps its kind: the rule that moves a static build's on sm_90 (`planner.SHARED_BESIDE_ARCHS`)
