@@ -30,7 +30,7 @@ from .gemm_scan_cost import WGMMA_TILE, gemm_scan_us, wgmma_step
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
-from .space import (FULLEST_N_TILES, candidate_configs, fullest_shared_fragments, most_common_problem, no_tensor_cores,
+from .space import (candidate_configs, fullest_if_wide, fullest_shared_fragments, most_common_problem, no_tensor_cores,
                     problems_on, shared_fragment_fits, shared_fragments_variant, unmeasured_variant)
 from .streamed_cost import streamed_scan_us
 
@@ -300,8 +300,8 @@ def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[
     best config with A fragments in shared memory of those the space offers beside configs that
     fit (`best_shared_beside`), where priced at most SHARED_BESIDE_MARGIN times the pick and its
     zero rows under SHARED_BESIDE_PADDING, on SHARED_BESIDE_ARCHS, with as many k-tiles there as
-    shared memory holds from FULLEST_N_TILES n-tiles (`space.unmeasured_variant`'s rule); None
-    otherwise. Whole layers on the H200, measure off: LSTM H=1280 B=64 fp16 0.68x -> 0.98x
+    shared memory holds from FULLEST_N_TILES n-tiles (`space.fullest_if_wide`, as
+    `unmeasured_variant` takes them); None otherwise. Whole layers on the H200, measure off: LSTM H=1280 B=64 fp16 0.68x -> 0.98x
     cuDNN's best, LSTM H=1024 B=128 fp16 0.82x -> 1.29x
     (docs/data/lstm2048-shared-fragments-h200.jsonl, run G)."""
     if (batch is None or spec.dtype not in HALF_DTYPES or not pick.tensor_cores()
@@ -315,7 +315,7 @@ def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[
     rows = best.row_tiles(spec) * MMA_M
     if rows - best.row_gates(spec) * best.tile_units >= SHARED_BESIDE_PADDING * rows:
         return None
-    return (fullest_shared_fragments(spec, best, gpu) or best) if best.n_tiles() >= FULLEST_N_TILES else best
+    return fullest_if_wide(spec, best, gpu)
 
 
 def best_shared_beside(spec: CellSpec, gpu, batch: int, precision: str, unverified: bool,

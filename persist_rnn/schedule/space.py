@@ -452,10 +452,19 @@ def unmeasured_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | N
     variant = shared_fragments_variant(spec, cfg, gpu)
     if variant is None:
         return None
-    if cfg.n_tiles() >= FULLEST_N_TILES:
-        return fullest_shared_fragments(spec, variant, gpu) or variant
     overflow = fragment_registers(spec, cfg) - cfg.register_cap(spec)
-    return variant if cfg.n_tiles() >= 2 or overflow >= ONE_TILE_OVERFLOW else None
+    if cfg.n_tiles() < 2 and overflow < ONE_TILE_OVERFLOW:
+        return None
+    return fullest_if_wide(spec, variant, gpu)
+
+
+def fullest_if_wide(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config:
+    """`cfg`, a 16-bit mma config with A fragments in shared memory, with as many k-tiles there as
+    shared memory holds (`fullest_shared_fragments`) where its chunk spans FULLEST_N_TILES n-tiles
+    or more; else `cfg` as it is."""
+    if cfg.n_tiles() >= FULLEST_N_TILES:
+        return fullest_shared_fragments(spec, cfg, gpu) or cfg
+    return cfg
 
 
 def fragment_registers(spec: CellSpec, cfg: Config) -> int:
