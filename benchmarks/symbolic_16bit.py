@@ -5,10 +5,12 @@ All measure off, no tuning log; each through TVM's VM, inputs on the GPU, timed 
 kernel's µs a call from a CUPTI trace of every build. One JSON line per (layer, batch).
 
     python benchmarks/symbolic_16bit.py --out F [--layer LSTM:768:fp16 ...] [--batches 1,8,32,64]
-        [--no-fma-gemm] [--pairs-gemm]
+        [--no-fma-gemm] [--pairs-gemm] [--without-shared-beside]
 
 On sm_90a a symbolic build's GEMM of K >= 512 is the wgmma GEMM by rows; `--pairs-gemm` also times
-the build with the pairs GEMM by rows there (`symbolic_pairs_gemm`).
+the build with the pairs GEMM by rows there (`symbolic_pairs_gemm`). `--without-shared-beside` also
+times the symbolic build whose buckets keep their picks where `planner.shared_fragments_lead` would
+move them (`symbolic_without_shared_beside`).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from persist_rnn.bench.gpu_timing import interleaved_ms, kernel_trace, vm_call
 from persist_rnn.bench.torch_layers import PRECISIONS, onnx_from_torch, torch_layer
 from persist_rnn.compile import compile_onnx
+from persist_rnn.schedule import planner
 from persist_rnn.transform import projection_gemms
 
 T = 100
@@ -54,6 +57,8 @@ def main():
     ap.add_argument("--no-fma-gemm", action="store_true", help="skip the build with its projection on the FMA GEMM")
     ap.add_argument("--pairs-gemm", action="store_true",
                     help="also the build whose GEMM is the pairs GEMM by rows where the wgmma GEMM by rows would be")
+    ap.add_argument("--without-shared-beside", action="store_true",
+                    help="also the symbolic build without planner.shared_fragments_lead in its buckets")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     dev = tvm.cuda(0)
@@ -80,6 +85,19 @@ def main():
                     cell, layer, T, batches[-1], dtype)), "cuda", tuning_log=None, measure=False)
             finally:
                 projection_gemms.by_rows_pays = by_rows_pays
+        if args.without_shared_beside:
+            lead = planner.shared_fragments_lead
+            planner.shared_fragments_lead = lambda *a, **k: None  # every bucket keeps the model's pick
+            try:
+                variants["symbolic_without_shared_beside"] = compile_onnx(symbolic_batch(onnx_from_torch(
+                    cell, layer, T, batches[-1], dtype)), "cuda", tuning_log=None, measure=False)
+            finally:
+                planner.shared_fragments_lead = lead
+        plans = {"cell": cell, "hidden": hidden, "precision": precision, "what": "each build's buckets",
+                 "buckets": {name: [(b["max_batch"], b["config"]) for b in c.report()[0].buckets]
+                             for name, c in variants.items()}}
+        with open(args.out, "a") as f:
+            f.write(json.dumps(plans) + "\n")
         for batch in batches:
             feeds = {"X": np.random.default_rng(batch).standard_normal((T, batch, hidden)).astype(dtype)}
             static = compile_onnx(onnx_from_torch(cell, layer, T, batch, dtype), "cuda", tuning_log=None, measure=False)

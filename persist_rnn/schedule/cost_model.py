@@ -51,8 +51,8 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 #: 14: past the chip, the best FMA-unit and tensor-core configs weighed so against each other, at B=1 too
 #: (`planner.past_chip_lead`); 15: a 16-bit measure-off pick gives way to shared fragments beside configs
 #: that fit where priced no more than it and their rows nearly fill their tiles
-#: (`planner.shared_fragments_lead`)
-MODEL_VERSION = 15
+#: (`planner.shared_fragments_lead`); 16: so does a symbolic batch's bucket pick
+MODEL_VERSION = 16
 #: the most sums (rows x batch rows of a chunk) an FMA-unit warp may keep and be priced at the
 #: scheduler that holds the most warps: of the 40 measure-off picks that rule moved on the H200,
 #: the 30 at 16 or fewer ran 1.115x faster (geomean), the 10 above 0.943x

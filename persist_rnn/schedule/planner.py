@@ -30,8 +30,8 @@ from .gemm_scan_cost import WGMMA_TILE, gemm_scan_us, wgmma_step
 from .gpu import gpu_model, present_device
 from .measure import builds, measure_configs, timing
 from .precision import checked as checked_precision, precision_problem
-from .space import (candidate_configs, fullest_if_wide, fullest_shared_fragments, most_common_problem, no_tensor_cores,
-                    problems_on, shared_fragment_fits, shared_fragments_variant, unmeasured_variant)
+from .space import (bounded_by_batch, candidate_configs, fullest_if_wide, fullest_shared_fragments, most_common_problem,
+                    no_tensor_cores, problems_on, shared_fragment_fits, shared_fragments_variant, unmeasured_variant)
 from .streamed_cost import streamed_scan_us
 
 
@@ -113,17 +113,20 @@ def tensor_core_note(spec: CellSpec, gpu, batch: int | None, precision: str, con
 
 def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuning_log_path=None, top_k: int = 5,
            measure=None, progress=None, unverified: bool = False, precision: str = "fp32",
-           int8: bool | None = None, bucket: bool = False) -> Plan:
+           int8: bool | None = None, bucket: bool = False, open_ended: bool = False) -> Plan:
     """`plan_layer`'s choice of config for one batch, without building the kernel; `int8`: only
     configs that hold the weights as int8 (True) or only others (False); `bucket`: a batch bucket
-    of a symbolic batch (`wgmma_scan_priced`; no `shared_fragments_lead`)."""
+    of a symbolic batch (`wgmma_scan_priced`); `open_ended`: a bucket that also takes every larger
+    batch, planned at `batch` with no config bounded by the batch (`space.bounded_by_batch`)."""
     gpu = gpu_model(target_arch(target))
     sm90a = wgmma_scan_priced(target, bucket)
-    wl = tuning_log.workload(spec, batch, gpu.arch, precision)
+    wl = tuning_log.workload(spec, batch, gpu.arch, precision, open_ended=open_ended)
     rec = _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision)
+    if rec is not None and open_ended and bounded_by_batch(spec, rec.config):
+        rec = None  # (a log edited by hand: records of open-ended buckets are keyed apart)
     if rec is not None and int8 in (None, rec.config.int8_weights()):
         return Plan(None, rec.config, "tuning_log", time_us=rec.time_us)
-    fitting, ranked = _ranked(spec, gpu, batch, unverified, precision)
+    fitting, ranked = _ranked(spec, gpu, batch, unverified, precision, open_ended)
     if int8 is not None:
         ranked = [(t, c) for t, c in ranked if c.int8_weights() == int8]
     if not ranked:
@@ -144,16 +147,15 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
         return scan
     dev = present_device() if measure is None or measure else None
     if dev is not None and batch is not None:
-        timed = measure_configs(spec, measured_candidates(spec, gpu, batch, ranked, top_k, precision, unverified),
-                                target, dev, batch, progress=progress)
+        timed = measure_configs(spec, measured_candidates(spec, gpu, batch, ranked, top_k, precision, unverified,
+                                                          open_ended), target, dev, batch, progress=progress)
         best_us, best = timed[0]
         plan = Plan(None, best, "measured", time_us=best_us)
         how = timing(spec, dev)
     else:
         # the model prices no spills: a 16-bit pick takes shared fragments where they paid when timed
         pick = model_pick(spec, ranked, gpu, batch)
-        lead = None if bucket else shared_fragments_lead(spec, gpu, batch, fitting, ranked, pick, precision,
-                                                         unverified)
+        lead = shared_fragments_lead(spec, gpu, batch, fitting, ranked, pick, precision, unverified, open_ended)
         plan = Plan(None, lead or unmeasured_variant(spec, pick, gpu) or pick, "cost_model")
         how = "warm"
     if tuning_log_path:
@@ -288,27 +290,28 @@ SHARED_BESIDE_MARGIN = 1.0
 #: shared-fragments configs in batch tiles with zero rows ran 0.68x their price, without 0.58x (33 and 21)
 SHARED_BESIDE_PADDING = 1 / 16
 #: the GPUs whose measure-off picks the rule moves: those it was timed on (the H200). On sm_80 it
-#: would move eight LSTM H=1280-1536 picks, untimed. A batch bucket's pick it leaves as it is
-#: (`choose`): a bucketed kernel of such configs has not run on a GPU
+#: would move eight LSTM H=1280-1536 picks, untimed. It moves a symbolic batch's bucket picks as a
+#: static build's: LSTM H=1280 fp16 symbolic, whole on the H200, B=64 1.333 -> 0.931 ms (the static
+#: build's 0.930), B=32 0.695 -> 0.656 (docs/data/symbolic-16bit-h200.jsonl, run D)
 SHARED_BESIDE_ARCHS = ("sm_90",)
 
 
 def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[Config],
                           ranked: list[tuple[float, Config]], pick: Config, precision: str,
-                          unverified: bool) -> Config | None:
+                          unverified: bool, open_ended: bool = False) -> Config | None:
     """The measure-off choice for a 16-bit layer whose pick is a tensor-core config: the model's
     best config with A fragments in shared memory of those the space offers beside configs that
     fit (`best_shared_beside`), where priced at most SHARED_BESIDE_MARGIN times the pick and its
     zero rows under SHARED_BESIDE_PADDING, on SHARED_BESIDE_ARCHS, with as many k-tiles there as
     shared memory holds from FULLEST_N_TILES n-tiles (`space.fullest_if_wide`, as
-    `unmeasured_variant` takes them); None otherwise. Whole layers on the H200, measure off: LSTM H=1280 B=64 fp16 0.68x -> 0.98x
-    cuDNN's best, LSTM H=1024 B=128 fp16 0.82x -> 1.29x
-    (docs/data/lstm2048-shared-fragments-h200.jsonl, run G)."""
+    `unmeasured_variant` takes them; `open_ended`: of those that run every larger batch); None
+    otherwise. Whole layers on the H200, measure off: LSTM H=1280 B=64 fp16 0.68x -> 0.98x cuDNN's
+    best, LSTM H=1024 B=128 fp16 0.82x -> 1.29x (docs/data/lstm2048-shared-fragments-h200.jsonl, run G)."""
     if (batch is None or spec.dtype not in HALF_DTYPES or not pick.tensor_cores()
             or gpu.arch not in SHARED_BESIDE_ARCHS):
         return None
     price = next((t for t, c in ranked if c == pick), None)
-    lead = best_shared_beside(spec, gpu, batch, precision, unverified, fitting)
+    lead = best_shared_beside(spec, gpu, batch, precision, unverified, fitting, open_ended)
     if price is None or lead is None or lead[0] > SHARED_BESIDE_MARGIN * price:
         return None
     best = lead[1]
@@ -319,12 +322,13 @@ def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[
 
 
 def best_shared_beside(spec: CellSpec, gpu, batch: int, precision: str, unverified: bool,
-                       present: list[Config]) -> tuple[float, Config] | None:
+                       present: list[Config], open_ended: bool = False) -> tuple[float, Config] | None:
     """The model's best 16-bit tensor-core config with A fragments in shared memory of those
-    `space.shared_fragment_fits` offers that `present` lacks (and this build may run), with its
-    price; None where there is none."""
+    `space.shared_fragment_fits` offers that `present` lacks (and this build may run, and with
+    `open_ended` that runs every larger batch too), with its price; None where there is none."""
     wider = [c for c in shared_fragment_fits(spec, gpu, batch, precision)
-             if c not in present and (unverified or not unverified_reason(spec, c))]
+             if c not in present and (unverified or not unverified_reason(spec, c))
+             and not (open_ended and bounded_by_batch(spec, c))]
     return rank(spec, wider, gpu, batch)[0] if wider else None
 
 
@@ -340,9 +344,11 @@ def _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision):
     return rec if usable and settled and not problems_on(spec, rec.config, gpu) else None
 
 
-def _ranked(spec, gpu, batch, unverified, precision):
-    """(the configs that fit, the usable ones ranked by the cost model, best first)."""
-    fitting = candidate_configs(spec, gpu, batch, precision)
+def _ranked(spec, gpu, batch, unverified, precision, open_ended=False):
+    """(the configs that fit, the usable ones ranked by the cost model, best first); with
+    `open_ended`, only those that run every batch past `batch` too."""
+    fitting = [c for c in candidate_configs(spec, gpu, batch, precision)
+               if not (open_ended and bounded_by_batch(spec, c))]
     usable = [c for c in fitting if unverified or not unverified_reason(spec, c)]
     return fitting, rank(spec, usable, gpu, batch) if batch is not None else rank_for_any_batch(spec, usable, gpu)
 
@@ -398,24 +404,32 @@ def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, 
                  precision: str = "fp32") -> Plan:
     """One config per batch bucket (batch <= its bound; the last takes every larger batch too),
     each chosen as for a static build of its bound; neighbours with one config share a kernel. A
-    bucket with no config of its own is served by its neighbour's (every config runs every batch).
+    bucket with no config of its own is served by its neighbour's. Where the last bound's config
+    runs no larger batch (`space.bounded_by_batch`: batch tiles of a grid), one more bucket takes
+    the batches past it, planned at twice that bound without such configs (`open_ended`).
     Where some buckets hold int8 weights, R comes packed to all of them (`int8_rows.py`): the
     others read it back as they load their weights, except a config that reads R every step
     (global runs); then the kind most buckets chose serves them all."""
     if measure and present_device() is not None:
         prefetch_builds(spec, target, sorted(buckets), tuning_log_path=tuning_log_path, top_k=top_k,
                         unverified=unverified, precision=precision, bucket=True)
-    chosen = [(b, choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
-                         progress=progress, unverified=unverified, precision=precision, bucket=True))
-              for b in sorted(buckets)]
-    int8 = [p.config.int8_weights() for _, p in chosen if p.config is not None]
+
+    def planned(b, open_ended=False, int8=None):
+        return choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
+                      progress=progress, unverified=unverified, precision=precision, int8=int8, bucket=True,
+                      open_ended=open_ended)
+    chosen = [(b, False, planned(b)) for b in sorted(buckets)]
+    served = [p.config for _, _, p in chosen if p.config is not None]
+    if served and bounded_by_batch(spec, served[-1]):
+        past = planned(2 * chosen[-1][0], open_ended=True)
+        chosen.append((2 * chosen[-1][0], True, past if past.config is not None else planned(None, open_ended=True)))
+    int8 = [p.config.int8_weights() for _, _, p in chosen if p.config is not None]
     packed_r = any(int8) and not all(int8)
-    if packed_r and not all(reads_packed_r(p.config) for _, p in chosen if p.config is not None):
+    if packed_r and not all(reads_packed_r(p.config) for _, _, p in chosen if p.config is not None):
         packed_r, kind = False, 2 * sum(int8) > len(int8)
-        chosen = [(b, p if p.config is None or p.config.int8_weights() == kind else
-                   choose(spec, target, b, tuning_log_path=tuning_log_path, top_k=top_k, measure=measure,
-                          progress=progress, unverified=unverified, precision=precision, int8=kind, bucket=True))
-                  for b, p in chosen]
+        chosen = [(b, o, p if p.config is None or p.config.int8_weights() == kind else planned(b, o, kind))
+                  for b, o, p in chosen]
+    chosen = [(b, p) for b, _, p in chosen]
     usable = [(b, p) for b, p in chosen if p.config is not None]
     if not usable:  # (the GEMM scan holds R^T in slots of a batch known at build time: not here)
         return dataclasses.replace(chosen[0][1], lowering="")
@@ -426,6 +440,9 @@ def plan_buckets(spec: CellSpec, target: tvm.target.Target, buckets: tuple[int, 
             merged[-1] = (b, merged[-1][1])
         else:
             merged.append((b, p))
+    if bounded_by_batch(spec, merged[-1][1].config):
+        return Plan(None, reason=f"no config for every batch past {merged[-1][0]}: {merged[-1][1].config.as_dict()} "
+                                 "adds batch tiles of a grid, which the GPU holds only up to that batch")
     rows = [dict(max_batch=b if i < len(merged) - 1 else None, config=p.config.as_dict(), source=p.source,
                  time_us=p.time_us) for i, (b, p) in enumerate(merged)]
     try:
@@ -486,7 +503,7 @@ def to_measure(ranked: list[tuple[float, Config]], top_k: int, spec: CellSpec | 
 
 
 def measured_candidates(spec: CellSpec, gpu, batch: int, ranked: list[tuple[float, Config]], top_k: int,
-                        precision: str, unverified: bool) -> list[Config]:
+                        precision: str, unverified: bool, open_ended: bool = False) -> list[Config]:
     """What a compile on a GPU times at `batch`: `to_measure`'s configs, and the model's best
     16-bit tensor-core config with A fragments in shared memory of those the space offers only
     where registers hold no tensor-core config (`space.shared_fragment_fits`). Beside configs
@@ -499,7 +516,7 @@ def measured_candidates(spec: CellSpec, gpu, batch: int, ranked: list[tuple[floa
     (`space.fullest_shared_fragments`): LSTM H=1280 B=64 fp16's compile took such a config, its
     whole layer 0.74x -> 0.98x cuDNN's best (docs/data/offgrid-heldout-h200.jsonl, run O)."""
     chosen = to_measure(ranked, top_k, spec, gpu)
-    shared = best_shared_beside(spec, gpu, batch, precision, unverified, chosen)
+    shared = best_shared_beside(spec, gpu, batch, precision, unverified, chosen, open_ended)
     chosen = chosen + [shared[1]] if shared else chosen
     fullest = (fullest_shared_fragments(spec, c, gpu) for c in chosen)
     return chosen + [c for c in dict.fromkeys(fullest) if c is not None and c not in chosen]

@@ -248,6 +248,14 @@ def grid_batch_tiles(spec: CellSpec, tile_units: int, batch: int | None, gpu: GP
     return [t for t in tiles if spec.num_directions * math.ceil(batch / t) * per_direction <= gpu.num_sms]
 
 
+def bounded_by_batch(spec: CellSpec, cfg: Config) -> bool:
+    """Whether `cfg` runs only batches up to the one it was planned for: its batch tiles add CTAs
+    as the batch grows, and they meet at a grid barrier, which needs every CTA of a tile resident
+    (the kernel launches cooperatively, and the driver refuses a grid larger than the GPU holds).
+    A batch bucket open to every larger batch takes none (`planner.plan_buckets`)."""
+    return bool(cfg.batch_tile) and cfg.barrier(spec) == "grid"
+
+
 def _smem_weights(spec: CellSpec, cfg: Config, gpu: GPUModel, stream: bool = False) -> Config | None:
     """`cfg` with the fewest runs of weight columns moved to shared memory that make it fit, if
     the registers were what it lacked (None otherwise); with `stream`, where shared memory cannot

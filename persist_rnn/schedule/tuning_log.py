@@ -32,9 +32,10 @@ TIMINGS = ("warm", "cold")
 STACK_KEY = "stack"
 
 
-def workload(spec: CellSpec, batch: int | None, arch: str, precision: str = "fp32") -> dict:
+def workload(spec: CellSpec, batch: int | None, arch: str, precision: str = "fp32", open_ended: bool = False) -> dict:
     """The record's key; "precision" only for a build that allows less than fp32, "int8_weights"
-    and "int8_rows" only for a quantized layer (the other records are what they were before)."""
+    and "int8_rows" only for a quantized layer, "open_ended" only for a symbolic batch's last
+    bucket, which takes every batch past `batch` too (the other records are what they were before)."""
     wl = {
         "cell": spec.cell, "input_size": spec.input_size, "hidden_size": spec.hidden_size,
         "batch": batch, "directions": spec.num_directions, "dtype": spec.dtype,
@@ -46,6 +47,8 @@ def workload(spec: CellSpec, batch: int | None, arch: str, precision: str = "fp3
         wl["int8_weights"] = True
     if spec.int8_rows:  # ... or as int8, where its R is packed: never another layer's
         wl["int8_rows"] = True
+    if open_ended:  # a config for `batch` and every larger batch: never a static build's
+        wl["open_ended"] = True
     return wl
 
 
@@ -152,7 +155,7 @@ def lookup(path: str, wl: dict) -> Record | None:
         same_shape = all(rec.workload.get(k) == wl[k] for k in WORKLOAD_KEYS if k not in ("arch", "template_version"))
         if not same_shape or rec.workload.get("precision", "fp32") != wl.get("precision", "fp32"):
             continue
-        if any(rec.workload.get(k, False) != wl.get(k, False) for k in ("int8_weights", "int8_rows")):
+        if any(rec.workload.get(k, False) != wl.get(k, False) for k in ("int8_weights", "int8_rows", "open_ended")):
             continue
         if rec.workload["arch"] != wl["arch"] or rec.workload["template_version"] != wl["template_version"]:
             stale.add(f"{rec.workload['arch']}, v{rec.workload['template_version']}")

@@ -329,6 +329,31 @@ def test_shared_fragments_beside_picks_match_onnxruntime(hidden, batch, dtype, s
     assert max(errors) <= TOLERANCE[dtype], errors
 
 
+@pytest.mark.parametrize("op,hidden,dtype", [("LSTM", 1280, "float16"), ("GRU", 1024, "float32")], ids=str)
+def test_symbolic_batch_buckets_match_onnxruntime_past_the_last_bound(op, hidden, dtype):
+    """A symbolic batch compiled as users compile it (measure off): LSTM H=1280 fp16's buckets of
+    B=9-64 take configs with A fragments in shared memory in batch tiles of a grid
+    (`planner.shared_fragments_lead`), and past B=64 both layers run the open-ended bucket's
+    config (`space.bounded_by_batch`): at B=200 GRU H=1024 fp32's B=64 config, tiles of 32 rows,
+    would launch 448 CTAs at a grid barrier. Batches in each bucket and past the last bound, twice
+    each, within the dtype's bound."""
+    from persist_rnn.schedule.space import bounded_by_batch
+    from tir_templates.spec import CellSpec
+
+    case = _layer_case(op, hidden, "forward", dtype)
+    compiled = persist_rnn.compile(reference(case)[0], "cuda", measure=False)
+    layer = compiled.report()[0]
+    spec = CellSpec(op.lower(), hidden, hidden, linear_before_reset=1 if op == "GRU" else None, dtype=dtype)
+    configs = [Config.from_dict(b["config"]) for b in layer.buckets]
+    assert layer.lowering == "persistent" and bounded_by_batch(spec, configs[-2])
+    assert not bounded_by_batch(spec, configs[-1])
+    assert op != "LSTM" or all(c.smem_runs for c in configs[-4:-1]), layer.buckets
+    for batch, steps in [(1, 10), (16, 20), (33, 20), (64, 20), (65, 10), (200, 10)]:
+        _, feeds, want = reference(LayerCase(**{**case.__dict__, "batch": batch, "seq_len": steps}))
+        errors = [max_rel_error(compiled.run(feeds), want) for _ in range(2)]
+        assert max(errors) <= TOLERANCE[dtype], (batch, steps, errors)
+
+
 @pytest.mark.parametrize("op,direction,dtype,cfg", [
     ("LSTM", "forward", "float16", Config(8, 32, 16, 8, "float16", batch_tile=8, mma_k_split=2)),  # 3 tiles at B=20
     ("GRU", "bidirectional", "float32", Config(16, 32, 16, 8, batch_tile=8, mma_k_split=2)),  # 6 counters

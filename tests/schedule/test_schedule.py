@@ -1028,10 +1028,10 @@ def test_the_model_prices_padded_gru_shared_fragment_tiles_short():
     assert geomean[True] > 1.15 * geomean[False] and SHARED_BESIDE_PADDING < 0.1, geomean
 
 
-def test_shared_fragments_beside_configs_that_fit_stay_off_builds_not_timed_with_them():
-    """On sm_80, and in a bucket of a symbolic batch, the measure-off pick of LSTM H=1280 B=64 fp16
-    keeps its kind: the rule that moves a static build's on sm_90 (`planner.SHARED_BESIDE_ARCHS`)
-    was timed on the H200 only, and a bucketed kernel of its configs has not run on a GPU."""
+def test_shared_fragments_beside_configs_that_fit_stay_off_gpus_not_timed_with_them():
+    """On sm_80 the measure-off pick of LSTM H=1280 B=64 fp16 keeps its kind: the rule that moves
+    it on sm_90 (`planner.SHARED_BESIDE_ARCHS`) was timed on the H200 only. A bucket of a symbolic
+    batch takes what a static build of its bound takes."""
     from persist_rnn.schedule.planner import _ranked, model_pick, shared_fragments_lead
 
     spec = CellSpec("lstm", 1280, 1280, dtype="float16")
@@ -1041,7 +1041,41 @@ def test_shared_fragments_beside_configs_that_fit_stay_off_builds_not_timed_with
         lead = shared_fragments_lead(spec, gpu, 64, fitting, ranked, model_pick(spec, ranked, gpu, 64), "fp32", False)
         assert (lead is not None) == moves, arch
     static, bucket = (choose(spec, TARGET, 64, measure=False, bucket=b).config for b in (False, True))
-    assert static.batch_tile and static.smem_runs == 25 and bucket != static
+    assert static.batch_tile and static.smem_runs == 25 and bucket == static
+
+
+@pytest.mark.parametrize("cell,hidden,dtype", [("gru", 1024, "float32"), ("lstm", 1280, "float16")])
+def test_a_symbolic_batchs_last_bucket_runs_every_larger_batch(cell, hidden, dtype, tmp_path):
+    """Batch tiles of a grid add CTAs with the batch, and a grid barrier needs them all resident:
+    GRU H=1024 fp32's config for B=64 (tiles of 32 rows, 64 CTAs each) would launch 448 CTAs at
+    B=200. Such a config serves its own bucket only, and one more, planned at twice the last bound
+    without them, takes every larger batch; its log record is kept apart from a static build's."""
+    from persist_rnn.schedule.space import bounded_by_batch
+
+    spec = CellSpec(cell, hidden, hidden, linear_before_reset=cell == "gru", dtype=dtype)
+    log = str(tmp_path / "t.jsonl")
+    plan = plan_layer(spec, TARGET, batch=None, tuning_log_path=log, measure=False)
+    *bounded, last = plan.buckets
+    assert last["max_batch"] is None and not bounded_by_batch(spec, Config.from_dict(last["config"]))
+    assert bounded[-1]["max_batch"] == 64 and bounded_by_batch(spec, Config.from_dict(bounded[-1]["config"]))
+    for b in bounded:  # each bucket's CTAs at its bound fit the GPU at once
+        cfg = Config.from_dict(b["config"])
+        tiles = -(-b["max_batch"] // cfg.batch_tile) if cfg.batch_tile else 1
+        assert cfg.num_ctas(spec) * tiles <= H100.num_sms, b
+    open_ended = [r for r in tuning_log.read(log) if r.workload.get("open_ended")]
+    assert [r.workload["batch"] for r in open_ended] == [128] and open_ended[0].config.as_dict() == last["config"]
+    # a static build at B=128 does not take the open-ended record, nor the open-ended bucket a static one
+    static = choose(spec, TARGET, 128, tuning_log_path=log, measure=False)
+    assert static.source == "cost_model"
+    tuning_log.append(log, tuning_log.Record(tuning_log.workload(spec, 128, "sm_90"), bounded_by_batch_config(spec),
+                                             1.0, "measured"))
+    again = plan_layer(spec, TARGET, batch=None, tuning_log_path=log, measure=False)
+    assert again.buckets[-1]["config"] == last["config"] and again.buckets[-1]["source"] == "tuning_log"
+
+
+def bounded_by_batch_config(spec):
+    """A config of `spec` in batch tiles of a grid (16 rows, 64 CTAs a tile)."""
+    return Config(spec.hidden_size // 64, 32, 16, 16, batch_tile=16, mma_k_split=4)
 
 
 def test_a_chained_mma_is_priced_as_its_scheduler_hides_it():
