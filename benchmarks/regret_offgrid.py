@@ -10,7 +10,12 @@ sample the model did not choose. Layers the planner gives the GEMM scan are left
 persistent configs are the scan's rivals, not its configs). One JSON line a config.
 
     python benchmarks/regret_offgrid.py --out F [--top 10 --random 30] [--shard 0/2]
+    python benchmarks/regret_offgrid.py --out F --layer LSTM:1280:32:fp16 ... [--shared 4]
     python benchmarks/regret_offgrid.py --report F [F ...]
+
+`--layer` samples those layers instead of the set's; `--shared K` adds the model's best K configs
+with A fragments in shared memory of those offered beside configs that fit
+(`space.shared_fragment_fits`, which a compile on a GPU times) and each one's fullest variant.
 
 `--picks-of F` judges the measure-off pick the same way on a side-by-side sweep of other
 workloads (`benchmarks/sweep_offgrid.py`'s rows, and `pick_ab.py --extra` rows ("probe") that
@@ -29,10 +34,12 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-def sampled(spec, gpu, batch: int, precision: str, top: int, spread: int, seed: int = 0):
+def sampled(spec, gpu, batch: int, precision: str, top: int, spread: int, seed: int = 0, shared: int = 0):
     """(the measure-off pick, configs to time with their model rank and price), or None where
     the planner gives the layer no persistent kernel."""
+    from persist_rnn.schedule.cost_model import rank
     from persist_rnn.schedule.planner import _ranked, choose
+    from persist_rnn.schedule.space import fullest_shared_fragments, shared_fragment_fits
     from persist_rnn.targets import as_target
 
     plan = choose(spec, as_target("cuda"), batch, measure=False, precision=precision)
@@ -46,6 +53,12 @@ def sampled(spec, gpu, batch: int, precision: str, top: int, spread: int, seed: 
     n_tensor = min(len(tensor), spread // 2 if simt else spread)
     drawn = rng.sample(tensor, n_tensor) + rng.sample(simt, min(len(simt), spread - n_tensor))
     chosen = [plan.config] + [c for _, c in ranked[:top]] + drawn
+    if shared:
+        beside = rank(spec, [c for c in shared_fragment_fits(spec, gpu, batch, precision) if c not in rank_of],
+                      gpu, batch)[:shared]
+        rank_of.update({c: (None, t) for t, c in beside})
+        fullest = [f for _, c in beside if (f := fullest_shared_fragments(spec, c, gpu)) is not None]
+        chosen += [c for _, c in beside] + fullest
     out, seen = [], set()
     for c in chosen:
         if c not in seen:
@@ -68,12 +81,14 @@ def sweep(args):
     target, gpu, dev = as_target("cuda"), gpu_model("sm_90"), tvm.cuda(0)
     index, count = (int(x) for x in args.shard.split("/"))
     jobs = []
-    for k, (cell, hidden, batch, precision) in enumerate(offgrid_set()):
+    layers = ([(c, int(h), int(b), p) for c, h, b, p in (t.split(":") for t in args.layer)] if args.layer
+              else offgrid_set())
+    for k, (cell, hidden, batch, precision) in enumerate(layers):
         if k % count != index:
             continue
         build, dtype, _ = PRECISIONS[precision]
         spec = CellSpec(cell.lower(), hidden, hidden, linear_before_reset=cell == "GRU", dtype=dtype)
-        got = sampled(spec, gpu, batch, build, args.top, args.random)
+        got = sampled(spec, gpu, batch, build, args.top, args.random, shared=args.shared)
         if got is None:
             print(f"{cell} H={hidden} B={batch} {precision}: no persistent kernel, left out", flush=True)
             continue
@@ -196,6 +211,8 @@ def main():
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--random", type=int, default=30)
     ap.add_argument("--shard", default="0/1", help="I/N: only every Nth layer of the set, from the Ith")
+    ap.add_argument("--layer", action="append", help="CELL:HIDDEN:BATCH:PRECISION instead of the set's layers")
+    ap.add_argument("--shared", type=int, default=0, help="the best-priced configs with A fragments in shared memory")
     ap.add_argument("--report", nargs="+")
     ap.add_argument("--picks-of", help="a side-by-side sweep (sweep_offgrid.py) whose workloads' picks to judge")
     args = ap.parse_args()
