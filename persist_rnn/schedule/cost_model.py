@@ -51,7 +51,8 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 #: 14: past the chip, the best FMA-unit and tensor-core configs weighed so against each other, at B=1 too
 #: (`planner.past_chip_lead`); 15: a 16-bit measure-off pick gives way to shared fragments beside configs
 #: that fit where priced no more than it and their rows nearly fill their tiles
-#: (`planner.shared_fragments_lead`); 16: so does a symbolic batch's bucket pick
+#: (`planner.shared_fragments_lead`); 16: so does a symbolic batch's bucket pick, and such a config of
+#: two n-tiles a chunk takes as many k-tiles in shared memory as it holds
 MODEL_VERSION = 16
 #: the most sums (rows x batch rows of a chunk) an FMA-unit warp may keep and be priced at the
 #: scheduler that holds the most warps: of the 40 measure-off picks that rule moved on the H200,

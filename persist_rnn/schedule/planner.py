@@ -294,6 +294,13 @@ SHARED_BESIDE_PADDING = 1 / 16
 #: static build's: LSTM H=1280 fp16 symbolic, whole on the H200, B=64 1.333 -> 0.931 ms (the static
 #: build's 0.930), B=32 0.695 -> 0.656 (docs/data/symbolic-16bit-h200.jsonl, run D)
 SHARED_BESIDE_ARCHS = ("sm_90",)
+#: n-tiles a chunk of such a config spans from which it takes as many k-tiles there as shared memory
+#: holds (`space.fullest_if_wide`; a pick elsewhere does from FULLEST_N_TILES). Kernel alone on the
+#: H200, of 14 fp16 layers whose lead spans two n-tiles 10 ran 1.01-1.15x faster so, 4 0.93-0.99x
+#: (geomean 1.06x); on 9 more drawn after (fp16 and bf16), all 9 1.06-1.49x (LSTM H=1120 B=44 fp16
+#: 8.00 -> 5.35 us a step); with one n-tile, 2 of 2 slower (0.91x, 0.96x)
+#: (docs/data/fullest-shared-fragments-h200.jsonl, runs D and E)
+SHARED_BESIDE_FULLEST_N_TILES = 2
 
 
 def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[Config],
@@ -318,7 +325,7 @@ def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[
     rows = best.row_tiles(spec) * MMA_M
     if rows - best.row_gates(spec) * best.tile_units >= SHARED_BESIDE_PADDING * rows:
         return None
-    return fullest_if_wide(spec, best, gpu)
+    return fullest_if_wide(spec, best, gpu, SHARED_BESIDE_FULLEST_N_TILES)
 
 
 def best_shared_beside(spec: CellSpec, gpu, batch: int, precision: str, unverified: bool,

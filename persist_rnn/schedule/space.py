@@ -466,11 +466,11 @@ def unmeasured_variant(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config | N
     return fullest_if_wide(spec, variant, gpu)
 
 
-def fullest_if_wide(spec: CellSpec, cfg: Config, gpu: GPUModel) -> Config:
+def fullest_if_wide(spec: CellSpec, cfg: Config, gpu: GPUModel, n_tiles: int = FULLEST_N_TILES) -> Config:
     """`cfg`, a 16-bit mma config with A fragments in shared memory, with as many k-tiles there as
-    shared memory holds (`fullest_shared_fragments`) where its chunk spans FULLEST_N_TILES n-tiles
-    or more; else `cfg` as it is."""
-    if cfg.n_tiles() >= FULLEST_N_TILES:
+    shared memory holds (`fullest_shared_fragments`) where its chunk spans `n_tiles` n-tiles or
+    more; else `cfg` as it is."""
+    if cfg.n_tiles() >= n_tiles:
         return fullest_shared_fragments(spec, cfg, gpu) or cfg
     return cfg
 
