@@ -462,7 +462,8 @@ def log_list(path):
         t = f"{rec.time_us:.2f} us/step" if rec.time_us is not None else "not measured"
         t += " (cold: L2 flushed before each launch)" if rec.timing == "cold" else ""
         allowed = f" precision={w['precision']}" if "precision" in w else ""  # a build that allowed less than fp32
-        click.echo(f"{w['cell']} I={w['input_size']} H={w['hidden_size']} B={w['batch']} D={w['directions']} "
+        batch = f"{w['batch']} (last bucket: every larger batch too)" if w.get("open_ended") else w["batch"]
+        click.echo(f"{w['cell']} I={w['input_size']} H={w['hidden_size']} B={batch} D={w['directions']} "
                    f"{w['dtype']}{allowed} {w['arch']} v{w['template_version']}: {rec.config.as_dict()} {t} [{source(rec)}]")
     for rec in stacks:
         click.echo(stack_log.describe(rec))

@@ -68,8 +68,15 @@ def test_log_list_and_merge(tmp_path):
     assert _run("compile", f"{FIX}/torch_rnn_relu.onnx", "-o", str(tmp_path / "m.so"), "--tuning-log", log,
                 "--precision", "tf32").exit_code == 0
     assert "float32 precision=tf32 sm_90" in _run("log", "list", log).output  # a record of its own
+    # a symbolic batch's last bucket: its own record beside a static build's of the same batch
+    from persist_rnn.schedule import tuning_log
+
+    static = tuning_log.read(log)[0]
+    wl = {**static.workload, "open_ended": True}
+    tuning_log.append(log, tuning_log.Record(wl, static.config, None, "cost_model"))
+    assert f"B={wl['batch']} (last bucket: every larger batch too)" in _run("log", "list", log).output
     res = _run("log", "merge", log, log, "-o", str(tmp_path / "m.jsonl"))
-    assert "2 workloads" in res.output  # the fp32 build's and the tf32 build's, each once
+    assert "3 workloads" in res.output  # the fp32 build's, the tf32 build's and the last bucket's, each once
 
 
 def test_log_list_says_which_records_were_timed_cold():
