@@ -310,8 +310,8 @@ def shared_fragments_lead(spec: CellSpec, gpu, batch: int | None, fitting: list[
     best config with A fragments in shared memory of those the space offers beside configs that
     fit (`best_shared_beside`), where priced at most SHARED_BESIDE_MARGIN times the pick and its
     zero rows under SHARED_BESIDE_PADDING, on SHARED_BESIDE_ARCHS, with as many k-tiles there as
-    shared memory holds from FULLEST_N_TILES n-tiles (`space.fullest_if_wide`, as
-    `unmeasured_variant` takes them; `open_ended`: of those that run every larger batch); None
+    shared memory holds from SHARED_BESIDE_FULLEST_N_TILES n-tiles (`space.fullest_if_wide`;
+    `open_ended`: of those that run every larger batch); None
     otherwise. Whole layers on the H200, measure off: LSTM H=1280 B=64 fp16 0.68x -> 0.98x cuDNN's
     best, LSTM H=1024 B=128 fp16 0.82x -> 1.29x (docs/data/lstm2048-shared-fragments-h200.jsonl, run G)."""
     if (batch is None or spec.dtype not in HALF_DTYPES or not pick.tensor_cores()
