@@ -394,14 +394,22 @@ ANY_BATCH = (1, 2, 4, 8, 16, 32, 64)
 
 def one_launch_kind(spec: CellSpec, chosen: list) -> list:
     """(bound, Plan) per bucket, without the grid-barrier buckets when cluster buckets are there
-    too. A bucketed kernel launches cooperatively when a bucket meets at a grid barrier (all its
+    too, or when the last bucket's CTAs grow with the batch (batch tiles of one CTA or a cluster).
+    A bucketed kernel launches cooperatively when a bucket meets at a grid barrier (all its
     CTAs must be resident: transform/persistent_rnn.py), and TVM's launch flag is the whole
     function's, every bucket's; a cluster kernel launched cooperatively is refused by the driver
     (on the H100 the text classifier built with its static builds' tuning log failed at B=32 with
-    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, a cluster bucket of 128 CTAs). The grid buckets' batches
-    go to the next bucket's config: every config runs every batch."""
+    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, a cluster bucket of 128 CTAs), and so is a grid larger
+    than the GPU holds (grid batch tiles past their bound raised on the H200:
+    docs/data/gpu-open-ended-bucket-h200.log), which the last bucket's tiles reach at a large enough
+    batch; outside a cooperative launch they run in waves. The cost model's own picks never pair
+    such a last bucket with grid buckets (234 layers, every cell, direction, precision and H of
+    24-1024); a tuning log can. The grid buckets' batches go to the next bucket's config, which
+    runs every smaller batch."""
     barriers = {p.config.barrier(spec) for _, p in chosen}
-    if {"grid", "cluster"} <= barriers:
+    last = chosen[-1][1].config
+    grows = bool(last.batch_tile) and last.barrier(spec) != "grid"  # (grid tiles: `space.bounded_by_batch`)
+    if "grid" in barriers and ("cluster" in barriers or grows):
         return [(b, p) for b, p in chosen if p.config.barrier(spec) != "grid"]
     return chosen
 

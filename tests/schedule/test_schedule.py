@@ -701,6 +701,20 @@ def test_buckets_never_mix_grid_and_cluster_barriers(tmp_path):
     assert [b["config"] for b in plan.buckets] == [CLUSTER_256.as_dict()]
 
 
+def test_buckets_give_a_last_bucket_that_grows_with_the_batch_no_grid_barrier(tmp_path):
+    """A last bucket of one CTA a batch row (LSTM H=64) runs any batch in waves, unless a grid
+    bucket makes the kernel launch cooperatively: then past the GPU's SMs the driver refuses it.
+    The grid buckets give way to the tiled config, as they do to a cluster's."""
+    spec = CellSpec("lstm", 64, 64)
+    grid, tiles = Config(1, 4, 1, 16), Config(64, 4, 2, 1, batch_tile=1)
+    assert grid.barrier(spec) == "grid" and tiles.barrier(spec) == "cta" and not problems_on(spec, tiles, H100)
+    log = tmp_path / "t.jsonl"
+    for batch in (1, 2, 4, 8, 16, 32, 64):
+        tuning_log.append(str(log), _record(spec, batch=batch, cfg=grid if batch <= 16 else tiles))
+    plan = plan_layer(spec, TARGET, batch=None, tuning_log_path=str(log), measure=False)
+    assert [b["config"] for b in plan.buckets] == [tiles.as_dict()]
+
+
 # ---- precision -------------------------------------------------------------------------------
 
 def test_tf32_configs_only_in_a_tf32_build_of_an_fp32_layer():
