@@ -403,8 +403,8 @@ def one_launch_kind(spec: CellSpec, chosen: list) -> list:
     than the GPU holds (grid batch tiles past their bound raised on the H200:
     docs/data/gpu-open-ended-bucket-h200.log), which the last bucket's tiles reach at a large enough
     batch; outside a cooperative launch they run in waves. The cost model's own picks never pair
-    such a last bucket with grid buckets (234 layers, every cell, direction, precision and H of
-    24-1024); a tuning log can. The grid buckets' batches go to the next bucket's config, which
+    such a last bucket with grid buckets (234 layers: LSTM, GRU and RNN, one and two directions,
+    fp32, TF32 and fp16, H of 24-1024); a tuning log can. The grid buckets' batches go to the next bucket's config, which
     runs every smaller batch."""
     barriers = {p.config.barrier(spec) for _, p in chosen}
     last = chosen[-1][1].config
