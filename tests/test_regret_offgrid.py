@@ -31,6 +31,23 @@ def test_the_sample_holds_the_pick_the_models_best_and_drawn_tensor_core_configs
     assert all(ranks[c] >= 10 for c in drawn)
 
 
+def test_the_sample_with_shared_adds_the_best_shared_fragments_configs_beside_and_their_fullest():
+    """`--shared K`: the model's best K configs of `space.shared_fragment_fits` that its space
+    lacks, priced but unranked, and each one's variant with as many k-tiles in shared memory as
+    it holds (LSTM H=1280 B=32 fp16, whose own pick is such a config)."""
+    from persist_rnn.schedule.space import fullest_shared_fragments, shared_fragment_fits
+
+    spec, gpu = CellSpec("lstm", 1280, 1280, dtype="float16"), gpu_model("sm_90")
+    _, plain = sampled(spec, gpu, 32, "fp32", top=4, spread=4)
+    _, configs = sampled(spec, gpu, 32, "fp32", top=4, spread=4, shared=2)
+    added = [(c, r, p) for c, r, p in configs if c not in {c for c, _, _ in plain}]
+    beside = set(shared_fragment_fits(spec, gpu, 32, "fp32"))
+    priced = [c for c, r, p in added if c in beside and r is None and p is not None]
+    assert len(priced) >= 1 and all(c.smem_runs for c, _, _ in added)
+    fullest = {fullest_shared_fragments(spec, c, gpu) for c in priced} - {None}
+    assert fullest <= {c for c, _, _ in configs}
+
+
 def test_the_report_counts_each_layers_regret_against_its_fastest_timed_config(tmp_path):
     def row(hidden, rank, us, pick=False):
         return {"cell": "LSTM", "hidden": hidden, "batch": 8, "precision": "fp16", "pick": pick, "model_rank": rank,
