@@ -1103,13 +1103,13 @@ def test_a_symbolic_batchs_last_bucket_runs_every_larger_batch(cell, hidden, dty
     # a static build at B=128 does not take the open-ended record, nor the open-ended bucket a static one
     static = choose(spec, TARGET, 128, tuning_log_path=log, measure=False)
     assert static.source == "cost_model"
-    tuning_log.append(log, tuning_log.Record(tuning_log.workload(spec, 128, "sm_90"), bounded_by_batch_config(spec),
+    tuning_log.append(log, tuning_log.Record(tuning_log.workload(spec, 128, "sm_90"), _grid_batch_tiles_config(spec),
                                              1.0, "measured"))
     again = plan_layer(spec, TARGET, batch=None, tuning_log_path=log, measure=False)
     assert again.buckets[-1]["config"] == last["config"] and again.buckets[-1]["source"] == "tuning_log"
 
 
-def bounded_by_batch_config(spec):
+def _grid_batch_tiles_config(spec):
     """A config of `spec` in batch tiles of a grid (16 rows, 64 CTAs a tile)."""
     return Config(spec.hidden_size // 64, 32, 16, 16, batch_tile=16, mma_k_split=4)
 
