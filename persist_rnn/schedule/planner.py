@@ -122,8 +122,6 @@ def choose(spec: CellSpec, target: tvm.target.Target, batch: int | None, *, tuni
     sm90a = wgmma_scan_priced(target, bucket)
     wl = tuning_log.workload(spec, batch, gpu.arch, precision, open_ended=open_ended)
     rec = _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision)
-    if rec is not None and open_ended and bounded_by_batch(spec, rec.config):
-        rec = None  # (a log edited by hand: records of open-ended buckets are keyed apart)
     if rec is not None and int8 in (None, rec.config.int8_weights()):
         return Plan(None, rec.config, "tuning_log", time_us=rec.time_us)
     fitting, ranked = _ranked(spec, gpu, batch, unverified, precision, open_ended)
@@ -340,13 +338,15 @@ def best_shared_beside(spec: CellSpec, gpu, batch: int, precision: str, unverifi
 
 
 def _logged(spec, gpu, wl, tuning_log_path, measure, unverified, precision):
-    """The tuning log's record for `wl` where `choose` takes it as it is: one it may build, and a
-    measured one when asked to measure (tune re-measures the cost model's guesses)."""
+    """The tuning log's record for `wl` where `choose` takes it as it is: one it may build (for an
+    open-ended bucket, one that runs every larger batch), and a measured one when asked to measure
+    (tune re-measures the cost model's guesses)."""
     if not tuning_log_path:
         return None
     rec = tuning_log.lookup(tuning_log_path, wl)
     usable = (rec is not None and (unverified or not unverified_reason(spec, rec.config))
-              and not precision_problem(rec.config, precision))
+              and not precision_problem(rec.config, precision)
+              and not (wl.get("open_ended") and bounded_by_batch(spec, rec.config)))
     settled = rec is not None and (rec.source == "measured" or measure is not True)
     return rec if usable and settled and not problems_on(spec, rec.config, gpu) else None
 
@@ -404,8 +404,8 @@ def one_launch_kind(spec: CellSpec, chosen: list) -> list:
     docs/data/gpu-open-ended-bucket-h200.log), which the last bucket's tiles reach at a large enough
     batch; outside a cooperative launch they run in waves. The cost model's own picks never pair
     such a last bucket with grid buckets (234 layers: LSTM, GRU and RNN, one and two directions,
-    fp32, TF32 and fp16, H of 24-1024); a tuning log can. The grid buckets' batches go to the next bucket's config, which
-    runs every smaller batch."""
+    fp32, TF32 and fp16, H of 24-1024); a tuning log can. The grid buckets' batches go to the next
+    bucket's config, which runs every smaller batch."""
     barriers = {p.config.barrier(spec) for _, p in chosen}
     last = chosen[-1][1].config
     grows = bool(last.batch_tile) and last.barrier(spec) != "grid"  # (grid tiles: `space.bounded_by_batch`)

@@ -1107,6 +1107,13 @@ def test_a_symbolic_batchs_last_bucket_runs_every_larger_batch(cell, hidden, dty
                                              1.0, "measured"))
     again = plan_layer(spec, TARGET, batch=None, tuning_log_path=log, measure=False)
     assert again.buckets[-1]["config"] == last["config"] and again.buckets[-1]["source"] == "tuning_log"
+    # an open-ended record that holds the B=64 bucket's grid tiles (a log edited by hand) is not taken
+    tiled = Config.from_dict(bounded[-1]["config"])
+    tuning_log.append(log, tuning_log.Record(tuning_log.workload(spec, 128, "sm_90", open_ended=True), tiled, 0.5,
+                                             "measured"))
+    assert tuning_log.lookup(log, tuning_log.workload(spec, 128, "sm_90", open_ended=True)).config == tiled
+    third = plan_layer(spec, TARGET, batch=None, tuning_log_path=log, measure=False)
+    assert third.buckets[-1]["config"] == last["config"] and third.buckets[-1]["source"] == "cost_model"
 
 
 def _grid_batch_tiles_config(spec):
