@@ -44,6 +44,28 @@ def run(lib, dev, func, arrays):
     return tensors[7].numpy().astype("float32")
 
 
+def traced(lib, dev, func, arrays, steps: int) -> dict:
+    """Where a call's time goes, from a CUPTI trace of three back-to-back calls (torch's profiler):
+    the GPU's busy µs a step (the kernels' durations), the span from the first kernel's start to the
+    last one's end a step, and each kernel name's mean µs. A span well past the busy time is the
+    host's launches: the GPU waits between kernels. Kernels launched early (the wgmma scan's
+    programmatic launch) overlap, so there the busy time can exceed the span."""
+    from persist_rnn.bench.gpu_timing import kernel_trace
+
+    tensors = [tvm.runtime.tensor(a, dev) for a in as_params(func, arrays)]
+    main = getattr(lib, "mod", lib)["main"]
+    main(*tensors)
+    dev.sync()
+    kernels = kernel_trace(lambda: main(*tensors), 3, dev.sync)
+    by_name = {}
+    for k in kernels:
+        by_name.setdefault(k["name"], []).append(k["dur"])
+    span = kernels[-1]["ts"] + kernels[-1]["dur"] - kernels[0]["ts"]
+    return {"busy_us_per_step": round(sum(k["dur"] for k in kernels) / (3 * steps), 3),
+            "span_us_per_step": round(span / (3 * steps), 3),
+            "kernels": {name[:60]: {"count": len(d), "mean_us": round(sum(d) / len(d), 3)} for name, d in by_name.items()}}
+
+
 def layer(text: str) -> tuple[CellSpec, int, str]:
     """(spec, batch, build precision) of CELL:HIDDEN:BATCH:PRECISION[:bi]."""
     cell, hidden, batch, precision, *bi = text.split(":")
@@ -92,6 +114,8 @@ def main():
     ap.add_argument("--wgmma-splits", default="", help="with --wgmma auto: only these splits of K (e.g. 1,2,4)")
     ap.add_argument("--wgmma-plain", action="store_true",
                     help="also time each wgmma plan with its kernels launched one after another (plain_us)")
+    ap.add_argument("--trace", action="store_true",
+                    help="also trace each scan's kernels (`traced`: GPU busy time against the span, a step)")
     ap.add_argument("--unverified", action="store_true",
                     help="rank variants not yet run on a GPU too (`checks.unverified_reason`) for the persistent pick")
     args = ap.parse_args()
@@ -138,6 +162,8 @@ def main():
         lib = build_kernel(func.with_attr("global_symbol", "main"), target)
         row["gemm_scan_us"] = time_kernel(lib, dev, as_params(func, arrays), cold=cold) / args.steps
         got = run(lib, dev, func, arrays)
+        if args.trace:
+            row["trace"] = traced(lib, dev, func, arrays, args.steps)
         if args.plain_too:
             plain = gemm_scan(spec, batch, build_precision, plan=row["plan"])
             plain_lib = build_kernel(plain.with_attr("global_symbol", "main"), target)
@@ -158,6 +184,8 @@ def main():
             y = run(other_lib, dev, other, arrays)
             err = float(np.abs(y - got).max() / max(np.abs(got).max(), 1e-30))
             entry = {"plan": plan, "us": round(us, 3), "diff_from_mma_sync": err}
+            if args.trace:
+                entry["trace"] = traced(other_lib, dev, other, arrays, args.steps)
             if args.wgmma_plain:
                 plain_lib = tvm.runtime.load_module(wgmma_builds[text, json.dumps(plan), "plain"].result())
                 entry["plain_us"] = round(time_kernel(plain_lib, dev, as_params(other, arrays), cold=cold) / args.steps, 3)
