@@ -7,8 +7,8 @@ against the streamed scan's (fp32 FMA sums) on the same inputs.
 
 One JSON line a layer: µs a step of each, the cost model's prediction of each, and the largest
 difference of Y from the streamed scan's over Y's scale. `--wgmma auto` (16-bit layers, sm_90a)
-also times the scan with its step GEMM on the wgmma tensor cores in each plan `timed_plans` lists
-(CTA tiles of 64 or 128 rows by 128 columns, K split 1-8 ways), each checked against the
+also times the scan with its step GEMM on the wgmma tensor cores in each plan a build chooses from
+(CTA tiles of 64 rows by 128 columns, K split 1-8 ways, `--wgmma-stages`: rings of other depths), each checked against the
 mma.sync scan's Y; `--wgmma step` the plan a build for sm_90a takes. Data: docs/data/gemm-scan-h200.jsonl.
 """
 from __future__ import annotations
@@ -74,20 +74,19 @@ def layer(text: str) -> tuple[CellSpec, int, str]:
                      linear_before_reset=cell.upper() == "GRU", dtype=dtype), int(batch), build_precision)
 
 
-def timed_plans(spec: CellSpec, batch: int) -> list[dict]:
-    """The wgmma step plans timed for a layer: those a build chooses from (gemm_scan_cost.wgmma_plans,
-    tiles of 64 rows), and past 64 rows the same in tiles of 128."""
-    plans = wgmma_plans(spec)
-    return plans + [dict(plan, bm=128) for plan in plans if batch > 64 and not wgmma_step_problem(spec, dict(plan, bm=128))]
-
-
-def timed_wgmma_plans(mode: str, spec: CellSpec, batch: int, splits: str = "") -> list[dict]:
-    """The wgmma step plans `--wgmma mode` times for a layer: "auto", `timed_plans` (those of the
-    comma-separated `splits` where given); "step", the build's (gemm_scan_cost.wgmma_step); "", none."""
-    if mode == "auto":
-        return [plan for plan in timed_plans(spec, batch)
-                if not splits or plan["splits"] in {int(s) for s in splits.split(",")}]
-    return [wgmma_step(spec, batch, gpu_model("sm_90").num_sms, True)] if mode == "step" else []
+def timed_wgmma_plans(mode: str, spec: CellSpec, batch: int, splits: str = "", stages: str = "") -> list[dict]:
+    """The wgmma step plans `--wgmma mode` times for a layer: "auto", those a build chooses from
+    (gemm_scan_cost.wgmma_plans; those of the comma-separated `splits` where given), each with a
+    ring of each of the comma-separated `stages` k-tiles that fits where given; "step", the build's (gemm_scan_cost.wgmma_step); "", none."""
+    if mode == "step":
+        return [wgmma_step(spec, batch, gpu_model("sm_90").num_sms, True)]
+    if mode != "auto":
+        return []
+    plans = [plan for plan in wgmma_plans(spec)
+             if not splits or plan["splits"] in {int(s) for s in splits.split(",")}]
+    if stages:
+        plans = [dict(plan, stages=int(s)) for plan in plans for s in stages.split(",")]
+    return [plan for plan in plans if not wgmma_step_problem(spec, plan)]
 
 
 def export_wgmma_scan(spec_json: str, batch: int, precision: str, plan: dict, path: str, early: bool = True) -> str:
@@ -109,9 +108,10 @@ def main():
     ap.add_argument("--plain-too", action="store_true",
                     help="also time the scan's kernels launched one after another, not early (plain_us)")
     ap.add_argument("--early", action="store_true", help="launch the scan's kernels early whatever its tiles")
-    ap.add_argument("--wgmma", default="", choices=("", "auto", "step"), help="'auto': also time the wgmma step's plans (`timed_plans`); "
+    ap.add_argument("--wgmma", default="", choices=("", "auto", "step"), help="'auto': also time the wgmma step's plans (`timed_wgmma_plans`); "
                     "'step': the one plan a build takes (gemm_scan_cost.wgmma_step)")
     ap.add_argument("--wgmma-splits", default="", help="with --wgmma auto: only these splits of K (e.g. 1,2,4)")
+    ap.add_argument("--wgmma-stages", default="", help="with --wgmma auto: each plan with rings of these k-tiles (e.g. 3,5,9)")
     ap.add_argument("--wgmma-plain", action="store_true",
                     help="also time each wgmma plan with its kernels launched one after another (plain_us)")
     ap.add_argument("--trace", action="store_true",
@@ -125,7 +125,7 @@ def main():
         out_dir = tempfile.mkdtemp(prefix="wgmma_scans_")
         for text in args.layers:
             spec, batch, build_precision = layer(text)
-            for plan in timed_wgmma_plans(args.wgmma, spec, batch, args.wgmma_splits):
+            for plan in timed_wgmma_plans(args.wgmma, spec, batch, args.wgmma_splits, args.wgmma_stages):
                 path = os.path.join(out_dir, f"scan{len(wgmma_builds)}.so")
                 wgmma_builds[text, json.dumps(plan)] = pool.submit(export_wgmma_scan, spec.to_json(), batch,
                                                                    build_precision, plan, path)
@@ -155,7 +155,7 @@ def main():
         row["plan"] = step_plan(spec, batch, gpu.num_sms)
         row["early_launch"] = args.early or step_launched_early(row["plan"])  # as the pass builds it on sm_90
         func = gemm_scan(spec, batch, build_precision, plan=row["plan"], early_launch=row["early_launch"])
-        wgmma = timed_wgmma_plans(args.wgmma, spec, batch, args.wgmma_splits)
+        wgmma = timed_wgmma_plans(args.wgmma, spec, batch, args.wgmma_splits, args.wgmma_stages)
         slots = max([gemm_scan_slots(spec, batch)] + [gemm_scan_slots(spec, batch, plan) for plan in wgmma])
         arrays = kernel_arrays(spec, batch, args.steps, slots=slots)
         arrays[1] = arrays[1] / (0.3 * hidden ** 0.5)  # R of N(0, 1/H): a layer that is not chaotic

@@ -42,7 +42,7 @@ from . import cells, scan_states
 from .early_launch import EARLY_LAUNCH, after_previous_kernel
 from .persistent.dot_mma import f16_pair
 from .projection_mma import gemm_launch
-from .projection_wgmma import split_k_launch, split_k_problem
+from .projection_wgmma import WGMMA_PLAN, split_k_launch, split_k_problem
 from .signature import recurrence_func, time_index
 from .spec import CellSpec
 
@@ -77,15 +77,21 @@ def gemm_scan_slots(spec: CellSpec, batch: int, wgmma: dict | None = None) -> in
 
 
 def wgmma_step_problem(spec: CellSpec, wgmma: dict) -> str:
-    """Why the wgmma step GEMM (`wgmma`: {"bm", "tile_n", "splits"}, projection_wgmma's
-    `split_k_launch`) cannot run `spec`'s steps (empty when it can): 16-bit layers only, whose R is
-    16-bit values already and whose persistent steps round h(t-1) to the same 16 bits."""
+    """Why the wgmma step GEMM (`wgmma`: {"bm", "tile_n", "splits"} and optionally "stages", its
+    ring's k-tiles, else WGMMA_PLAN's; projection_wgmma's `split_k_launch`) cannot run `spec`'s
+    steps (empty when it can): 16-bit layers only, whose R is 16-bit values already and whose
+    persistent steps round h(t-1) to the same 16 bits."""
     if spec.dtype not in ("float16", "bfloat16"):
         return f"the wgmma step takes fp16 and bf16 layers, not {spec.dtype}"
     H, GH = spec.hidden_size, spec.num_gates * spec.hidden_size
     if H % 8:
         return f"hidden_size {H} is not a multiple of 8 (h(t-1)'s rows are copied in 16-byte chunks)"
-    return split_k_problem(H, GH, wgmma["bm"], wgmma["tile_n"], wgmma["splits"])
+    return split_k_problem(H, GH, wgmma["bm"], wgmma["tile_n"], wgmma["splits"], ring_stages(wgmma))
+
+
+def ring_stages(wgmma: dict) -> int:
+    """The k-tiles the ring of the wgmma step plan `wgmma` holds: its "stages", else WGMMA_PLAN's."""
+    return wgmma.get("stages", WGMMA_PLAN["stages"])
 
 
 def gemm_precision(spec: CellSpec, precision: str = "fp32") -> str:
@@ -123,7 +129,8 @@ def gemm_scan(spec: CellSpec, batch: int, precision: str = "fp32", emulate: bool
     on_wgmma = bool(wgmma)
     splits = wgmma["splits"] if on_wgmma else 1
     if on_wgmma:
-        gemm = split_k_launch(H, GH, mma, wgmma["bm"], wgmma["tile_n"], splits, emulate, early=True)
+        gemm = split_k_launch(H, GH, mma, wgmma["bm"], wgmma["tile_n"], splits, emulate, early=True,
+                              stages=ring_stages(wgmma))
     else:
         gemm = gemm_launch(H, GH, mma, plan or STEP_PLAN, emulate, early=True)
     start = scan_states.initial_states(spec, emulate, early=True)

@@ -375,7 +375,17 @@ def _build(K: int, N: int, precision: str, stages: int, tile_n: int, emulate: bo
 SCAN_TILE_M = (64, 128)
 
 
-def split_k_problem(K: int, N: int, bm: int, tile_n: int, splits: int) -> str:
+#: the most shared memory an sm_90 CTA may take (227 KiB; schedule/gpu.py's MAX_SHARED_BYTES[90]):
+#: wgmma exists on sm_90a alone, so it bounds the step's ring
+SM90_SHARED_BYTES = 232448
+
+
+def deepest_ring(bm: int, tile_n: int) -> int:
+    """The most k-tiles a ring of `bm` + `tile_n` rows holds within an sm_90 CTA's shared memory."""
+    return (SM90_SHARED_BYTES // 4 - ALIGN_WORDS) // ((bm + tile_n) * ROW_WORDS)
+
+
+def split_k_problem(K: int, N: int, bm: int, tile_n: int, splits: int, stages: int = WGMMA_PLAN["stages"]) -> str:
     """Why `split_k_launch` cannot run a GEMM of K and N so (empty when it can)."""
     k_tiles = (K + BK - 1) // BK
     if K % 8:
@@ -384,23 +394,29 @@ def split_k_problem(K: int, N: int, bm: int, tile_n: int, splits: int) -> str:
         return f"a CTA tile of {bm} x {tile_n}: rows one of {SCAN_TILE_M}, columns one of {TILE_N}"
     if splits < 1 or k_tiles % splits:
         return f"{splits} splits do not divide K={K}'s {k_tiles} k-tiles of {BK}"
+    if stages < 2:
+        return f"a ring of {stages} k-tiles: the step copies k-tiles ahead, stages >= 2"
+    if wgmma_shared_bytes(stages, tile_n, bm) > SM90_SHARED_BYTES:
+        return (f"a ring of {stages} k-tiles of {bm} + {tile_n} rows takes {wgmma_shared_bytes(stages, tile_n, bm)} "
+                f"bytes of shared memory, past an sm_90 CTA's {SM90_SHARED_BYTES}")
     return ""
 
 
 def split_k_launch(K: int, N: int, precision: str, bm: int, tile_n: int, splits: int, emulate: bool = False,
-                   early: bool = False):
+                   early: bool = False, stages: int = WGMMA_PLAN["stages"]):
     """The macro launch(x, w, b, out, n_m) of the GEMM scan's step (gemm_scan.py): x, h(t-1) in
     16-bit pairs as 32-bit words (n_m, K / 2); w, R packed so ((N, K / 2) words, `pack_pairs_nk`'s
     layout: R is w_t transposed); out, `splits` partial sums of (n_m, N) one after another, b in
     the first. A CTA per bm x tile_n tile of out and split of K: at the scan's few rows, splitting K
     gives the GPU CTAs enough where the tiles alone leave SMs idle, each a shorter chain of
-    k-tiles. `early`: each CTA waits for the kernel ahead before touching anything."""
+    k-tiles. `early`: each CTA waits for the kernel ahead before touching anything. `stages`: the
+    k-tiles its ring holds, stages - 1 of them in flight while the tensor cores take one."""
     dtype = HALF_DTYPES.get(precision)
-    problem = split_k_problem(K, N, bm, tile_n, splits) or ("" if dtype else f"precision {precision!r} is not 16-bit")
+    problem = (split_k_problem(K, N, bm, tile_n, splits, stages)
+               or ("" if dtype else f"precision {precision!r} is not 16-bit"))
     if problem:
         raise ValueError(f"the wgmma step GEMM cannot run: {problem}")
-    return _launch(K, N, dtype, tile_n, WGMMA_PLAN["stages"], emulate, bm=bm, splits=splits, x_words=True,
-                   early=early)
+    return _launch(K, N, dtype, tile_n, stages, emulate, bm=bm, splits=splits, x_words=True, early=early)
 
 
 #: the pairs GEMM's plans that serve the rows too few for a CTA an SM, w_t read transposed

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 
-from tir_templates.gemm_scan import STEP_PLAN, gemm_precision, wgmma_step_problem
+from tir_templates.gemm_scan import STEP_PLAN, gemm_precision, ring_stages, wgmma_step_problem
 from tir_templates.projection_mma import warp_grid
-from tir_templates.projection_wgmma import WGMMA_PLAN, wgmma_shared_bytes
+from tir_templates.projection_wgmma import deepest_ring, wgmma_shared_bytes
 from tir_templates.spec import CellSpec
 
 from .gpu import MAX_SHARED_BYTES
@@ -86,40 +86,62 @@ def step_launched_early(plan: dict) -> bool:
 WGMMA_TILE = {"bm": 64, "tile_n": 128}
 #: the most ways the wgmma step splits K (each split's partial sums a slot of the exchange buffer)
 MAX_SPLITS = 8
-#: CTAs of the wgmma step an SM holds at once: its 3-stage ring of 64- and 128-row k-tiles takes
-#: 73 KiB of shared memory, three of which fit the 227 KiB an sm_90 SM gives its CTAs (wgmma exists
-#: on sm_90a alone)
-WGMMA_CTAS_PER_SM = MAX_SHARED_BYTES[90] // wgmma_shared_bytes(WGMMA_PLAN["stages"], WGMMA_TILE["tile_n"],
-                                                              WGMMA_TILE["bm"])
-#: microseconds a direction's wgmma step takes: fixed (its two launches from the host loop), per MiB
-#: of 16-bit R it streams, per MB of partial sums the GEMM writes and the update reads, and per k-tile
-#: of a split (a CTA's k-tiles, one after another) in each wave of WGMMA_CTAS_PER_SM CTAs an SM. Least
-#: squares on 16-bit layers' steps in tiles of 64 rows, K split 1-8 ways (kernels alone on the H200,
-#: `benchmarks/gemm_scan_layers.py --wgmma auto`, runs J, K and N: 26 layers, 140 plans; median
-#: error 5%). Fitted on runs J and K alone, the plan priced least on run N's 16 layers ran within
-#: 1.03x of the fastest (geomean; at most 1.35x, LSTM H=1280 B=64, whose weights stay on chip),
-#: against 1.08x for K split in two on each. Run O timed the picks on 13 layers the scan runs:
-#: 1.07x faster than two splits (geomean; 0.96-1.19x), priced at 0.86-0.99x their step
-WGMMA_US, WGMMA_US_PER_MIB, WGMMA_US_PER_SUMS_MB, WGMMA_US_PER_WAVE_KTILE = 9.32, 0.215, 0.972, 0.376
+
+
+def ring_depth(spec: CellSpec, splits: int) -> int:
+    """The k-tiles the wgmma step's ring holds with K split `splits` ways: a split's k-tiles all in
+    flight at once, up to what an sm_90 CTA's shared memory holds (9 of 64 + 128 rows). The ring
+    hides each k-tile's trip from L2 or HBM, the step's bound (kernels alone on the H200, run R of
+    docs/data/gemm-scan-h200.jsonl: a ring of 9 against 3, the same tiles and splits, fp16 GRU
+    H=1280 B=128 24.6 -> 16.3 us a step, LSTM H=3072 B=32 45.5 -> 33.5, bf16 LSTM H=4096 B=16 62.7
+    -> 47.9), more than the CTAs an SM could hold beside it with a shallower ring."""
+    split_k_tiles = math.ceil(spec.hidden_size / 64) // splits
+    return min(split_k_tiles + 1, deepest_ring(WGMMA_TILE["bm"], WGMMA_TILE["tile_n"]))
+
+
+def wgmma_ctas_per_sm(plan: dict) -> int:
+    """CTAs of the wgmma step `plan` an SM holds at once: as many rings as fit the shared memory an
+    sm_90 SM gives its CTAs (wgmma exists on sm_90a alone)."""
+    return MAX_SHARED_BYTES[90] // wgmma_shared_bytes(ring_stages(plan), plan["tile_n"], plan["bm"])
+
+
+#: what a direction's wgmma step costs, in µs per unit of each of `wgmma_terms`: fixed (its two
+#: launches from the host loop), per MiB of 16-bit R it streams, per MB of partial sums the GEMM
+#: writes and the update reads, per k-tile of a split (a CTA's k-tiles, one after another) in each
+#: wave of CTAs, and per CTA an SM runs (each fills its ring from memory before its first mma and
+#: stores its tile after the last). Relative least squares on 24 16-bit layers' steps, every split
+#: of K each, in rings of `ring_depth` (kernels alone on the H200, `benchmarks/gemm_scan_layers.py
+#: --wgmma auto`, run S of docs/data/gemm-scan-h200.jsonl; `python -m persist_rnn.schedule.fit
+#: --wgmma-step`): median error 5%. On run T's 17 other layers, median error 4%, and the split
+#: priced least ran within 1.023x of the fastest (geomean; at most 1.16x), against 1.030x for K
+#: never split and 1.090x for K split in two
+WGMMA_STEP_US = {"fixed": 6.54, "per_mib": 0.155, "per_sums_mb": 0.576, "per_wave_k_tile": 0.310,
+                 "per_cta_an_sm": 1.89}
+
+
+def wgmma_terms(spec: CellSpec, batch: int, plan: dict, num_sms: int) -> dict:
+    """The units of a direction's step on the wgmma step `plan` that WGMMA_STEP_US prices."""
+    G, H = spec.num_gates, spec.hidden_size
+    ctas = math.ceil(batch / plan["bm"]) * math.ceil(G * H / plan["tile_n"]) * plan["splits"]
+    return {"fixed": 1.0,
+            "per_mib": G * H * H * 2 / 2 ** 20,
+            "per_sums_mb": batch * G * H * 4 * (plan["splits"] + 1) / 1e6,
+            "per_wave_k_tile": math.ceil(ctas / (num_sms * wgmma_ctas_per_sm(plan))) * math.ceil(H / 64) / plan["splits"],
+            "per_cta_an_sm": ctas / num_sms}
 
 
 def wgmma_plans(spec: CellSpec) -> list[dict]:
     """The wgmma step plans (gemm_scan's `wgmma`) that can run `spec`: WGMMA_TILE, K split 1 to
-    MAX_SPLITS ways where its k-tiles divide so (`wgmma_step_problem`)."""
-    plans = [dict(WGMMA_TILE, splits=splits) for splits in range(1, MAX_SPLITS + 1)]
+    MAX_SPLITS ways where its k-tiles divide so (`wgmma_step_problem`), each in a ring of
+    `ring_depth` k-tiles."""
+    plans = [dict(WGMMA_TILE, splits=splits, stages=ring_depth(spec, splits)) for splits in range(1, MAX_SPLITS + 1)]
     return [plan for plan in plans if not wgmma_step_problem(spec, plan)]
 
 
 def wgmma_scan_us(spec: CellSpec, batch: int, plan: dict, num_sms: int) -> float:
     """Predicted microseconds of one step of the GEMM scan on the wgmma step `plan` on `num_sms` SMs."""
-    G, H = spec.num_gates, spec.hidden_size
-    weights_mib = G * H * H * 2 / 2 ** 20
-    sums_mb = batch * G * H * 4 * (plan["splits"] + 1) / 1e6
-    ctas = math.ceil(batch / plan["bm"]) * math.ceil(G * H / plan["tile_n"]) * plan["splits"]
-    waves = math.ceil(ctas / (num_sms * WGMMA_CTAS_PER_SM))
-    split_k_tiles = math.ceil(H / 64) / plan["splits"]
-    return spec.num_directions * (WGMMA_US + WGMMA_US_PER_MIB * weights_mib + WGMMA_US_PER_SUMS_MB * sums_mb
-                                  + WGMMA_US_PER_WAVE_KTILE * waves * split_k_tiles)
+    terms = wgmma_terms(spec, batch, plan, num_sms)
+    return spec.num_directions * sum(WGMMA_STEP_US[name] * units for name, units in terms.items())
 
 
 def wgmma_step(spec: CellSpec, batch: int, num_sms: int, sm90a: bool) -> dict | None:

@@ -85,9 +85,11 @@ def test_gemm_scan_in_wider_tiles_matches_the_reference(cell, hidden, batch, dty
     ("gru", "bidirectional", 192, 70, "bfloat16", {"bm": 64, "tile_n": 128, "splits": 3}),  # two tiles of rows
     ("lstm", "reverse", 128, 130, "float16", {"bm": 128, "tile_n": 96, "splits": 1}),  # ragged columns
     ("rnn", "forward", 512, 16, "bfloat16", {"bm": 64, "tile_n": 128, "splits": 8}),
+    ("gru", "forward", 1280, 24, "float16", {"bm": 64, "tile_n": 128, "splits": 1, "stages": 9}),  # a ring 9 deep
+    ("lstm", "bidirectional", 320, 8, "bfloat16", {"bm": 64, "tile_n": 128, "splits": 1, "stages": 6}),  # 5 k-tiles, 6 slots
 ], ids=str)
 def test_gemm_scan_on_wgmma_matches_the_reference(cell, direction, hidden, batch, dtype, wgmma):
-    """The step GEMM on Hopper's wgmma in each CTA tile and split of K (sm_90a only)."""
+    """The step GEMM on Hopper's wgmma in each CTA tile, split of K and ring depth (sm_90a only)."""
     if compute_capability(present_gpu().arch) != 90:
         pytest.skip("wgmma needs a Hopper GPU")
     spec = CellSpec(cell, 8, hidden, direction, linear_before_reset=1, dtype=dtype)

@@ -80,6 +80,8 @@ def test_emulated_gemm_scan_in_wider_tiles_matches_the_reference(cell, hidden, b
     ("gru", "bidirectional", 192, 3, "bfloat16", {"bm": 128, "tile_n": 96, "splits": 3}),  # a k-tile a split
     ("rnn", "reverse", 64, 70, "float16", {"bm": 64, "tile_n": 128, "splits": 1}),  # two tiles of 64 rows
     ("lstm", "bidirectional", 72, 4, "bfloat16", {"bm": 64, "tile_n": 96, "splits": 2}),  # ragged k-tile, columns
+    ("gru", "forward", 384, 6, "float16", {"bm": 64, "tile_n": 128, "splits": 1, "stages": 5}),  # a ring of 5, 6 k-tiles
+    ("lstm", "reverse", 128, 3, "bfloat16", {"bm": 64, "tile_n": 128, "splits": 1, "stages": 4}),  # more slots than k-tiles
 ], ids=str)
 def test_emulated_gemm_scan_on_wgmma_matches_the_reference(cell, direction, hidden, batch, dtype, wgmma):
     """The step GEMM on the wgmma tensor cores (projection_wgmma.split_k_launch's twin): h(t-1) and
@@ -103,6 +105,10 @@ def test_what_the_wgmma_step_refuses():
     assert "do not divide" in wgmma_step_problem(CellSpec("lstm", 8, 192, dtype="float16"), plan)  # 3 k-tiles
     assert "rows one of" in wgmma_step_problem(CellSpec("lstm", 8, 128, dtype="float16"), dict(plan, bm=32))
     assert not wgmma_step_problem(CellSpec("gru", 8, 128, dtype="bfloat16"), plan)
+    assert "stages >= 2" in wgmma_step_problem(CellSpec("gru", 8, 128, dtype="float16"), dict(plan, stages=1))
+    assert not wgmma_step_problem(CellSpec("gru", 8, 1280, dtype="float16"), dict(plan, stages=9))  # 216 KiB
+    assert "past an sm_90 CTA's 232448" in wgmma_step_problem(CellSpec("gru", 8, 1280, dtype="float16"),
+                                                                dict(plan, stages=10))
     with pytest.raises(ValueError, match="fp16 and bf16"):
         gemm_scan(CellSpec("lstm", 8, 128), 4, wgmma=plan)
 
