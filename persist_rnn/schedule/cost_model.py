@@ -53,7 +53,8 @@ FEATURES = ("barrier_us", "chunks", "l2_loads", "load_issue", "fma_issue", "lds_
 #: that fit where priced no more than it and their rows nearly fill their tiles
 #: (`planner.shared_fragments_lead`); 16: so does a symbolic batch's bucket pick, and such a config of
 #: two n-tiles a chunk takes as many k-tiles in shared memory as it holds; 17: the wgmma step in rings
-#: of `gemm_scan_cost.ring_depth` k-tiles, priced per CTA an SM runs too (`WGMMA_STEP_US`)
+#: of `gemm_scan_cost.ring_depth` k-tiles, priced per CTA an SM runs too (`WGMMA_STEP_US`), and a 16-bit
+#: scan taken where priced up to 1.1x a streaming config (`planner.STREAMING_MARGINS`)
 MODEL_VERSION = 17
 #: the most sums (rows x batch rows of a chunk) an FMA-unit warp may keep and be priced at the
 #: scheduler that holds the most warps: of the 40 measure-off picks that rule moved on the H200,
