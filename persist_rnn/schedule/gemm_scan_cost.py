@@ -111,8 +111,8 @@ def wgmma_ctas_per_sm(plan: dict) -> int:
 #: wave of CTAs, and per CTA an SM runs (each fills its ring from memory before its first mma and
 #: stores its tile after the last). Relative least squares on 24 16-bit layers' steps, every split
 #: of K each, in rings of `ring_depth` (kernels alone on the H200, `benchmarks/gemm_scan_layers.py
-#: --wgmma auto`, run S of docs/data/gemm-scan-h200.jsonl; `python -m persist_rnn.schedule.fit
-#: --wgmma-step`): median error 5%. On run T's 17 other layers, median error 4%, and the split
+#: --wgmma auto`, run S of docs/data/gemm-scan-h200.jsonl; `python -m
+#: persist_rnn.schedule.wgmma_step_fit`): median error 5%. On run T's 17 other layers, median error 4%, and the split
 #: priced least ran within 1.023x of the fastest (geomean; at most 1.16x), against 1.030x for K
 #: never split and 1.090x for K split in two
 WGMMA_STEP_US = {"fixed": 6.54, "per_mib": 0.155, "per_sums_mb": 0.576, "per_wave_k_tile": 0.310,

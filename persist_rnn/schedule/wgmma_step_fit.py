@@ -50,6 +50,7 @@ def fit_prices(plans) -> dict:
 
 
 def priced(plan, prices) -> float:
+    """A direction's µs of a timed plan at `prices`, as `wgmma_scan_us` sums them."""
     return sum(prices[n] * units for n, units in plan["terms"].items())
 
 

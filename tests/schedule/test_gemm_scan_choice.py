@@ -23,7 +23,7 @@ from persist_rnn.schedule.streamed_cost import streamed_scan_us
 from persist_rnn.schedule.wgmma_step_fit import fit_prices, judge, timed_plans
 from tir_templates.config import Config
 from tir_templates.gemm_scan import GEMM_SCAN
-from tir_templates.projection_wgmma import wgmma_shared_bytes
+from tir_templates.projection_wgmma import SM90_SHARED_BYTES, wgmma_shared_bytes
 from tir_templates.spec import CellSpec
 
 H100 = gpu_model("sm_90")
@@ -211,6 +211,7 @@ def test_the_wgmma_step_splits_k_as_many_ways_as_prices_least():
 def test_the_wgmma_steps_rings_fit_the_shared_memory_and_hold_no_idle_slot():
     """A split of 4 k-tiles takes a ring of 5 (each k-tile in flight, one slot spare for the next
     copy's wait); past 8 k-tiles the ring is 9 deep, all an sm_90 CTA's shared memory holds."""
+    assert SM90_SHARED_BYTES == MAX_SHARED_BYTES[90]  # the template's bound is the planner's
     spec = CellSpec("lstm", 1024, 1024, dtype="float16")
     assert ring_depth(spec, 4) == 5 and ring_depth(spec, 1) == 9
     for plan in wgmma_plans(CellSpec("gru", 4096, 4096, dtype="bfloat16", linear_before_reset=1)):
