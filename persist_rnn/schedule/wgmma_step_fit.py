@@ -57,7 +57,8 @@ def priced(plan, prices) -> float:
 def judge(plans, prices) -> dict:
     """The prices' median and largest relative error, and each layer's regret: the time of the plan
     priced least (the fewest splits of equals, as `wgmma_step` takes) over the fastest plan's, with
-    the geomean regret of K never split and split in two beside it."""
+    the geomean regret of K never split and split in two beside it (a layer whose k-tiles two does
+    not divide counts as its fastest there)."""
     errors = [abs(priced(p, prices) - p["us"]) / p["us"] for p in plans]
     layers = {}
     for p in plans:
